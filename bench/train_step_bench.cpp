@@ -1,0 +1,81 @@
+// One optimizer step (forward, loss, backward, clip, AdamW) of the Llama
+// flavors on the bundled corpus, single process.
+
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include "builders/builder_registry.h"
+#include "common/allocator.h"
+
+namespace {
+
+std::unique_ptr<baton::Trainer> make_trainer(
+    const std::string& flavor,
+    int64_t seq_len,
+    int64_t threads) {
+  baton::register_builtin_builders();
+  const auto config = baton::load_job_config(
+      "",
+      {"model.flavor=" + flavor, "training.seq_len=" + std::to_string(seq_len),
+       "training.local_batch_size=8", "training.steps=1000000",
+       "training.num_threads=" + std::to_string(threads),
+       "metrics.peak_tflops=1", "metrics.jsonl=false",
+       "job.dump_folder=/tmp/baton_bench"});
+  return baton::make_trainer_builder(config)->build();
+}
+
+void BM_TrainStep(benchmark::State& state, const std::string& flavor) {
+  const int64_t seq_len = state.range(0);
+  const int64_t threads = state.range(1);
+  auto trainer = make_trainer(flavor, seq_len, threads);
+  trainer->train_step();  // warm-up: allocator and BLAS buffers
+  double tflops = 0.0;
+  for (auto _ : state) {
+    tflops += trainer->train_step().tflops;
+  }
+  const int64_t tokens = 8 * seq_len;
+  state.counters["tokens_per_sec"] = benchmark::Counter(
+      static_cast<double>(tokens * state.iterations()),
+      benchmark::Counter::kIsRate);
+  state.counters["tflops"] = tflops / static_cast<double>(state.iterations());
+}
+BENCHMARK_CAPTURE(BM_TrainStep, debugmodel, std::string("debugmodel"))
+    ->ArgNames({"seq_len", "threads"})
+    ->Args({256, 1})
+    ->Args({256, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_TrainStep, small, std::string("small"))
+    ->ArgNames({"seq_len", "threads"})
+    ->Args({256, 1})
+    ->Args({256, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+/// Peak fp32 matmul throughput, the denominator of MFU.
+void BM_MatmulPeak(benchmark::State& state) {
+  at::set_num_threads(static_cast<int>(state.range(1)));
+  const int64_t n = state.range(0);
+  const auto a = torch::randn({n, n}), b = torch::randn({n, n});
+  auto c = torch::empty({n, n});
+  for (auto _ : state) {
+    at::mm_out(c, a, b);
+  }
+  state.counters["flops"] = benchmark::Counter(
+      2.0 * n * n * n * state.iterations(), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_MatmulPeak)
+    ->ArgNames({"n", "threads"})
+    ->Args({1024, 1})
+    ->Args({1024, 2})
+    ->UseRealTime();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  baton::keep_freed_memory_in_process();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,94 @@
+#pragma once
+
+#include <memory>
+
+#include "models/llama/args.h"
+#include "parallel/dist/parallel_dims.h"
+#include "trainer/trainer.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace baton {
+
+/// Builds a Trainer from a JobConfig. `build()` runs the hooks in a fixed
+/// order and checks what each returns; a new parallel strategy subclasses
+/// the builder, overrides the hooks it changes and calls the base ones for
+/// the rest (PipelineTrainerBuilder overrides build_model, build_dataloader
+/// and build_train_step).
+class TrainerBuilder {
+ public:
+  explicit TrainerBuilder(const JobConfig& config);
+  virtual ~TrainerBuilder();
+  TrainerBuilder(const TrainerBuilder&) = delete;
+  TrainerBuilder& operator=(const TrainerBuilder&) = delete;
+
+  /// Runs every hook, in order: init_runtime, build_tokenizer, build_model
+  /// (which calls parallelize per part), build_optimizers, build_lr_schedulers,
+  /// build_dataloader, build_loss, build_train_step, build_checkpointer,
+  /// build_metrics. Throws std::logic_error when a hook returns something
+  /// unusable (no parts, one optimizer short, ...).
+  std::unique_ptr<Trainer> build();
+
+ protected:
+  const JobConfig& config() const {
+    return config_;
+  }
+  /// Set by init_runtime.
+  const ParallelDims& parallel_dims() const {
+    return dims_;
+  }
+
+  /// Threads, seeds, determinism and the parallel layout (single rank here).
+  virtual void init_runtime();
+  /// The tokenizer of `model.tokenizer`.
+  virtual std::shared_ptr<const Tokenizer> build_tokenizer();
+  /// The whole model as one part, initialised and parallelized. `args` is
+  /// the flavor with the tokenizer's vocabulary size.
+  virtual ModelParts build_model(const llama::ModelArgs& args);
+  /// Applies this builder's parallelism to one part; the base moves it to
+  /// the device and puts it in training mode.
+  virtual void parallelize(ModelChunk& part);
+  /// The optimizer of one part (`optimizer.name`).
+  virtual std::unique_ptr<torch::optim::Optimizer> build_optimizer(
+      ModelChunk& part);
+  /// One optimizer per part, from build_optimizer.
+  virtual std::unique_ptr<OptimizersContainer> build_optimizers(
+      const ModelParts& parts);
+  /// The LR scheduler of one optimizer.
+  virtual std::unique_ptr<LRScheduler> build_lr_scheduler(
+      torch::optim::Optimizer& optimizer);
+  /// One scheduler per optimizer, from build_lr_scheduler.
+  virtual std::unique_ptr<LRSchedulersContainer> build_lr_schedulers(
+      const OptimizersContainer& optimizers);
+  /// The data loader of this rank (null where it loads no data).
+  virtual std::unique_ptr<DataLoader> build_dataloader(
+      std::shared_ptr<const Tokenizer> tokenizer);
+  /// The token loss; cross-entropy summed over tokens.
+  virtual LossFn build_loss();
+  /// Forward and backward of one step over `parts`.
+  virtual std::unique_ptr<TrainStep> build_train_step(
+      const ModelParts& parts,
+      LossFn loss);
+  /// The checkpointer, or null when checkpointing is off.
+  virtual std::unique_ptr<Checkpointer> build_checkpointer(
+      const ModelParts& parts,
+      const OptimizersContainer& optimizers,
+      const LRSchedulersContainer& schedulers,
+      const DataLoader* dataloader);
+  /// The metrics logger (writes on global rank 0 only).
+  virtual std::unique_ptr<MetricsLogger> build_metrics();
+
+  /// Device the parts train on.
+  at::Device device() const {
+    return device_;
+  }
+
+ private:
+  JobConfig config_;
+  ParallelDims dims_;
+  at::Device device_{at::kCPU};
+};
+
+}  // namespace baton

@@ -1,0 +1,1 @@
+// Compiled only to produce the precompiled libtorch header every target reuses.

@@ -1,0 +1,57 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/registry.h"
+
+namespace baton {
+
+/// Text <-> token ids. The model's vocabulary size follows `vocab_size()`.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  /// Token ids of `text`, without BOS or EOS.
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  /// Text of `ids`; BOS and EOS decode to nothing.
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  /// Number of distinct ids, special tokens included.
+  virtual int64_t vocab_size() const = 0;
+  /// Id that starts each document.
+  virtual int32_t bos_id() const = 0;
+  /// Id that ends each document.
+  virtual int32_t eos_id() const = 0;
+};
+
+/// Byte-level tokenizer: ids 0-255 are the bytes of the UTF-8 text, 256 is
+/// BOS and 257 EOS. Needs no model file.
+class ByteTokenizer final : public Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  int64_t vocab_size() const override {
+    return 258;
+  }
+  int32_t bos_id() const override {
+    return 256;
+  }
+  int32_t eos_id() const override {
+    return 257;
+  }
+};
+
+/// Makes a tokenizer from its model file path (ignored by `bytes`).
+using TokenizerCreator =
+    std::function<std::unique_ptr<Tokenizer>(const std::string& path)>;
+
+/// The tokenizer registry (`model.tokenizer`).
+Registry<TokenizerCreator>& tokenizer_registry();
+
+/// Registers the built-in tokenizers; safe to call more than once.
+void register_builtin_tokenizers();
+
+}  // namespace baton

@@ -1,0 +1,182 @@
+#include "models/llama/transformer.h"
+
+#include <torch/torch.h>
+
+#include <stdexcept>
+
+namespace baton::llama {
+
+namespace F = torch::nn::functional;
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  const auto inv_rms = at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return x * inv_rms * weight;
+}
+
+at::Tensor apply_rope(const at::Tensor& x, const RopeTables& rope) {
+  const auto sizes = x.sizes();  // (B, T, H, D)
+  const auto pairs = x.reshape({sizes[0], sizes[1], sizes[2], -1, 2});
+  const auto x0 = pairs.select(-1, 0);  // (B, T, H, D/2)
+  const auto x1 = pairs.select(-1, 1);
+  const auto cos = rope.cos.view({1, sizes[1], 1, -1});  // (1, T, 1, D/2)
+  const auto sin = rope.sin.view({1, sizes[1], 1, -1});
+  return at::stack({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1)
+      .view(sizes);
+}
+
+AttentionImpl::AttentionImpl(const ModelArgs& args)
+    : n_heads_(args.n_heads),
+      n_kv_heads_(args.kv_heads()),
+      head_dim_(args.head_dim()) {
+  const auto linear = [](int64_t in, int64_t out) {
+    return torch::nn::LinearOptions(in, out).bias(false);
+  };
+  wq = register_module("wq", torch::nn::Linear(linear(args.dim, n_heads_ * head_dim_)));
+  wk = register_module("wk", torch::nn::Linear(linear(args.dim, n_kv_heads_ * head_dim_)));
+  wv = register_module("wv", torch::nn::Linear(linear(args.dim, n_kv_heads_ * head_dim_)));
+  wo = register_module("wo", torch::nn::Linear(linear(n_heads_ * head_dim_, args.dim)));
+}
+
+namespace {
+
+/// (B, T, KV, D) -> (B, H, T, D), each key/value head shared by H / KV
+/// query heads.
+at::Tensor expand_kv(const at::Tensor& x, int64_t n_heads) {
+  const auto s = x.sizes();
+  const int64_t repeats = n_heads / s[2];
+  auto heads_first = x.transpose(1, 2);  // (B, KV, T, D)
+  if (repeats == 1) {
+    return heads_first;
+  }
+  return heads_first.unsqueeze(2)
+      .expand({s[0], s[2], repeats, s[1], s[3]})
+      .reshape({s[0], n_heads, s[1], s[3]});
+}
+
+/// Causal softmax attention. q, k, v: (B, H, T, D) -> (B, H, T, D)
+at::Tensor causal_attention(
+    const at::Tensor& q,
+    const at::Tensor& k,
+    const at::Tensor& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(
+      q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+#else
+  return std::get<0>(at::_scaled_dot_product_attention(
+      q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+      /*need_attn_weights=*/false, /*is_causal=*/true));
+#endif
+}
+
+}  // namespace
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope) {
+  const int64_t B = x.size(0), T = x.size(1);
+  auto q = apply_rope(wq(x).view({B, T, n_heads_, head_dim_}), rope);
+  auto k = apply_rope(wk(x).view({B, T, n_kv_heads_, head_dim_}), rope);
+  auto v = wv(x).view({B, T, n_kv_heads_, head_dim_});
+  auto out = causal_attention(
+      q.transpose(1, 2), expand_kv(k, n_heads_), expand_kv(v, n_heads_));
+  // (B, H, T, D) -> (B, T, H * D)
+  return wo(out.transpose(1, 2).reshape({B, T, n_heads_ * head_dim_}));
+}
+
+FeedForwardImpl::FeedForwardImpl(const ModelArgs& args) {
+  const int64_t hidden = args.ffn_hidden_dim();
+  const auto linear = [](int64_t in, int64_t out) {
+    return torch::nn::LinearOptions(in, out).bias(false);
+  };
+  w1 = register_module("w1", torch::nn::Linear(linear(args.dim, hidden)));
+  w2 = register_module("w2", torch::nn::Linear(linear(hidden, args.dim)));
+  w3 = register_module("w3", torch::nn::Linear(linear(args.dim, hidden)));
+}
+
+at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
+  return w2(F::silu(w1(x)) * w3(x));
+}
+
+TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& args) {
+  // Meta's registration order, so parameters list in their state-dict order.
+  attention = register_module("attention", Attention(args));
+  feed_forward = register_module("feed_forward", FeedForward(args));
+  attention_norm = register_module("attention_norm", RMSNorm(args.dim, args.norm_eps));
+  ffn_norm = register_module("ffn_norm", RMSNorm(args.dim, args.norm_eps));
+}
+
+at::Tensor TransformerBlockImpl::forward(
+    const at::Tensor& x,
+    const RopeTables& rope) {
+  auto h = x + attention(attention_norm(x), rope);
+  return h + feed_forward(ffn_norm(h));
+}
+
+TransformerImpl::TransformerImpl(const ModelArgs& args, const ChunkSpec& chunk)
+    : args_(args), chunk_(chunk) {
+  args_.validate();
+  if (chunk_.end_layer < 0) {
+    chunk_.end_layer = args_.n_layers;
+  }
+  if (chunk_.first_layer < 0 || chunk_.first_layer > chunk_.end_layer ||
+      chunk_.end_layer > args_.n_layers) {
+    throw std::invalid_argument(
+        "[llama] layer range [" + std::to_string(chunk_.first_layer) + ", " +
+        std::to_string(chunk_.end_layer) + ") is not within the model's " +
+        std::to_string(args_.n_layers) + " layers");
+  }
+  if (chunk_.first_layer == chunk_.end_layer && !chunk_.embedding &&
+      !chunk_.output) {
+    throw std::invalid_argument("[llama] a model chunk must hold something");
+  }
+  if (chunk_.embedding) {
+    tok_embeddings = register_module(
+        "tok_embeddings", torch::nn::Embedding(args_.vocab_size, args_.dim));
+  }
+  layers = register_module("layers", torch::nn::ModuleDict());
+  for (int64_t i = chunk_.first_layer; i < chunk_.end_layer; ++i) {
+    blocks_.emplace_back(args_);
+    layers->update({{std::to_string(i), blocks_.back().ptr()}});
+  }
+  if (chunk_.output) {
+    norm = register_module("norm", RMSNorm(args_.dim, args_.norm_eps));
+    output = register_module(
+        "output",
+        torch::nn::Linear(
+            torch::nn::LinearOptions(args_.dim, args_.vocab_size).bias(false)));
+  }
+}
+
+const RopeTables& TransformerImpl::rope_for(
+    int64_t seq_len,
+    const at::Device& device) {
+  if (rope_.cos.defined() && rope_.cos.size(0) == seq_len &&
+      rope_.cos.device() == device) {
+    return rope_;
+  }
+  const int64_t half = args_.head_dim() / 2;
+  const auto exponents =
+      torch::arange(0, half, torch::kFloat64) * (2.0 / args_.head_dim());
+  const auto inv_freq = torch::pow(args_.rope_theta, -exponents);  // (D/2)
+  const auto positions = torch::arange(seq_len, torch::kFloat64);  // (T)
+  const auto angles = torch::outer(positions, inv_freq);  // (T, D/2)
+  rope_.cos = angles.cos().to(device, torch::kFloat32);
+  rope_.sin = angles.sin().to(device, torch::kFloat32);
+  return rope_;
+}
+
+at::Tensor TransformerImpl::forward(const at::Tensor& input) {
+  at::Tensor h = chunk_.embedding ? tok_embeddings(input) : input;  // (B, T, dim)
+  const auto& rope = rope_for(h.size(1), h.device());
+  for (auto& block : blocks_) {
+    h = block(h, rope);
+  }
+  if (chunk_.output) {
+    h = output(norm(h));  // (B, T, vocab)
+  }
+  return h;
+}
+
+}  // namespace baton::llama

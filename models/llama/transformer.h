@@ -1,0 +1,118 @@
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/moduledict.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <vector>
+
+#include "models/llama/args.h"
+#include "models/model_spec.h"
+
+namespace baton::llama {
+
+/// Root-mean-square layer norm with a learned scale.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  /// x: (..., dim) -> (..., dim)
+  at::Tensor forward(const at::Tensor& x);
+
+  at::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+/// Rotary position embedding tables for one sequence length.
+struct RopeTables {
+  at::Tensor cos;  // (T, head_dim / 2)
+  at::Tensor sin;  // (T, head_dim / 2)
+};
+
+/// Rotates the pairs (x[2i], x[2i+1]) of each head, Meta's layout.
+/// x: (B, T, H, head_dim) -> (B, T, H, head_dim)
+at::Tensor apply_rope(const at::Tensor& x, const RopeTables& rope);
+
+/// Causal grouped-query attention: n_heads query heads share n_kv_heads
+/// key/value heads.
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const ModelArgs& args);
+  /// x: (B, T, dim) -> (B, T, dim)
+  at::Tensor forward(const at::Tensor& x, const RopeTables& rope);
+
+  torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+
+ private:
+  int64_t n_heads_;
+  int64_t n_kv_heads_;
+  int64_t head_dim_;
+};
+TORCH_MODULE(Attention);
+
+/// SwiGLU feed-forward: w2(silu(w1 x) * w3 x).
+class FeedForwardImpl : public torch::nn::Module {
+ public:
+  explicit FeedForwardImpl(const ModelArgs& args);
+  /// x: (B, T, dim) -> (B, T, dim)
+  at::Tensor forward(const at::Tensor& x);
+
+  torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+};
+TORCH_MODULE(FeedForward);
+
+/// Pre-norm transformer block.
+class TransformerBlockImpl : public torch::nn::Module {
+ public:
+  explicit TransformerBlockImpl(const ModelArgs& args);
+  /// x: (B, T, dim) -> (B, T, dim)
+  at::Tensor forward(const at::Tensor& x, const RopeTables& rope);
+
+  RMSNorm attention_norm{nullptr};
+  Attention attention{nullptr};
+  RMSNorm ffn_norm{nullptr};
+  FeedForward feed_forward{nullptr};
+};
+TORCH_MODULE(TransformerBlock);
+
+/// Llama 3, or a contiguous chunk of it (see ChunkSpec). Submodule names are
+/// Meta's: tok_embeddings, layers.<global index>, norm, output.
+class TransformerImpl final : public ModelChunk {
+ public:
+  TransformerImpl(const ModelArgs& args, const ChunkSpec& chunk = {});
+  at::Tensor forward(const at::Tensor& input) override;
+  const ChunkSpec& spec() const override {
+    return chunk_;
+  }
+  /// Initialises every parameter from a generator seeded by (seed, its
+  /// name), so the weights do not depend on how the model is split.
+  void init_weights(uint64_t seed);
+
+  const ModelArgs& args() const {
+    return args_;
+  }
+
+  torch::nn::Embedding tok_embeddings{nullptr};
+  torch::nn::ModuleDict layers{nullptr};
+  RMSNorm norm{nullptr};
+  torch::nn::Linear output{nullptr};
+
+ private:
+  /// RoPE tables for length `seq_len` on `device`, cached.
+  const RopeTables& rope_for(int64_t seq_len, const at::Device& device);
+
+  ModelArgs args_;
+  ChunkSpec chunk_;
+  std::vector<TransformerBlock> blocks_;  // the entries of `layers`, in order
+  RopeTables rope_;
+};
+TORCH_MODULE(Transformer);
+
+/// Seed of the generator that initialises the parameter named `fqn`.
+uint64_t parameter_seed(uint64_t seed, const std::string& fqn);
+
+}  // namespace baton::llama

@@ -1,0 +1,55 @@
+#include "models/model_spec.h"
+
+#include <mutex>
+
+#include "models/llama/transformer.h"
+
+namespace baton {
+
+Registry<ModelSpec>& model_registry() {
+  static Registry<ModelSpec> registry("model");
+  return registry;
+}
+
+void register_builtin_models() {
+  // Ranks may run as threads, each building its own trainer.
+  static std::mutex mutex;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto& registry = model_registry();
+  if (registry.contains("llama3")) {
+    return;
+  }
+  ModelSpec llama3;
+  llama3.flavors = llama::llama3_flavors();
+  llama3.build = [](const llama::ModelArgs& args,
+                    const ChunkSpec& chunk,
+                    uint64_t seed) -> std::shared_ptr<ModelChunk> {
+    auto model = std::make_shared<llama::TransformerImpl>(args, chunk);
+    model->init_weights(seed);
+    return model;
+  };
+  registry.add("llama3", std::move(llama3), "Llama 3 (Meta's architecture)");
+}
+
+const llama::ModelArgs& model_flavor(
+    const ModelSpec& spec,
+    const std::string& flavor,
+    const std::string& where) {
+  const auto it = spec.flavors.find(flavor);
+  if (it == spec.flavors.end()) {
+    std::vector<std::string> names;
+    for (const auto& [name, args] : spec.flavors) {
+      names.push_back(name);
+    }
+    std::string message =
+        "unknown flavor '" + flavor + "'; known: " + join(names, ", ");
+    const std::string hint = closest_match(flavor, names);
+    if (!hint.empty()) {
+      message += "; did you mean '" + hint + "'?";
+    }
+    throw_config_error(where, message);
+  }
+  return it->second;
+}
+
+}  // namespace baton

@@ -1,0 +1,68 @@
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/registry.h"
+#include "models/llama/args.h"
+
+namespace baton {
+
+/// Which part of a model a chunk holds. Pipeline stages are chunks; without
+/// pipelining the one chunk holds everything.
+struct ChunkSpec {
+  /// First transformer layer held (global index).
+  int64_t first_layer = 0;
+  /// One past the last layer held; -1 = through the last layer.
+  int64_t end_layer = -1;
+  /// Holds the token embedding (the first stage).
+  bool embedding = true;
+  /// Holds the final norm and output projection (the last stage).
+  bool output = true;
+};
+
+/// A contiguous piece of a model: some layers, with or without the embedding
+/// and the output. Parameter names are those of the whole model
+/// (`layers.4.attention.wq.weight` in any chunk), whatever the split.
+class ModelChunk : public torch::nn::Module {
+ public:
+  /// Token ids (B, T) int64 when the chunk holds the embedding, else hidden
+  /// states (B, T, dim); returns logits (B, T, vocab) when it holds the
+  /// output, else hidden states (B, T, dim).
+  virtual at::Tensor forward(const at::Tensor& input) = 0;
+  /// What this chunk holds.
+  virtual const ChunkSpec& spec() const = 0;
+};
+
+/// Everything the framework needs to know about one model architecture.
+struct ModelSpec {
+  /// Size presets by name.
+  std::map<std::string, llama::ModelArgs> flavors;
+  /// Builds the chunk `chunk` of a model shaped `args`, initialised from
+  /// `seed` so that any split gives bitwise the same weights.
+  std::function<std::shared_ptr<ModelChunk>(
+      const llama::ModelArgs& args,
+      const ChunkSpec& chunk,
+      uint64_t seed)>
+      build;
+};
+
+/// The model registry (`model.name`).
+Registry<ModelSpec>& model_registry();
+
+/// Registers the built-in models (`llama3`); safe to call more than once.
+void register_builtin_models();
+
+/// The flavor `flavor` of `spec`; throws ConfigError listing the flavors
+/// (`where` prefixes the message, as in Registry::get).
+const llama::ModelArgs& model_flavor(
+    const ModelSpec& spec,
+    const std::string& flavor,
+    const std::string& where = "");
+
+}  // namespace baton

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs the Google Benchmark binaries and keeps their JSON under bench/results.
+set -euo pipefail
+build_dir=${1:-build}
+out=bench/results
+mkdir -p "$out"
+echo "bench: BLAS in use: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)"
+"$build_dir/train_step_bench" --benchmark_repetitions=3 \
+  --benchmark_report_aggregates_only=true \
+  --benchmark_out="$out/train_step.json" --benchmark_out_format=json

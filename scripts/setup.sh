@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs, with apt-get, only the Debian packages Baton needs that are missing.
+# Idempotent: when everything is present it prints one line and returns at once.
+set -euo pipefail
+
+packages=(
+  g++ cmake make ccache pkg-config
+  libtorch-dev
+  libyaml-cpp-dev
+  libgoogle-glog-dev
+  libgtest-dev libgmock-dev
+  libbenchmark-dev
+  nlohmann-json3-dev zlib1g-dev
+  libopenblas0-pthread
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+  sudo=()
+elif command -v sudo >/dev/null; then
+  sudo=(sudo)
+else
+  echo "error: setup needs root (or sudo) to install: ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -q
+"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "setup: installed ${#missing[@]} packages"

@@ -1,0 +1,51 @@
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "common/registry.h"
+
+namespace baton {
+namespace {
+
+using Creator = std::function<int()>;
+
+TEST(Registry, FindsEntriesCaseInsensitively) {
+  Registry<Creator> r("widget");
+  r.add("Alpha", [] { return 1; }, "the first");
+  r.add("beta", [] { return 2; }, "the second");
+  EXPECT_TRUE(r.contains("ALPHA"));
+  EXPECT_EQ(r.get("alpha")(), 1);
+  EXPECT_EQ(r.get("Beta")(), 2);
+  EXPECT_EQ(r.help("alpha"), "the first");
+  EXPECT_EQ(r.names(), (std::vector<std::string>{"Alpha", "beta"}));
+}
+
+TEST(Registry, DuplicateNameIsAProgrammingError) {
+  Registry<Creator> r("widget");
+  r.add("alpha", [] { return 1; }, "");
+  EXPECT_THROW(r.add("ALPHA", [] { return 2; }, ""), std::logic_error);
+}
+
+TEST(Registry, UnknownNameListsTheKnownOnesAndSuggests) {
+  Registry<Creator> r("widget");
+  r.add("alpha", [] { return 1; }, "");
+  r.add("beta", [] { return 2; }, "");
+  try {
+    r.get("alhpa", "job.yaml:4");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(
+        e.what(),
+        "job.yaml:4: unknown widget 'alhpa'; known: alpha, beta; did you mean "
+        "'alpha'?");
+  }
+  try {
+    r.get("gamma");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "unknown widget 'gamma'; known: alpha, beta");
+  }
+}
+
+}  // namespace
+}  // namespace baton

@@ -1,0 +1,271 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "models/llama/transformer.h"
+#include "models/model_spec.h"
+
+namespace baton::llama {
+namespace {
+
+ModelArgs tiny_args() {
+  ModelArgs args;
+  args.dim = 64;
+  args.n_layers = 4;
+  args.n_heads = 4;
+  args.n_kv_heads = 2;
+  args.vocab_size = 50;
+  args.multiple_of = 32;
+  return args;
+}
+
+std::vector<std::string> names(torch::nn::Module& m) {
+  std::vector<std::string> out;
+  for (const auto& item : m.named_parameters()) {
+    out.push_back(item.key());
+  }
+  return out;
+}
+
+TEST(LlamaArgs, ParameterCountsMatchMetasPublishedModels) {
+  // Meta's model cards: 8.03B, 70.6B, 406B (vocabulary 128256, untied).
+  const auto& flavors = llama3_flavors();
+  EXPECT_EQ(flavors.at("8B").num_params(), 8030261248);
+  EXPECT_EQ(flavors.at("70B").num_params(), 70553706496);
+  EXPECT_EQ(flavors.at("405B").num_params(), 405853388800);
+  EXPECT_EQ(flavors.at("8B").ffn_hidden_dim(), 14336);
+  EXPECT_EQ(flavors.at("70B").ffn_hidden_dim(), 28672);
+  EXPECT_EQ(flavors.at("405B").ffn_hidden_dim(), 53248);
+}
+
+TEST(LlamaArgs, ParameterCountMatchesTheBuiltModel) {
+  auto args = tiny_args();
+  TransformerImpl model(args);
+  int64_t n = 0;
+  for (const auto& p : model.parameters()) {
+    n += p.numel();
+  }
+  EXPECT_EQ(n, args.num_params());
+  auto debug = llama3_flavors().at("debugmodel");
+  debug.vocab_size = 258;
+  TransformerImpl debug_model(debug);
+  n = 0;
+  for (const auto& p : debug_model.parameters()) {
+    n += p.numel();
+  }
+  EXPECT_EQ(n, debug.num_params());
+}
+
+TEST(LlamaArgs, FlopsPerTokenFollowsTorchtitansCount) {
+  const auto& b8 = llama3_flavors().at("8B");
+  const double non_embedding = 8030261248.0 - 128256.0 * 4096.0;
+  EXPECT_DOUBLE_EQ(
+      b8.flops_per_token(8192),
+      6.0 * non_embedding + 12.0 * 32 * 32 * 128 * 8192);
+}
+
+TEST(LlamaArgs, RejectsInconsistentShapes) {
+  auto args = tiny_args();
+  args.n_kv_heads = 3;
+  EXPECT_THROW(
+      {
+        try {
+          args.validate();
+        } catch (const std::invalid_argument& e) {
+          EXPECT_NE(std::string(e.what()).find("n_kv_heads 3"), std::string::npos);
+          throw;
+        }
+      },
+      std::invalid_argument);
+}
+
+TEST(Llama, FullyQualifiedNamesAreMetas) {
+  TransformerImpl model(tiny_args());
+  const auto n = names(model);
+  for (const char* expected :
+       {"tok_embeddings.weight", "layers.3.attention.wq.weight",
+        "layers.3.attention.wk.weight", "layers.3.attention.wv.weight",
+        "layers.3.attention.wo.weight", "layers.3.feed_forward.w1.weight",
+        "layers.3.feed_forward.w2.weight", "layers.3.feed_forward.w3.weight",
+        "layers.3.attention_norm.weight", "layers.3.ffn_norm.weight",
+        "norm.weight", "output.weight"}) {
+    EXPECT_NE(std::find(n.begin(), n.end(), expected), n.end()) << expected;
+  }
+  EXPECT_EQ(n.size(), 2 + 4 * 9 + 1u);
+}
+
+TEST(Llama, ChunksKeepGlobalNames) {
+  ChunkSpec middle;
+  middle.first_layer = 1;
+  middle.end_layer = 3;
+  middle.embedding = false;
+  middle.output = false;
+  TransformerImpl chunk(tiny_args(), middle);
+  const auto n = names(chunk);
+  EXPECT_EQ(n.front(), "layers.1.attention.wq.weight");
+  EXPECT_EQ(n.back(), "layers.2.ffn_norm.weight");
+  EXPECT_EQ(n.size(), 2 * 9u);
+}
+
+TEST(Llama, RejectsBadChunks) {
+  ChunkSpec beyond;
+  beyond.end_layer = 9;
+  EXPECT_THROW(TransformerImpl(tiny_args(), beyond), std::invalid_argument);
+  ChunkSpec empty;
+  empty.first_layer = 2;
+  empty.end_layer = 2;
+  empty.embedding = false;
+  empty.output = false;
+  EXPECT_THROW(TransformerImpl(tiny_args(), empty), std::invalid_argument);
+}
+
+TEST(Llama, InitIsLayoutIndependentAndSeeded) {
+  const auto args = tiny_args();
+  TransformerImpl whole(args);
+  whole.init_weights(7);
+  const auto whole_params = whole.named_parameters();
+
+  // The same model as three chunks: embedding + layer 0, layers 1-2, layer 3
+  // + output.
+  std::vector<ChunkSpec> specs(3);
+  specs[0] = {0, 1, true, false};
+  specs[1] = {1, 3, false, false};
+  specs[2] = {3, 4, false, true};
+  size_t seen = 0;
+  for (const auto& spec : specs) {
+    TransformerImpl chunk(args, spec);
+    chunk.init_weights(7);
+    for (const auto& item : chunk.named_parameters()) {
+      ASSERT_TRUE(whole_params.contains(item.key())) << item.key();
+      EXPECT_TRUE(torch::equal(item.value(), whole_params[item.key()]))
+          << item.key();
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, whole_params.size());
+
+  TransformerImpl other_seed(args);
+  other_seed.init_weights(8);
+  EXPECT_FALSE(torch::equal(
+      other_seed.named_parameters()["layers.0.attention.wq.weight"],
+      whole_params["layers.0.attention.wq.weight"]));
+  // Different parameters draw different values.
+  EXPECT_FALSE(torch::equal(
+      whole_params["layers.0.attention.wq.weight"].flatten().slice(0, 0, 64),
+      whole_params["layers.1.attention.wq.weight"].flatten().slice(0, 0, 64)));
+}
+
+TEST(Llama, InitFollowsTorchtitansScales) {
+  auto args = tiny_args();
+  args.dim = 256;
+  args.n_heads = 8;
+  TransformerImpl model(args);
+  model.init_weights(0);
+  auto p = model.named_parameters();
+  EXPECT_NEAR(p["tok_embeddings.weight"].std().item<double>(), 1.0, 0.05);
+  EXPECT_NEAR(p["layers.0.attention.wq.weight"].std().item<double>(), 0.02, 0.002);
+  // Depth-scaled output projections: 0.02 / sqrt(2 * (layer + 1)).
+  EXPECT_NEAR(
+      p["layers.3.feed_forward.w2.weight"].std().item<double>(),
+      0.02 / std::sqrt(8.0), 0.001);
+  EXPECT_TRUE(torch::equal(p["norm.weight"], torch::ones({256})));
+  const double out_std = 1.0 / 16.0;
+  EXPECT_LE(p["output.weight"].abs().max().item<double>(), 3 * out_std + 1e-6);
+}
+
+TEST(Llama, ChunkedForwardEqualsWholeForward) {
+  const auto args = tiny_args();
+  TransformerImpl whole(args);
+  whole.init_weights(1);
+  TransformerImpl first(args, {0, 2, true, false});
+  TransformerImpl second(args, {2, 4, false, true});
+  first.init_weights(1);
+  second.init_weights(1);
+  const auto tokens = torch::randint(0, args.vocab_size, {2, 12}, torch::kLong);
+  const auto expected = whole.forward(tokens);
+  const auto hidden = first.forward(tokens);
+  EXPECT_EQ(hidden.sizes(), (std::vector<int64_t>{2, 12, 64}));
+  const auto logits = second.forward(hidden);
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{2, 12, 50}));
+  EXPECT_TRUE(torch::allclose(logits, expected, 1e-5, 1e-5));
+}
+
+TEST(Llama, AttentionIsCausal) {
+  const auto args = tiny_args();
+  TransformerImpl model(args);
+  model.init_weights(2);
+  auto tokens = torch::randint(0, args.vocab_size, {1, 10}, torch::kLong);
+  const auto before = model.forward(tokens);
+  tokens[0][7] = (tokens[0][7].item<int64_t>() + 1) % args.vocab_size;
+  const auto after = model.forward(tokens);
+  EXPECT_TRUE(torch::allclose(
+      before.slice(1, 0, 7), after.slice(1, 0, 7), 1e-6, 1e-6));
+  EXPECT_FALSE(torch::allclose(
+      before.slice(1, 7, 10), after.slice(1, 7, 10), 1e-4, 1e-4));
+}
+
+TEST(Llama, AttentionMatchesAHandWrittenReference) {
+  // Grouped-query attention written out with explicit loops over heads and a
+  // -inf mask, against the module's batched version.
+  auto args = tiny_args();
+  AttentionImpl attention(args);
+  const int64_t T = 6, H = 4, KV = 2, D = 16;
+  const auto x = torch::randn({1, T, 64});
+  RopeTables rope;
+  rope.cos = torch::ones({T, D / 2});
+  rope.sin = torch::zeros({T, D / 2});  // identity rotation
+  const auto out = attention.forward(x, rope);
+
+  const auto q = attention.wq(x).view({T, H, D});
+  const auto k = attention.wk(x).view({T, KV, D});
+  const auto v = attention.wv(x).view({T, KV, D});
+  std::vector<at::Tensor> heads;
+  for (int64_t h = 0; h < H; ++h) {
+    const int64_t g = h / (H / KV);
+    auto scores = torch::mm(q.select(1, h), k.select(1, g).t()) / std::sqrt(D);
+    scores.masked_fill_(torch::ones({T, T}, torch::kBool).triu(1), -INFINITY);
+    heads.push_back(torch::mm(scores.softmax(-1), v.select(1, g)));
+  }
+  const auto expected = attention.wo(torch::cat(heads, 1)).unsqueeze(0);
+  EXPECT_TRUE(torch::allclose(out, expected, 1e-5, 1e-5));
+}
+
+TEST(Llama, RopeRotatesPairsByPositionTimesFrequency) {
+  // Position 1, pair 0 rotates by 1 radian (frequency theta^0 = 1).
+  ModelArgs args = tiny_args();
+  const auto x = torch::zeros({1, 2, 1, 4});
+  x[0][1][0][0] = 1.0;  // pair 0 = (1, 0) at position 1
+  RopeTables rope;
+  const auto angles = torch::outer(
+      torch::arange(2, torch::kFloat64),
+      torch::pow(args.rope_theta, -torch::arange(0, 2, torch::kFloat64) * 0.5));
+  rope.cos = angles.cos().to(torch::kFloat32);
+  rope.sin = angles.sin().to(torch::kFloat32);
+  const auto y = apply_rope(x, rope);
+  EXPECT_NEAR(y[0][1][0][0].item<double>(), std::cos(1.0), 1e-6);
+  EXPECT_NEAR(y[0][1][0][1].item<double>(), std::sin(1.0), 1e-6);
+  EXPECT_NEAR(y.norm().item<double>(), 1.0, 1e-6);  // rotations keep norms
+}
+
+TEST(ModelSpec, RegistryBuildsFlavorsAndListsThemOnError) {
+  register_builtin_models();
+  const auto& spec = model_registry().get("LLAMA3");
+  auto args = model_flavor(spec, "debugmodel");
+  EXPECT_EQ(args.dim, 256);
+  EXPECT_EQ(args.n_layers, 6);
+  EXPECT_EQ(args.n_heads, 16);
+  args.vocab_size = 258;
+  auto chunk = spec.build(args, ChunkSpec{0, 1, true, false}, 0);
+  EXPECT_EQ(chunk->spec().end_layer, 1);
+  try {
+    model_flavor(spec, "debugmodle", "x.yaml:3");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("x.yaml:3: unknown flavor 'debugmodle'"), std::string::npos) << m;
+    EXPECT_NE(m.find("405B, 70B, 8B, debugmodel, small"), std::string::npos) << m;
+    EXPECT_NE(m.find("did you mean 'debugmodel'"), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace baton::llama

@@ -1,0 +1,159 @@
+// Runs the `baton` executable as a user would and checks exit codes and
+// messages.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace baton {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+Result run_baton(const std::string& args) {
+  const char* bin = std::getenv("BATON_BIN");
+  EXPECT_NE(bin, nullptr) << "BATON_BIN must point at the baton executable";
+  const std::string command = std::string(bin) + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = popen(command.c_str(), "r");
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), pipe)) {
+    r.output.append(buf, n);
+  }
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+fs::path source_dir() {
+  // Tests run in the build tree; the configs live in the source tree.
+  return fs::path(__FILE__).parent_path().parent_path().parent_path();
+}
+
+std::string debug_config() {
+  return (source_dir() / "configs" / "debug_model.yaml").string();
+}
+
+fs::path write_file(const std::string& name, const std::string& text) {
+  const fs::path path = fs::path(::testing::TempDir()) / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(Cli, HelpExitsZero) {
+  const auto r = run_baton("--help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.output.find("baton train --config FILE"), std::string::npos);
+}
+
+TEST(Cli, UnknownCommandIsUsageError) {
+  const auto r = run_baton("trian");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output.rfind("error: unknown command 'trian'; did you mean 'train'?", 0), 0u)
+      << r.output;
+}
+
+TEST(Cli, MissingConfigAndUnknownOptionAreUsageErrors) {
+  auto r = run_baton("train");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("error: baton train: --config FILE is required"), std::string::npos);
+  r = run_baton("train --config " + debug_config() + " --print-confg");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("did you mean '--print-config'?"), std::string::npos) << r.output;
+}
+
+TEST(Cli, BadConfigFileExitsTwoNamingFileLineAndKey) {
+  const auto path = write_file(
+      "cli_bad.yaml", "model:\n  flavor: debugmodel\ntraining:\n  stpes: 3\n");
+  const auto r = run_baton("train --config " + path.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output.rfind("error: " + path.string() + ":4: unknown key 'training.stpes'; did you mean 'training.steps'?", 0), 0u)
+      << r.output;
+}
+
+TEST(Cli, BadOverrideExitsTwo) {
+  auto r = run_baton("train --config " + debug_config() + " --training.seq_len=-3");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("error: --training.seq_len=-3: training.seq_len: -3 is out of range; allowed: an integer >= 1"), std::string::npos)
+      << r.output;
+  r = run_baton("train --config " + debug_config() + " --parallelism.tensor_parallel_degree=2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("not supported yet"), std::string::npos) << r.output;
+}
+
+TEST(Cli, UnknownModelFlavorExitsTwoWithItsLine) {
+  const auto r = run_baton(
+      "train --config " + debug_config() + " --model.flavor=debugmodle --metrics.peak_tflops=1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("error: --model.flavor=debugmodle: unknown flavor 'debugmodle'"), std::string::npos)
+      << r.output;
+}
+
+TEST(Cli, PrintConfigShowsTheEffectiveConfig) {
+  const auto r = run_baton(
+      "train --config " + debug_config() + " --training.steps=42 --print-config");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("steps: 42"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("flavor: debugmodel"), std::string::npos);
+  // What it prints loads back.
+  const auto path = write_file("cli_printed.yaml", r.output);
+  const auto again = run_baton("train --config " + path.string() + " --print-config");
+  EXPECT_EQ(again.code, 0) << again.output;
+  EXPECT_EQ(again.output, r.output);
+}
+
+TEST(Cli, RuntimeFailureExitsOne) {
+  const auto r = run_baton(
+      "train --config " + debug_config() +
+      " --training.dataset_path=/nonexistent/corpus.jsonl --metrics.peak_tflops=1");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("error: "), std::string::npos);
+  EXPECT_NE(r.output.find("/nonexistent/corpus.jsonl"), std::string::npos) << r.output;
+}
+
+TEST(Cli, TrainsTheDebugModelAndWritesEveryMetricsKey) {
+  const fs::path dump = fs::path(::testing::TempDir()) / "cli_train_run";
+  fs::remove_all(dump);
+  const auto r = run_baton(
+      "train --config " + debug_config() + " --job.dump_folder=" + dump.string() +
+      " --training.steps=30 --training.seq_len=64 --training.local_batch_size=4"
+      " --metrics.log_freq=5 --training.num_threads=1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("measured by a 1024x1024 fp32 matmul probe"), std::string::npos);
+  std::ifstream in(dump / "metrics.jsonl");
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(lines.size(), 7u);  // step 1, then every 5 steps
+  for (const auto& j : lines) {
+    for (const char* key :
+         {"step", "loss", "grad_norm", "lr", "tokens_per_sec", "tflops",
+          "mfu_pct", "step_time_s", "data_time_s", "peak_rss_mib"}) {
+      ASSERT_TRUE(j.contains(key)) << key;
+      EXPECT_TRUE(j[key].is_number()) << key;
+    }
+    EXPECT_GT(j["tokens_per_sec"].get<double>(), 0.0);
+    EXPECT_GT(j["mfu_pct"].get<double>(), 0.0);
+    EXPECT_GT(j["peak_rss_mib"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(lines.front()["step"], 1);
+  EXPECT_EQ(lines.back()["step"], 30);
+  const double first = lines.front()["loss"], last = lines.back()["loss"];
+  EXPECT_NEAR(first, std::log(258.0), 0.6);  // about uniform over 258 ids
+  EXPECT_LT(last, first - 1.5) << "the loss should fall clearly";
+}
+
+}  // namespace
+}  // namespace baton

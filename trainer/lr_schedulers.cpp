@@ -1,0 +1,101 @@
+#include "trainer/lr_schedulers.h"
+
+#include <torch/optim/optimizer.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace baton {
+
+WarmupStableDecay::WarmupStableDecay(
+    const LRSchedulerConfig& config,
+    int64_t training_steps)
+    : training_steps_(training_steps),
+      warmup_steps_(config.warmup_steps),
+      decay_type_(config.decay_type),
+      min_lr_factor_(config.min_lr_factor) {
+  decay_steps_ = config.decay_ratio
+      ? std::llround(static_cast<double>(training_steps) * *config.decay_ratio)
+      : training_steps - warmup_steps_;
+  if (warmup_steps_ < 0 || decay_steps_ < 0 ||
+      warmup_steps_ + decay_steps_ > training_steps_) {
+    throw std::invalid_argument(
+        "[lr_scheduler] warmup_steps " + std::to_string(warmup_steps_) +
+        " + decay steps " + std::to_string(decay_steps_) +
+        " exceed training.steps " + std::to_string(training_steps_));
+  }
+}
+
+double WarmupStableDecay::factor(int64_t step) const {
+  if (step <= warmup_steps_) {
+    return static_cast<double>(step) / static_cast<double>(warmup_steps_ + 1);
+  }
+  const int64_t decay_start = training_steps_ - decay_steps_;
+  if (step <= decay_start) {
+    return 1.0;
+  }
+  const double progress = std::min(
+      1.0,
+      static_cast<double>(step - decay_start) /
+          static_cast<double>(decay_steps_));
+  double remaining = 0.0;
+  if (decay_type_ == "linear") {
+    remaining = 1.0 - progress;
+  } else if (decay_type_ == "sqrt") {
+    remaining = 1.0 - std::sqrt(progress);
+  } else if (decay_type_ == "cosine") {
+    remaining = 0.5 * (1.0 + std::cos(M_PI * progress));
+  } else {
+    throw std::invalid_argument(
+        "[lr_scheduler] unknown decay_type '" + decay_type_ +
+        "'; allowed: linear, sqrt, cosine");
+  }
+  return min_lr_factor_ + (1.0 - min_lr_factor_) * remaining;
+}
+
+LRScheduler::LRScheduler(
+    torch::optim::Optimizer& optimizer,
+    const LRSchedulerConfig& config,
+    int64_t training_steps)
+    : optimizer_(optimizer), schedule_(config, training_steps) {
+  for (auto& group : optimizer_.param_groups()) {
+    base_lrs_.push_back(group.options().get_lr());
+  }
+  apply();
+}
+
+void LRScheduler::step() {
+  ++steps_done_;
+  apply();
+}
+
+void LRScheduler::apply() {
+  const double f = schedule_.factor(steps_done_ + 1);
+  auto& groups = optimizer_.param_groups();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    groups[i].options().set_lr(base_lrs_.at(i) * f);
+  }
+}
+
+double LRScheduler::lr() const {
+  return optimizer_.param_groups().at(0).options().get_lr();
+}
+
+LRSchedulersContainer::LRSchedulersContainer(
+    std::vector<std::unique_ptr<LRScheduler>> schedulers)
+    : schedulers_(std::move(schedulers)) {}
+
+LRSchedulersContainer::~LRSchedulersContainer() = default;
+
+void LRSchedulersContainer::step() {
+  for (auto& s : schedulers_) {
+    s->step();
+  }
+}
+
+double LRSchedulersContainer::lr() const {
+  return schedulers_.at(0)->lr();
+}
+
+}  // namespace baton

@@ -1,0 +1,99 @@
+#include "trainer/metrics.h"
+
+#include <glog/logging.h>
+#include <sys/resource.h>
+#include <torch/torch.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+namespace baton {
+
+MetricsLogger::MetricsLogger(
+    const MetricsConfig& config,
+    const std::string& dump_folder,
+    bool is_logging_rank)
+    : config_(config), is_logging_rank_(is_logging_rank) {
+  if (!is_logging_rank_ || !config_.jsonl) {
+    return;
+  }
+  std::filesystem::create_directories(dump_folder);
+  jsonl_path_ = (std::filesystem::path(dump_folder) / "metrics.jsonl").string();
+  jsonl_.open(jsonl_path_, std::ios::out | std::ios::trunc);
+  if (!jsonl_) {
+    throw std::runtime_error(
+        "[metrics] cannot write " + jsonl_path_ + ": " + std::strerror(errno));
+  }
+}
+
+bool MetricsLogger::should_log(int64_t step) const {
+  return step == 1 || step % config_.log_freq == 0;
+}
+
+std::string metrics_to_json(const StepMetrics& m) {
+  const nlohmann::ordered_json j = {
+      {"step", m.step},
+      {"loss", m.loss},
+      {"grad_norm", m.grad_norm},
+      {"lr", m.lr},
+      {"tokens_per_sec", m.tokens_per_sec},
+      {"tflops", m.tflops},
+      {"mfu_pct", m.mfu_pct},
+      {"step_time_s", m.step_time_s},
+      {"data_time_s", m.data_time_s},
+      {"peak_rss_mib", m.peak_rss_mib},
+  };
+  return j.dump();
+}
+
+void MetricsLogger::log(const StepMetrics& m) {
+  if (!is_logging_rank_) {
+    return;
+  }
+  std::ostringstream line;
+  line << std::fixed << "step " << std::setw(5) << m.step << "  loss "
+       << std::setprecision(4) << m.loss << "  grad_norm "
+       << std::setprecision(3) << m.grad_norm << "  lr " << std::scientific
+       << std::setprecision(2) << m.lr << std::fixed << "  tok/s "
+       << std::setprecision(0) << m.tokens_per_sec << "  tflops "
+       << std::setprecision(3) << m.tflops << "  mfu " << std::setprecision(1)
+       << m.mfu_pct << "%  mem " << std::setprecision(0) << m.peak_rss_mib
+       << " MiB";
+  LOG(INFO) << line.str();
+  if (jsonl_.is_open()) {
+    jsonl_ << metrics_to_json(m) << '\n';
+    jsonl_.flush();
+  }
+}
+
+double measure_peak_tflops(int64_t n, double seconds) {
+  torch::NoGradGuard no_grad;
+  const auto a = torch::randn({n, n});
+  const auto b = torch::randn({n, n});
+  auto c = torch::empty({n, n});
+  at::mm_out(c, a, b);  // warm up threads and BLAS buffers
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::duration<double>(seconds);
+  double best = 0.0;
+  do {
+    const auto start = clock::now();
+    at::mm_out(c, a, b);
+    const double s = std::chrono::duration<double>(clock::now() - start).count();
+    best = std::max(best, 2.0 * n * n * n / s / 1e12);
+  } while (clock::now() < deadline);
+  return best;
+}
+
+double peak_rss_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+}  // namespace baton

@@ -1,0 +1,60 @@
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+#include "trainer/job_config.h"
+
+namespace baton {
+
+/// What the trainer reports for one step: the keys of metrics.jsonl.
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0.0;
+  double grad_norm = 0.0;
+  double lr = 0.0;
+  double tokens_per_sec = 0.0;
+  double tflops = 0.0;
+  double mfu_pct = 0.0;
+  double step_time_s = 0.0;
+  double data_time_s = 0.0;
+  double peak_rss_mib = 0.0;
+};
+
+/// Writes one console line (glog) and one metrics.jsonl object per logged
+/// step. Only the logging rank (global rank 0) writes anything.
+class MetricsLogger {
+ public:
+  /// `dump_folder` is created when the JSONL file is enabled.
+  MetricsLogger(
+      const MetricsConfig& config,
+      const std::string& dump_folder,
+      bool is_logging_rank = true);
+  /// True when `step` is one to log (every log_freq steps, and step 1).
+  bool should_log(int64_t step) const;
+  /// Logs `m` (on the logging rank).
+  void log(const StepMetrics& m);
+  /// Path of the JSONL file ("" when disabled).
+  const std::string& jsonl_path() const {
+    return jsonl_path_;
+  }
+
+ private:
+  MetricsConfig config_;
+  bool is_logging_rank_;
+  std::string jsonl_path_;
+  std::ofstream jsonl_;
+};
+
+/// The JSON object of `m`, one line, as written to metrics.jsonl.
+std::string metrics_to_json(const StepMetrics& m);
+
+/// Peak fp32 TFLOP/s of this process's threads, measured by timing square
+/// matmuls of size `n` for about `seconds` (the best repetition counts).
+double measure_peak_tflops(int64_t n = 1024, double seconds = 0.3);
+
+/// Peak resident set size of this process so far, in MiB.
+double peak_rss_mib();
+
+}  // namespace baton

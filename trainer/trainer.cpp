@@ -1,0 +1,110 @@
+#include "trainer/trainer.h"
+
+#include <glog/logging.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+
+namespace baton {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+}  // namespace
+
+Trainer::Trainer(const JobConfig& config, TrainerComponents components)
+    : config_(config), c_(std::move(components)) {
+  flops_per_token_ = c_.model_args.flops_per_token(config_.training.seq_len);
+}
+
+Trainer::~Trainer() = default;
+
+double Trainer::clip_gradients() {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads;
+  for (const auto& p : c_.model_parts.parameters()) {
+    if (p.grad().defined()) {
+      grads.push_back(p.grad());
+    }
+  }
+  if (grads.empty()) {
+    return 0.0;
+  }
+  std::vector<at::Tensor> squares;
+  squares.reserve(grads.size());
+  for (const auto& g : grads) {
+    squares.push_back(g.pow(2).sum());
+  }
+  const double norm = std::sqrt(at::stack(squares).sum().item<double>());
+  const double max_norm = config_.training.max_norm;
+  if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);
+    for (auto& g : grads) {
+      g.mul_(scale);
+    }
+  }
+  return norm;
+}
+
+StepMetrics Trainer::train_step() {
+  ++step_;
+  const auto start = Clock::now();
+  std::vector<Batch> batches;
+  if (c_.dataloader) {
+    for (int64_t i = 0; i < config_.training.gradient_accumulation_steps; ++i) {
+      batches.push_back(c_.dataloader->next());
+    }
+  }
+  const double data_time = seconds_since(start);
+
+  StepMetrics m;
+  m.step = step_;
+  m.lr = c_.lr_schedulers->lr();
+  c_.optimizers->zero_grad();
+  const StepOutput out = c_.train_step->run(c_.model_parts, batches);
+  m.loss = out.loss;
+  m.grad_norm = clip_gradients();
+  if (std::isfinite(m.loss) && std::isfinite(m.grad_norm)) {
+    c_.optimizers->step();
+  } else {
+    LOG(WARNING) << "step " << step_ << ": non-finite loss " << m.loss
+                 << " or grad norm " << m.grad_norm
+                 << "; skipping the optimizer step";
+  }
+  c_.lr_schedulers->step();
+
+  m.step_time_s = seconds_since(start);
+  m.data_time_s = data_time;
+  m.tokens_per_sec = static_cast<double>(out.tokens) / m.step_time_s;
+  m.tflops = flops_per_token_ * m.tokens_per_sec / 1e12;
+  m.mfu_pct = c_.peak_tflops > 0.0 ? 100.0 * m.tflops / c_.peak_tflops : 0.0;
+  m.peak_rss_mib = peak_rss_mib();
+  return m;
+}
+
+std::vector<StepMetrics> Trainer::train() {
+  if (c_.checkpointer) {
+    step_ = c_.checkpointer->load();
+  }
+  const int64_t steps = config_.training.steps;
+  LOG(INFO) << "training " << c_.model_parts.num_params() << " parameters for "
+            << steps - step_ << " steps";
+  std::vector<StepMetrics> history;
+  while (step_ < steps) {
+    history.push_back(train_step());
+    const StepMetrics& m = history.back();
+    if (c_.metrics && (c_.metrics->should_log(m.step) || m.step == steps)) {
+      c_.metrics->log(m);
+    }
+    if (c_.checkpointer) {
+      c_.checkpointer->maybe_save(step_, step_ == steps);
+    }
+  }
+  return history;
+}
+
+}  // namespace baton

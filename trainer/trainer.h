@@ -1,0 +1,67 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "data/dataloader.h"
+#include "data/tokenizer.h"
+#include "models/llama/args.h"
+#include "trainer/checkpointer.h"
+#include "trainer/job_config.h"
+#include "trainer/lr_schedulers.h"
+#include "trainer/metrics.h"
+#include "trainer/model_parts.h"
+#include "trainer/optimizers.h"
+#include "trainer/train_step.h"
+
+namespace baton {
+
+/// Everything a trainer runs with; a TrainerBuilder fills it in.
+struct TrainerComponents {
+  /// Shape of the whole model (for FLOPs per token).
+  llama::ModelArgs model_args;
+  ModelParts model_parts;
+  std::unique_ptr<OptimizersContainer> optimizers;
+  std::unique_ptr<LRSchedulersContainer> lr_schedulers;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  /// Null on ranks that load no data.
+  std::unique_ptr<DataLoader> dataloader;
+  std::unique_ptr<TrainStep> train_step;
+  /// Null when checkpointing is off.
+  std::unique_ptr<Checkpointer> checkpointer;
+  std::unique_ptr<MetricsLogger> metrics;
+  /// Peak TFLOP/s for MFU (configured or measured).
+  double peak_tflops = 0.0;
+};
+
+/// The train loop. Each step: fetch the micro-step batches, run the
+/// TrainStep, clip gradients, step optimizers and LR schedulers, log.
+class Trainer {
+ public:
+  Trainer(const JobConfig& config, TrainerComponents components);
+  ~Trainer();
+
+  /// Trains until training.steps; returns the metrics of every step.
+  std::vector<StepMetrics> train();
+  /// Runs one optimizer step and returns its metrics.
+  StepMetrics train_step();
+  /// Optimizer steps taken so far.
+  int64_t step() const {
+    return step_;
+  }
+  const TrainerComponents& components() const {
+    return c_;
+  }
+
+ private:
+  /// Clips gradients to max_norm over every part; returns the norm before.
+  double clip_gradients();
+
+  JobConfig config_;
+  TrainerComponents c_;
+  int64_t step_ = 0;
+  double flops_per_token_ = 0.0;
+};
+
+}  // namespace baton
