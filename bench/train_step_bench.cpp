@@ -10,16 +10,17 @@
 namespace {
 
 std::unique_ptr<baton::Trainer> make_trainer(
-    const std::string& flavor,
-    int64_t seq_len,
-    int64_t threads) {
+    const std::string& flavor, int64_t seq_len, int64_t threads) {
   baton::register_builtin_builders();
   const auto config = baton::load_job_config(
       "",
-      {"model.flavor=" + flavor, "training.seq_len=" + std::to_string(seq_len),
-       "training.local_batch_size=8", "training.steps=1000000",
+      {"model.flavor=" + flavor,
+       "training.seq_len=" + std::to_string(seq_len),
+       "training.local_batch_size=8",
+       "training.steps=1000000",
        "training.num_threads=" + std::to_string(threads),
-       "metrics.peak_tflops=1", "metrics.jsonl=false",
+       "metrics.peak_tflops=1",
+       "metrics.jsonl=false",
        "job.dump_folder=/tmp/baton_bench"});
   return baton::make_trainer_builder(config)->build();
 }

@@ -38,10 +38,10 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   c.tokenizer = build_tokenizer();
   check_built(c.tokenizer != nullptr, "build_tokenizer returned null");
 
-  const auto& spec = model_registry().get(
-      config_.model.name, config_.origin("model.name"));
-  c.model_args = model_flavor(
-      spec, config_.model.flavor, config_.origin("model.flavor"));
+  const auto& spec =
+      model_registry().get(config_.model.name, config_.origin("model.name"));
+  c.model_args =
+      model_flavor(spec, config_.model.flavor, config_.origin("model.flavor"));
   c.model_args.vocab_size = c.tokenizer->vocab_size();
   c.model_parts = build_model(c.model_args);
   check_built(!c.model_parts.empty(), "build_model returned no parts");
@@ -80,11 +80,15 @@ void TrainerBuilder::init_runtime() {
   keep_freed_memory_in_process();
   const auto& p = config_.parallelism;
   dims_ = ParallelDims::resolve(
-      p.data_parallel_replicate_degree, p.data_parallel_shard_degree,
-      p.tensor_parallel_degree, p.pipeline_parallel_degree, /*world_size=*/1);
+      p.data_parallel_replicate_degree,
+      p.data_parallel_shard_degree,
+      p.tensor_parallel_degree,
+      p.pipeline_parallel_degree,
+      /*world_size=*/1);
   int64_t threads = config_.training.num_threads;
   if (threads == 0) {
-    const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+    const int64_t cores =
+        std::max<int64_t>(1, std::thread::hardware_concurrency());
     threads = std::max<int64_t>(1, cores / local_world_size());
   }
   at::set_num_threads(static_cast<int>(threads));
@@ -121,8 +125,8 @@ void TrainerBuilder::parallelize(ModelChunk& part) {
 std::unique_ptr<torch::optim::Optimizer> TrainerBuilder::build_optimizer(
     ModelChunk& part) {
   return optimizer_registry().get(
-      config_.optimizer.name,
-      config_.origin("optimizer.name"))(part.parameters(), config_.optimizer);
+      config_.optimizer.name, config_.origin("optimizer.name"))(
+      part.parameters(), config_.optimizer);
 }
 
 std::unique_ptr<OptimizersContainer> TrainerBuilder::build_optimizers(
@@ -166,8 +170,7 @@ LossFn TrainerBuilder::build_loss() {
 }
 
 std::unique_ptr<TrainStep> TrainerBuilder::build_train_step(
-    const ModelParts& parts,
-    LossFn loss) {
+    const ModelParts& parts, LossFn loss) {
   return std::make_unique<LocalTrainStep>(std::move(loss));
 }
 

@@ -69,8 +69,7 @@ class TrainerBuilder {
   virtual LossFn build_loss();
   /// Forward and backward of one step over `parts`.
   virtual std::unique_ptr<TrainStep> build_train_step(
-      const ModelParts& parts,
-      LossFn loss);
+      const ModelParts& parts, LossFn loss);
   /// The checkpointer, or null when checkpointing is off.
   virtual std::unique_ptr<Checkpointer> build_checkpointer(
       const ModelParts& parts,

@@ -17,7 +17,6 @@ class ConfigError : public std::runtime_error {
 /// Throws ConfigError with `where: message` (or just `message` when `where`
 /// is empty). `where` is a "file:line" or "--override" origin.
 [[noreturn]] void throw_config_error(
-    const std::string& where,
-    const std::string& message);
+    const std::string& where, const std::string& message);
 
 }  // namespace baton

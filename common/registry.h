@@ -40,8 +40,8 @@ class Registry {
   /// The creator registered as `name`; throws ConfigError naming the known
   /// entries (and the closest one) when there is none. `where` prefixes the
   /// message (a config key's origin, or empty).
-  const Creator& get(const std::string& name, const std::string& where = "")
-      const {
+  const Creator& get(
+      const std::string& name, const std::string& where = "") const {
     const auto it = entries_.find(to_lower(name));
     if (it == entries_.end()) {
       std::string message =

@@ -20,7 +20,6 @@ size_t edit_distance(std::string_view a, std::string_view b);
 /// distance at most a third of the word's length, at least 1, case-
 /// insensitive), else an empty string.
 std::string closest_match(
-    std::string_view word,
-    const std::vector<std::string>& candidates);
+    std::string_view word, const std::vector<std::string>& candidates);
 
 }  // namespace baton

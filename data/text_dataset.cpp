@@ -2,11 +2,11 @@
 
 #include <zlib.h>
 
-#include <nlohmann/json.hpp>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <vector>
 

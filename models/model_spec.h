@@ -46,9 +46,7 @@ struct ModelSpec {
   /// Builds the chunk `chunk` of a model shaped `args`, initialised from
   /// `seed` so that any split gives bitwise the same weights.
   std::function<std::shared_ptr<ModelChunk>(
-      const llama::ModelArgs& args,
-      const ChunkSpec& chunk,
-      uint64_t seed)>
+      const llama::ModelArgs& args, const ChunkSpec& chunk, uint64_t seed)>
       build;
 };
 

@@ -49,8 +49,8 @@ struct Input {
   }
 };
 
-[[noreturn]] void
-fail(const Input& in, const std::string& problem, const std::string& allowed) {
+[[noreturn]] void fail(
+    const Input& in, const std::string& problem, const std::string& allowed) {
   throw_config_error(
       in.where, in.key + ": " + problem + "; allowed: " + allowed);
 }
@@ -79,24 +79,24 @@ std::string describe(const YAML::Node& node) {
 std::string format_number(double v) {
   char buf[64];
   const double a = std::fabs(v);
-  const auto format = (a == 0 || (a >= 1e-4 && a < 1e15)) ?
-      std::chars_format::fixed :
-      std::chars_format::scientific;
+  const auto format = (a == 0 || (a >= 1e-4 && a < 1e15))
+                          ? std::chars_format::fixed
+                          : std::chars_format::scientific;
   const auto result = std::to_chars(buf, buf + sizeof(buf), v, format);
   return std::string(buf, result.ptr);
 }
 
 /// The range in words: ">= 1", "> 0", "in [0, 1]", ">= 0 and < 1"; "" if none.
 std::string range_words(const FieldSpec& spec) {
-  const std::string lo = spec.min ?
-      (spec.min_exclusive ? "> " : ">= ") + format_number(*spec.min) :
-      "";
-  const std::string hi = spec.max ?
-      (spec.max_exclusive ? "< " : "<= ") + format_number(*spec.max) :
-      "";
+  const std::string lo =
+      spec.min ? (spec.min_exclusive ? "> " : ">= ") + format_number(*spec.min)
+               : "";
+  const std::string hi =
+      spec.max ? (spec.max_exclusive ? "< " : "<= ") + format_number(*spec.max)
+               : "";
   if (spec.min && spec.max && !spec.min_exclusive && !spec.max_exclusive) {
     return "in [" + format_number(*spec.min) + ", " + format_number(*spec.max) +
-        "]";
+           "]";
   }
   if (!lo.empty() && !hi.empty()) {
     return lo + " and " + hi;
@@ -120,16 +120,16 @@ std::string allowed_words(const bool&, const FieldSpec&) {
   return "true or false";
 }
 std::string allowed_words(const std::string&, const FieldSpec& spec) {
-  return spec.choices.empty() ? "a string" :
-                                "one of " + join(spec.choices, ", ");
+  return spec.choices.empty() ? "a string"
+                              : "one of " + join(spec.choices, ", ");
 }
 std::string allowed_words(const std::optional<double>&, const FieldSpec& spec) {
   return with_range("a number", spec) + ", or null";
 }
 std::string allowed_words(const std::vector<double>&, const FieldSpec& spec) {
-  const std::string count = spec.exact_length ?
-      std::to_string(*spec.exact_length) + " numbers" :
-      "numbers";
+  const std::string count =
+      spec.exact_length ? std::to_string(*spec.exact_length) + " numbers"
+                        : "numbers";
   const std::string range = range_words(spec);
   return "a list of " + count + (range.empty() ? "" : " each " + range);
 }
@@ -208,7 +208,7 @@ void decode(const Input& in, std::string& out, const FieldSpec& spec) {
     text = *in.raw;
   } else if (in.node.IsScalar()) {
     text = in.node.Scalar();
-  } else if (!in.node.IsNull()) { // `key:` with nothing reads as ""
+  } else if (!in.node.IsNull()) {  // `key:` with nothing reads as ""
     fail(in, describe(in.node) + " is not a string", allowed_words(out, spec));
   }
   if (spec.choices.empty()) {
@@ -230,9 +230,7 @@ void decode(const Input& in, std::string& out, const FieldSpec& spec) {
 }
 
 void decode(
-    const Input& in,
-    std::optional<double>& out,
-    const FieldSpec& spec) {
+    const Input& in, std::optional<double>& out, const FieldSpec& spec) {
   if (in.node.IsNull()) {
     out.reset();
     return;
@@ -382,8 +380,7 @@ std::string suggest_key(const std::string& section, const std::string& key) {
 /// An unknown top-level name: a misspelt section, or a key missing its
 /// section (`steps:` at the top level means `training.steps`).
 [[noreturn]] void throw_unknown_top_level(
-    const std::string& where,
-    const std::string& name) {
+    const std::string& where, const std::string& name) {
   auto names = section_names();
   names.insert(names.begin(), "builder");
   std::string near = closest_match(name, names);
@@ -393,8 +390,8 @@ std::string suggest_key(const std::string& section, const std::string& key) {
   throw_config_error(
       where,
       "unknown section '" + name + "'" +
-          (near.empty() ? "; allowed: one of " + join(names, ", ") :
-                          "; did you mean '" + near + "'?"));
+          (near.empty() ? "; allowed: one of " + join(names, ", ")
+                        : "; did you mean '" + near + "'?"));
 }
 
 /// Decodes one `section:` map of the file into `section`.
@@ -576,8 +573,7 @@ void apply_override(const std::string& text, JobConfig& config) {
 /// The origin of the first of `keys` that was set, for messages about a
 /// combination of keys.
 std::string first_origin(
-    const JobConfig& config,
-    std::initializer_list<const char*> keys) {
+    const JobConfig& config, std::initializer_list<const char*> keys) {
   for (const char* key : keys) {
     if (const std::string o = config.origin(key); !o.empty()) {
       return o;
@@ -769,11 +765,10 @@ void emit(YAML::Emitter& out, const StringLists& v) {
   out << YAML::EndSeq;
 }
 
-} // namespace
+}  // namespace
 
 JobConfig load_job_config(
-    const std::string& path,
-    const std::vector<std::string>& overrides) {
+    const std::string& path, const std::vector<std::string>& overrides) {
   JobConfig config;
   if (!path.empty()) {
     decode_file(path, config);
@@ -808,4 +803,4 @@ std::string job_config_to_yaml(const JobConfig& config) {
   return std::string(out.c_str()) + "\n";
 }
 
-} // namespace baton
+}  // namespace baton

@@ -71,7 +71,8 @@ struct JobSection {
 
   template <class V>
   void visit(V&& v) {
-    v("dump_folder", dump_folder,
+    v("dump_folder",
+      dump_folder,
       FieldSpec("folder for metrics.jsonl and checkpoints"));
     v("description", description, FieldSpec("free text shown in the log"));
   }
@@ -88,9 +89,12 @@ struct ModelConfig {
   void visit(V&& v) {
     v("name", name, FieldSpec("registered model name"));
     v("flavor", flavor, FieldSpec("model size preset of that model"));
-    v("tokenizer", tokenizer,
-      FieldSpec("tokenizer kind").one_of({"bytes", "sentencepiece", "tiktoken"}));
-    v("tokenizer_path", tokenizer_path,
+    v("tokenizer",
+      tokenizer,
+      FieldSpec("tokenizer kind")
+          .one_of({"bytes", "sentencepiece", "tiktoken"}));
+    v("tokenizer_path",
+      tokenizer_path,
       FieldSpec("tokenizer model file (not used by bytes)"));
   }
 };
@@ -107,10 +111,15 @@ struct OptimizerConfig {
   void visit(V&& v) {
     v("name", name, FieldSpec("optimizer").one_of({"AdamW"}));
     v("lr", lr, FieldSpec("peak learning rate").greater_than(0));
-    v("betas", betas,
-      FieldSpec("Adam betas [beta1, beta2]").at_least(0).less_than(1).length(2));
+    v("betas",
+      betas,
+      FieldSpec("Adam betas [beta1, beta2]")
+          .at_least(0)
+          .less_than(1)
+          .length(2));
     v("eps", eps, FieldSpec("Adam epsilon").greater_than(0));
-    v("weight_decay", weight_decay,
+    v("weight_decay",
+      weight_decay,
       FieldSpec("decoupled weight decay").at_least(0));
   }
 };
@@ -126,15 +135,19 @@ struct LRSchedulerConfig {
 
   template <class V>
   void visit(V&& v) {
-    v("warmup_steps", warmup_steps,
+    v("warmup_steps",
+      warmup_steps,
       FieldSpec("steps of linear warmup").at_least(0));
-    v("decay_ratio", decay_ratio,
+    v("decay_ratio",
+      decay_ratio,
       FieldSpec("fraction of steps that decay (null: all after warmup)")
           .at_least(0)
           .at_most(1));
-    v("decay_type", decay_type,
+    v("decay_type",
+      decay_type,
       FieldSpec("decay curve").one_of({"linear", "sqrt", "cosine"}));
-    v("min_lr_factor", min_lr_factor,
+    v("min_lr_factor",
+      min_lr_factor,
       FieldSpec("final lr as a fraction of lr").at_least(0).at_most(1));
   }
 };
@@ -157,20 +170,28 @@ struct TrainingConfig {
   template <class V>
   void visit(V&& v) {
     v("dataset", dataset, FieldSpec("registered dataset name"));
-    v("dataset_path", dataset_path,
+    v("dataset_path",
+      dataset_path,
       FieldSpec("dataset file (empty: the dataset's default)"));
-    v("local_batch_size", local_batch_size,
+    v("local_batch_size",
+      local_batch_size,
       FieldSpec("sequences per rank per micro-step").at_least(1));
     v("seq_len", seq_len, FieldSpec("tokens per sequence").at_least(1));
     v("steps", steps, FieldSpec("optimizer steps to train").at_least(1));
-    v("max_norm", max_norm,
+    v("max_norm",
+      max_norm,
       FieldSpec("gradient clipping norm (0: no clipping)").at_least(0));
-    v("gradient_accumulation_steps", gradient_accumulation_steps,
+    v("gradient_accumulation_steps",
+      gradient_accumulation_steps,
       FieldSpec("micro-steps per optimizer step").at_least(1));
-    v("seed", seed, FieldSpec("seed of initialisation and data order").at_least(0));
-    v("deterministic", deterministic,
+    v("seed",
+      seed,
+      FieldSpec("seed of initialisation and data order").at_least(0));
+    v("deterministic",
+      deterministic,
       FieldSpec("use deterministic algorithms only"));
-    v("num_threads", num_threads,
+    v("num_threads",
+      num_threads,
       FieldSpec("intra-op threads (0: cores / local ranks)").at_least(0));
   }
 };
@@ -192,28 +213,38 @@ struct ParallelismConfig {
 
   template <class V>
   void visit(V&& v) {
-    v("data_parallel_replicate_degree", data_parallel_replicate_degree,
+    v("data_parallel_replicate_degree",
+      data_parallel_replicate_degree,
       FieldSpec("DDP replicas (-1: the rest of the world)").at_least(-1));
-    v("data_parallel_shard_degree", data_parallel_shard_degree,
+    v("data_parallel_shard_degree",
+      data_parallel_shard_degree,
       FieldSpec("FSDP shards (-1: the rest of the world)").at_least(-1));
-    v("tensor_parallel_degree", tensor_parallel_degree,
+    v("tensor_parallel_degree",
+      tensor_parallel_degree,
       FieldSpec("tensor parallel ranks").at_least(-1));
-    v("pipeline_parallel_degree", pipeline_parallel_degree,
+    v("pipeline_parallel_degree",
+      pipeline_parallel_degree,
       FieldSpec("pipeline ranks").at_least(-1));
-    v("pipeline_parallel_schedule", pipeline_parallel_schedule,
+    v("pipeline_parallel_schedule",
+      pipeline_parallel_schedule,
       FieldSpec("pipeline schedule name"));
-    v("pipeline_parallel_stages_per_rank", pipeline_parallel_stages_per_rank,
+    v("pipeline_parallel_stages_per_rank",
+      pipeline_parallel_stages_per_rank,
       FieldSpec("model chunks per pipeline rank").at_least(1));
-    v("pipeline_parallel_layers_per_stage", pipeline_parallel_layers_per_stage,
+    v("pipeline_parallel_layers_per_stage",
+      pipeline_parallel_layers_per_stage,
       FieldSpec("transformer layers per stage (0: even split)").at_least(0));
     v("pipeline_parallel_module_fqns_per_stage",
       pipeline_parallel_module_fqns_per_stage,
       FieldSpec("explicit list of module FQNs per stage"));
-    v("pipeline_parallel_microbatch_size", pipeline_parallel_microbatch_size,
+    v("pipeline_parallel_microbatch_size",
+      pipeline_parallel_microbatch_size,
       FieldSpec("sequences per pipeline microbatch").at_least(1));
-    v("pipeline_parallel_schedule_csv", pipeline_parallel_schedule_csv,
+    v("pipeline_parallel_schedule_csv",
+      pipeline_parallel_schedule_csv,
       FieldSpec("CSV file with a custom schedule"));
-    v("pipeline_parallel_trace", pipeline_parallel_trace,
+    v("pipeline_parallel_trace",
+      pipeline_parallel_trace,
       FieldSpec("file for a Chrome trace of the executed schedule"));
   }
 };
@@ -236,12 +267,17 @@ struct CheckpointConfig {
     v("enable", enable, FieldSpec("save and resume checkpoints"));
     v("folder", folder, FieldSpec("checkpoint folder inside job.dump_folder"));
     v("interval", interval, FieldSpec("steps between saves").at_least(1));
-    v("keep_latest_k", keep_latest_k,
+    v("keep_latest_k",
+      keep_latest_k,
       FieldSpec("checkpoints kept (0: all)").at_least(0));
-    v("load_step", load_step, FieldSpec("step to resume (-1: latest)").at_least(-1));
-    v("model_only_export", model_only_export,
+    v("load_step",
+      load_step,
+      FieldSpec("step to resume (-1: latest)").at_least(-1));
+    v("model_only_export",
+      model_only_export,
       FieldSpec("export the weights alone at the end"));
-    v("export_dtype", export_dtype,
+    v("export_dtype",
+      export_dtype,
       FieldSpec("dtype of the exported weights")
           .one_of({"float32", "bfloat16", "float16"}));
     v("async", async, FieldSpec("save in a background thread"));
@@ -261,7 +297,8 @@ struct MetricsConfig {
     v("log_freq", log_freq, FieldSpec("steps between log lines").at_least(1));
     v("jsonl", jsonl, FieldSpec("write <dump_folder>/metrics.jsonl"));
     v("tensorboard", tensorboard, FieldSpec("write TensorBoard event files"));
-    v("peak_tflops", peak_tflops,
+    v("peak_tflops",
+      peak_tflops,
       FieldSpec("peak TFLOP/s for MFU (0: measure at start-up)").at_least(0));
   }
 };
@@ -274,11 +311,14 @@ struct CommConfig {
 
   template <class V>
   void visit(V&& v) {
-    v("backend", backend,
+    v("backend",
+      backend,
       FieldSpec("collective backend").one_of({"auto", "gloo", "nccl"}));
-    v("init_timeout_seconds", init_timeout_seconds,
+    v("init_timeout_seconds",
+      init_timeout_seconds,
       FieldSpec("rendezvous timeout").at_least(1));
-    v("train_timeout_seconds", train_timeout_seconds,
+    v("train_timeout_seconds",
+      train_timeout_seconds,
       FieldSpec("collective timeout after the first step").at_least(1));
   }
 };
@@ -328,8 +368,7 @@ struct JobConfig {
 /// keys get a "did you mean" when one is close. A value that needs a feature
 /// Baton does not have yet fails saying so.
 JobConfig load_job_config(
-    const std::string& path,
-    const std::vector<std::string>& overrides = {});
+    const std::string& path, const std::vector<std::string>& overrides = {});
 
 /// The effective config as YAML (every key, defaults included), loadable back.
 std::string job_config_to_yaml(const JobConfig& config);

@@ -9,15 +9,16 @@
 namespace baton {
 
 WarmupStableDecay::WarmupStableDecay(
-    const LRSchedulerConfig& config,
-    int64_t training_steps)
+    const LRSchedulerConfig& config, int64_t training_steps)
     : training_steps_(training_steps),
       warmup_steps_(config.warmup_steps),
       decay_type_(config.decay_type),
       min_lr_factor_(config.min_lr_factor) {
-  decay_steps_ = config.decay_ratio
-      ? std::llround(static_cast<double>(training_steps) * *config.decay_ratio)
-      : training_steps - warmup_steps_;
+  decay_steps_ =
+      config.decay_ratio
+          ? std::llround(
+                static_cast<double>(training_steps) * *config.decay_ratio)
+          : training_steps - warmup_steps_;
   if (warmup_steps_ < 0 || decay_steps_ < 0 ||
       warmup_steps_ + decay_steps_ > training_steps_) {
     throw std::invalid_argument(

@@ -84,7 +84,8 @@ double measure_peak_tflops(int64_t n, double seconds) {
   do {
     const auto start = clock::now();
     at::mm_out(c, a, b);
-    const double s = std::chrono::duration<double>(clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(clock::now() - start).count();
     best = std::max(best, 2.0 * n * n * n / s / 1e12);
   } while (clock::now() < deadline);
   return best;

@@ -41,7 +41,8 @@ void register_builtin_optimizers() {
                            .betas({config.betas.at(0), config.betas.at(1)})
                            .eps(config.eps)
                            .weight_decay(config.weight_decay);
-        return std::make_unique<torch::optim::AdamW>(std::move(params), options);
+        return std::make_unique<torch::optim::AdamW>(
+            std::move(params), options);
       },
       "Adam with decoupled weight decay (torch::optim::AdamW)");
 }

@@ -46,8 +46,7 @@ class OptimizersContainer {
 
 /// Makes an optimizer over `params` from the `optimizer:` section.
 using OptimizerCreator = std::function<std::unique_ptr<torch::optim::Optimizer>(
-    std::vector<at::Tensor> params,
-    const OptimizerConfig& config)>;
+    std::vector<at::Tensor> params, const OptimizerConfig& config)>;
 
 /// The optimizer registry (`optimizer.name`).
 Registry<OptimizerCreator>& optimizer_registry();

@@ -6,16 +6,16 @@
 
 namespace baton {
 
-at::Tensor cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels) {
+at::Tensor cross_entropy_sum(
+    const at::Tensor& logits, const at::Tensor& labels) {
   return torch::nn::functional::cross_entropy(
       logits.flatten(0, 1),  // (B * T, vocab)
-      labels.flatten(),  // (B * T)
+      labels.flatten(),      // (B * T)
       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
 }
 
 StepOutput LocalTrainStep::run(
-    ModelParts& parts,
-    const std::vector<Batch>& batches) {
+    ModelParts& parts, const std::vector<Batch>& batches) {
   if (parts.size() != 1) {
     throw std::invalid_argument(
         "[LocalTrainStep] needs exactly one model part, got " +

@@ -13,11 +13,12 @@ namespace baton {
 /// Sum of the token cross-entropies of `logits` (B, T, vocab) against
 /// `labels` (B, T). The step divides by its total token count, so gradients
 /// do not depend on how the step is cut into micro-steps or microbatches.
-using LossFn =
-    std::function<at::Tensor(const at::Tensor& logits, const at::Tensor& labels)>;
+using LossFn = std::function<at::Tensor(
+    const at::Tensor& logits, const at::Tensor& labels)>;
 
 /// Cross-entropy summed over tokens: the default LossFn.
-at::Tensor cross_entropy_sum(const at::Tensor& logits, const at::Tensor& labels);
+at::Tensor cross_entropy_sum(
+    const at::Tensor& logits, const at::Tensor& labels);
 
 /// What one step's forward and backward produced.
 struct StepOutput {
@@ -35,7 +36,8 @@ class TrainStep {
   virtual ~TrainStep() = default;
   /// Runs the step over `batches` (one per gradient-accumulation micro-step;
   /// empty on ranks that load no data).
-  virtual StepOutput run(ModelParts& parts, const std::vector<Batch>& batches) = 0;
+  virtual StepOutput run(
+      ModelParts& parts, const std::vector<Batch>& batches) = 0;
 };
 
 /// The whole model in one part: forward, loss, backward per micro-step.

@@ -28,10 +28,11 @@ int64_t ModelArgs::num_params() const {
 }
 
 double ModelArgs::flops_per_token(int64_t seq_len) const {
-  const double dense = 6.0 * static_cast<double>(num_params() - vocab_size * dim);
-  const double attention = 12.0 * static_cast<double>(n_layers) *
-      static_cast<double>(n_heads) * static_cast<double>(head_dim()) *
-      static_cast<double>(seq_len);
+  const double dense =
+      6.0 * static_cast<double>(num_params() - vocab_size * dim);
+  const double attention =
+      12.0 * static_cast<double>(n_layers) * static_cast<double>(n_heads) *
+      static_cast<double>(head_dim()) * static_cast<double>(seq_len);
   return dense + attention;
 }
 
@@ -41,16 +42,20 @@ void ModelArgs::validate() const {
       throw std::invalid_argument("[llama] " + message);
     }
   };
-  check(dim > 0 && n_layers >= 0 && n_heads > 0 && vocab_size > 0,
-        "dim, n_heads and vocab_size must be positive");
-  check(dim % n_heads == 0,
-        "dim " + std::to_string(dim) + " is not divisible by n_heads " +
-            std::to_string(n_heads));
-  check(kv_heads() > 0 && n_heads % kv_heads() == 0,
-        "n_heads " + std::to_string(n_heads) +
-            " is not divisible by n_kv_heads " + std::to_string(kv_heads()));
-  check(head_dim() % 2 == 0,
-        "head_dim " + std::to_string(head_dim()) + " must be even for RoPE");
+  check(
+      dim > 0 && n_layers >= 0 && n_heads > 0 && vocab_size > 0,
+      "dim, n_heads and vocab_size must be positive");
+  check(
+      dim % n_heads == 0,
+      "dim " + std::to_string(dim) + " is not divisible by n_heads " +
+          std::to_string(n_heads));
+  check(
+      kv_heads() > 0 && n_heads % kv_heads() == 0,
+      "n_heads " + std::to_string(n_heads) +
+          " is not divisible by n_kv_heads " + std::to_string(kv_heads()));
+  check(
+      head_dim() % 2 == 0,
+      "head_dim " + std::to_string(head_dim()) + " must be even for RoPE");
   check(multiple_of > 0, "multiple_of must be positive");
 }
 

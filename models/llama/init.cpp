@@ -23,11 +23,7 @@ uint64_t splitmix64(uint64_t x) {
 /// Fills `t` from N(mean, std) truncated to [a, b], by inverting the normal
 /// CDF of a uniform draw (as torch.nn.init.trunc_normal_ does).
 void trunc_normal_(
-    at::Tensor& t,
-    double std,
-    double a,
-    double b,
-    at::Generator& gen) {
+    at::Tensor& t, double std, double a, double b, at::Generator& gen) {
   const auto cdf = [](double x) {
     return (1.0 + std::erf(x / std::sqrt(2.0))) / 2.0;
   };
@@ -59,7 +55,8 @@ void TransformerImpl::init_weights(uint64_t seed) {
     auto& param = item.value();
     // Draw on the CPU in float32 so the values do not depend on the device.
     auto values = torch::empty(param.sizes(), torch::kFloat32);
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(parameter_seed(seed, fqn));
+    auto gen =
+        at::make_generator<at::CPUGeneratorImpl>(parameter_seed(seed, fqn));
     std::smatch match;
     if (fqn == "tok_embeddings.weight") {
       values.normal_(0.0, 1.0, gen);
@@ -68,10 +65,12 @@ void TransformerImpl::init_weights(uint64_t seed) {
     } else if (std::regex_match(fqn, match, layer_param)) {
       // Output projections of each block shrink with depth (depth init).
       const std::string name = match[2];
-      const bool input_side = name == "attention.wq" || name == "attention.wk" ||
+      const bool input_side =
+          name == "attention.wq" || name == "attention.wk" ||
           name == "attention.wv" || name == "feed_forward.w1";
       const double layer = std::stod(match[1]);
-      const double std = input_side ? 0.02 : 0.02 / std::sqrt(2.0 * (layer + 1));
+      const double std =
+          input_side ? 0.02 : 0.02 / std::sqrt(2.0 * (layer + 1));
       trunc_normal_(values, std, -2.0, 2.0, gen);
     } else if (fqn == "output.weight") {
       const double std = 1.0 / std::sqrt(static_cast<double>(args_.dim));

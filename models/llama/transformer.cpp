@@ -24,8 +24,7 @@ at::Tensor apply_rope(const at::Tensor& x, const RopeTables& rope) {
   const auto x1 = pairs.select(-1, 1);
   const auto cos = rope.cos.view({1, sizes[1], 1, -1});  // (1, T, 1, D/2)
   const auto sin = rope.sin.view({1, sizes[1], 1, -1});
-  return at::stack({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1)
-      .view(sizes);
+  return at::stack({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1).view(sizes);
 }
 
 AttentionImpl::AttentionImpl(const ModelArgs& args)
@@ -35,10 +34,14 @@ AttentionImpl::AttentionImpl(const ModelArgs& args)
   const auto linear = [](int64_t in, int64_t out) {
     return torch::nn::LinearOptions(in, out).bias(false);
   };
-  wq = register_module("wq", torch::nn::Linear(linear(args.dim, n_heads_ * head_dim_)));
-  wk = register_module("wk", torch::nn::Linear(linear(args.dim, n_kv_heads_ * head_dim_)));
-  wv = register_module("wv", torch::nn::Linear(linear(args.dim, n_kv_heads_ * head_dim_)));
-  wo = register_module("wo", torch::nn::Linear(linear(n_heads_ * head_dim_, args.dim)));
+  wq = register_module(
+      "wq", torch::nn::Linear(linear(args.dim, n_heads_ * head_dim_)));
+  wk = register_module(
+      "wk", torch::nn::Linear(linear(args.dim, n_kv_heads_ * head_dim_)));
+  wv = register_module(
+      "wv", torch::nn::Linear(linear(args.dim, n_kv_heads_ * head_dim_)));
+  wo = register_module(
+      "wo", torch::nn::Linear(linear(n_heads_ * head_dim_, args.dim)));
 }
 
 namespace {
@@ -59,16 +62,19 @@ at::Tensor expand_kv(const at::Tensor& x, int64_t n_heads) {
 
 /// Causal softmax attention. q, k, v: (B, H, T, D) -> (B, H, T, D)
 at::Tensor causal_attention(
-    const at::Tensor& q,
-    const at::Tensor& k,
-    const at::Tensor& v) {
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
 #if TORCH_VERSION_MAJOR >= 2
   return at::scaled_dot_product_attention(
       q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
 #else
   return std::get<0>(at::_scaled_dot_product_attention(
-      q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-      /*need_attn_weights=*/false, /*is_causal=*/true));
+      q,
+      k,
+      v,
+      /*attn_mask=*/{},
+      /*dropout_p=*/0.0,
+      /*need_attn_weights=*/false,
+      /*is_causal=*/true));
 #endif
 }
 
@@ -103,13 +109,13 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& args) {
   // Meta's registration order, so parameters list in their state-dict order.
   attention = register_module("attention", Attention(args));
   feed_forward = register_module("feed_forward", FeedForward(args));
-  attention_norm = register_module("attention_norm", RMSNorm(args.dim, args.norm_eps));
+  attention_norm =
+      register_module("attention_norm", RMSNorm(args.dim, args.norm_eps));
   ffn_norm = register_module("ffn_norm", RMSNorm(args.dim, args.norm_eps));
 }
 
 at::Tensor TransformerBlockImpl::forward(
-    const at::Tensor& x,
-    const RopeTables& rope) {
+    const at::Tensor& x, const RopeTables& rope) {
   auto h = x + attention(attention_norm(x), rope);
   return h + feed_forward(ffn_norm(h));
 }
@@ -150,8 +156,7 @@ TransformerImpl::TransformerImpl(const ModelArgs& args, const ChunkSpec& chunk)
 }
 
 const RopeTables& TransformerImpl::rope_for(
-    int64_t seq_len,
-    const at::Device& device) {
+    int64_t seq_len, const at::Device& device) {
   if (rope_.cos.defined() && rope_.cos.size(0) == seq_len &&
       rope_.cos.device() == device) {
     return rope_;
@@ -161,14 +166,15 @@ const RopeTables& TransformerImpl::rope_for(
       torch::arange(0, half, torch::kFloat64) * (2.0 / args_.head_dim());
   const auto inv_freq = torch::pow(args_.rope_theta, -exponents);  // (D/2)
   const auto positions = torch::arange(seq_len, torch::kFloat64);  // (T)
-  const auto angles = torch::outer(positions, inv_freq);  // (T, D/2)
+  const auto angles = torch::outer(positions, inv_freq);           // (T, D/2)
   rope_.cos = angles.cos().to(device, torch::kFloat32);
   rope_.sin = angles.sin().to(device, torch::kFloat32);
   return rope_;
 }
 
 at::Tensor TransformerImpl::forward(const at::Tensor& input) {
-  at::Tensor h = chunk_.embedding ? tok_embeddings(input) : input;  // (B, T, dim)
+  at::Tensor h =
+      chunk_.embedding ? tok_embeddings(input) : input;  // (B, T, dim)
   const auto& rope = rope_for(h.size(1), h.device());
   for (auto& block : blocks_) {
     h = block(h, rope);

@@ -45,8 +45,8 @@ ParallelDims ParallelDims::resolve(
   if (rest != nullptr) {
     if (world_size % known != 0) {
       throw ConfigError(
-          "parallelism: the other degrees multiply to " + std::to_string(known) +
-          ", which does not divide the world size " +
+          "parallelism: the other degrees multiply to " +
+          std::to_string(known) + ", which does not divide the world size " +
           std::to_string(world_size));
     }
     *rest = world_size / known;
@@ -63,9 +63,9 @@ ParallelDims ParallelDims::resolve(
 
 std::string ParallelDims::to_string() const {
   return "dp_replicate=" + std::to_string(dp_replicate) +
-      " dp_shard=" + std::to_string(dp_shard) + " tp=" + std::to_string(tp) +
-      " pp=" + std::to_string(pp) + " (world " + std::to_string(world_size) +
-      ")";
+         " dp_shard=" + std::to_string(dp_shard) + " tp=" + std::to_string(tp) +
+         " pp=" + std::to_string(pp) + " (world " + std::to_string(world_size) +
+         ")";
 }
 
 }  // namespace baton

@@ -31,7 +31,8 @@ class FrozenNormBuilder final : public TrainerBuilder {
     auto& params = optimizer->param_groups().at(0).params();
     params.erase(
         std::remove_if(
-            params.begin(), params.end(),
+            params.begin(),
+            params.end(),
             [](const at::Tensor& p) { return !p.requires_grad(); }),
         params.end());
     ++optimizers_built;
@@ -57,7 +58,9 @@ void register_test_builders() {
   if (!registry.contains("frozen_norm")) {
     registry.add(
         "frozen_norm",
-        [](const JobConfig& c) { return std::make_unique<FrozenNormBuilder>(c); },
+        [](const JobConfig& c) {
+          return std::make_unique<FrozenNormBuilder>(c);
+        },
         "test: norms frozen");
     registry.add(
         "no_model",
@@ -69,8 +72,8 @@ void register_test_builders() {
 std::string write_config(const std::string& name, const std::string& builder) {
   const auto path = std::filesystem::path(::testing::TempDir()) / name;
   std::ofstream(path) << "builder: " << builder << "\n"
-                      << "job:\n  dump_folder: " << ::testing::TempDir()
-                      << "/" << name << ".out\n"
+                      << "job:\n  dump_folder: " << ::testing::TempDir() << "/"
+                      << name << ".out\n"
                       << "model:\n  flavor: debugmodel\n"
                       << "lr_scheduler:\n  warmup_steps: 1\n"
                       << "training:\n  steps: 3\n  seq_len: 16\n"
@@ -81,7 +84,8 @@ std::string write_config(const std::string& name, const std::string& builder) {
 
 TEST(TrainerBuilder, SubclassSelectedFromYamlOverridesOneHook) {
   register_test_builders();
-  const auto config = load_job_config(write_config("frozen.yaml", "frozen_norm"));
+  const auto config =
+      load_job_config(write_config("frozen.yaml", "frozen_norm"));
   auto builder = make_trainer_builder(config);
   ASSERT_NE(dynamic_cast<FrozenNormBuilder*>(builder.get()), nullptr);
   FrozenNormBuilder::optimizers_built = 0;
@@ -139,7 +143,9 @@ TEST(TrainerBuilder, DuplicateRegistrationThrows) {
   EXPECT_THROW(
       builder_registry().add(
           "Default",
-          [](const JobConfig& c) { return std::make_unique<TrainerBuilder>(c); },
+          [](const JobConfig& c) {
+            return std::make_unique<TrainerBuilder>(c);
+          },
           ""),
       std::logic_error);
 }

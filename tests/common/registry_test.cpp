@@ -11,8 +11,10 @@ using Creator = std::function<int()>;
 
 TEST(Registry, FindsEntriesCaseInsensitively) {
   Registry<Creator> r("widget");
-  r.add("Alpha", [] { return 1; }, "the first");
-  r.add("beta", [] { return 2; }, "the second");
+  r.add(
+      "Alpha", [] { return 1; }, "the first");
+  r.add(
+      "beta", [] { return 2; }, "the second");
   EXPECT_TRUE(r.contains("ALPHA"));
   EXPECT_EQ(r.get("alpha")(), 1);
   EXPECT_EQ(r.get("Beta")(), 2);
@@ -22,14 +24,20 @@ TEST(Registry, FindsEntriesCaseInsensitively) {
 
 TEST(Registry, DuplicateNameIsAProgrammingError) {
   Registry<Creator> r("widget");
-  r.add("alpha", [] { return 1; }, "");
-  EXPECT_THROW(r.add("ALPHA", [] { return 2; }, ""), std::logic_error);
+  r.add(
+      "alpha", [] { return 1; }, "");
+  EXPECT_THROW(
+      r.add(
+          "ALPHA", [] { return 2; }, ""),
+      std::logic_error);
 }
 
 TEST(Registry, UnknownNameListsTheKnownOnesAndSuggests) {
   Registry<Creator> r("widget");
-  r.add("alpha", [] { return 1; }, "");
-  r.add("beta", [] { return 2; }, "");
+  r.add(
+      "alpha", [] { return 1; }, "");
+  r.add(
+      "beta", [] { return 2; }, "");
   try {
     r.get("alhpa", "job.yaml:4");
     FAIL() << "expected ConfigError";

@@ -81,7 +81,8 @@ class DataFilesTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
+    dir_ =
+        fs::temp_directory_path() /
         ("baton_data_test_" + std::to_string(::getpid()) + "_" + info->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
@@ -128,7 +129,7 @@ TEST(ByteTokenizerTest, EncodesUtf8Bytes) {
 TEST(ByteTokenizerTest, RoundTripsTextAndSkipsSpecials) {
   const ByteTokenizer tok;
   const std::string text = std::string("caf\xC3\xA9 \xF0\x9F\x98\x80 ") +
-      std::string(1, '\0') + "\xFF end";
+                           std::string(1, '\0') + "\xFF end";
   std::vector<int32_t> ids = tok.encode(text);
   ASSERT_EQ(ids.size(), text.size());
   EXPECT_EQ(tok.decode(ids), text);
@@ -227,7 +228,7 @@ TEST_F(DataFilesTest, ReadsLinesLongerThanAnyBuffer) {
     big[i] = static_cast<char>('a' + (i / 4099) % 26);
   }
   const std::string content = "{\"text\":\"short\"}\n{\"text\":\"" + big +
-      "\"}\n{\"text\":\"after\"}\n";
+                              "\"}\n{\"text\":\"after\"}\n";
   const std::vector<std::string> expected = {"short", big, "after"};
   JsonlDataset plain(write_plain("big.jsonl", content));
   EXPECT_EQ(read_all(plain), expected);

@@ -71,7 +71,8 @@ TEST(LlamaArgs, RejectsInconsistentShapes) {
         try {
           args.validate();
         } catch (const std::invalid_argument& e) {
-          EXPECT_NE(std::string(e.what()).find("n_kv_heads 3"), std::string::npos);
+          EXPECT_NE(
+              std::string(e.what()).find("n_kv_heads 3"), std::string::npos);
           throw;
         }
       },
@@ -82,12 +83,18 @@ TEST(Llama, FullyQualifiedNamesAreMetas) {
   TransformerImpl model(tiny_args());
   const auto n = names(model);
   for (const char* expected :
-       {"tok_embeddings.weight", "layers.3.attention.wq.weight",
-        "layers.3.attention.wk.weight", "layers.3.attention.wv.weight",
-        "layers.3.attention.wo.weight", "layers.3.feed_forward.w1.weight",
-        "layers.3.feed_forward.w2.weight", "layers.3.feed_forward.w3.weight",
-        "layers.3.attention_norm.weight", "layers.3.ffn_norm.weight",
-        "norm.weight", "output.weight"}) {
+       {"tok_embeddings.weight",
+        "layers.3.attention.wq.weight",
+        "layers.3.attention.wk.weight",
+        "layers.3.attention.wv.weight",
+        "layers.3.attention.wo.weight",
+        "layers.3.feed_forward.w1.weight",
+        "layers.3.feed_forward.w2.weight",
+        "layers.3.feed_forward.w3.weight",
+        "layers.3.attention_norm.weight",
+        "layers.3.ffn_norm.weight",
+        "norm.weight",
+        "output.weight"}) {
     EXPECT_NE(std::find(n.begin(), n.end(), expected), n.end()) << expected;
   }
   EXPECT_EQ(n.size(), 2 + 4 * 9 + 1u);
@@ -162,11 +169,13 @@ TEST(Llama, InitFollowsTorchtitansScales) {
   model.init_weights(0);
   auto p = model.named_parameters();
   EXPECT_NEAR(p["tok_embeddings.weight"].std().item<double>(), 1.0, 0.05);
-  EXPECT_NEAR(p["layers.0.attention.wq.weight"].std().item<double>(), 0.02, 0.002);
+  EXPECT_NEAR(
+      p["layers.0.attention.wq.weight"].std().item<double>(), 0.02, 0.002);
   // Depth-scaled output projections: 0.02 / sqrt(2 * (layer + 1)).
   EXPECT_NEAR(
       p["layers.3.feed_forward.w2.weight"].std().item<double>(),
-      0.02 / std::sqrt(8.0), 0.001);
+      0.02 / std::sqrt(8.0),
+      0.001);
   EXPECT_TRUE(torch::equal(p["norm.weight"], torch::ones({256})));
   const double out_std = 1.0 / 16.0;
   EXPECT_LE(p["output.weight"].abs().max().item<double>(), 3 * out_std + 1e-6);
@@ -197,8 +206,8 @@ TEST(Llama, AttentionIsCausal) {
   const auto before = model.forward(tokens);
   tokens[0][7] = (tokens[0][7].item<int64_t>() + 1) % args.vocab_size;
   const auto after = model.forward(tokens);
-  EXPECT_TRUE(torch::allclose(
-      before.slice(1, 0, 7), after.slice(1, 0, 7), 1e-6, 1e-6));
+  EXPECT_TRUE(
+      torch::allclose(before.slice(1, 0, 7), after.slice(1, 0, 7), 1e-6, 1e-6));
   EXPECT_FALSE(torch::allclose(
       before.slice(1, 7, 10), after.slice(1, 7, 10), 1e-4, 1e-4));
 }
@@ -261,8 +270,11 @@ TEST(ModelSpec, RegistryBuildsFlavorsAndListsThemOnError) {
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find("x.yaml:3: unknown flavor 'debugmodle'"), std::string::npos) << m;
-    EXPECT_NE(m.find("405B, 70B, 8B, debugmodel, small"), std::string::npos) << m;
+    EXPECT_NE(
+        m.find("x.yaml:3: unknown flavor 'debugmodle'"), std::string::npos)
+        << m;
+    EXPECT_NE(m.find("405B, 70B, 8B, debugmodel, small"), std::string::npos)
+        << m;
     EXPECT_NE(m.find("did you mean 'debugmodel'"), std::string::npos) << m;
   }
 }

@@ -42,7 +42,8 @@ TEST(ParallelDims, RejectsWhatDoesNotFitTheWorld) {
   expect_error(2, 1, 1, 2, 8, "multiply to 4, not the world size 8");
   expect_error(-1, -1, 1, 1, 8, "at most one degree may be -1");
   expect_error(-1, 1, 1, 3, 8, "does not divide the world size 8");
-  expect_error(0, 1, 1, 1, 1, "data_parallel_replicate_degree: 0 is out of range");
+  expect_error(
+      0, 1, 1, 1, 1, "data_parallel_replicate_degree: 0 is out of range");
 }
 
 }  // namespace

@@ -24,8 +24,7 @@ std::string write_yaml(const std::string& text, const std::string& tag = "") {
 /// The ConfigError message of loading `path` with `overrides`; records a
 /// failure when nothing (or something else) is thrown.
 std::string load_error(
-    const std::string& path,
-    const std::vector<std::string>& overrides = {}) {
+    const std::string& path, const std::vector<std::string>& overrides = {}) {
   try {
     load_job_config(path, overrides);
   } catch (const ConfigError& e) {
@@ -36,8 +35,7 @@ std::string load_error(
 }
 
 void expect_contains(
-    const std::string& message,
-    std::initializer_list<std::string> parts) {
+    const std::string& message, std::initializer_list<std::string> parts) {
   for (const auto& part : parts) {
     EXPECT_NE(message.find(part), std::string::npos)
         << "missing '" << part << "' in: " << message;
@@ -112,7 +110,7 @@ TEST(JobConfig, LoadsFullFile) {
   EXPECT_EQ(c.job.dump_folder, "/tmp/run1");
   EXPECT_EQ(c.job.description, "debug run");
   EXPECT_EQ(c.model.flavor, "8B");
-  EXPECT_EQ(c.model.tokenizer, "bytes"); // canonical spelling
+  EXPECT_EQ(c.model.tokenizer, "bytes");  // canonical spelling
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
   EXPECT_EQ(c.optimizer.betas, (std::vector<double>{0.8, 0.99}));
   EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-6);
@@ -126,7 +124,7 @@ TEST(JobConfig, LoadsFullFile) {
   EXPECT_EQ(c.training.local_batch_size, 4);
   EXPECT_EQ(c.training.seq_len, 256);
   EXPECT_EQ(c.training.steps, 100);
-  EXPECT_DOUBLE_EQ(c.training.max_norm, 2.0); // an int into a double
+  EXPECT_DOUBLE_EQ(c.training.max_norm, 2.0);  // an int into a double
   EXPECT_EQ(c.training.gradient_accumulation_steps, 2);
   EXPECT_EQ(c.training.seed, 42);
   EXPECT_TRUE(c.training.deterministic);
@@ -285,9 +283,8 @@ TEST(JobConfig, RejectsMalformedStructure) {
   EXPECT_THROW(load_job_config(section), ConfigError);
   expect_contains(
       load_error(section),
-      {section +
-       ":2: training: '5' is not a map; allowed: a map of training "
-       "keys"});
+      {section + ":2: training: '5' is not a map; allowed: a map of training "
+                 "keys"});
   const std::string top = write_yaml("- a\n- b\n", "_top");
   expect_contains(load_error(top), {top + ":1: the top level is a list"});
   const std::string dup =
@@ -535,5 +532,5 @@ TEST(JobConfig, PrintLoadRoundTrip) {
       defaults);
 }
 
-} // namespace
-} // namespace baton
+}  // namespace
+}  // namespace baton

@@ -24,8 +24,16 @@ TEST(WarmupStableDecay, WarmupThenLinearDecayOverTheRest) {
   const WarmupStableDecay s(schedule(2, std::nullopt, "linear", 0.0), 10);
   EXPECT_EQ(s.decay_steps(), 8);
   const std::vector<double> expected = {
-      1.0 / 3, 2.0 / 3, 7.0 / 8, 6.0 / 8, 5.0 / 8,
-      4.0 / 8, 3.0 / 8, 2.0 / 8, 1.0 / 8, 0.0};
+      1.0 / 3,
+      2.0 / 3,
+      7.0 / 8,
+      6.0 / 8,
+      5.0 / 8,
+      4.0 / 8,
+      3.0 / 8,
+      2.0 / 8,
+      1.0 / 8,
+      0.0};
   for (int64_t step = 1; step <= 10; ++step) {
     EXPECT_NEAR(s.factor(step), expected[step - 1], 1e-12) << "step " << step;
   }
@@ -69,7 +77,8 @@ TEST(WarmupStableDecay, RejectsPhasesLongerThanTraining) {
 TEST(LRScheduler, SetsEachStepsRateOnTheOptimizer) {
   auto w = torch::zeros({2}, torch::requires_grad());
   torch::optim::AdamW optimizer({w}, torch::optim::AdamWOptions(0.5));
-  LRScheduler scheduler(optimizer, schedule(2, std::nullopt, "linear", 0.0), 10);
+  LRScheduler scheduler(
+      optimizer, schedule(2, std::nullopt, "linear", 0.0), 10);
   EXPECT_NEAR(scheduler.lr(), 0.5 / 3, 1e-12);  // step 1 is set up front
   scheduler.step();
   EXPECT_NEAR(scheduler.lr(), 0.5 * 2 / 3, 1e-12);

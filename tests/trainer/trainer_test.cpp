@@ -80,7 +80,8 @@ TEST(LocalTrainStep, RejectsMultiplePartsAndNoData) {
   EXPECT_THROW(step.run(one, {}), std::invalid_argument);
 }
 
-JobConfig small_job(const std::string& dump, std::vector<std::string> extra = {}) {
+JobConfig small_job(
+    const std::string& dump, std::vector<std::string> extra = {}) {
   std::vector<std::string> overrides = {
       "model.flavor=debugmodel",
       "training.seq_len=32",
@@ -122,9 +123,10 @@ TEST(Trainer, LossFallsAndGradientsAreClipped) {
 TEST(Trainer, GradientAccumulationCountsEveryMicroStepsTokens) {
   register_builtin_builders();
   const auto dump = ::testing::TempDir() + "/trainer_accum";
-  auto trainer = make_trainer_builder(
-                     small_job(dump, {"training.gradient_accumulation_steps=3"}))
-                     ->build();
+  auto trainer =
+      make_trainer_builder(
+          small_job(dump, {"training.gradient_accumulation_steps=3"}))
+          ->build();
   const auto m = trainer->train_step();
   // 3 micro-steps x 2 sequences x 32 tokens, over the step's time.
   EXPECT_NEAR(m.tokens_per_sec * m.step_time_s, 3 * 2 * 32, 1e-6);
