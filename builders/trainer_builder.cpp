@@ -40,10 +40,11 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
 
   const auto& spec =
       model_registry().get(config_.model.name, config_.origin("model.name"));
-  c.model_args =
+  llama::ModelArgs args =
       model_flavor(spec, config_.model.flavor, config_.origin("model.flavor"));
-  c.model_args.vocab_size = c.tokenizer->vocab_size();
-  c.model_parts = build_model(c.model_args);
+  args.vocab_size = c.tokenizer->vocab_size();
+  c.flops_per_token = spec.flops_per_token(args, config_.training.seq_len);
+  c.model_parts = build_model(args);
   check_built(!c.model_parts.empty(), "build_model returned no parts");
 
   c.optimizers = build_optimizers(c.model_parts);

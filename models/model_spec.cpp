@@ -28,6 +28,12 @@ void register_builtin_models() {
     model->init_weights(seed);
     return model;
   };
+  llama3.num_params = [](const llama::ModelArgs& args) {
+    return args.num_params();
+  };
+  llama3.flops_per_token = [](const llama::ModelArgs& args, int64_t seq_len) {
+    return args.flops_per_token(seq_len);
+  };
   registry.add("llama3", std::move(llama3), "Llama 3 (Meta's architecture)");
 }
 

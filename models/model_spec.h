@@ -48,6 +48,11 @@ struct ModelSpec {
   std::function<std::shared_ptr<ModelChunk>(
       const llama::ModelArgs& args, const ChunkSpec& chunk, uint64_t seed)>
       build;
+  /// Parameters of the whole model, without building it.
+  std::function<int64_t(const llama::ModelArgs& args)> num_params;
+  /// Training FLOPs per token at `seq_len` (the numerator of MFU).
+  std::function<double(const llama::ModelArgs& args, int64_t seq_len)>
+      flops_per_token;
 };
 
 /// The model registry (`model.name`).

@@ -17,9 +17,7 @@ double seconds_since(Clock::time_point start) {
 }  // namespace
 
 Trainer::Trainer(const JobConfig& config, TrainerComponents components)
-    : config_(config), c_(std::move(components)) {
-  flops_per_token_ = c_.model_args.flops_per_token(config_.training.seq_len);
-}
+    : config_(config), c_(std::move(components)) {}
 
 Trainer::~Trainer() = default;
 
@@ -80,7 +78,7 @@ StepMetrics Trainer::train_step() {
   m.step_time_s = seconds_since(start);
   m.data_time_s = data_time;
   m.tokens_per_sec = static_cast<double>(out.tokens) / m.step_time_s;
-  m.tflops = flops_per_token_ * m.tokens_per_sec / 1e12;
+  m.tflops = c_.flops_per_token * m.tokens_per_sec / 1e12;
   m.mfu_pct = c_.peak_tflops > 0.0 ? 100.0 * m.tflops / c_.peak_tflops : 0.0;
   m.peak_rss_mib = peak_rss_mib();
   return m;

@@ -6,7 +6,6 @@
 
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
-#include "models/llama/args.h"
 #include "trainer/checkpointer.h"
 #include "trainer/job_config.h"
 #include "trainer/lr_schedulers.h"
@@ -19,8 +18,8 @@ namespace baton {
 
 /// Everything a trainer runs with; a TrainerBuilder fills it in.
 struct TrainerComponents {
-  /// Shape of the whole model (for FLOPs per token).
-  llama::ModelArgs model_args;
+  /// Training FLOPs per token of the whole model (for MFU).
+  double flops_per_token = 0.0;
   ModelParts model_parts;
   std::unique_ptr<OptimizersContainer> optimizers;
   std::unique_ptr<LRSchedulersContainer> lr_schedulers;
@@ -61,7 +60,6 @@ class Trainer {
   JobConfig config_;
   TrainerComponents c_;
   int64_t step_ = 0;
-  double flops_per_token_ = 0.0;
 };
 
 }  // namespace baton

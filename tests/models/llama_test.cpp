@@ -265,6 +265,10 @@ TEST(ModelSpec, RegistryBuildsFlavorsAndListsThemOnError) {
   args.vocab_size = 258;
   auto chunk = spec.build(args, ChunkSpec{0, 1, true, false}, 0);
   EXPECT_EQ(chunk->spec().end_layer, 1);
+  // Sizes come from the spec without building the whole model.
+  const auto& b8 = model_flavor(spec, "8B");
+  EXPECT_EQ(spec.num_params(b8), 8030261248);
+  EXPECT_DOUBLE_EQ(spec.flops_per_token(b8, 2048), b8.flops_per_token(2048));
   try {
     model_flavor(spec, "debugmodle", "x.yaml:3");
     FAIL() << "expected ConfigError";
