@@ -5,10 +5,13 @@
 #include <glog/logging.h>
 
 #include <exception>
+#include <fstream>
 #include <iostream>
 
 #include "builders/builder_registry.h"
 #include "common/error.h"
+#include "parallel/pipeline/schedule_io.h"
+#include "parallel/pipeline/schedules.h"
 #include "trainer/cli.h"
 #include "trainer/job_config.h"
 
@@ -30,6 +33,37 @@ int run_train(const baton::TrainArgs& args) {
   return 0;
 }
 
+// Generates (or loads) a schedule, plans it and writes it in the asked
+// format.
+int run_schedule(const baton::ScheduleArgs& args) {
+  namespace pp = baton::pipeline;
+  const pp::Schedule schedule =
+      args.csv_path.empty()
+          ? pp::make_schedule(
+                args.schedule, args.pp, args.stages_per_rank, args.microbatches)
+          : pp::load_schedule_csv(args.csv_path);
+  const auto costs = pp::SimulationCosts()
+                         .forward(args.costs.at("F"))
+                         .backward(args.costs.at("B"))
+                         .backward_input(args.costs.at("I"))
+                         .backward_weight(args.costs.at("W"))
+                         .overlap_f_b(args.costs.at("OVERLAP"))
+                         .p2p_latency(args.costs.at("P2P"));
+  const pp::PlannedSchedule plan = pp::plan_schedule(schedule, costs);
+  const std::string text = pp::format_schedule(
+      args.comms ? plan.lowered : plan.compute, plan.simulation, args.format);
+  if (args.out_path.empty()) {
+    std::cout << text;
+    return 0;
+  }
+  std::ofstream out(args.out_path);
+  out << text;
+  if (!out) {
+    throw std::runtime_error("cannot write '" + args.out_path + "'");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -41,6 +75,9 @@ int main(int argc, char** argv) {
     if (cli.command == "help") {
       std::cout << baton::cli_usage();
       return 0;
+    }
+    if (cli.command == "schedule") {
+      return run_schedule(cli.schedule);
     }
     return run_train(cli.train);
   } catch (const baton::ConfigError& e) {

@@ -60,17 +60,23 @@ TEST(Cli, HelpExitsZero) {
 TEST(Cli, UnknownCommandIsUsageError) {
   const auto r = run_baton("trian");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.output.rfind("error: unknown command 'trian'; did you mean 'train'?", 0), 0u)
+  EXPECT_EQ(
+      r.output.rfind(
+          "error: unknown command 'trian'; did you mean 'train'?", 0),
+      0u)
       << r.output;
 }
 
 TEST(Cli, MissingConfigAndUnknownOptionAreUsageErrors) {
   auto r = run_baton("train");
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.output.find("error: baton train: --config FILE is required"), std::string::npos);
+  EXPECT_NE(
+      r.output.find("error: baton train: --config FILE is required"),
+      std::string::npos);
   r = run_baton("train --config " + debug_config() + " --print-confg");
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.output.find("did you mean '--print-config'?"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did you mean '--print-config'?"), std::string::npos)
+      << r.output;
 }
 
 TEST(Cli, BadConfigFileExitsTwoNamingFileLineAndKey) {
@@ -78,37 +84,55 @@ TEST(Cli, BadConfigFileExitsTwoNamingFileLineAndKey) {
       "cli_bad.yaml", "model:\n  flavor: debugmodel\ntraining:\n  stpes: 3\n");
   const auto r = run_baton("train --config " + path.string());
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.output.rfind("error: " + path.string() + ":4: unknown key 'training.stpes'; did you mean 'training.steps'?", 0), 0u)
+  EXPECT_EQ(
+      r.output.rfind(
+          "error: " + path.string() +
+              ":4: unknown key 'training.stpes'; did you mean "
+              "'training.steps'?",
+          0),
+      0u)
       << r.output;
 }
 
 TEST(Cli, BadOverrideExitsTwo) {
-  auto r = run_baton("train --config " + debug_config() + " --training.seq_len=-3");
+  auto r =
+      run_baton("train --config " + debug_config() + " --training.seq_len=-3");
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.output.find("error: --training.seq_len=-3: training.seq_len: -3 is out of range; allowed: an integer >= 1"), std::string::npos)
+  EXPECT_NE(
+      r.output.find("error: --training.seq_len=-3: training.seq_len: -3 is out "
+                    "of range; allowed: an integer >= 1"),
+      std::string::npos)
       << r.output;
-  r = run_baton("train --config " + debug_config() + " --parallelism.tensor_parallel_degree=2");
+  r = run_baton(
+      "train --config " + debug_config() +
+      " --parallelism.tensor_parallel_degree=2");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("not supported yet"), std::string::npos) << r.output;
 }
 
 TEST(Cli, UnknownModelFlavorExitsTwoWithItsLine) {
   const auto r = run_baton(
-      "train --config " + debug_config() + " --model.flavor=debugmodle --metrics.peak_tflops=1");
+      "train --config " + debug_config() +
+      " --model.flavor=debugmodle --metrics.peak_tflops=1");
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.output.find("error: --model.flavor=debugmodle: unknown flavor 'debugmodle'"), std::string::npos)
+  EXPECT_NE(
+      r.output.find(
+          "error: --model.flavor=debugmodle: unknown flavor 'debugmodle'"),
+      std::string::npos)
       << r.output;
 }
 
 TEST(Cli, PrintConfigShowsTheEffectiveConfig) {
   const auto r = run_baton(
-      "train --config " + debug_config() + " --training.steps=42 --print-config");
+      "train --config " + debug_config() +
+      " --training.steps=42 --print-config");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("steps: 42"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("flavor: debugmodel"), std::string::npos);
   // What it prints loads back.
   const auto path = write_file("cli_printed.yaml", r.output);
-  const auto again = run_baton("train --config " + path.string() + " --print-config");
+  const auto again =
+      run_baton("train --config " + path.string() + " --print-config");
   EXPECT_EQ(again.code, 0) << again.output;
   EXPECT_EQ(again.output, r.output);
 }
@@ -116,21 +140,26 @@ TEST(Cli, PrintConfigShowsTheEffectiveConfig) {
 TEST(Cli, RuntimeFailureExitsOne) {
   const auto r = run_baton(
       "train --config " + debug_config() +
-      " --training.dataset_path=/nonexistent/corpus.jsonl --metrics.peak_tflops=1");
+      " --training.dataset_path=/nonexistent/corpus.jsonl "
+      "--metrics.peak_tflops=1");
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_NE(r.output.find("error: "), std::string::npos);
-  EXPECT_NE(r.output.find("/nonexistent/corpus.jsonl"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent/corpus.jsonl"), std::string::npos)
+      << r.output;
 }
 
 TEST(Cli, TrainsTheDebugModelAndWritesEveryMetricsKey) {
   const fs::path dump = fs::path(::testing::TempDir()) / "cli_train_run";
   fs::remove_all(dump);
   const auto r = run_baton(
-      "train --config " + debug_config() + " --job.dump_folder=" + dump.string() +
+      "train --config " + debug_config() +
+      " --job.dump_folder=" + dump.string() +
       " --training.steps=30 --training.seq_len=64 --training.local_batch_size=4"
       " --metrics.log_freq=5 --training.num_threads=1");
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("measured by a 1024x1024 fp32 matmul probe"), std::string::npos);
+  EXPECT_NE(
+      r.output.find("measured by a 1024x1024 fp32 matmul probe"),
+      std::string::npos);
   std::ifstream in(dump / "metrics.jsonl");
   std::vector<nlohmann::json> lines;
   for (std::string line; std::getline(in, line);) {
@@ -139,8 +168,16 @@ TEST(Cli, TrainsTheDebugModelAndWritesEveryMetricsKey) {
   ASSERT_EQ(lines.size(), 7u);  // step 1, then every 5 steps
   for (const auto& j : lines) {
     for (const char* key :
-         {"step", "loss", "grad_norm", "lr", "tokens_per_sec", "tflops",
-          "mfu_pct", "step_time_s", "data_time_s", "peak_rss_mib"}) {
+         {"step",
+          "loss",
+          "grad_norm",
+          "lr",
+          "tokens_per_sec",
+          "tflops",
+          "mfu_pct",
+          "step_time_s",
+          "data_time_s",
+          "peak_rss_mib"}) {
       ASSERT_TRUE(j.contains(key)) << key;
       EXPECT_TRUE(j[key].is_number()) << key;
     }
@@ -153,6 +190,81 @@ TEST(Cli, TrainsTheDebugModelAndWritesEveryMetricsKey) {
   const double first = lines.front()["loss"], last = lines.back()["loss"];
   EXPECT_NEAR(first, std::log(258.0), 0.6);  // about uniform over 258 ids
   EXPECT_LT(last, first - 1.5) << "the loss should fall clearly";
+}
+
+TEST(CliSchedule, PrintsAGridAndWritesEveryFormat) {
+  auto r = run_baton(
+      "schedule --schedule interleaved1f1b --pp 2 --stages-per-rank 2 "
+      "--microbatches 4");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 0: 0F0 0F1 2F0 2F1 _"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("makespan"), std::string::npos);
+
+  const fs::path csv = fs::path(::testing::TempDir()) / "sched_comms.csv";
+  r = run_baton(
+      "schedule --schedule 1F1B --pp 2 --microbatches 2 --format csv --comms "
+      "--out " +
+      csv.string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  std::ifstream in(csv);
+  std::string row;
+  std::getline(in, row);
+  EXPECT_EQ(
+      row,
+      "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1,"
+      "0REDUCE_GRAD");
+  // The CSV loads back as a custom schedule.
+  r = run_baton("schedule --csv " + csv.string() + " --format json");
+  EXPECT_EQ(r.code, 0) << r.output;
+  const auto json = nlohmann::json::parse(r.output);
+  EXPECT_EQ(json["schedule"], "custom");
+  EXPECT_EQ(json["pp"], 2);
+
+  r = run_baton(
+      "schedule --schedule DualPipeV --pp 4 --microbatches 8 --format svg");
+  EXPECT_EQ(r.code, 0) << r.output.substr(0, 300);
+  EXPECT_EQ(r.output.rfind("<svg", 0), 0u);
+  r = run_baton(
+      "schedule --schedule GPipe --pp 2 --microbatches 2 --format chrome");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"ph\":\"X\""), std::string::npos);
+}
+
+TEST(CliSchedule, RejectionsAreUsageErrors) {
+  auto r = run_baton("schedule --schedule 1F1B --pp 4 --microbatches 2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("error: [schedule] 1F1B"), std::string::npos)
+      << r.output;
+  r = run_baton("schedule --schedule Pipedream --pp 4 --microbatches 8");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("unknown schedule 'Pipedream'"), std::string::npos);
+  EXPECT_NE(r.output.find("ZBVZeroBubble"), std::string::npos) << r.output;
+  r = run_baton("schedule --schedule GPipe --pp 4");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--microbatches M"), std::string::npos);
+  r = run_baton(
+      "schedule --schedule GPipe --pp 4 --microbatches 8 --format png");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(
+      r.output.find("allowed: text, csv, json, chrome, svg"),
+      std::string::npos);
+  r = run_baton(
+      "schedule --schedule GPipe --pp 4 --microbatches 8 --costs F=1,X=2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--costs: 'X=2' is not allowed"), std::string::npos)
+      << r.output;
+}
+
+TEST(CliSchedule, CostsChangeTheSimulation) {
+  // GPipe with B = 2 F: makespan 3 (m + p - 1) = 33 for p = 4, m = 8.
+  const auto r = run_baton(
+      "schedule --schedule GPipe --pp 4 --microbatches 8 --format json "
+      "--costs F=1,b=2");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_DOUBLE_EQ(
+      nlohmann::json::parse(r.output)["simulation"]["makespan"].get<double>(),
+      33.0);
 }
 
 }  // namespace

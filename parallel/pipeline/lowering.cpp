@@ -1,0 +1,202 @@
+#include "parallel/pipeline/lowering.h"
+
+#include "parallel/pipeline/schedule_state.h"
+
+namespace baton::pipeline {
+
+namespace {
+
+class Lowering {
+ public:
+  explicit Lowering(const Schedule& compute)
+      : in_(compute),
+        last_stage_(compute.num_stages - 1),
+        f_done_(compute.num_stages, compute.microbatches, 0),
+        grad_done_(compute.num_stages, compute.microbatches, 0),
+        recv_f_(compute.num_stages, compute.microbatches, 0),
+        recv_b_(compute.num_stages, compute.microbatches, 0),
+        completed_(compute.num_stages, 0) {}
+
+  Schedule run() {
+    Schedule out = in_;
+    out.ranks.assign(in_.pp, ActionList());
+    for (int64_t r = 0; r < in_.pp; ++r) {
+      // Each compute action brings about one send and one receive.
+      out.ranks[r].reserve(3 * in_.ranks[r].size());
+    }
+    out_ = &out;
+    std::vector<size_t> next(in_.pp, 0);
+    const auto skip_idle = [&](int64_t r) {
+      while (next[r] < in_.ranks[r].size() && !in_.ranks[r][next[r]]) {
+        ++next[r];
+      }
+      return next[r] < in_.ranks[r].size();
+    };
+    while (true) {
+      bool remaining = false;
+      bool progress = false;
+      for (int64_t r = 0; r < in_.pp; ++r) {
+        if (!skip_idle(r)) {
+          continue;
+        }
+        remaining = true;
+        const Action& a = *in_.ranks[r][next[r]];
+        if (!ready(a, r)) {
+          continue;
+        }
+        emit(a, r);
+        ++next[r];
+        progress = true;
+      }
+      if (!remaining) {
+        return out;
+      }
+      if (!progress) {
+        std::string stuck;
+        for (int64_t r = 0; r < in_.pp; ++r) {
+          if (skip_idle(r)) {
+            stuck +=
+                "; " +
+                where_in_schedule(
+                    r, static_cast<int64_t>(next[r]), *in_.ranks[r][next[r]]) +
+                " waits for its input";
+          }
+        }
+        throw ScheduleError(
+            "[schedule] malformed compute schedule, lowering cannot place "
+            "sends and receives" +
+            stuck);
+      }
+    }
+  }
+
+ private:
+  int64_t rank_of(int64_t stage) const {
+    return in_.stage_to_rank[stage];
+  }
+
+  bool forward_ready(int64_t s, int64_t mb, int64_t r) {
+    if (s == 0) {
+      return true;
+    }
+    return rank_of(s - 1) == r ? f_done_.at(s - 1, mb) : recv_f_.at(s, mb);
+  }
+
+  bool backward_ready(int64_t s, int64_t mb, int64_t r) {
+    if (s == last_stage_) {
+      return true;
+    }
+    return rank_of(s + 1) == r ? grad_done_.at(s + 1, mb) : recv_b_.at(s, mb);
+  }
+
+  bool ready(const Action& a, int64_t r) {
+    switch (a.kind) {
+      case ActionKind::kF:
+        return forward_ready(a.stage, a.microbatch, r);
+      case ActionKind::kB:
+      case ActionKind::kI:
+        return backward_ready(a.stage, a.microbatch, r);
+      case ActionKind::kOverlapFB:
+        return forward_ready(a.stage, a.microbatch, r) &&
+               backward_ready(a.backward_stage, a.backward_microbatch, r);
+      default:
+        return true;
+    }
+  }
+
+  void append(int64_t r, const Action& a) {
+    out_->ranks[r].emplace_back(a);
+  }
+
+  // Appends the communication a compute part needs, then REDUCE_GRAD when it
+  // completes its stage's last backward.
+  void after(const Action& part, int64_t r) {
+    const int64_t s = part.stage;
+    const int64_t mb = part.microbatch;
+    if (part.kind == ActionKind::kF) {
+      f_done_.at(s, mb) = true;
+      if (s < last_stage_ && rank_of(s + 1) != r) {
+        append(r, Action::make(ActionKind::kSendF, s, mb));
+        append(rank_of(s + 1), Action::make(ActionKind::kRecvF, s + 1, mb));
+        recv_f_.at(s + 1, mb) = true;
+      }
+      return;
+    }
+    if (part.kind == ActionKind::kB || part.kind == ActionKind::kI) {
+      grad_done_.at(s, mb) = true;
+      if (s > 0 && rank_of(s - 1) != r) {
+        append(r, Action::make(ActionKind::kSendB, s, mb));
+        append(rank_of(s - 1), Action::make(ActionKind::kRecvB, s - 1, mb));
+        recv_b_.at(s - 1, mb) = true;
+      }
+    }
+    if (part.kind == ActionKind::kB || part.kind == ActionKind::kW) {
+      if (++completed_[s] == in_.microbatches) {
+        append(r, Action::make(ActionKind::kReduceGrad, s));
+      }
+    }
+  }
+
+  void emit(const Action& a, int64_t r) {
+    append(r, a);
+    if (a.kind == ActionKind::kOverlapFB) {
+      after(a.forward_part(), r);
+      after(a.backward_part(), r);
+    } else {
+      after(a, r);
+    }
+  }
+
+  const Schedule& in_;
+  Schedule* out_ = nullptr;
+  int64_t last_stage_;
+  StageGrid<uint8_t> f_done_;
+  StageGrid<uint8_t> grad_done_;  // B or I done: the input gradient exists
+  StageGrid<uint8_t> recv_f_;
+  StageGrid<uint8_t> recv_b_;
+  std::vector<int64_t> completed_;  // B + W per stage
+};
+
+void check_compute_only(const Schedule& compute) {
+  for (size_t r = 0; r < compute.ranks.size(); ++r) {
+    for (size_t i = 0; i < compute.ranks[r].size(); ++i) {
+      const auto& slot = compute.ranks[r][i];
+      if (!slot) {
+        continue;
+      }
+      const bool in_range =
+          slot->stage >= 0 && slot->stage < compute.num_stages &&
+          slot->microbatch >= 0 && slot->microbatch < compute.microbatches &&
+          (slot->kind != ActionKind::kOverlapFB ||
+           (slot->backward_stage >= 0 &&
+            slot->backward_stage < compute.num_stages &&
+            slot->backward_microbatch >= 0 &&
+            slot->backward_microbatch < compute.microbatches));
+      if (!is_compute(slot->kind) || !in_range) {
+        throw ScheduleError(
+            "[schedule] " +
+            where_in_schedule(static_cast<int64_t>(r), i, *slot) +
+            ": lowering takes compute-only actions (F, B, I, W, OVERLAP_F_B) "
+            "with stages in [0, " +
+            std::to_string(compute.num_stages) + ") and microbatches in [0, " +
+            std::to_string(compute.microbatches) + ")");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Schedule lower_schedule(const Schedule& compute) {
+  check_compute_only(compute);
+  if (static_cast<int64_t>(compute.stage_to_rank.size()) !=
+          compute.num_stages ||
+      static_cast<int64_t>(compute.ranks.size()) != compute.pp) {
+    throw ScheduleError(
+        "[schedule] lowering needs a placement for each of the " +
+        std::to_string(compute.num_stages) + " stages and a list per rank");
+  }
+  return Lowering(compute).run();
+}
+
+}  // namespace baton::pipeline

@@ -1,0 +1,105 @@
+#pragma once
+
+#include <torch/arg.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "parallel/pipeline/action.h"
+
+namespace baton::pipeline {
+
+/// Time each kind of action takes in the simulator, in arbitrary units.
+struct SimulationCosts {
+  /// A forward.
+  TORCH_ARG(double, forward) = 1.0;
+  /// A full backward (input and weight gradients).
+  TORCH_ARG(double, backward) = 1.0;
+  /// A backward for the input gradient only.
+  TORCH_ARG(double, backward_input) = 1.0;
+  /// A backward for the weight gradient only.
+  TORCH_ARG(double, backward_weight) = 1.0;
+  /// An OVERLAP_F_B; negative means forward + backward (no overlap gain).
+  TORCH_ARG(double, overlap_f_b) = -1.0;
+  /// From a SEND being posted to its data being usable on the peer (and,
+  /// for a compute-only schedule, between stages on different ranks).
+  TORCH_ARG(double, p2p_latency) = 0.0;
+  /// A REDUCE_GRAD.
+  TORCH_ARG(double, reduce_grad) = 0.0;
+};
+
+/// One executed action with its simulated start and end.
+struct TimedAction {
+  /// The action.
+  Action action;
+  /// Its index in the rank's list (idle slots included).
+  int64_t index = 0;
+  /// The lockstep step it ran in.
+  int64_t step = 0;
+  /// Start time.
+  double start = 0.0;
+  /// End time (== start for communication).
+  double end = 0.0;
+};
+
+/// An action that could not run when the simulation stopped.
+struct StuckAction {
+  /// Its rank.
+  int64_t rank = 0;
+  /// Its index in the rank's list (idle slots included).
+  int64_t index = 0;
+  /// The action.
+  Action action;
+  /// What it waits for, e.g. "1SEND_B0 on rank 1".
+  std::string waiting_for;
+};
+
+/// No rank could make progress in a step.
+struct Deadlock {
+  /// The lockstep step (0-based) in which nothing could run.
+  int64_t step = 0;
+  /// Each unfinished rank's next action.
+  std::vector<StuckAction> stuck;
+
+  /// "[schedule] deadlock at step S: rank R step I (ACTION) waits for ...".
+  std::string message() const;
+};
+
+/// What a simulation predicts.
+struct SimulationResult {
+  /// Time at which the last action ends.
+  double makespan = 0.0;
+  /// Lockstep steps taken (one action per rank per step at most).
+  int64_t steps = 0;
+  /// Compute time of each rank.
+  std::vector<double> busy;
+  /// (makespan - busy) / makespan of each rank.
+  std::vector<double> bubble_fraction;
+  /// Most activations each rank holds at once, in microbatches of one stage:
+  /// an F adds one, the B or I of it releases it.
+  std::vector<int64_t> peak_activations;
+  /// Executed actions per rank, in order.
+  std::vector<std::vector<TimedAction>> timeline;
+  /// Set when the schedule deadlocks; the other fields then cover what ran.
+  std::optional<Deadlock> deadlock;
+
+  /// The largest bubble fraction over ranks.
+  double max_bubble_fraction() const;
+};
+
+/// Runs `schedule` (lowered or compute-only) with ranks advancing in
+/// lockstep: in each step each rank runs its next action if it is ready (a
+/// RECV once the matching SEND was posted; a compute once its inputs
+/// exist); a step in which no rank can run is a deadlock, reported in
+/// `deadlock` with the step and the stuck actions. Times follow `costs`:
+/// each action starts when its rank is free and its inputs have arrived;
+/// posting a SEND or RECV takes no time (the compute that needs the data
+/// waits for it, SEND time + p2p_latency).
+/// A compute-only schedule communicates implicitly (p2p_latency between
+/// ranks). Expects a schedule that passes validate_schedule.
+SimulationResult simulate(
+    const Schedule& schedule, const SimulationCosts& costs = SimulationCosts());
+
+}  // namespace baton::pipeline
