@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
+#include <charconv>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -33,15 +33,17 @@ std::string trim(const std::string& s) {
 
 std::string fixed(double value, int digits) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, value);
-  return buf;
+  const auto end = std::to_chars(
+      buf, buf + sizeof(buf), value, std::chars_format::fixed, digits);
+  return std::string(buf, end.ptr);
 }
 
 // Numbers as short as they can be written: 3, 2.5.
 std::string number(double value) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%g", value);
-  return buf;
+  const auto end = std::to_chars(
+      buf, buf + sizeof(buf), value, std::chars_format::general, 6);
+  return std::string(buf, end.ptr);
 }
 
 std::string xml_escape(const std::string& s) {
@@ -88,10 +90,14 @@ std::string css(Rgb c, double amount) {
   const auto mix = [&](int x) {
     return static_cast<int>(std::lround(x + (255 - x) * amount));
   };
-  char buf[16];
-  std::snprintf(
-      buf, sizeof(buf), "#%02x%02x%02x", mix(c.r), mix(c.g), mix(c.b));
-  return buf;
+  std::string out = "#";
+  for (const int channel : {mix(c.r), mix(c.g), mix(c.b)}) {
+    char hex[2];
+    std::to_chars(hex, hex + 2, channel / 16, 16);
+    std::to_chars(hex + 1, hex + 2, channel % 16, 16);
+    out.append(hex, 2);
+  }
+  return out;
 }
 
 // Local chunk index of each stage (0 for the rank's first stage).
