@@ -1,7 +1,5 @@
 #include "builders/builder_registry.h"
 
-#include <mutex>
-
 #include "data/text_dataset.h"
 #include "data/tokenizer.h"
 #include "models/model_spec.h"
@@ -15,23 +13,18 @@ Registry<BuilderCreator>& builder_registry() {
 }
 
 void register_builtin_builders() {
-  // Ranks may run as threads, each building its own trainer.
-  static std::mutex mutex;
-  const std::lock_guard<std::mutex> lock(mutex);
   register_builtin_models();
   register_builtin_tokenizers();
   register_builtin_datasets();
   register_builtin_optimizers();
-  auto& registry = builder_registry();
-  if (registry.contains("default")) {
-    return;
-  }
-  registry.add(
-      "default",
-      [](const JobConfig& config) {
-        return std::make_unique<TrainerBuilder>(config);
-      },
-      "one model part per rank, local train step");
+  builder_registry().add_builtins_once([](Registry<BuilderCreator>& registry) {
+    registry.add(
+        "default",
+        [](const JobConfig& config) {
+          return std::make_unique<TrainerBuilder>(config);
+        },
+        "one model part per rank, local train step");
+  });
 }
 
 std::unique_ptr<TrainerBuilder> make_trainer_builder(const JobConfig& config) {

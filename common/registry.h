@@ -1,6 +1,7 @@
 #pragma once
 
 #include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -30,6 +31,13 @@ class Registry {
       throw std::logic_error(
           "[registry] " + kind_ + " '" + name + "' is already registered");
     }
+  }
+
+  /// Runs `add_builtins(*this)` the first time it is called, however many
+  /// threads call it (ranks may run as threads, each building a trainer).
+  template <class F>
+  void add_builtins_once(F&& add_builtins) {
+    std::call_once(builtins_once_, [&] { add_builtins(*this); });
   }
 
   /// True when `name` is registered.
@@ -77,6 +85,7 @@ class Registry {
   };
   std::string kind_;
   std::map<std::string, Entry> entries_;
+  std::once_flag builtins_once_;
 };
 
 }  // namespace baton

@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <vector>
@@ -172,34 +171,29 @@ Registry<DatasetCreator>& dataset_registry() {
 }
 
 void register_builtin_datasets() {
-  // Ranks run as threads in tests, and each may build its own trainer.
-  static std::mutex mutex;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto& registry = dataset_registry();
-  if (registry.contains("kjv")) {
-    return;
-  }
-  registry.add(
-      "kjv",
-      [](const std::string& path) -> std::unique_ptr<TextDataset> {
-        return std::make_unique<JsonlDataset>(
-            path.empty() ? resolve_asset_path(kKjvDefaultPath) : path);
-      },
-      "the bundled King James Bible, one chapter per document "
-      "(assets/kjv.jsonl.gz unless training.dataset_path is set)");
-  registry.add(
-      "jsonl",
-      [](const std::string& path) -> std::unique_ptr<TextDataset> {
-        if (path.empty()) {
-          throw_config_error(
-              "training.dataset_path",
-              "empty; allowed: a JSON Lines file (required by dataset "
-              "'jsonl')");
-        }
-        return std::make_unique<JsonlDataset>(path);
-      },
-      "JSON Lines (optionally gzip) at training.dataset_path, one object "
-      "per line with a string field 'text'");
+  dataset_registry().add_builtins_once([](Registry<DatasetCreator>& registry) {
+    registry.add(
+        "kjv",
+        [](const std::string& path) -> std::unique_ptr<TextDataset> {
+          return std::make_unique<JsonlDataset>(
+              path.empty() ? resolve_asset_path(kKjvDefaultPath) : path);
+        },
+        "the bundled King James Bible, one chapter per document "
+        "(assets/kjv.jsonl.gz unless training.dataset_path is set)");
+    registry.add(
+        "jsonl",
+        [](const std::string& path) -> std::unique_ptr<TextDataset> {
+          if (path.empty()) {
+            throw_config_error(
+                "training.dataset_path",
+                "empty; allowed: a JSON Lines file (required by dataset "
+                "'jsonl')");
+          }
+          return std::make_unique<JsonlDataset>(path);
+        },
+        "JSON Lines (optionally gzip) at training.dataset_path, one object "
+        "per line with a string field 'text'");
+  });
 }
 
 std::string resolve_asset_path(const std::string& path) {

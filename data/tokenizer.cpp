@@ -1,6 +1,5 @@
 #include "data/tokenizer.h"
 
-#include <mutex>
 #include <stdexcept>
 
 namespace baton {
@@ -37,19 +36,16 @@ Registry<TokenizerCreator>& tokenizer_registry() {
 }
 
 void register_builtin_tokenizers() {
-  // Ranks run as threads in tests, and each may build its own trainer.
-  static std::mutex mutex;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto& registry = tokenizer_registry();
-  if (registry.contains("bytes")) {
-    return;
-  }
-  registry.add(
-      "bytes",
-      [](const std::string& /*path*/) -> std::unique_ptr<Tokenizer> {
-        return std::make_unique<ByteTokenizer>();
-      },
-      "UTF-8 bytes as ids 0-255, BOS 256, EOS 257 (vocab 258); no model file");
+  tokenizer_registry().add_builtins_once(
+      [](Registry<TokenizerCreator>& registry) {
+        registry.add(
+            "bytes",
+            [](const std::string& /*path*/) -> std::unique_ptr<Tokenizer> {
+              return std::make_unique<ByteTokenizer>();
+            },
+            "UTF-8 bytes as ids 0-255, BOS 256, EOS 257 (vocab 258); no model "
+            "file");
+      });
 }
 
 }  // namespace baton

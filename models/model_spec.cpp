@@ -1,7 +1,5 @@
 #include "models/model_spec.h"
 
-#include <mutex>
-
 #include "models/llama/transformer.h"
 
 namespace baton {
@@ -12,29 +10,24 @@ Registry<ModelSpec>& model_registry() {
 }
 
 void register_builtin_models() {
-  // Ranks may run as threads, each building its own trainer.
-  static std::mutex mutex;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto& registry = model_registry();
-  if (registry.contains("llama3")) {
-    return;
-  }
-  ModelSpec llama3;
-  llama3.flavors = llama::llama3_flavors();
-  llama3.build = [](const llama::ModelArgs& args,
-                    const ChunkSpec& chunk,
-                    uint64_t seed) -> std::shared_ptr<ModelChunk> {
-    auto model = std::make_shared<llama::TransformerImpl>(args, chunk);
-    model->init_weights(seed);
-    return model;
-  };
-  llama3.num_params = [](const llama::ModelArgs& args) {
-    return args.num_params();
-  };
-  llama3.flops_per_token = [](const llama::ModelArgs& args, int64_t seq_len) {
-    return args.flops_per_token(seq_len);
-  };
-  registry.add("llama3", std::move(llama3), "Llama 3 (Meta's architecture)");
+  model_registry().add_builtins_once([](Registry<ModelSpec>& registry) {
+    ModelSpec llama3;
+    llama3.flavors = llama::llama3_flavors();
+    llama3.build = [](const llama::ModelArgs& args,
+                      const ChunkSpec& chunk,
+                      uint64_t seed) -> std::shared_ptr<ModelChunk> {
+      auto model = std::make_shared<llama::TransformerImpl>(args, chunk);
+      model->init_weights(seed);
+      return model;
+    };
+    llama3.num_params = [](const llama::ModelArgs& args) {
+      return args.num_params();
+    };
+    llama3.flops_per_token = [](const llama::ModelArgs& args, int64_t seq_len) {
+      return args.flops_per_token(seq_len);
+    };
+    registry.add("llama3", std::move(llama3), "Llama 3 (Meta's architecture)");
+  });
 }
 
 const llama::ModelArgs& model_flavor(

@@ -2,8 +2,6 @@
 
 #include <torch/optim/adamw.h>
 
-#include <mutex>
-
 namespace baton {
 
 OptimizersContainer::OptimizersContainer(
@@ -26,25 +24,22 @@ Registry<OptimizerCreator>& optimizer_registry() {
 }
 
 void register_builtin_optimizers() {
-  // Ranks may run as threads, each building its own trainer.
-  static std::mutex mutex;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto& registry = optimizer_registry();
-  if (registry.contains("AdamW")) {
-    return;
-  }
-  registry.add(
-      "AdamW",
-      [](std::vector<at::Tensor> params, const OptimizerConfig& config)
-          -> std::unique_ptr<torch::optim::Optimizer> {
-        auto options = torch::optim::AdamWOptions(config.lr)
-                           .betas({config.betas.at(0), config.betas.at(1)})
-                           .eps(config.eps)
-                           .weight_decay(config.weight_decay);
-        return std::make_unique<torch::optim::AdamW>(
-            std::move(params), options);
-      },
-      "Adam with decoupled weight decay (torch::optim::AdamW)");
+  optimizer_registry().add_builtins_once(
+      [](Registry<OptimizerCreator>& registry) {
+        registry.add(
+            "AdamW",
+            [](std::vector<at::Tensor> params, const OptimizerConfig& config)
+                -> std::unique_ptr<torch::optim::Optimizer> {
+              auto options =
+                  torch::optim::AdamWOptions(config.lr)
+                      .betas({config.betas.at(0), config.betas.at(1)})
+                      .eps(config.eps)
+                      .weight_decay(config.weight_decay);
+              return std::make_unique<torch::optim::AdamW>(
+                  std::move(params), options);
+            },
+            "Adam with decoupled weight decay (torch::optim::AdamW)");
+      });
 }
 
 }  // namespace baton

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <utility>
 
 #include "common/error.h"
@@ -340,47 +339,43 @@ Registry<ScheduleSpec>& schedule_registry() {
 }
 
 void register_builtin_schedules() {
-  static std::mutex mutex;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto& registry = schedule_registry();
-  if (registry.contains("GPipe")) {
-    return;
-  }
-  const auto add = [&](const char* name,
-                       auto generate,
-                       PlacementStyle placement,
-                       int64_t default_v,
-                       const char* help) {
-    registry.add(name, ScheduleSpec{generate, placement, default_v}, help);
-  };
-  const auto loop = PlacementStyle::kLoop;
-  add("GPipe", gpipe, loop, 1, "all forwards, then all backwards");
-  add("1F1B", one_f_one_b, loop, 1, "one forward, one backward (m >= p)");
-  add("Interleaved1F1B",
-      interleaved_1f1b,
-      loop,
-      2,
-      "1F1B over several looped stages per rank (Megatron)");
-  add("LoopedBFS",
-      looped_bfs,
-      loop,
-      2,
-      "every forward of each local stage, then every backward");
-  add("InterleavedZeroBubble",
-      interleaved_zero_bubble,
-      loop,
-      2,
-      "ZB1P: interleaved with split backward, W delayed by the rank");
-  add("ZBVZeroBubble",
-      zbv_zero_bubble,
-      PlacementStyle::kV,
-      2,
-      "zero bubble on a V placement (2 stages per rank)");
-  add("DualPipeV",
-      dual_pipe_v,
-      PlacementStyle::kV,
-      2,
-      "DeepSeek's DualPipe on a V placement, overlapping F and B (m >= 2p)");
+  schedule_registry().add_builtins_once([](Registry<ScheduleSpec>& registry) {
+    const auto add = [&](const char* name,
+                         auto generate,
+                         PlacementStyle placement,
+                         int64_t default_v,
+                         const char* help) {
+      registry.add(name, ScheduleSpec{generate, placement, default_v}, help);
+    };
+    const auto loop = PlacementStyle::kLoop;
+    add("GPipe", gpipe, loop, 1, "all forwards, then all backwards");
+    add("1F1B", one_f_one_b, loop, 1, "one forward, one backward (m >= p)");
+    add("Interleaved1F1B",
+        interleaved_1f1b,
+        loop,
+        2,
+        "1F1B over several looped stages per rank (Megatron)");
+    add("LoopedBFS",
+        looped_bfs,
+        loop,
+        2,
+        "every forward of each local stage, then every backward");
+    add("InterleavedZeroBubble",
+        interleaved_zero_bubble,
+        loop,
+        2,
+        "ZB1P: interleaved with split backward, W delayed by the rank");
+    add("ZBVZeroBubble",
+        zbv_zero_bubble,
+        PlacementStyle::kV,
+        2,
+        "zero bubble on a V placement (2 stages per rank)");
+    add("DualPipeV",
+        dual_pipe_v,
+        PlacementStyle::kV,
+        2,
+        "DeepSeek's DualPipe on a V placement, overlapping F and B (m >= 2p)");
+  });
 }
 
 Schedule make_schedule(

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <thread>
 
 #include "common/registry.h"
 
@@ -20,6 +21,25 @@ TEST(Registry, FindsEntriesCaseInsensitively) {
   EXPECT_EQ(r.get("Beta")(), 2);
   EXPECT_EQ(r.help("alpha"), "the first");
   EXPECT_EQ(r.names(), (std::vector<std::string>{"Alpha", "beta"}));
+}
+
+TEST(Registry, BuiltinsAreAddedOnceAcrossThreads) {
+  Registry<Creator> r("widget");
+  int calls = 0;
+  const auto add = [&](Registry<Creator>& registry) {
+    ++calls;
+    registry.add("alpha", [] { return 1; }, "");
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] { r.add_builtins_once(add); });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  r.add_builtins_once(add);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(r.names(), std::vector<std::string>{"alpha"});
 }
 
 TEST(Registry, DuplicateNameIsAProgrammingError) {
