@@ -1,8 +1,8 @@
 #include "parallel/pipeline/schedule_io.h"
 
 #include <algorithm>
-#include <cmath>
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>

@@ -28,7 +28,8 @@ TEST(Registry, BuiltinsAreAddedOnceAcrossThreads) {
   int calls = 0;
   const auto add = [&](Registry<Creator>& registry) {
     ++calls;
-    registry.add("alpha", [] { return 1; }, "");
+    registry.add(
+        "alpha", [] { return 1; }, "");
   };
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i) {
