@@ -22,9 +22,7 @@ class WarmupStableDecay {
   WarmupStableDecay(const LRSchedulerConfig& config, int64_t training_steps);
   /// The multiplier of step `step` (1 = the first optimizer step).
   double factor(int64_t step) const;
-  int64_t warmup_steps() const {
-    return warmup_steps_;
-  }
+  /// Steps of decay at the end of training (0: none).
   int64_t decay_steps() const {
     return decay_steps_;
   }

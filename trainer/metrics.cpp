@@ -24,11 +24,12 @@ MetricsLogger::MetricsLogger(
     return;
   }
   std::filesystem::create_directories(dump_folder);
-  jsonl_path_ = (std::filesystem::path(dump_folder) / "metrics.jsonl").string();
-  jsonl_.open(jsonl_path_, std::ios::out | std::ios::trunc);
+  const std::string path =
+      (std::filesystem::path(dump_folder) / "metrics.jsonl").string();
+  jsonl_.open(path, std::ios::out | std::ios::trunc);
   if (!jsonl_) {
     throw std::runtime_error(
-        "[metrics] cannot write " + jsonl_path_ + ": " + std::strerror(errno));
+        "[metrics] cannot write " + path + ": " + std::strerror(errno));
   }
 }
 

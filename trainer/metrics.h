@@ -35,15 +35,10 @@ class MetricsLogger {
   bool should_log(int64_t step) const;
   /// Logs `m` (on the logging rank).
   void log(const StepMetrics& m);
-  /// Path of the JSONL file ("" when disabled).
-  const std::string& jsonl_path() const {
-    return jsonl_path_;
-  }
 
  private:
   MetricsConfig config_;
   bool is_logging_rank_;
-  std::string jsonl_path_;
   std::ofstream jsonl_;
 };
 

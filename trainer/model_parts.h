@@ -32,10 +32,6 @@ class ModelParts {
   ModelChunk& operator[](size_t i) const {
     return *parts_.at(i);
   }
-  /// Shared handle to part `i`.
-  const std::shared_ptr<ModelChunk>& ptr(size_t i) const {
-    return parts_.at(i);
-  }
   /// Calls `f(part)` for each part in stage order.
   template <class F>
   void for_each(F&& f) const {
