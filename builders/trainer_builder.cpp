@@ -9,15 +9,26 @@
 
 #include "common/allocator.h"
 #include "data/text_dataset.h"
+#include "parallel/data_parallel/replicate.h"
+#include "parallel/dist/mesh.h"
+#include "parallel/dist/process_group.h"
 
 namespace baton {
 
 namespace {
 
-/// LOCAL_WORLD_SIZE from the launcher's environment, else 1.
-int64_t local_world_size() {
-  const char* v = std::getenv("LOCAL_WORLD_SIZE");
-  return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : 1;
+/// comm.backend resolved for `device`: auto is NCCL on CUDA, else Gloo.
+std::string comm_backend(const JobConfig& config, const at::Device& device) {
+  const std::string& b = config.comm.backend;
+  if (b == "auto") {
+    return device.is_cuda() ? "nccl" : "gloo";
+  }
+  if (b == "nccl" && !device.is_cuda()) {
+    throw ConfigError(
+        "comm.backend: nccl needs CUDA tensors, but this run trains on " +
+        device.str() + "; allowed here: auto, gloo");
+  }
+  return b;
 }
 
 void check_built(bool ok, const std::string& what) {
@@ -66,6 +77,9 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   c.metrics = build_metrics();
   check_built(c.metrics != nullptr, "build_metrics returned null");
 
+  c.world_size = env_.world_size;
+  c.rank = env_.rank;
+  c.runtime = runtime_;
   c.peak_tflops = config_.metrics.peak_tflops;
   if (c.peak_tflops <= 0.0) {
     c.peak_tflops = measure_peak_tflops();
@@ -77,29 +91,47 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   return std::make_unique<Trainer>(config_, std::move(c));
 }
 
+dist::ParallelMesh& TrainerBuilder::mesh() const {
+  if (!mesh_) {
+    throw std::logic_error("[TrainerBuilder] mesh() before init_runtime()");
+  }
+  return *mesh_;
+}
+
 void TrainerBuilder::init_runtime() {
   keep_freed_memory_in_process();
+  env_ = dist::detect_launch_env();
   const auto& p = config_.parallelism;
   dims_ = ParallelDims::resolve(
       p.data_parallel_replicate_degree,
       p.data_parallel_shard_degree,
       p.tensor_parallel_degree,
       p.pipeline_parallel_degree,
-      /*world_size=*/1);
+      env_.world_size);
+  device_ = torch::cuda::is_available()
+                ? at::Device(at::kCUDA, static_cast<int>(env_.local_rank))
+                : at::Device(at::kCPU);
+  if (env_.distributed()) {
+    dist::RuntimeOptions options;
+    options.backend = comm_backend(config_, device_);
+    options.init_timeout =
+        std::chrono::seconds(config_.comm.init_timeout_seconds);
+    runtime_ = dist::Runtime::init(env_, options);
+  }
+  mesh_ = std::make_shared<dist::ParallelMesh>(dims_, env_.rank, runtime_);
   int64_t threads = config_.training.num_threads;
   if (threads == 0) {
     const int64_t cores =
         std::max<int64_t>(1, std::thread::hardware_concurrency());
-    threads = std::max<int64_t>(1, cores / local_world_size());
+    threads = std::max<int64_t>(1, cores / env_.local_world_size);
   }
   at::set_num_threads(static_cast<int>(threads));
   torch::manual_seed(config_.training.seed);
   if (config_.training.deterministic) {
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   }
-  device_ = torch::cuda::is_available() ? at::Device(at::kCUDA, 0)
-                                        : at::Device(at::kCPU);
-  LOG(INFO) << "runtime: " << dims_.to_string() << ", " << threads
+  LOG(INFO) << "runtime: " << env_.to_string() << "; " << dims_.to_string()
+            << "; " << mesh_->to_string() << "; " << threads
             << " intra-op threads, device " << device_.str();
 }
 
@@ -121,6 +153,20 @@ ModelParts TrainerBuilder::build_model(const llama::ModelArgs& args) {
 void TrainerBuilder::parallelize(ModelChunk& part) {
   part.to(device_);
   part.train();
+  const auto& dp = mesh().dp();
+  if (dims_.dp_replicate > 1) {
+    std::vector<at::Tensor> params;
+    std::vector<std::string> names;
+    for (const auto& item : part.named_parameters()) {
+      names.push_back(item.key());
+      params.push_back(item.value());
+    }
+    check_replicas_equal(params, names, *dp);
+    const auto bucket_bytes = static_cast<int64_t>(
+        config_.parallelism.data_parallel_bucket_size_mb * 1024 * 1024);
+    reducers_.push_back(
+        std::make_shared<GradientReducer>(params, dp, bucket_bytes));
+  }
 }
 
 std::unique_ptr<torch::optim::Optimizer> TrainerBuilder::build_optimizer(
@@ -160,7 +206,7 @@ std::unique_ptr<DataLoader> TrainerBuilder::build_dataloader(
       config_.origin("training.dataset"))(config_.training.dataset_path);
   DataLoaderOptions options(
       config_.training.local_batch_size, config_.training.seq_len);
-  options.dp_rank = 0;
+  options.dp_rank = mesh().coord().dp(dims_);
   options.dp_size = dims_.dp();
   return std::make_unique<DataLoader>(
       std::move(dataset), std::move(tokenizer), options);
@@ -172,7 +218,10 @@ LossFn TrainerBuilder::build_loss() {
 
 std::unique_ptr<TrainStep> TrainerBuilder::build_train_step(
     const ModelParts& parts, LossFn loss) {
-  return std::make_unique<LocalTrainStep>(std::move(loss));
+  StepCommunication comm;
+  comm.batch_group = mesh().loss();
+  comm.reducers = reducers_;
+  return std::make_unique<LocalTrainStep>(std::move(loss), std::move(comm));
 }
 
 std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
@@ -190,7 +239,9 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
 
 std::unique_ptr<MetricsLogger> TrainerBuilder::build_metrics() {
   return std::make_unique<MetricsLogger>(
-      config_.metrics, config_.job.dump_folder, /*is_logging_rank=*/true);
+      config_.metrics,
+      config_.job.dump_folder,
+      /*is_logging_rank=*/env_.rank == 0);
 }
 
 }  // namespace baton

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "models/llama/args.h"
+#include "parallel/dist/launch_env.h"
 #include "parallel/dist/parallel_dims.h"
 #include "trainer/trainer.h"
 
@@ -11,6 +12,12 @@ class Optimizer;
 }
 
 namespace baton {
+
+namespace dist {
+class ParallelMesh;
+class Runtime;
+}  // namespace dist
+class GradientReducer;
 
 /// Builds a Trainer from a JobConfig. `build()` runs the hooks in a fixed
 /// order and checks what each returns; a new parallel strategy subclasses
@@ -39,8 +46,20 @@ class TrainerBuilder {
   const ParallelDims& parallel_dims() const {
     return dims_;
   }
+  /// This process's place in the job; set by init_runtime.
+  const dist::LaunchEnv& launch_env() const {
+    return env_;
+  }
+  /// This rank's process groups; set by init_runtime.
+  dist::ParallelMesh& mesh() const;
+  /// The distributed runtime; null for a single process.
+  const std::shared_ptr<dist::Runtime>& runtime() const {
+    return runtime_;
+  }
 
-  /// Threads, seeds, determinism and the parallel layout (single rank here).
+  /// Threads, seeds, determinism, the launch environment, the distributed
+  /// runtime (store and process groups, when there are several ranks), the
+  /// parallel layout and the device.
   virtual void init_runtime();
   /// The tokenizer of `model.tokenizer`.
   virtual std::shared_ptr<const Tokenizer> build_tokenizer();
@@ -48,7 +67,9 @@ class TrainerBuilder {
   /// the flavor with the tokenizer's vocabulary size.
   virtual ModelParts build_model(const llama::ModelArgs& args);
   /// Applies this builder's parallelism to one part; the base moves it to
-  /// the device and puts it in training mode.
+  /// the device, puts it in training mode and, with data parallel
+  /// replicas, checks that the replicas start equal and attaches a
+  /// GradientReducer (see grad_reducers()).
   virtual void parallelize(ModelChunk& part);
   /// The optimizer of one part (`optimizer.name`).
   virtual std::unique_ptr<torch::optim::Optimizer> build_optimizer(
@@ -67,7 +88,8 @@ class TrainerBuilder {
       std::shared_ptr<const Tokenizer> tokenizer);
   /// The token loss; cross-entropy summed over tokens.
   virtual LossFn build_loss();
-  /// Forward and backward of one step over `parts`.
+  /// Forward and backward of one step over `parts`; the base one is local,
+  /// with the data-parallel group and reducers.
   virtual std::unique_ptr<TrainStep> build_train_step(
       const ModelParts& parts, LossFn loss);
   /// The checkpointer, or null when checkpointing is off.
@@ -83,10 +105,18 @@ class TrainerBuilder {
   at::Device device() const {
     return device_;
   }
+  /// The reducers parallelize attached, one per part, in part order.
+  const std::vector<std::shared_ptr<GradientReducer>>& grad_reducers() const {
+    return reducers_;
+  }
 
  private:
   JobConfig config_;
   ParallelDims dims_;
+  dist::LaunchEnv env_;
+  std::shared_ptr<dist::Runtime> runtime_;
+  std::shared_ptr<dist::ParallelMesh> mesh_;
+  std::vector<std::shared_ptr<GradientReducer>> reducers_;
   at::Device device_{at::kCPU};
 };
 

@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   g++ cmake make ccache pkg-config
-  libtorch-dev
+  libtorch-dev libgloo-dev
   libyaml-cpp-dev
   libgoogle-glog-dev
   libgtest-dev libgmock-dev

@@ -615,8 +615,6 @@ void check_consistency(const JobConfig& config) {
   // -1 means "the rest of the world", which is only defined for one degree.
   const ParallelismConfig& p = config.parallelism;
   const std::pair<const char*, int64_t> degrees[] = {
-      {"parallelism.data_parallel_replicate_degree",
-       p.data_parallel_replicate_degree},
       {"parallelism.data_parallel_shard_degree", p.data_parallel_shard_degree},
       {"parallelism.tensor_parallel_degree", p.tensor_parallel_degree},
       {"parallelism.pipeline_parallel_degree", p.pipeline_parallel_degree},
@@ -655,8 +653,6 @@ void require_supported(
 void check_supported(const JobConfig& config) {
   const ParallelismConfig& p = config.parallelism;
   const std::pair<const char*, int64_t> degrees[] = {
-      {"parallelism.data_parallel_replicate_degree",
-       p.data_parallel_replicate_degree},
       {"parallelism.data_parallel_shard_degree", p.data_parallel_shard_degree},
       {"parallelism.tensor_parallel_degree", p.tensor_parallel_degree},
       {"parallelism.pipeline_parallel_degree", p.pipeline_parallel_degree},

@@ -200,6 +200,9 @@ struct TrainingConfig {
 struct ParallelismConfig {
   int64_t data_parallel_replicate_degree = 1;
   int64_t data_parallel_shard_degree = 1;
+  /// Size of the gradient all-reduce buckets of data parallel, as DDP's
+  /// bucket_cap_mb.
+  double data_parallel_bucket_size_mb = 25.0;
   int64_t tensor_parallel_degree = 1;
   int64_t pipeline_parallel_degree = 1;
   std::string pipeline_parallel_schedule = "1F1B";
@@ -219,6 +222,9 @@ struct ParallelismConfig {
     v("data_parallel_shard_degree",
       data_parallel_shard_degree,
       FieldSpec("FSDP shards (-1: the rest of the world)").at_least(-1));
+    v("data_parallel_bucket_size_mb",
+      data_parallel_bucket_size_mb,
+      FieldSpec("MiB per gradient all-reduce bucket").greater_than(0));
     v("tensor_parallel_degree",
       tensor_parallel_degree,
       FieldSpec("tensor parallel ranks").at_least(-1));

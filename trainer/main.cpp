@@ -4,12 +4,15 @@
 #include <c10/util/Exception.h>
 #include <glog/logging.h>
 
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <iostream>
 
 #include "builders/builder_registry.h"
 #include "common/error.h"
+#include "parallel/dist/launcher.h"
+#include "parallel/dist/process_group.h"
 #include "parallel/pipeline/schedule_io.h"
 #include "parallel/pipeline/schedules.h"
 #include "trainer/cli.h"
@@ -17,19 +20,66 @@
 
 namespace {
 
-int run_train(const baton::TrainArgs& args) {
-  if (args.nproc > 0) {
-    throw baton::ConfigError(
-        "--nproc: launching local ranks is not supported yet");
+/// The exit code and message of an exception: ConfigError 2, else 1.
+std::pair<int, std::string> describe(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const baton::ConfigError& e) {
+    return {2, e.what()};
+  } catch (const c10::Error& e) {
+    return {1, e.what_without_backtrace()};
+  } catch (const std::exception& e) {
+    return {1, e.what()};
+  } catch (...) {
+    return {1, "unknown exception"};
   }
+}
+
+/// One rank of several failed: print the error, tell the other ranks through
+/// the store, and leave at once. Destructors are skipped on purpose: a Gloo
+/// group still holding work in flight would block in its destructor.
+[[noreturn]] void exit_rank(
+    const std::exception_ptr& error, baton::dist::Runtime& runtime) {
+  const auto [code, message] = describe(error);
+  std::cerr << "error: " << message << std::endl;
+  runtime.report_failure(message);
+  google::FlushLogFiles(google::GLOG_INFO);
+  std::cout.flush();
+  std::_Exit(code);
+}
+
+int run_train(const baton::TrainArgs& args) {
   const auto config = baton::load_job_config(args.config_path, args.overrides);
   if (args.print_config) {
     std::cout << baton::job_config_to_yaml(config);
     return 0;
   }
+  if (args.nproc > 0) {
+    // The config is checked once, here, before any rank starts.
+    baton::dist::LocalLaunchOptions launch;
+    launch.nproc = args.nproc;
+    launch.args = {"train", "--config", args.config_path};
+    for (const auto& o : args.overrides) {
+      launch.args.push_back("--" + o);
+    }
+    launch.store_timeout =
+        std::chrono::seconds(config.comm.init_timeout_seconds);
+    return baton::dist::launch_local(launch);
+  }
   baton::register_builtin_builders();
-  auto trainer = baton::make_trainer_builder(config)->build();
-  trainer->train();
+  // Both live outside the try, so the runtime they hold is still there when
+  // a failure is reported.
+  auto builder = baton::make_trainer_builder(config);
+  std::unique_ptr<baton::Trainer> trainer;
+  try {
+    trainer = builder->build();
+    trainer->train();
+  } catch (...) {
+    if (auto runtime = baton::dist::Runtime::current()) {
+      exit_rank(std::current_exception(), *runtime);
+    }
+    throw;
+  }
   return 0;
 }
 
@@ -80,14 +130,9 @@ int main(int argc, char** argv) {
       return run_schedule(cli.schedule);
     }
     return run_train(cli.train);
-  } catch (const baton::ConfigError& e) {
-    std::cerr << "error: " << e.what() << '\n';
-    return 2;
-  } catch (const c10::Error& e) {
-    std::cerr << "error: " << e.what_without_backtrace() << '\n';
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << '\n';
-    return 1;
+  } catch (...) {
+    const auto [code, message] = describe(std::current_exception());
+    std::cerr << "error: " << message << '\n';
+    return code;
   }
 }

@@ -4,6 +4,9 @@
 
 #include <stdexcept>
 
+#include "parallel/data_parallel/replicate.h"
+#include "parallel/dist/process_group.h"
+
 namespace baton {
 
 at::Tensor cross_entropy_sum(
@@ -26,20 +29,42 @@ StepOutput LocalTrainStep::run(
   }
   auto& model = parts[0];
   const auto device = model.parameters().at(0).device();
-  int64_t tokens = 0;
+  int64_t local_tokens = 0;
   for (const auto& batch : batches) {
-    tokens += batch.labels.numel();
+    local_tokens += batch.labels.numel();
   }
+  const auto tokens = static_cast<int64_t>(
+      sum_over(comm_.batch_group, static_cast<double>(local_tokens)));
   double loss_sum = 0.0;
-  for (const auto& batch : batches) {
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const bool last = i + 1 == batches.size();
+    for (auto& reducer : comm_.reducers) {
+      reducer->prepare(/*sync=*/last);
+    }
+    const auto& batch = batches[i];
     const auto logits = model.forward(batch.inputs.to(device));  // (B, T, V)
     const auto loss = loss_(logits, batch.labels.to(device));
-    // Scaled by the step's token count so accumulated gradients are those of
-    // the mean loss over the whole step.
+    // Scaled by the global step's token count so accumulated (and, across
+    // data-parallel ranks, summed) gradients are those of the mean loss
+    // over the whole global step.
     (loss / static_cast<double>(tokens)).backward();
     loss_sum += loss.item<double>();
   }
+  for (auto& reducer : comm_.reducers) {
+    reducer->finish();
+  }
+  loss_sum = sum_over(comm_.batch_group, loss_sum);
   return {loss_sum / static_cast<double>(tokens), tokens};
+}
+
+double sum_over(
+    const std::shared_ptr<dist::ProcessGroup>& group, double value) {
+  if (!group || group->size() == 1) {
+    return value;
+  }
+  auto t = torch::tensor({value}, torch::kFloat64);
+  group->all_reduce(t, dist::ReduceOp::kSum);
+  return t.item<double>();
 }
 
 }  // namespace baton

@@ -3,12 +3,18 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "data/dataloader.h"
 #include "trainer/model_parts.h"
 
 namespace baton {
+
+namespace dist {
+class ProcessGroup;
+}
+class GradientReducer;
 
 /// Sum of the token cross-entropies of `logits` (B, T, vocab) against
 /// `labels` (B, T). The step divides by its total token count, so gradients
@@ -22,10 +28,22 @@ at::Tensor cross_entropy_sum(
 
 /// What one step's forward and backward produced.
 struct StepOutput {
-  /// Mean token loss over the whole step; NaN on ranks that do not see it.
+  /// Mean token loss over the whole global step (every data-parallel rank);
+  /// NaN on ranks that do not see it.
   double loss = 0.0;
-  /// Tokens the step trained on.
+  /// Tokens the global step trained on.
   int64_t tokens = 0;
+};
+
+/// What a train step shares with other ranks; empty for a single process.
+struct StepCommunication {
+  /// The ranks that together train on one global batch (the data-parallel
+  /// group): token counts and losses are summed over it, and each rank
+  /// scales its loss by the global token count. Null: this rank alone.
+  std::shared_ptr<dist::ProcessGroup> batch_group;
+  /// One per model part that replicates its gradients (data parallel); they
+  /// sum the gradients over `batch_group` during the last backward.
+  std::vector<std::shared_ptr<GradientReducer>> reducers;
 };
 
 /// Forward and backward of one optimizer step, accumulating gradients into
@@ -40,14 +58,21 @@ class TrainStep {
       ModelParts& parts, const std::vector<Batch>& batches) = 0;
 };
 
-/// The whole model in one part: forward, loss, backward per micro-step.
+/// The whole model in one part: forward, loss, backward per micro-step;
+/// with data parallelism, gradients are summed across the batch group
+/// during the last micro-step's backward.
 class LocalTrainStep final : public TrainStep {
  public:
-  explicit LocalTrainStep(LossFn loss) : loss_(std::move(loss)) {}
+  explicit LocalTrainStep(LossFn loss, StepCommunication comm = {})
+      : loss_(std::move(loss)), comm_(std::move(comm)) {}
   StepOutput run(ModelParts& parts, const std::vector<Batch>& batches) override;
 
  private:
   LossFn loss_;
+  StepCommunication comm_;
 };
+
+/// The sum of `value` over `group` (itself when `group` is null).
+double sum_over(const std::shared_ptr<dist::ProcessGroup>& group, double value);
 
 }  // namespace baton

@@ -3,8 +3,17 @@
 #include <glog/logging.h>
 #include <torch/torch.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "common/error.h"
+#include "parallel/dist/process_group.h"
 
 namespace baton {
 
@@ -48,8 +57,47 @@ double Trainer::clip_gradients() {
   return norm;
 }
 
+void maybe_inject_fault(int64_t rank, int64_t step) {
+  const char* spec = std::getenv("BATON_INJECT_FAULT");
+  if (spec == nullptr || *spec == '\0') {
+    return;
+  }
+  char kind[16] = {0};
+  long long at_rank = -1;
+  long long at_step = -1;
+  char tail = 0;
+  if (std::sscanf(
+          spec, "%15[a-z]:%lld:%lld%c", kind, &at_rank, &at_step, &tail) != 3) {
+    throw ConfigError(
+        std::string("BATON_INJECT_FAULT=") + spec +
+        ": expected KIND:RANK:STEP with KIND throw, kill or hang");
+  }
+  const std::string k = kind;
+  if (k != "throw" && k != "kill" && k != "hang") {
+    throw ConfigError(
+        std::string("BATON_INJECT_FAULT=") + spec +
+        ": KIND must be throw, kill or hang");
+  }
+  if (at_rank != rank || at_step != step) {
+    return;
+  }
+  LOG(WARNING) << "injecting fault '" << k << "' at step " << step;
+  google::FlushLogFiles(google::GLOG_INFO);
+  if (k == "throw") {
+    throw std::runtime_error(
+        "injected fault (BATON_INJECT_FAULT) at step " + std::to_string(step));
+  }
+  if (k == "kill") {
+    ::kill(::getpid(), SIGKILL);
+  }
+  while (true) {
+    std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+}
+
 StepMetrics Trainer::train_step() {
   ++step_;
+  maybe_inject_fault(c_.rank, step_);
   const auto start = Clock::now();
   std::vector<Batch> batches;
   if (c_.dataloader) {
@@ -74,11 +122,20 @@ StepMetrics Trainer::train_step() {
                  << "; skipping the optimizer step";
   }
   c_.lr_schedulers->step();
+  if (c_.runtime && !first_step_done_) {
+    // The first step may compile, allocate and warm up; later ones get the
+    // (shorter) training timeout.
+    c_.runtime->set_timeout(
+        std::chrono::seconds(config_.comm.train_timeout_seconds));
+  }
+  first_step_done_ = true;
 
   m.step_time_s = seconds_since(start);
   m.data_time_s = data_time;
+  // Tokens of the global step; FLOPs and MFU per rank.
   m.tokens_per_sec = static_cast<double>(out.tokens) / m.step_time_s;
-  m.tflops = c_.flops_per_token * m.tokens_per_sec / 1e12;
+  m.tflops = c_.flops_per_token * m.tokens_per_sec /
+             static_cast<double>(c_.world_size) / 1e12;
   m.mfu_pct = c_.peak_tflops > 0.0 ? 100.0 * m.tflops / c_.peak_tflops : 0.0;
   m.peak_rss_mib = peak_rss_mib();
   return m;
@@ -101,6 +158,10 @@ std::vector<StepMetrics> Trainer::train() {
     if (c_.checkpointer) {
       c_.checkpointer->maybe_save(step_, step_ == steps);
     }
+  }
+  if (c_.runtime) {
+    // Nobody leaves (taking the store it may host) while others still work.
+    c_.runtime->world()->barrier();
   }
   return history;
 }

@@ -16,6 +16,10 @@
 
 namespace baton {
 
+namespace dist {
+class Runtime;
+}
+
 /// Everything a trainer runs with; a TrainerBuilder fills it in.
 struct TrainerComponents {
   /// Training FLOPs per token of the whole model (for MFU).
@@ -30,8 +34,16 @@ struct TrainerComponents {
   /// Null when checkpointing is off.
   std::unique_ptr<Checkpointer> checkpointer;
   std::unique_ptr<MetricsLogger> metrics;
-  /// Peak TFLOP/s for MFU (configured or measured).
+  /// Peak TFLOP/s for MFU (configured or measured), per rank.
   double peak_tflops = 0.0;
+  /// Ranks in the job; tflops and MFU are per rank.
+  int64_t world_size = 1;
+  /// This process's global rank.
+  int64_t rank = 0;
+  /// The distributed runtime, null for a single process. The trainer keeps
+  /// it alive and switches it to comm.train_timeout_seconds after the first
+  /// step.
+  std::shared_ptr<dist::Runtime> runtime;
 };
 
 /// The train loop. Each step: fetch the micro-step batches, run the
@@ -60,6 +72,13 @@ class Trainer {
   JobConfig config_;
   TrainerComponents c_;
   int64_t step_ = 0;
+  bool first_step_done_ = false;
 };
+
+/// Fault injection for the failure tests, from BATON_INJECT_FAULT=
+/// "KIND:RANK:STEP": at the start of step STEP, global rank RANK throws
+/// (KIND throw), kills itself with SIGKILL (kill) or stops answering
+/// (hang). Unset: nothing. A malformed value throws ConfigError.
+void maybe_inject_fault(int64_t rank, int64_t step);
 
 }  // namespace baton

@@ -1,0 +1,65 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace baton::dist {
+class ProcessGroup;
+}
+
+namespace baton {
+
+/// Data parallel (replicate) for one model part, as DDP does it: the
+/// gradients are all-reduced (summed) across `group` in buckets, each bucket
+/// started by the gradient-accumulation hooks as soon as its last gradient
+/// is ready during backward, so communication overlaps the rest of the
+/// backward. Buckets hold parameters in reverse registration order (about
+/// the order backward produces them) and start in the same order on every
+/// rank, which keeps Gloo's collectives matched.
+///
+/// Per step: prepare(sync) before each backward (sync only on the last
+/// micro-step of gradient accumulation), finish() after the last one. The
+/// train step scales the loss by the global token count, so the summed
+/// gradients equal those of one process running the whole global batch.
+class GradientReducer {
+ public:
+  GradientReducer(
+      std::vector<at::Tensor> parameters,
+      std::shared_ptr<dist::ProcessGroup> group,
+      int64_t bucket_bytes);
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  /// Before a backward: whether its gradients should be reduced.
+  void prepare(bool sync);
+  /// After the last backward of the step: starts the buckets no hook
+  /// started (parameters without gradients count as zeros), waits for all,
+  /// and writes the sums into the gradients. Throws dist::CommError.
+  void finish();
+
+  /// Parameter indices of each bucket, in start order.
+  std::vector<std::vector<int64_t>> bucket_layout() const;
+  /// Buckets the hooks started during the last synced backward (the rest
+  /// started in finish()).
+  int64_t buckets_started_by_hooks() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+/// Checks that `parameters` are equal on every rank of `group` (a cheap
+/// fingerprint per tensor: sum and sum of squares, compared by MIN and MAX
+/// all-reduces). Throws std::runtime_error naming the first that differs.
+void check_replicas_equal(
+    const std::vector<at::Tensor>& parameters,
+    const std::vector<std::string>& names,
+    dist::ProcessGroup& group);
+
+}  // namespace baton

@@ -1,0 +1,324 @@
+#include "parallel/dist/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+#include <stdexcept>
+
+#include "parallel/dist/launch_env.h"
+#include "parallel/dist/process_group.h"
+
+extern char** environ;
+
+namespace baton::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+volatile sig_atomic_t pending_signal = 0;
+
+void on_signal(int sig) {
+  pending_signal = sig;
+}
+
+struct Child {
+  int64_t rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  // Output pipes (stdout, stderr) and what is left of an unfinished line.
+  int fds[2] = {-1, -1};
+  std::string partial[2];
+};
+
+std::string describe_status(int status) {
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return std::string("was killed by signal ") + std::to_string(sig) + " (" +
+           strsignal(sig) + ")";
+  }
+  return "exited with code " + std::to_string(WEXITSTATUS(status));
+}
+
+int exit_code(int status) {
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+/// Writes `text` to fd, whole.
+void write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return;
+    }
+    done += static_cast<size_t>(n);
+  }
+}
+
+/// Copies what is readable on child.fds[k] to our fd 1 or 2, prefixing
+/// each line. Returns false at end of file.
+bool pump(Child& child, int k, bool flush_partial) {
+  char buffer[65536];
+  const ssize_t n = ::read(child.fds[k], buffer, sizeof(buffer));
+  const bool eof = n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN);
+  const std::string prefix = "[rank" + std::to_string(child.rank) + "]: ";
+  std::string& partial = child.partial[k];
+  if (n > 0) {
+    partial.append(buffer, static_cast<size_t>(n));
+  }
+  std::string out;
+  size_t start = 0;
+  for (size_t nl; (nl = partial.find('\n', start)) != std::string::npos;
+       start = nl + 1) {
+    out += prefix + partial.substr(start, nl + 1 - start);
+  }
+  partial.erase(0, start);
+  if ((eof || flush_partial) && !partial.empty()) {
+    out += prefix + partial + "\n";
+    partial.clear();
+  }
+  write_all(k == 0 ? STDOUT_FILENO : STDERR_FILENO, out);
+  return !eof;
+}
+
+std::vector<std::string> child_environment(
+    int64_t rank, int64_t nproc, int64_t port) {
+  std::vector<std::string> env;
+  const std::vector<std::string> ours = {
+      "RANK",
+      "LOCAL_RANK",
+      "WORLD_SIZE",
+      "LOCAL_WORLD_SIZE",
+      "MASTER_ADDR",
+      "MASTER_PORT",
+      "GROUP_RANK",
+      kBatonAgentStoreEnv,
+      "TORCHELASTIC_USE_AGENT_STORE"};
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv(*e);
+    const std::string key = kv.substr(0, kv.find('='));
+    if (std::find(ours.begin(), ours.end(), key) == ours.end()) {
+      env.push_back(kv);
+    }
+  }
+  env.push_back("RANK=" + std::to_string(rank));
+  env.push_back("LOCAL_RANK=" + std::to_string(rank));
+  env.push_back("WORLD_SIZE=" + std::to_string(nproc));
+  env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(nproc));
+  env.push_back("GROUP_RANK=0");
+  env.push_back("MASTER_ADDR=127.0.0.1");
+  env.push_back("MASTER_PORT=" + std::to_string(port));
+  env.push_back(std::string(kBatonAgentStoreEnv) + "=1");
+  return env;
+}
+
+std::vector<char*> pointers(std::vector<std::string>& strings) {
+  std::vector<char*> p;
+  for (auto& s : strings) {
+    p.push_back(s.data());
+  }
+  p.push_back(nullptr);
+  return p;
+}
+
+void spawn(
+    Child& child,
+    const std::string& program,
+    std::vector<std::string> argv,
+    std::vector<std::string> env) {
+  int out[2];
+  int err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+    throw std::runtime_error(
+        std::string("--nproc: cannot create a pipe: ") + std::strerror(errno));
+  }
+  // Everything exec needs is built before fork: a forked child of a
+  // threaded process may only call async-signal-safe functions.
+  auto argv_p = pointers(argv);
+  auto env_p = pointers(env);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    throw std::runtime_error(
+        std::string("--nproc: fork failed: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    // Its own process group, so that signals reach whatever it starts;
+    // and die with the launcher, whatever kills it.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) {
+      ::_exit(1);
+    }
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    ::execve(program.c_str(), argv_p.data(), env_p.data());
+    const char msg[] = "error: --nproc: cannot execute the baton binary\n";
+    (void)!::write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also here: whichever runs first wins the race
+  ::close(out[1]);
+  ::close(err[1]);
+  // Our ends never block: the loop polls them.
+  ::fcntl(out[0], F_SETFL, ::fcntl(out[0], F_GETFL) | O_NONBLOCK);
+  ::fcntl(err[0], F_SETFL, ::fcntl(err[0], F_GETFL) | O_NONBLOCK);
+  child.pid = pid;
+  child.running = true;
+  child.fds[0] = out[0];
+  child.fds[1] = err[0];
+}
+
+void signal_all(std::vector<Child>& children, int sig) {
+  for (auto& c : children) {
+    if (c.running) {
+      ::kill(-c.pid, sig);
+    }
+  }
+}
+
+}  // namespace
+
+int launch_local(const LocalLaunchOptions& options) {
+  if (options.nproc < 1) {
+    throw std::invalid_argument("--nproc must be >= 1");
+  }
+  StoreServer store(/*port=*/0, options.nproc, options.store_timeout);
+  const std::string program =
+      options.program.empty() ? "/proc/self/exe" : options.program;
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int {};
+  struct sigaction old_term {};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+
+  std::vector<Child> children(options.nproc);
+  for (int64_t r = 0; r < options.nproc; ++r) {
+    std::vector<std::string> argv{"baton"};
+    argv.insert(argv.end(), options.args.begin(), options.args.end());
+    children[r].rank = r;
+    spawn(
+        children[r],
+        program,
+        argv,
+        child_environment(r, options.nproc, store.port()));
+  }
+
+  int64_t first_failed = -1;
+  Clock::time_point failed_at;
+  bool termed = false;
+  bool killed = false;
+  int64_t running = options.nproc;
+  while (true) {
+    if (pending_signal != 0) {
+      const int sig = pending_signal;
+      pending_signal = 0;
+      signal_all(children, sig);
+    }
+    // Copy output.
+    std::vector<pollfd> fds;
+    std::vector<std::pair<size_t, int>> owners;
+    for (size_t i = 0; i < children.size(); ++i) {
+      for (int k = 0; k < 2; ++k) {
+        if (children[i].fds[k] >= 0) {
+          fds.push_back({children[i].fds[k], POLLIN, 0});
+          owners.emplace_back(i, k);
+        }
+      }
+    }
+    // Once every rank has exited, only what is already in the pipes is
+    // copied: a stray grandchild holding a pipe open must not keep us.
+    const bool draining = running == 0;
+    if (fds.empty() && draining) {
+      break;
+    }
+    int ready = 0;
+    if (!fds.empty()) {
+      ready = ::poll(fds.data(), fds.size(), draining ? 0 : 100);
+    } else {
+      ::usleep(100 * 1000);
+    }
+    for (size_t j = 0; j < fds.size(); ++j) {
+      if ((fds[j].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+        auto& [i, k] = owners[j];
+        if (!pump(children[i], k, false)) {
+          ::close(children[i].fds[k]);
+          children[i].fds[k] = -1;
+        }
+      }
+    }
+    if (draining && ready <= 0) {
+      for (auto& c : children) {
+        for (int k = 0; k < 2; ++k) {
+          if (c.fds[k] >= 0) {
+            pump(c, k, /*flush_partial=*/true);
+            ::close(c.fds[k]);
+            c.fds[k] = -1;
+          }
+        }
+      }
+      break;
+    }
+    // Reap.
+    for (auto& c : children) {
+      if (!c.running) {
+        continue;
+      }
+      int status = 0;
+      if (::waitpid(c.pid, &status, WNOHANG) == c.pid) {
+        c.running = false;
+        c.status = status;
+        --running;
+        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (!ok && first_failed < 0) {
+          first_failed = c.rank;
+          failed_at = Clock::now();
+          std::cerr << "baton: rank " << c.rank << " "
+                    << describe_status(status);
+          if (running > 0) {
+            std::cerr << "; the other ranks get "
+                      << options.grace.count() / 1000
+                      << " s to stop on their own";
+          }
+          std::cerr << std::endl;
+        }
+      }
+    }
+    if (first_failed >= 0 && running > 0) {
+      const auto since = Clock::now() - failed_at;
+      if (!termed && since > options.grace) {
+        std::cerr << "baton: stopping the " << running
+                  << " rank(s) still running (SIGTERM)" << std::endl;
+        signal_all(children, SIGTERM);
+        termed = true;
+      } else if (!killed && since > options.grace + std::chrono::seconds(5)) {
+        signal_all(children, SIGKILL);
+        killed = true;
+      }
+    }
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  if (first_failed < 0) {
+    return 0;
+  }
+  return exit_code(children[first_failed].status);
+}
+
+}  // namespace baton::dist

@@ -1,0 +1,89 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/dist/parallel_dims.h"
+
+namespace baton::dist {
+
+class ProcessGroup;
+class Runtime;
+
+/// A rank's position on each parallel dimension.
+struct MeshCoord {
+  int64_t pp = 0;
+  int64_t dp_replicate = 0;
+  int64_t dp_shard = 0;
+  int64_t tp = 0;
+
+  /// Index among the data-parallel ranks: dp_replicate * dp_shard degree +
+  /// dp_shard. Picks the data shard.
+  int64_t dp(const ParallelDims& dims) const {
+    return dp_replicate * dims.dp_shard + dp_shard;
+  }
+};
+
+/// Dimensions a sub-group runs along.
+enum class MeshDim { kPp, kDp, kDpReplicate, kDpShard, kTp };
+
+/// Rank order, as torchtitan's device mesh: pp outermost, then
+/// dp_replicate, dp_shard, tp innermost, so
+/// rank = ((pp * dp_replicate + r) * dp_shard + s) * tp + t. Neighbouring
+/// ranks share a pipeline stage; with pp 2 x dp 2 ranks 0, 1 are stage 0.
+MeshCoord mesh_coord(const ParallelDims& dims, int64_t rank);
+int64_t mesh_rank(const ParallelDims& dims, const MeshCoord& coord);
+/// The ascending global ranks of `rank`'s group along `dim`: the ranks whose
+/// other coordinates equal `rank`'s.
+std::vector<int64_t> mesh_group(
+    const ParallelDims& dims, int64_t rank, MeshDim dim);
+
+/// The process groups of one rank: the world, its pipeline group and its
+/// data-parallel group (which is also the group the loss and token counts
+/// are summed over). A dimension of degree 1 gets a group of one.
+class ParallelMesh {
+ public:
+  /// Creates the sub-groups (collectively: every rank calls it, in the same
+  /// order). `runtime` may be null for a single rank.
+  ParallelMesh(
+      const ParallelDims& dims,
+      int64_t rank,
+      const std::shared_ptr<Runtime>& runtime);
+
+  const ParallelDims& dims() const {
+    return dims_;
+  }
+  int64_t rank() const {
+    return rank_;
+  }
+  const MeshCoord& coord() const {
+    return coord_;
+  }
+  const std::shared_ptr<ProcessGroup>& world() const {
+    return world_;
+  }
+  const std::shared_ptr<ProcessGroup>& pp() const {
+    return pp_;
+  }
+  const std::shared_ptr<ProcessGroup>& dp() const {
+    return dp_;
+  }
+  /// The ranks that together train on one global batch.
+  const std::shared_ptr<ProcessGroup>& loss() const {
+    return dp_;
+  }
+  /// "rank 3: pp 1/2, dp 1/2 (groups pp [1, 3], dp [2, 3])".
+  std::string to_string() const;
+
+ private:
+  ParallelDims dims_;
+  int64_t rank_;
+  MeshCoord coord_;
+  std::shared_ptr<ProcessGroup> world_;
+  std::shared_ptr<ProcessGroup> pp_;
+  std::shared_ptr<ProcessGroup> dp_;
+};
+
+}  // namespace baton::dist

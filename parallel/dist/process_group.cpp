@@ -1,0 +1,689 @@
+// The one file that includes c10d. Version differences (the ProcessGroup /
+// Backend split of 2.0) and the Gloo gaps of 1.13 stay here.
+#ifndef USE_C10D_GLOO
+// Debian's libtorch is built with Gloo, but its CMake target does not say so.
+#define USE_C10D_GLOO
+#endif
+
+#include "parallel/dist/process_group.h"
+
+#include <ATen/ATen.h>
+#include <glog/logging.h>
+#include <torch/version.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "common/text.h"
+
+namespace baton::dist {
+
+namespace {
+
+#if TORCH_VERSION_MAJOR >= 2
+// 2.x: the backends derive from c10d::Backend; c10d::ProcessGroup is a
+// dispatching front end we never construct.
+using BackendBase = c10d::Backend;
+#else
+using BackendBase = c10d::ProcessGroup;
+#endif
+
+using Millis = std::chrono::milliseconds;
+
+/// The first line of an exception message (Gloo's carry a source path).
+std::string first_line(const std::string& s) {
+  return s.substr(0, s.find('\n'));
+}
+
+std::string seconds_text(Millis ms) {
+  const auto s = static_cast<double>(ms.count()) / 1000.0;
+  std::string text = std::to_string(s);
+  text.erase(text.find_last_not_of('0') + 1);
+  if (!text.empty() && text.back() == '.') {
+    text.pop_back();
+  }
+  return text + " s";
+}
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:  // summed, then divided here
+      return c10d::ReduceOp::SUM;
+    case ReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+std::vector<uint8_t> to_bytes(const std::string& s) {
+  return {s.begin(), s.end()};
+}
+
+std::string from_bytes(const std::vector<uint8_t>& b) {
+  return {b.begin(), b.end()};
+}
+
+std::string heartbeat_key(int64_t rank) {
+  return "baton/heartbeat/" + std::to_string(rank);
+}
+
+std::string failure_key(int64_t rank) {
+  return "baton/failed/" + std::to_string(rank);
+}
+
+c10::intrusive_ptr<c10d::TCPStore> connect_store(
+    const LaunchEnv& env, bool is_server, Millis timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<uint16_t>(env.master_port);
+  opts.isServer = is_server;
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+}
+
+c10::intrusive_ptr<c10d::Store> with_prefix(
+    c10::intrusive_ptr<c10d::Store> store, const std::string& prefix) {
+  if (prefix.empty()) {
+    return store;
+  }
+  return c10::make_intrusive<c10d::PrefixStore>(prefix, std::move(store));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Runtime
+
+/// What groups and works share with their runtime: the store, the
+/// heartbeat, the timeout. Groups hold it (not the Runtime, which holds
+/// the world group), so a Runtime and its groups go away together.
+struct Core {
+  LaunchEnv env;
+  RuntimeOptions options;
+  /// Rendezvous and group creation; diagnosis once operations fail.
+  c10::intrusive_ptr<c10d::Store> store;
+  /// A second connection, so a blocking store call elsewhere never delays
+  /// a heartbeat.
+  c10::intrusive_ptr<c10d::Store> heartbeat_store;
+  std::atomic<int64_t> timeout_ms{0};
+
+  std::mutex mutex;
+  std::condition_variable stop_cv;
+  bool stop = false;
+  std::thread heartbeat;
+
+  ~Core() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stop = true;
+    }
+    stop_cv.notify_all();
+    if (heartbeat.joinable()) {
+      heartbeat.join();
+    }
+  }
+
+  Millis timeout() const {
+    return Millis(timeout_ms.load());
+  }
+
+  void heartbeat_loop() {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!stop) {
+      lock.unlock();
+      try {
+        heartbeat_store->add(heartbeat_key(env.rank), 1);
+      } catch (const std::exception&) {
+        // The store is gone; diagnose() reports it when an operation fails.
+      }
+      lock.lock();
+      stop_cv.wait_for(lock, options.heartbeat_interval, [&] { return stop; });
+    }
+  }
+
+  std::string diagnose();
+};
+
+struct Runtime::State {
+  std::shared_ptr<Core> core;
+  std::shared_ptr<::gloo::transport::Device> gloo_device;
+  std::shared_ptr<ProcessGroup> world;
+  std::set<std::string> group_names;
+};
+
+namespace {
+std::mutex current_mutex;
+std::weak_ptr<Runtime> current_runtime;
+}  // namespace
+
+// ----------------------------------------------------------- ProcessGroup
+
+struct ProcessGroup::Impl {
+  std::string name;
+  int64_t rank = 0;
+  std::vector<int64_t> global_ranks;
+  std::string backend = "local";
+  c10::intrusive_ptr<BackendBase> pg;  // null for a group of one
+  std::shared_ptr<Core> runtime;       // null for a group of one
+
+  bool local() const {
+    return !pg;
+  }
+  int64_t size() const {
+    return static_cast<int64_t>(global_ranks.size());
+  }
+  std::string describe(const std::string& op) const {
+    return op + " on group '" + name + "' (" + std::to_string(size()) +
+           " ranks, this is global rank " + std::to_string(global_ranks[rank]) +
+           ")";
+  }
+  void check_peer(int64_t peer, const char* what) const {
+    if (peer < 0 || peer >= size() || peer == rank) {
+      throw std::invalid_argument(
+          "[ProcessGroup " + name + "] " + what + " " + std::to_string(peer) +
+          " is not another rank of a group of " + std::to_string(size()));
+    }
+  }
+  Work make_work(
+      const std::string& op,
+      c10::intrusive_ptr<c10d::Work> work,
+      std::function<void()> then = nullptr) const;
+  /// Calls `start` and turns a c10d exception into a CommError.
+  template <class F>
+  c10::intrusive_ptr<c10d::Work> start(const std::string& op, F&& f) const {
+    try {
+      return f();
+    } catch (const c10::Error& e) {
+      throw CommError(
+          describe(op) + " could not start: " +
+          first_line(e.what_without_backtrace()) + "; " + runtime->diagnose());
+    } catch (const std::exception& e) {
+      throw CommError(
+          describe(op) + " could not start: " + first_line(e.what()) + "; " +
+          runtime->diagnose());
+    }
+  }
+};
+
+struct Work::Impl {
+  std::string what;
+  c10::intrusive_ptr<c10d::Work> work;
+  std::function<void()> then;
+  std::shared_ptr<Core> runtime;
+  bool done = false;
+};
+
+Work::Work() = default;
+Work::~Work() = default;
+Work::Work(Work&&) noexcept = default;
+Work& Work::operator=(Work&&) noexcept = default;
+Work::Work(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+void Work::wait() {
+  if (!impl_ || impl_->done) {
+    return;
+  }
+  if (impl_->work) {
+    const Millis timeout = impl_->runtime->timeout();  // Core
+    std::string error;
+    try {
+      impl_->work->wait(timeout);
+    } catch (const c10::Error& e) {
+      error = first_line(e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      error = first_line(e.what());
+    }
+    if (!error.empty()) {
+      impl_->done = true;
+      throw CommError(
+          impl_->what + " failed (timeout " + seconds_text(timeout) +
+          "): " + error + "; " + impl_->runtime->diagnose());
+    }
+  }
+  impl_->done = true;
+  if (impl_->then) {
+    impl_->then();
+  }
+}
+
+bool Work::completed() const {
+  return !impl_ || impl_->done || !impl_->work || impl_->work->isCompleted();
+}
+
+Work ProcessGroup::Impl::make_work(
+    const std::string& op,
+    c10::intrusive_ptr<c10d::Work> work,
+    std::function<void()> then) const {
+  auto impl = std::make_unique<Work::Impl>();
+  impl->what = describe(op);
+  impl->work = std::move(work);
+  impl->then = std::move(then);
+  impl->runtime = runtime;
+  return Work(std::move(impl));
+}
+
+ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+ProcessGroup::~ProcessGroup() = default;
+
+std::shared_ptr<ProcessGroup> ProcessGroup::single(
+    const std::string& name, int64_t global_rank) {
+  auto impl = std::make_unique<Impl>();
+  impl->name = name;
+  impl->global_ranks = {global_rank};
+  return std::make_shared<ProcessGroup>(std::move(impl));
+}
+
+int64_t ProcessGroup::rank() const {
+  return impl_->rank;
+}
+int64_t ProcessGroup::size() const {
+  return impl_->size();
+}
+const std::string& ProcessGroup::name() const {
+  return impl_->name;
+}
+const std::vector<int64_t>& ProcessGroup::global_ranks() const {
+  return impl_->global_ranks;
+}
+std::string ProcessGroup::backend() const {
+  return impl_->backend;
+}
+
+Work ProcessGroup::all_reduce_async(at::Tensor& tensor, ReduceOp op) {
+  if (op == ReduceOp::kAvg && !at::isFloatingType(tensor.scalar_type())) {
+    throw std::invalid_argument(
+        "[ProcessGroup] all_reduce AVG needs a floating-point tensor, got " +
+        std::string(c10::toString(tensor.scalar_type())));
+  }
+  if (impl_->local()) {
+    return Work();
+  }
+  // Gloo reduces neither bf16 nor fp16 in 1.13: reduce a float32 copy.
+  const bool upcast =
+      impl_->backend == "gloo" && (tensor.scalar_type() == at::kBFloat16 ||
+                                   tensor.scalar_type() == at::kHalf);
+  at::Tensor buffer = upcast ? tensor.to(at::kFloat) : tensor;
+  const int64_t size = impl_->size();
+  std::function<void()> then;
+  if (upcast || op == ReduceOp::kAvg) {
+    then = [tensor, buffer, upcast, op, size]() mutable {
+      if (op == ReduceOp::kAvg) {
+        buffer.div_(static_cast<double>(size));
+      }
+      if (upcast) {
+        tensor.copy_(buffer);
+      }
+    };
+  }
+  auto work = impl_->start("all_reduce", [&] {
+    std::vector<at::Tensor> tensors{buffer};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = to_c10d(op);
+    return impl_->pg->allreduce(tensors, opts);
+  });
+  return impl_->make_work("all_reduce", std::move(work), std::move(then));
+}
+
+void ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op) {
+  all_reduce_async(tensor, op).wait();
+}
+
+void ProcessGroup::broadcast(at::Tensor& tensor, int64_t root) {
+  if (root < 0 || root >= size()) {
+    throw std::invalid_argument(
+        "[ProcessGroup " + name() + "] broadcast root " + std::to_string(root) +
+        " outside a group of " + std::to_string(size()));
+  }
+  if (impl_->local()) {
+    return;
+  }
+  auto work = impl_->start("broadcast", [&] {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    return impl_->pg->broadcast(tensors, opts);
+  });
+  impl_->make_work("broadcast", std::move(work)).wait();
+}
+
+at::Tensor ProcessGroup::all_gather(const at::Tensor& tensor) {
+  std::vector<int64_t> shape{size()};
+  for (const auto s : tensor.sizes()) {
+    shape.push_back(s);
+  }
+  at::Tensor out = at::empty(shape, tensor.options());
+  if (impl_->local()) {
+    out[0].copy_(tensor);
+    return out;
+  }
+  // 1.13's Gloo has no _allgather_base: gather into views of `out`.
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int64_t r = 0; r < size(); ++r) {
+    outputs[0].push_back(out[r]);
+  }
+  std::vector<at::Tensor> inputs{tensor.contiguous()};
+  auto work = impl_->start(
+      "all_gather", [&] { return impl_->pg->allgather(outputs, inputs); });
+  impl_->make_work("all_gather", std::move(work)).wait();
+  return out;
+}
+
+void ProcessGroup::reduce_scatter(
+    at::Tensor& output, const at::Tensor& input, ReduceOp op) {
+  if (input.numel() != output.numel() * size()) {
+    throw std::invalid_argument(
+        "[ProcessGroup " + name() + "] reduce_scatter input has " +
+        std::to_string(input.numel()) + " elements, expected size (" +
+        std::to_string(size()) + ") x output (" +
+        std::to_string(output.numel()) + ")");
+  }
+  // Gloo has no reduce-scatter in 1.13: all-reduce a copy, keep our chunk.
+  at::Tensor all = input.contiguous().clone();
+  all_reduce(all, op);
+  output.copy_(all.flatten().chunk(size())[rank()].view(output.sizes()));
+}
+
+Work ProcessGroup::isend(const at::Tensor& tensor, int64_t dst, int64_t tag) {
+  impl_->check_peer(dst, "send destination");
+  TORCH_CHECK(
+      tensor.is_contiguous(), "[ProcessGroup] send needs a contiguous tensor");
+  auto work = impl_->start("send to rank " + std::to_string(dst), [&] {
+    std::vector<at::Tensor> tensors{tensor};
+    return impl_->pg->send(
+        tensors, static_cast<int>(dst), static_cast<int>(tag));
+  });
+  // Keep the tensor alive until the send is done.
+  return impl_->make_work(
+      "send to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) +
+          ")",
+      std::move(work),
+      [keep = tensor] {});
+}
+
+Work ProcessGroup::irecv(at::Tensor& tensor, int64_t src, int64_t tag) {
+  impl_->check_peer(src, "receive source");
+  TORCH_CHECK(
+      tensor.is_contiguous(), "[ProcessGroup] recv needs a contiguous tensor");
+  auto work = impl_->start("recv from rank " + std::to_string(src), [&] {
+    std::vector<at::Tensor> tensors{tensor};
+    return impl_->pg->recv(
+        tensors, static_cast<int>(src), static_cast<int>(tag));
+  });
+  return impl_->make_work(
+      "recv from rank " + std::to_string(src) + " (tag " + std::to_string(tag) +
+          ")",
+      std::move(work));
+}
+
+void ProcessGroup::send(const at::Tensor& tensor, int64_t dst, int64_t tag) {
+  isend(tensor, dst, tag).wait();
+}
+
+void ProcessGroup::recv(at::Tensor& tensor, int64_t src, int64_t tag) {
+  irecv(tensor, src, tag).wait();
+}
+
+void ProcessGroup::barrier() {
+  if (impl_->local()) {
+    return;
+  }
+  auto work = impl_->start("barrier", [&] { return impl_->pg->barrier(); });
+  impl_->make_work("barrier", std::move(work)).wait();
+}
+
+// ---------------------------------------------------------------- Runtime
+
+Runtime::Runtime(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+Runtime::~Runtime() = default;
+
+std::shared_ptr<Runtime> Runtime::init(
+    const LaunchEnv& env, const RuntimeOptions& options) {
+  auto state = std::make_unique<State>();
+  state->core = std::make_shared<Core>();
+  auto& core = *state->core;
+  core.env = env;
+  core.options = options;
+  core.timeout_ms = options.init_timeout.count();
+  if (options.backend != "gloo" && options.backend != "nccl") {
+    throw std::invalid_argument("[Runtime] unknown backend " + options.backend);
+  }
+#ifndef USE_C10D_NCCL
+  if (options.backend == "nccl") {
+    throw std::invalid_argument(
+        "[Runtime] backend nccl needs a libtorch built with CUDA and NCCL; "
+        "this one has Gloo only");
+  }
+#endif
+  const std::string where =
+      env.master_addr + ":" + std::to_string(env.master_port);
+  const bool is_server = env.rank == 0 && !env.store_hosted;
+  try {
+    auto tcp = connect_store(env, is_server, options.init_timeout);
+    core.store = with_prefix(tcp, env.store_prefix);
+    core.heartbeat_store = with_prefix(
+        connect_store(env, /*is_server=*/false, options.init_timeout),
+        env.store_prefix);
+  } catch (const std::exception& e) {
+    throw CommError(
+        "rendezvous: " + env.to_string() + " could not " +
+        (is_server ? "host" : "reach") + " the store at " + where + " within " +
+        seconds_text(options.init_timeout) + ": " + first_line(e.what()));
+  }
+  if (options.backend == "gloo") {
+    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
+      state->gloo_device =
+          c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+    } else if (env.world_size == env.local_world_size) {
+      // Every rank on this machine: loopback needs no name resolution.
+      state->gloo_device =
+          c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+    } else {
+      state->gloo_device = c10d::ProcessGroupGloo::createDefaultDevice();
+    }
+  }
+  auto* raw = state.get();
+  Core* core_ptr = raw->core.get();
+  core.heartbeat = std::thread([core_ptr] { core_ptr->heartbeat_loop(); });
+  std::shared_ptr<Runtime> runtime(new Runtime(std::move(state)));
+  {
+    std::lock_guard<std::mutex> lock(current_mutex);
+    current_runtime = runtime;
+  }
+  std::vector<int64_t> all(env.world_size);
+  for (int64_t r = 0; r < env.world_size; ++r) {
+    all[r] = r;
+  }
+  raw->world = runtime->new_group(all, "world");
+  return runtime;
+}
+
+std::shared_ptr<Runtime> Runtime::current() {
+  std::lock_guard<std::mutex> lock(current_mutex);
+  return current_runtime.lock();
+}
+
+const LaunchEnv& Runtime::env() const {
+  return state_->core->env;
+}
+
+const std::shared_ptr<ProcessGroup>& Runtime::world() const {
+  return state_->world;
+}
+
+std::shared_ptr<ProcessGroup> Runtime::new_group(
+    const std::vector<int64_t>& ranks, const std::string& name) {
+  const Core& core = *state_->core;
+  const auto me = std::find(ranks.begin(), ranks.end(), core.env.rank);
+  if (ranks.empty() || !std::is_sorted(ranks.begin(), ranks.end()) ||
+      me == ranks.end() || ranks.front() < 0 ||
+      ranks.back() >= core.env.world_size) {
+    throw std::invalid_argument(
+        "[Runtime] group '" + name +
+        "': ranks must be ascending global ranks "
+        "that include this one (" +
+        std::to_string(core.env.rank) + ")");
+  }
+  if (!state_->group_names.insert(name).second) {
+    throw std::invalid_argument(
+        "[Runtime] group '" + name + "' exists already");
+  }
+  auto impl = std::make_unique<ProcessGroup::Impl>();
+  impl->name = name;
+  impl->global_ranks = ranks;
+  impl->rank = me - ranks.begin();
+  impl->runtime = state_->core;
+  if (ranks.size() == 1) {
+    return std::make_shared<ProcessGroup>(std::move(impl));
+  }
+  auto store =
+      c10::make_intrusive<c10d::PrefixStore>("baton/group/" + name, core.store);
+  const int rank = static_cast<int>(impl->rank);
+  const int size = static_cast<int>(ranks.size());
+  try {
+    if (core.options.backend == "gloo") {
+      auto opts =
+          c10d::ProcessGroupGloo::Options::create(core.options.init_timeout);
+      opts->devices.push_back(state_->gloo_device);
+      impl->pg =
+          c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+      impl->backend = "gloo";
+    } else {
+#ifdef USE_C10D_NCCL
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = core.options.init_timeout;
+      impl->pg =
+          c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
+      impl->backend = "nccl";
+#endif
+    }
+  } catch (const std::exception& e) {
+    throw CommError(
+        "creating group '" + name + "' of " + std::to_string(size) +
+        " ranks (this is global rank " + std::to_string(core.env.rank) +
+        ") failed within " + seconds_text(core.options.init_timeout) + ": " +
+        first_line(e.what()) + "; " + state_->core->diagnose());
+  }
+  return std::make_shared<ProcessGroup>(std::move(impl));
+}
+
+void Runtime::set_timeout(std::chrono::milliseconds timeout) {
+  state_->core->timeout_ms = timeout.count();
+}
+
+std::chrono::milliseconds Runtime::timeout() const {
+  return state_->core->timeout();
+}
+
+std::string Runtime::diagnose() {
+  return state_->core->diagnose();
+}
+
+std::string Core::diagnose() {
+  const int64_t world = env.world_size;
+  // Reports are "<order>|<message>"; the lowest order failed first.
+  auto failures = [&] {
+    std::vector<std::pair<int64_t, std::string>> found;
+    for (int64_t r = 0; r < world; ++r) {
+      if (r != env.rank && store->check({failure_key(r)})) {
+        const std::string v = from_bytes(store->get(failure_key(r)));
+        const auto bar = v.find('|');
+        found.emplace_back(
+            std::atoll(v.substr(0, bar).c_str()),
+            "rank " + std::to_string(r) + " failed: " + v.substr(bar + 1));
+      }
+    }
+    std::sort(found.begin(), found.end());
+    std::string text;
+    for (size_t i = 0; i < found.size(); ++i) {
+      text += (i == 0 ? "" : "; then ") + found[i].second;
+    }
+    return text;
+  };
+  try {
+    if (auto text = failures(); !text.empty()) {
+      return text;
+    }
+    std::vector<int64_t> before(world);
+    for (int64_t r = 0; r < world; ++r) {
+      before[r] = store->add(heartbeat_key(r), 0);
+    }
+    const Millis wait =
+        std::max<Millis>(Millis(2000), 4 * options.heartbeat_interval);
+    std::this_thread::sleep_for(wait);
+    if (auto text = failures(); !text.empty()) {
+      return text;
+    }
+    std::vector<std::string> lost;
+    for (int64_t r = 0; r < world; ++r) {
+      if (r != env.rank && store->add(heartbeat_key(r), 0) == before[r]) {
+        lost.push_back(std::to_string(r));
+      }
+    }
+    if (!lost.empty()) {
+      return std::string(lost.size() == 1 ? "rank " : "ranks ") +
+             join(lost, ", ") + " stopped answering (no heartbeat for " +
+             seconds_text(wait) + ": killed, crashed or frozen)";
+    }
+    return "every rank still sends heartbeats: the operation timed out, or "
+           "the ranks disagree on the order of operations";
+  } catch (const std::exception& e) {
+    return "the rendezvous store at " + env.master_addr + ":" +
+           std::to_string(env.master_port) + " does not answer (" +
+           first_line(e.what()) + "), so its host (" +
+           (env.store_hosted ? std::string("the launcher")
+                             : std::string("rank 0")) +
+           ") is gone";
+  }
+}
+
+void Runtime::report_failure(const std::string& message) noexcept {
+  try {
+    auto& store = *state_->core->heartbeat_store;
+    const int64_t order = store.add("baton/failure_order", 1);
+    store.set(
+        failure_key(state_->core->env.rank),
+        to_bytes(std::to_string(order) + "|" + first_line(message)));
+  } catch (const std::exception&) {
+  }
+}
+
+// ------------------------------------------------------------ StoreServer
+
+struct StoreServer::Impl {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+};
+
+StoreServer::StoreServer(
+    int64_t port, int64_t world_size, std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<Impl>()) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<uint16_t>(port);
+  opts.isServer = true;
+  opts.waitWorkers = false;
+  opts.numWorkers = world_size;
+  opts.timeout = timeout;
+  impl_->store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
+}
+
+StoreServer::~StoreServer() = default;
+
+int64_t StoreServer::port() const {
+  return impl_->store->getPort();
+}
+
+}  // namespace baton::dist

@@ -1,0 +1,173 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "parallel/dist/launch_env.h"
+
+namespace baton::dist {
+
+/// A collective or P2P operation failed or timed out. The message names the
+/// operation, the group and, where the runtime can tell, the rank that was
+/// lost ("rank 1 stopped answering").
+class CommError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+
+class Runtime;
+
+/// An operation in flight. wait() blocks until it is done or the group's
+/// timeout passes, then runs any finishing work (the division of an
+/// average, a copy back from an upcast buffer). A default Work is done.
+class Work {
+ public:
+  Work();
+  ~Work();
+  Work(Work&&) noexcept;
+  Work& operator=(Work&&) noexcept;
+
+  /// Throws CommError on failure or timeout.
+  void wait();
+  /// Whether wait() would return at once.
+  bool completed() const;
+
+  struct Impl;
+  explicit Work(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// One group of ranks and the operations the framework needs, over c10d
+/// (Gloo on CPU, NCCL where libtorch has CUDA). Ranks in arguments are ranks
+/// in this group. Every blocking call waits at most the runtime's current
+/// timeout (comm.init_timeout_seconds until the first step is done, then
+/// comm.train_timeout_seconds). A group of one rank does its operations
+/// locally. Groups come from Runtime::world() and Runtime::new_group().
+class ProcessGroup {
+ public:
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  /// This process's rank in the group.
+  int64_t rank() const;
+  int64_t size() const;
+  /// "world", "dp", "pp", ...
+  const std::string& name() const;
+  /// The global rank of each member, in group-rank order.
+  const std::vector<int64_t>& global_ranks() const;
+  /// "gloo", "nccl" or "local" (one rank).
+  std::string backend() const;
+
+  /// In place, on every member. Gloo lacks AVG (SUM then divide) and bf16 /
+  /// fp16 reductions (reduced in float32 and copied back): done here.
+  void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+  /// Same, returning at once; `tensor` holds the result after wait().
+  Work all_reduce_async(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+  /// Copies `root`'s tensor into every member's.
+  void broadcast(at::Tensor& tensor, int64_t root);
+  /// Every member's `tensor`, stacked: (size, *tensor.sizes()).
+  at::Tensor all_gather(const at::Tensor& tensor);
+  /// `input` is size() equal chunks along dim 0; member r gets the
+  /// reduction of everyone's chunk r in `output`.
+  void reduce_scatter(
+      at::Tensor& output,
+      const at::Tensor& input,
+      ReduceOp op = ReduceOp::kSum);
+  /// Point to point, matched by (peer, tag). The tensors must be contiguous.
+  void send(const at::Tensor& tensor, int64_t dst, int64_t tag = 0);
+  void recv(at::Tensor& tensor, int64_t src, int64_t tag = 0);
+  Work isend(const at::Tensor& tensor, int64_t dst, int64_t tag = 0);
+  Work irecv(at::Tensor& tensor, int64_t src, int64_t tag = 0);
+  /// Returns when every member has called it.
+  void barrier();
+
+  /// A group of just this process (global rank `global_rank`): every
+  /// operation is local. What a job of one rank, or a degree of 1, gets.
+  static std::shared_ptr<ProcessGroup> single(
+      const std::string& name, int64_t global_rank = 0);
+
+  struct Impl;
+  explicit ProcessGroup(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Options of Runtime::init.
+struct RuntimeOptions {
+  /// "gloo" or "nccl".
+  std::string backend = "gloo";
+  /// Rendezvous (store connect, group creation) and the first step.
+  std::chrono::milliseconds init_timeout{std::chrono::seconds(300)};
+  /// Seconds between liveness heartbeats in the store.
+  std::chrono::milliseconds heartbeat_interval{500};
+};
+
+/// The distributed runtime of one process: the rendezvous store, the world
+/// group, sub-groups, and a heartbeat per rank in the store so that a failed
+/// operation can say which rank was lost.
+class Runtime : public std::enable_shared_from_this<Runtime> {
+ public:
+  /// Connects to the store (rank 0 hosts it unless env.store_hosted) and
+  /// builds the world group. Blocks until every rank has arrived or
+  /// init_timeout passes (CommError).
+  static std::shared_ptr<Runtime> init(
+      const LaunchEnv& env, const RuntimeOptions& options);
+  /// The runtime this process initialised last, or null; main() uses it to
+  /// report a failure to the other ranks.
+  static std::shared_ptr<Runtime> current();
+  ~Runtime();
+
+  const LaunchEnv& env() const;
+  const std::shared_ptr<ProcessGroup>& world() const;
+  /// A group of the given global ranks (ascending, containing this rank),
+  /// named `name`. Every member must create the same groups in the same
+  /// order; non-members do not call it.
+  std::shared_ptr<ProcessGroup> new_group(
+      const std::vector<int64_t>& ranks, const std::string& name);
+
+  /// Timeout of every later blocking operation in every group.
+  void set_timeout(std::chrono::milliseconds timeout);
+  std::chrono::milliseconds timeout() const;
+
+  /// Why operations fail: a rank's reported failure, ranks whose heartbeat
+  /// stopped, or an unreachable store. Takes a few heartbeat intervals.
+  std::string diagnose();
+  /// Tells the other ranks, through the store, that this rank failed with
+  /// `message`. Best effort: never throws.
+  void report_failure(const std::string& message) noexcept;
+
+  struct State;
+
+ private:
+  explicit Runtime(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+/// Hosts a rendezvous store on `port` (0: any free port) of this machine for
+/// `baton --nproc`, whose children connect to it as clients.
+class StoreServer {
+ public:
+  StoreServer(
+      int64_t port, int64_t world_size, std::chrono::milliseconds timeout);
+  ~StoreServer();
+  int64_t port() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace baton::dist

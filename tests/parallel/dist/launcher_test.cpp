@@ -1,0 +1,205 @@
+// The local launcher on its own (with /bin/sh children) and `baton train
+// --nproc` end to end, including the failure modes: a rank that throws, one
+// killed with SIGKILL, one that hangs.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "parallel/dist/launcher.h"
+
+namespace baton::dist {
+namespace {
+
+namespace fs = std::filesystem;
+
+LocalLaunchOptions shell(int64_t nproc, const std::string& script) {
+  LocalLaunchOptions o;
+  o.nproc = nproc;
+  o.program = "/bin/sh";
+  o.args = {"-c", script};
+  o.grace = std::chrono::milliseconds(300);
+  return o;
+}
+
+TEST(Launcher, ChildrenGetTheTorchrunEnvironmentAndPrefixedOutput) {
+  ::testing::internal::CaptureStdout();
+  const int code = launch_local(shell(
+      3,
+      "echo \"r=$RANK lr=$LOCAL_RANK w=$WORLD_SIZE lw=$LOCAL_WORLD_SIZE "
+      "a=$MASTER_ADDR p=${MASTER_PORT:+set}\"; printf 'no newline'"));
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(code, 0);
+  for (int r = 0; r < 3; ++r) {
+    const std::string rank = std::to_string(r);
+    EXPECT_NE(
+        out.find(
+            "[rank" + rank + "]: r=" + rank + " lr=" + rank +
+            " w=3 lw=3 a=127.0.0.1 p=set\n"),
+        std::string::npos)
+        << out;
+    EXPECT_NE(out.find("[rank" + rank + "]: no newline\n"), std::string::npos)
+        << out;
+  }
+}
+
+TEST(Launcher, FirstFailureDecidesTheExitCodeAndStopsTheRest) {
+  // Rank 1 fails with 3; rank 0 would sleep for a minute but is stopped.
+  EXPECT_EQ(
+      launch_local(shell(2, "if [ $RANK = 1 ]; then exit 3; fi; sleep 60")), 3);
+  // A rank killed by a signal: 128 + the signal.
+  EXPECT_EQ(launch_local(shell(2, "[ $RANK = 0 ] && kill -9 $$; exit 0")), 137);
+}
+
+TEST(Launcher, ForwardsSigterm) {
+  std::thread killer([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ::kill(::getpid(), SIGTERM);
+  });
+  const int code = launch_local(shell(2, "sleep 60"));
+  killer.join();
+  EXPECT_EQ(code, 128 + SIGTERM);
+}
+
+// ------------------------------------------------------- baton --nproc
+
+struct Result {
+  int code = -1;
+  std::string output;
+};
+
+Result run(const std::string& command) {
+  Result r;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), pipe)) {
+    r.output.append(buf, n);
+  }
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string baton_train(const fs::path& dump, const std::string& extra) {
+  const char* bin = std::getenv("BATON_BIN");
+  EXPECT_NE(bin, nullptr);
+  const fs::path config = fs::path(__FILE__)
+                              .parent_path()
+                              .parent_path()
+                              .parent_path()
+                              .parent_path() /
+                          "configs" / "debug_model.yaml";
+  return std::string(bin) + " train --nproc 2 --config " + config.string() +
+         " --parallelism.data_parallel_replicate_degree=2"
+         " --job.dump_folder=" +
+         dump.string() +
+         " --training.seq_len=32 --training.local_batch_size=2"
+         " --training.num_threads=1 --lr_scheduler.warmup_steps=2"
+         " --metrics.log_freq=1 --metrics.peak_tflops=1 " +
+         extra;
+}
+
+fs::path fresh_dump(const std::string& name) {
+  const fs::path dump = fs::path(::testing::TempDir()) / name;
+  fs::remove_all(dump);
+  return dump;
+}
+
+TEST(BatonNproc, TrainsWithTwoDataParallelRanks) {
+  const auto dump = fresh_dump("nproc_dp2");
+  const auto r = run(baton_train(dump, "--training.steps=12"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank0]: "), std::string::npos);
+  EXPECT_NE(r.output.find("[rank1]: "), std::string::npos);
+  EXPECT_NE(
+      r.output.find("rank 1 of 2 (local 1 of 2), from baton"),
+      std::string::npos)
+      << r.output;
+  // One metrics file, written by rank 0 alone: one line per step.
+  std::ifstream in(dump / "metrics.jsonl");
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(lines.size(), 12u);
+  EXPECT_LT(
+      lines.back()["loss"].get<double>(),
+      lines.front()["loss"].get<double>() - 0.5);
+}
+
+TEST(BatonNproc, BadConfigIsReportedOnceBeforeAnyRankStarts) {
+  const auto r =
+      run(baton_train(fresh_dump("nproc_bad"), "--training.steps=0"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.output.find("[rank"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("error: --training.steps=0"), std::string::npos);
+}
+
+TEST(BatonNproc, WrongWorldSizeIsAConfigError) {
+  const auto r = run(baton_train(
+      fresh_dump("nproc_world"),
+      "--parallelism.data_parallel_replicate_degree=3 --training.steps=2"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("not the world size 2"), std::string::npos)
+      << r.output;
+}
+
+TEST(BatonNproc, ARankThatThrowsIsNamedByTheOther) {
+  const auto r =
+      run("BATON_INJECT_FAULT=throw:1:3 " +
+          baton_train(fresh_dump("nproc_throw"), "--training.steps=20"));
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("[rank1]: error: injected fault"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("rank 1 failed: injected fault"), std::string::npos)
+      << r.output;
+  EXPECT_NE(
+      r.output.find("baton: rank 1 exited with code 1"), std::string::npos)
+      << r.output;
+}
+
+TEST(BatonNproc, AKilledRankEndsTheRun) {
+  const auto r =
+      run("BATON_INJECT_FAULT=kill:1:3 " +
+          baton_train(fresh_dump("nproc_kill"), "--training.steps=20"));
+  EXPECT_EQ(r.code, 128 + SIGKILL) << r.output;
+  EXPECT_NE(
+      r.output.find("baton: rank 1 was killed by signal 9"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[rank0]: error: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1 stopped answering"), std::string::npos)
+      << r.output;
+}
+
+TEST(BatonNproc, AHungRankTimesOutTheOthers) {
+  const auto r =
+      run("BATON_INJECT_FAULT=hang:1:3 " +
+          baton_train(
+              fresh_dump("nproc_hang"),
+              "--training.steps=20 --comm.train_timeout_seconds=3"));
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("[rank0]: error: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("timeout 3 s"), std::string::npos) << r.output;
+  EXPECT_NE(
+      r.output.find("baton: rank 0 exited with code 1"), std::string::npos)
+      << r.output;
+}
+
+TEST(BatonNproc, MalformedFaultSpecIsAConfigError) {
+  const auto r =
+      run("BATON_INJECT_FAULT=explode " +
+          baton_train(fresh_dump("nproc_fault"), "--training.steps=2"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("BATON_INJECT_FAULT=explode"), std::string::npos)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace baton::dist

@@ -1,0 +1,211 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <atomic>
+
+#include "parallel/dist/mesh.h"
+#include "parallel/dist/process_group.h"
+#include "tests/parallel/multi_rank.h"
+
+namespace baton::dist {
+namespace {
+
+using baton::testing::run_ranks;
+
+at::Tensor filled(double value, at::ScalarType dtype = at::kFloat) {
+  return torch::full({2, 3}, value, torch::TensorOptions().dtype(dtype));
+}
+
+TEST(ProcessGroup, AllReduceEveryOpAndDtype) {
+  run_ranks(3, [](int64_t rank, Runtime& rt) {
+    auto& world = *rt.world();
+    EXPECT_EQ(world.size(), 3);
+    EXPECT_EQ(world.rank(), rank);
+    EXPECT_EQ(world.backend(), "gloo");
+    const double mine = static_cast<double>(rank + 1);  // 1, 2, 3
+    const std::pair<ReduceOp, double> cases[] = {
+        {ReduceOp::kSum, 6.0},
+        {ReduceOp::kAvg, 2.0},
+        {ReduceOp::kMax, 3.0},
+        {ReduceOp::kMin, 1.0}};
+    for (const auto& [op, expected] : cases) {
+      auto t = filled(mine);
+      world.all_reduce(t, op);
+      EXPECT_TRUE(torch::equal(t, filled(expected)));
+      // bf16 goes through a float32 copy on Gloo.
+      auto b = filled(mine, at::kBFloat16);
+      world.all_reduce(b, op);
+      EXPECT_EQ(b.scalar_type(), at::kBFloat16);
+      EXPECT_TRUE(torch::equal(b, filled(expected, at::kBFloat16)));
+    }
+    auto i = filled(mine, at::kLong);
+    world.all_reduce(i, ReduceOp::kSum);
+    EXPECT_TRUE(torch::equal(i, filled(6, at::kLong)));
+    EXPECT_THROW(world.all_reduce(i, ReduceOp::kAvg), std::invalid_argument);
+    // Async: several in flight, waited in order.
+    std::vector<at::Tensor> ts;
+    std::vector<Work> works;
+    for (int k = 0; k < 4; ++k) {
+      ts.push_back(filled(mine * (k + 1)));
+      works.push_back(world.all_reduce_async(ts.back(), ReduceOp::kAvg));
+    }
+    for (int k = 0; k < 4; ++k) {
+      works[k].wait();
+      EXPECT_TRUE(works[k].completed());
+      EXPECT_TRUE(torch::equal(ts[k], filled(2.0 * (k + 1))));
+    }
+  });
+}
+
+TEST(ProcessGroup, BroadcastGatherScatterBarrier) {
+  run_ranks(3, [](int64_t rank, Runtime& rt) {
+    auto& world = *rt.world();
+    auto t = filled(static_cast<double>(rank * 10));
+    world.broadcast(t, /*root=*/2);
+    EXPECT_TRUE(torch::equal(t, filled(20)));
+
+    const auto mine = torch::tensor({rank, rank * 10}, torch::kLong);
+    const auto all = world.all_gather(mine);
+    EXPECT_TRUE(torch::equal(
+        all, torch::tensor({0, 0, 1, 10, 2, 20}, torch::kLong).view({3, 2})));
+
+    // Everyone contributes arange(6) + rank; rank r keeps chunk r, summed.
+    const auto input = torch::arange(6, torch::kFloat) + rank;
+    auto out = torch::empty({2}, torch::kFloat);
+    world.reduce_scatter(out, input);
+    const auto expected =
+        (torch::arange(6, torch::kFloat) * 3 + 3).chunk(3)[rank];
+    EXPECT_TRUE(torch::equal(out, expected));
+    auto bad = torch::empty({3}, torch::kFloat);
+    EXPECT_THROW(world.reduce_scatter(bad, input), std::invalid_argument);
+
+    world.barrier();
+  });
+}
+
+TEST(ProcessGroup, SendRecvMatchByTag) {
+  run_ranks(2, [](int64_t rank, Runtime& rt) {
+    auto& world = *rt.world();
+    if (rank == 0) {
+      world.send(filled(1), 1, /*tag=*/7);
+      auto w = world.isend(filled(2), 1, /*tag=*/9);
+      w.wait();
+      auto back = filled(0);
+      world.recv(back, 1, /*tag=*/3);
+      EXPECT_TRUE(torch::equal(back, filled(42)));
+    } else {
+      // Posted in the other order: the tags pick the messages.
+      auto nine = filled(0);
+      auto seven = filled(0);
+      auto w9 = world.irecv(nine, 0, 9);
+      auto w7 = world.irecv(seven, 0, 7);
+      w7.wait();
+      w9.wait();
+      EXPECT_TRUE(torch::equal(seven, filled(1)));
+      EXPECT_TRUE(torch::equal(nine, filled(2)));
+      world.send(filled(42), 0, 3);
+    }
+    auto t = filled(0);
+    EXPECT_THROW(world.send(t, rank, 0), std::invalid_argument);
+    EXPECT_THROW(world.recv(t, 5, 0), std::invalid_argument);
+  });
+}
+
+TEST(ProcessGroup, SubGroupsAndMesh) {
+  run_ranks(4, [](int64_t rank, Runtime& rt) {
+    // pp 2 x dp 2: dp groups {0, 1} and {2, 3}; pp groups {0, 2}, {1, 3}.
+    const auto dims = ParallelDims::resolve(2, 1, 1, 2, 4);
+    ParallelMesh mesh(dims, rank, rt.shared_from_this());
+    auto t = filled(static_cast<double>(rank));
+    mesh.dp()->all_reduce(t);
+    EXPECT_TRUE(torch::equal(t, filled(rank < 2 ? 1 : 5)));
+    auto u = filled(static_cast<double>(rank));
+    mesh.pp()->all_reduce(u);
+    EXPECT_TRUE(torch::equal(u, filled(rank % 2 == 0 ? 2 : 4)));
+    EXPECT_EQ(
+        mesh.pp()->global_ranks(),
+        (std::vector<int64_t>{rank % 2, rank % 2 + 2}));
+    // P2P inside a sub-group uses group ranks.
+    auto& pp = *mesh.pp();
+    if (pp.rank() == 0) {
+      pp.send(filled(100 + rank), 1, 0);
+    } else {
+      auto got = filled(0);
+      pp.recv(got, 0, 0);
+      EXPECT_TRUE(torch::equal(got, filled(100 + rank - 2)));
+    }
+    EXPECT_THROW(rt.new_group({0, 1, 2, 3}, "world"), std::invalid_argument);
+  });
+}
+
+TEST(ProcessGroup, SingleRankGroupIsLocal) {
+  auto g = ProcessGroup::single("solo", 3);
+  EXPECT_EQ(g->size(), 1);
+  EXPECT_EQ(g->global_ranks(), std::vector<int64_t>{3});
+  auto t = filled(5);
+  g->all_reduce(t, ReduceOp::kAvg);
+  g->broadcast(t, 0);
+  g->barrier();
+  EXPECT_TRUE(torch::equal(t, filled(5)));
+  EXPECT_TRUE(torch::equal(g->all_gather(t), filled(5).unsqueeze(0)));
+  EXPECT_THROW(g->send(t, 0, 0), std::invalid_argument);
+}
+
+TEST(ProcessGroup, TimedOutReceiveNamesTheOperation) {
+  std::atomic<bool> done{false};
+  run_ranks(2, [&](int64_t rank, Runtime& rt) {
+    if (rank == 1) {
+      rt.set_timeout(std::chrono::milliseconds(300));
+      auto t = filled(0);
+      try {
+        rt.world()->recv(t, 0, 5);
+        ADD_FAILURE() << "recv returned without a sender";
+      } catch (const CommError& e) {
+        const std::string m = e.what();
+        EXPECT_NE(
+            m.find("recv from rank 0 (tag 5) on group 'world'"),
+            std::string::npos)
+            << m;
+        EXPECT_NE(m.find("timeout 0.3 s"), std::string::npos) << m;
+        EXPECT_NE(
+            m.find("every rank still sends heartbeats"), std::string::npos)
+            << m;
+      }
+      done = true;
+    } else {
+      while (!done) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+  });
+}
+
+TEST(ProcessGroup, FailedRankIsNamedByTheOthers) {
+  run_ranks(
+      3,
+      [](int64_t rank, Runtime& rt) {
+        if (rank == 2) {
+          // What main() does when a rank throws: report, then leave (its
+          // groups close their connections when the runtime goes).
+          rt.report_failure("boom: cannot read shard 7");
+          return;
+        }
+        auto t = filled(1);
+        try {
+          for (int i = 0; i < 1000; ++i) {
+            rt.world()->all_reduce(t);
+          }
+          ADD_FAILURE() << "all_reduce kept working without rank 2";
+        } catch (const CommError& e) {
+          EXPECT_NE(
+              std::string(e.what()).find(
+                  "rank 2 failed: boom: cannot read shard 7"),
+              std::string::npos)
+              << e.what();
+        }
+      },
+      std::chrono::seconds(20));
+}
+
+}  // namespace
+}  // namespace baton::dist
