@@ -111,9 +111,12 @@ void TrainerBuilder::init_runtime() {
   device_ = torch::cuda::is_available()
                 ? at::Device(at::kCUDA, static_cast<int>(env_.local_rank))
                 : at::Device(at::kCPU);
+  // Checked on one rank too, so a config that cannot run distributed fails
+  // before it is scaled out.
+  const std::string backend = comm_backend(config_, device_);
   if (env_.distributed()) {
     dist::RuntimeOptions options;
-    options.backend = comm_backend(config_, device_);
+    options.backend = backend;
     options.init_timeout =
         std::chrono::seconds(config_.comm.init_timeout_seconds);
     runtime_ = dist::Runtime::init(env_, options);

@@ -629,15 +629,26 @@ std::string Core::diagnose() {
       return text;
     }
     std::vector<std::string> lost;
+    std::vector<std::string> absent;
     for (int64_t r = 0; r < world; ++r) {
       if (r != env.rank && store->add(heartbeat_key(r), 0) == before[r]) {
-        lost.push_back(std::to_string(r));
+        (before[r] == 0 ? absent : lost).push_back(std::to_string(r));
       }
     }
+    auto ranks = [](const std::vector<std::string>& v) {
+      return std::string(v.size() == 1 ? "rank " : "ranks ") + join(v, ", ");
+    };
+    std::vector<std::string> found;
     if (!lost.empty()) {
-      return std::string(lost.size() == 1 ? "rank " : "ranks ") +
-             join(lost, ", ") + " stopped answering (no heartbeat for " +
-             seconds_text(wait) + ": killed, crashed or frozen)";
+      found.push_back(
+          ranks(lost) + " stopped answering (no heartbeat for " +
+          seconds_text(wait) + ": killed, crashed or frozen)");
+    }
+    if (!absent.empty()) {
+      found.push_back(ranks(absent) + " never joined");
+    }
+    if (!found.empty()) {
+      return join(found, "; ");
     }
     return "every rank still sends heartbeats: the operation timed out, or "
            "the ranks disagree on the order of operations";

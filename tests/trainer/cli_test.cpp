@@ -110,6 +110,16 @@ TEST(Cli, BadOverrideExitsTwo) {
   EXPECT_NE(r.output.find("not supported yet"), std::string::npos) << r.output;
 }
 
+TEST(Cli, NcclWithoutCudaIsAConfigError) {
+  const auto r = run_baton(
+      "train --config " + debug_config() +
+      " --comm.backend=nccl --metrics.peak_tflops=1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(
+      r.output.find("comm.backend: nccl needs CUDA tensors"), std::string::npos)
+      << r.output;
+}
+
 TEST(Cli, UnknownModelFlavorExitsTwoWithItsLine) {
   const auto r = run_baton(
       "train --config " + debug_config() +

@@ -207,5 +207,61 @@ TEST(ProcessGroup, FailedRankIsNamedByTheOthers) {
       std::chrono::seconds(20));
 }
 
+/// A port that was free a moment ago.
+int64_t free_port() {
+  StoreServer probe(0, 1, std::chrono::seconds(5));
+  return probe.port();
+}
+
+TEST(ProcessGroup, LosingTheStoreHostIsNamed) {
+  // As under torchrun without an agent store: rank 0 hosts the store. When
+  // it goes, the others say so.
+  const int64_t port = free_port();
+  std::atomic<bool> rank1_ready{false};
+  std::string message;
+  std::thread rank0([&] {
+    auto env = baton::testing::rank_env(0, 2, port);
+    env.store_hosted = false;
+    auto rt = Runtime::init(env, RuntimeOptions());
+    while (!rank1_ready) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    // Leaves: its groups and the store it hosts go with the runtime.
+  });
+  std::thread rank1([&] {
+    auto env = baton::testing::rank_env(1, 2, port);
+    env.store_hosted = false;
+    auto rt = Runtime::init(env, RuntimeOptions());
+    rank1_ready = true;
+    auto t = filled(1);
+    try {
+      rt->world()->all_reduce(t);
+    } catch (const CommError& e) {
+      message = e.what();
+    }
+  });
+  rank0.join();
+  rank1.join();
+  EXPECT_NE(message.find("does not answer"), std::string::npos) << message;
+  EXPECT_NE(message.find("its host (rank 0) is gone"), std::string::npos)
+      << message;
+}
+
+TEST(ProcessGroup, RendezvousTimesOutWithoutTheOtherRanks) {
+  StoreServer store(0, 2, std::chrono::seconds(5));
+  RuntimeOptions options;
+  options.init_timeout = std::chrono::milliseconds(1500);
+  try {
+    Runtime::init(baton::testing::rank_env(0, 2, store.port()), options);
+    FAIL() << "a world of 2 formed with one rank";
+  } catch (const CommError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("creating group 'world' of 2 ranks"), std::string::npos)
+        << m;
+    EXPECT_NE(m.find("within 1.5 s"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 1 never joined"), std::string::npos) << m;
+  }
+}
+
 }  // namespace
 }  // namespace baton::dist
