@@ -41,9 +41,11 @@ std::string decompress(const std::string& path) {
          0) {
     out.append(chunk.data(), static_cast<size_t>(n));
   }
-  if (n < 0) {
-    int code = 0;
-    const std::string message = gzerror(file, &code);
+  // A truncated file ends without an error from gzread (zlib allows for a
+  // file still being written) but leaves Z_BUF_ERROR behind.
+  int code = Z_OK;
+  const std::string message = gzerror(file, &code);
+  if (n < 0 || code != Z_OK) {
     gzclose(file);
     throw std::runtime_error(
         "[data] cannot read '" + path + "' after " +

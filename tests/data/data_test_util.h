@@ -31,6 +31,23 @@ std::string thrown_message(Fn&& fn) {
   return "";
 }
 
+// `text` gzip-compressed, in memory.
+inline std::string gzip_bytes(const std::string& text) {
+  z_stream stream{};
+  EXPECT_EQ(
+      deflateInit2(&stream, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY),
+      Z_OK);
+  std::string out(deflateBound(&stream, text.size()), '\0');
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  stream.avail_in = static_cast<uInt>(text.size());
+  stream.next_out = reinterpret_cast<Bytef*>(out.data());
+  stream.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&stream, Z_FINISH), Z_STREAM_END);
+  out.resize(stream.total_out);
+  deflateEnd(&stream);
+  return out;
+}
+
 // Documents held in memory, for loader tests that need exact contents.
 class VectorDataset final : public TextDataset {
  public:

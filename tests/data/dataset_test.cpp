@@ -160,7 +160,22 @@ TEST_F(DataFilesTest, MissingAndEmptyInputsNameTheFile) {
     EXPECT_NE(message.find(path + ": holds no documents"), std::string::npos)
         << message;
   }
-  // A folder is not a file to read, and an unreadable file says why.
+  // A damaged gzip file names the file and how far it got.
+  std::string gz = testing_util::gzip_bytes("{\"text\":\"a\"}\n");
+  gz.resize(gz.size() - 6);  // cut inside the deflate stream and trailer
+  const std::string cut = write_plain("cut.jsonl.gz", gz);
+  message = thrown_message<std::runtime_error>(
+      [&] { JsonlDataset dataset(at(cut)); });
+  EXPECT_NE(message.find("cannot read '" + cut + "' after "), std::string::npos)
+      << message;
+  // A folder is not a file to read.
+  message = thrown_message<std::runtime_error>(
+      [&] { FileBytes::open(dir_.string()); });
+  EXPECT_NE(
+      message.find("cannot read '" + dir_.string() + "': not a regular file"),
+      std::string::npos)
+      << message;
+  // An unreadable file says why.
   const std::string locked = write_plain("locked.jsonl", "{\"text\":\"a\"}\n");
   fs::permissions(locked, fs::perms::none);
   if (::access(locked.c_str(), R_OK) != 0) {  // root reads anything
