@@ -1,6 +1,6 @@
 #include "builders/builder_registry.h"
 
-#include "data/text_dataset.h"
+#include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "models/model_spec.h"
 #include "trainer/optimizers.h"

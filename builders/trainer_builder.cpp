@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "common/allocator.h"
-#include "data/text_dataset.h"
+#include "data/dataset.h"
 #include "parallel/data_parallel/replicate.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
@@ -204,13 +204,18 @@ std::unique_ptr<LRSchedulersContainer> TrainerBuilder::build_lr_schedulers(
 
 std::unique_ptr<DataLoader> TrainerBuilder::build_dataloader(
     std::shared_ptr<const Tokenizer> tokenizer) {
+  const TrainingConfig& t = config_.training;
+  DatasetOptions dataset_options;
+  dataset_options.path = t.dataset_path;
+  dataset_options.text_field = t.dataset_text_field;
   auto dataset = dataset_registry().get(
-      config_.training.dataset,
-      config_.origin("training.dataset"))(config_.training.dataset_path);
-  DataLoaderOptions options(
-      config_.training.local_batch_size, config_.training.seq_len);
+      t.dataset, config_.origin("training.dataset"))(dataset_options);
+  DataLoaderOptions options(t.local_batch_size, t.seq_len);
   options.dp_rank = mesh().coord().dp(dims_);
   options.dp_size = dims_.dp();
+  options.shuffle = t.dataset_shuffle;
+  options.seed = static_cast<uint64_t>(t.seed);
+  options.prefetch = t.dataset_prefetch;
   return std::make_unique<DataLoader>(
       std::move(dataset), std::move(tokenizer), options);
 }

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -18,10 +20,75 @@ void check_option(bool ok, const std::string& what, int64_t value) {
   }
 }
 
+// splitmix64's finaliser: spreads (seed, epoch) over the generator's seed.
+uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Fisher-Yates with an unbiased draw of our own: std::shuffle and the
+// standard distributions differ between standard libraries, and a restored
+// run must see the same order wherever it runs.
+void shuffle_in_place(std::vector<int64_t>& items, uint64_t seed) {
+  std::mt19937_64 generator(seed);
+  for (size_t i = items.size(); i > 1; --i) {
+    const uint64_t bound = i;
+    const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+    uint64_t draw = generator();
+    while (draw >= limit) {
+      draw = generator();
+    }
+    std::swap(items[i - 1], items[draw % bound]);
+  }
+}
+
+const char* const kStateFields[] = {
+    "epoch", "document", "token", "dp_rank", "dp_size", "dataset_size"};
+
 }  // namespace
 
+std::string DataLoaderState::to_json() const {
+  const int64_t values[] = {
+      epoch, document, token, dp_rank, dp_size, dataset_size};
+  nlohmann::ordered_json json;
+  for (size_t i = 0; i < std::size(kStateFields); ++i) {
+    json[kStateFields[i]] = values[i];
+  }
+  return json.dump();
+}
+
+DataLoaderState DataLoaderState::from_json(const std::string& text) {
+  DataLoaderState state;
+  int64_t* fields[] = {
+      &state.epoch,
+      &state.document,
+      &state.token,
+      &state.dp_rank,
+      &state.dp_size,
+      &state.dataset_size};
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error(
+        std::string("[DataLoaderState] invalid JSON: ") + e.what());
+  }
+  for (size_t i = 0; i < std::size(kStateFields); ++i) {
+    const auto it = json.is_object() ? json.find(kStateFields[i]) : json.end();
+    if (it == json.end() || !it->is_number_integer()) {
+      throw std::runtime_error(
+          std::string("[DataLoaderState] field '") + kStateFields[i] +
+          "' is missing or not an integer in " + text);
+    }
+    *fields[i] = it->get<int64_t>();
+  }
+  return state;
+}
+
 DataLoader::DataLoader(
-    std::unique_ptr<TextDataset> dataset,
+    std::unique_ptr<Dataset> dataset,
     std::shared_ptr<const Tokenizer> tokenizer,
     DataLoaderOptions options)
     : dataset_(std::move(dataset)),
@@ -42,64 +109,204 @@ DataLoader::DataLoader(
       "dp_rank must be in [0, dp_size=" + std::to_string(options_.dp_size) +
           ")",
       options_.dp_rank);
+  check_option(
+      options_.prefetch >= 0, "prefetch must be >= 0", options_.prefetch);
+  const int64_t total = dataset_->size();
+  shard_size_ =
+      total > options_.dp_rank
+          ? (total - options_.dp_rank + options_.dp_size - 1) / options_.dp_size
+          : 0;
+  if (shard_size_ == 0) {
+    throw std::runtime_error(
+        "[DataLoader] the dataset's " + std::to_string(total) +
+        " documents give dp_rank " + std::to_string(options_.dp_rank) +
+        " of dp_size " + std::to_string(options_.dp_size) +
+        " no document; use fewer data-parallel ranks or a larger corpus");
+  }
+  state_.dp_rank = options_.dp_rank;
+  state_.dp_size = options_.dp_size;
+  state_.dataset_size = total;
+  position_ = state_;
+}
+
+DataLoader::~DataLoader() {
+  stop_worker();
 }
 
 Batch DataLoader::next() {
+  if (options_.prefetch == 0) {
+    Batch batch = produce();
+    state_ = position_;
+    return batch;
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (error_) {
+    std::rethrow_exception(error_);
+  }
+  if (!worker_.joinable()) {
+    lock.unlock();
+    start_worker();
+    lock.lock();
+  }
+  changed_.wait(lock, [&] { return !queue_.empty(); });
+  Produced item = std::move(queue_.front());
+  queue_.pop_front();
+  lock.unlock();
+  changed_.notify_all();
+  if (item.error) {
+    error_ = item.error;
+    std::rethrow_exception(item.error);
+  }
+  state_ = item.after;
+  return std::move(item.batch);
+}
+
+void DataLoader::load_state(const DataLoaderState& state) {
+  const auto mismatch = [&](const char* field, int64_t got, int64_t want) {
+    if (got != want) {
+      throw std::runtime_error(
+          std::string("[DataLoader] cannot load state ") + state.to_json() +
+          ": its " + field + " is " + std::to_string(got) +
+          " but this loader's is " + std::to_string(want));
+    }
+  };
+  mismatch("dp_rank", state.dp_rank, options_.dp_rank);
+  mismatch("dp_size", state.dp_size, options_.dp_size);
+  mismatch("dataset_size", state.dataset_size, state_.dataset_size);
+  if (state.epoch < 0 || state.document < 0 || state.document >= shard_size_ ||
+      state.token < 0) {
+    throw std::runtime_error(
+        "[DataLoader] cannot load state " + state.to_json() +
+        ": epoch and token must be >= 0 and document in [0, " +
+        std::to_string(shard_size_) + ")");
+  }
+  stop_worker();
+  error_ = nullptr;
+  position_ = state;
+  state_ = state;
+  document_loaded_ = false;
+}
+
+int64_t DataLoader::document_index(int64_t epoch, int64_t document) {
+  int64_t position = document;
+  if (options_.shuffle) {
+    if (order_epoch_ != epoch) {
+      order_.resize(static_cast<size_t>(shard_size_));
+      for (int64_t i = 0; i < shard_size_; ++i) {
+        order_[i] = i;
+      }
+      shuffle_in_place(
+          order_, mix(options_.seed ^ mix(static_cast<uint64_t>(epoch))));
+      order_epoch_ = epoch;
+    }
+    position = order_[static_cast<size_t>(document)];
+  }
+  return options_.dp_rank + position * options_.dp_size;
+}
+
+void DataLoader::load_document() {
+  const int64_t index = document_index(position_.epoch, position_.document);
+  const std::vector<int32_t> ids = dataset_->tokens(index, *tokenizer_);
+  document_tokens_.clear();
+  document_tokens_.push_back(tokenizer_->bos_id());
+  document_tokens_.insert(document_tokens_.end(), ids.begin(), ids.end());
+  document_tokens_.push_back(tokenizer_->eos_id());
+  if (position_.token > static_cast<int64_t>(document_tokens_.size())) {
+    throw std::runtime_error(
+        "[DataLoader] state " + position_.to_json() + " points past the " +
+        std::to_string(document_tokens_.size()) + " tokens of document " +
+        std::to_string(index) +
+        "; the dataset or tokenizer changed since it was saved");
+  }
+  document_loaded_ = true;
+}
+
+Batch DataLoader::produce() {
   const int64_t B = options_.batch_size;
   const int64_t T = options_.seq_len;
-  // Each row consumes T + 1 tokens: labels are the inputs shifted by one.
-  const size_t window = static_cast<size_t>(T) + 1;
   Batch batch;
   batch.inputs = at::empty({B, T}, at::kLong);  // (B, T)
   batch.labels = at::empty({B, T}, at::kLong);  // (B, T)
   int64_t* inputs = batch.inputs.data_ptr<int64_t>();
   int64_t* labels = batch.labels.data_ptr<int64_t>();
+  // Each row consumes T + 1 tokens: labels are the inputs shifted by one.
+  std::vector<int64_t> window(static_cast<size_t>(T) + 1);
   for (int64_t b = 0; b < B; ++b) {
-    while (buffer_.size() - offset_ < window) {
-      fill_one_document();
+    size_t filled = 0;
+    while (filled < window.size()) {
+      if (!document_loaded_) {
+        load_document();
+      }
+      const size_t available =
+          document_tokens_.size() - static_cast<size_t>(position_.token);
+      if (available == 0) {
+        // The next document is read only when a token is needed, so a
+        // state never points past the end of an epoch.
+        document_loaded_ = false;
+        position_.token = 0;
+        if (++position_.document == shard_size_) {
+          position_.document = 0;
+          ++position_.epoch;
+        }
+        continue;
+      }
+      const size_t n = std::min(available, window.size() - filled);
+      const int32_t* from = document_tokens_.data() + position_.token;
+      std::copy(from, from + n, window.begin() + filled);
+      filled += n;
+      position_.token += static_cast<int64_t>(n);
     }
-    const int32_t* tokens = buffer_.data() + offset_;
-    std::copy(tokens, tokens + T, inputs + b * T);
-    std::copy(tokens + 1, tokens + T + 1, labels + b * T);
-    offset_ += window;
+    std::copy(window.begin(), window.end() - 1, inputs + b * T);
+    std::copy(window.begin() + 1, window.end(), labels + b * T);
   }
   return batch;
 }
 
-void DataLoader::fill_one_document() {
+void DataLoader::start_worker() {
+  stop_ = false;
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+void DataLoader::stop_worker() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  if (worker_.joinable()) {
+    worker_.join();
+  }
+  queue_.clear();
+  stop_ = false;
+}
+
+void DataLoader::worker_loop() {
   while (true) {
-    std::optional<std::string> text = dataset_->next();
-    if (!text) {
-      if (documents_this_epoch_ == 0) {
-        throw std::runtime_error(
-            "[DataLoader] a full pass over the dataset (" +
-            std::to_string(document_index_) + " documents) gave dp_rank " +
-            std::to_string(options_.dp_rank) + " of dp_size " +
-            std::to_string(options_.dp_size) +
-            " no document; use fewer data-parallel ranks or a larger corpus");
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [&] {
+        return stop_ || static_cast<int64_t>(queue_.size()) < options_.prefetch;
+      });
+      if (stop_) {
+        return;
       }
-      dataset_->reset();
-      ++epoch_;
-      document_index_ = 0;
-      documents_this_epoch_ = 0;
-      continue;
     }
-    const int64_t index = document_index_++;
-    if (index % options_.dp_size != options_.dp_rank) {
-      continue;
+    Produced item;
+    try {
+      item.batch = produce();
+      item.after = position_;
+    } catch (...) {
+      item.error = std::current_exception();
     }
-    ++documents_this_epoch_;
-    // Drop consumed tokens once they make up half the buffer: amortised O(1)
-    // per token, and the buffer stays within about two documents plus a row.
-    if (offset_ > 0 && offset_ >= buffer_.size() / 2) {
-      buffer_.erase(buffer_.begin(), buffer_.begin() + offset_);
-      offset_ = 0;
+    const bool failed = static_cast<bool>(item.error);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(std::move(item));
     }
-    const std::vector<int32_t> ids = tokenizer_->encode(*text);
-    buffer_.push_back(tokenizer_->bos_id());
-    buffer_.insert(buffer_.end(), ids.begin(), ids.end());
-    buffer_.push_back(tokenizer_->eos_id());
-    return;
+    changed_.notify_all();
+    if (failed) {
+      return;
+    }
   }
 }
 

@@ -2,11 +2,17 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
-#include "data/text_dataset.h"
+#include "data/dataset.h"
 #include "data/tokenizer.h"
 
 namespace baton {
@@ -29,37 +35,112 @@ struct DataLoaderOptions {
   int64_t dp_rank = 0;
   /// Number of data-parallel ranks; document i goes to rank i % dp_size.
   int64_t dp_size = 1;
+  /// Shuffle this rank's documents anew each epoch (seeded by seed, epoch).
+  bool shuffle = false;
+  /// Seed of the shuffles.
+  uint64_t seed = 0;
+  /// Batches a background thread prepares ahead; 0 = none (next() does the
+  /// work itself).
+  int64_t prefetch = 2;
+};
+
+/// Where a DataLoader stands: enough to yield, after load_state(), exactly
+/// the batches that would have followed. Small and plain, so a checkpoint
+/// can save one per data-parallel rank.
+struct DataLoaderState {
+  /// Passes over this rank's documents completed before the next document.
+  int64_t epoch = 0;
+  /// Position, in this epoch's document order, of the document the next
+  /// token comes from.
+  int64_t document = 0;
+  /// Tokens of that document (BOS, ids, EOS) already yielded.
+  int64_t token = 0;
+  /// The loader it came from, checked when it is loaded.
+  int64_t dp_rank = 0;
+  int64_t dp_size = 1;
+  /// Documents in the whole dataset, checked when it is loaded.
+  int64_t dataset_size = 0;
+
+  /// One-line JSON object with the fields above.
+  std::string to_json() const;
+  /// Parses to_json()'s output; throws std::runtime_error on anything else.
+  static DataLoaderState from_json(const std::string& json);
+  bool operator==(const DataLoaderState&) const = default;
 };
 
 /// Packs documents (BOS, tokens, EOS) back to back into windows of
 /// `seq_len + 1` tokens; each window gives one row of inputs and labels.
-/// Infinite: at the end of the corpus it starts a new epoch.
+/// Rank r reads documents r, r + dp_size, ... (disjoint shards that together
+/// cover the corpus), optionally shuffled per epoch. Infinite: after the last
+/// document of its shard a rank starts a new epoch. With `prefetch` > 0 a
+/// background thread tokenises and packs ahead; its errors are rethrown by
+/// next().
 class DataLoader {
  public:
+  /// Throws std::invalid_argument for bad options and std::runtime_error
+  /// when this rank's shard is empty.
   DataLoader(
-      std::unique_ptr<TextDataset> dataset,
+      std::unique_ptr<Dataset> dataset,
       std::shared_ptr<const Tokenizer> tokenizer,
       DataLoaderOptions options);
+  /// Stops and joins the prefetch thread.
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
   /// The next (batch_size, seq_len) batch.
   Batch next();
   /// Completed passes over this rank's documents.
   int64_t epoch() const {
-    return epoch_;
+    return state_.epoch;
   }
+  /// The position after the last batch next() returned.
+  DataLoaderState state() const {
+    return state_;
+  }
+  /// Continues from `state` (from state() of a loader with the same dataset
+  /// and options). Throws std::runtime_error when it does not fit.
+  void load_state(const DataLoaderState& state);
 
  private:
-  /// Appends the next document of this rank to `buffer_`.
-  void fill_one_document();
+  struct Produced {
+    Batch batch;
+    DataLoaderState after;
+    std::exception_ptr error;
+  };
 
-  std::unique_ptr<TextDataset> dataset_;
+  /// Builds the batch at the producer's position and advances it.
+  Batch produce();
+  /// Tokens of the document at the producer's position, BOS and EOS added.
+  void load_document();
+  /// Dataset index of position `document` in `epoch`'s order.
+  int64_t document_index(int64_t epoch, int64_t document);
+  void start_worker();
+  void stop_worker();
+  void worker_loop();
+
+  std::unique_ptr<Dataset> dataset_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   DataLoaderOptions options_;
-  // Packed tokens not yet consumed are buffer_[offset_:].
-  std::vector<int32_t> buffer_;
-  size_t offset_ = 0;
-  int64_t document_index_ = 0;
-  int64_t documents_this_epoch_ = 0;
-  int64_t epoch_ = 0;
+  // Documents of this rank's shard.
+  int64_t shard_size_ = 0;
+  // State after the last batch next() returned.
+  DataLoaderState state_;
+
+  // The producer's side: its position, the current document and the order
+  // of the epoch it is in. Only the worker touches them while it runs.
+  DataLoaderState position_;
+  std::vector<int32_t> document_tokens_;
+  bool document_loaded_ = false;
+  int64_t order_epoch_ = -1;
+  std::vector<int64_t> order_;
+
+  std::thread worker_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Produced> queue_;
+  bool stop_ = false;
+  std::exception_ptr error_;
 };
 
 }  // namespace baton

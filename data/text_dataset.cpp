@@ -1,221 +1,193 @@
 #include "data/text_dataset.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
-#include <vector>
-
-#include "common/error.h"
-#include "common/paths.h"
 
 namespace baton {
 
 namespace {
 
-constexpr const char* kKjvDefaultPath = "assets/kjv.jsonl.gz";
-// gzread chunk; lines may be longer, they are assembled across chunks.
-constexpr size_t kReadChunk = 256 * 1024;
+// gzread chunk when decompressing a whole file.
+constexpr size_t kReadChunk = 1 << 20;
 
-bool is_blank(const std::string& line) {
-  return line.find_first_not_of(" \t\r\n") == std::string::npos;
+bool is_blank(std::string_view line) {
+  return line.find_first_not_of(" \t\r\n") == std::string_view::npos;
+}
+
+[[noreturn]] void throw_errno(
+    const std::string& tag, const std::string& path, const char* what) {
+  throw std::runtime_error(
+      "[" + tag + "] cannot " + what + " '" + path +
+      "': " + std::strerror(errno));
+}
+
+std::string decompress(const std::string& path) {
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    throw_errno("data", path, "open");
+  }
+  std::string out;
+  std::vector<char> chunk(kReadChunk);
+  int n = 0;
+  while ((n = gzread(file, chunk.data(), static_cast<unsigned>(chunk.size()))) >
+         0) {
+    out.append(chunk.data(), static_cast<size_t>(n));
+  }
+  // A truncated file ends without an error from gzread (zlib allows for a
+  // file still being written) but leaves Z_BUF_ERROR behind.
+  int code = Z_OK;
+  const std::string message = gzerror(file, &code);
+  if (n < 0 || code != Z_OK) {
+    gzclose(file);
+    throw std::runtime_error(
+        "[data] cannot read '" + path + "' after " +
+        std::to_string(out.size()) + " bytes: " + message);
+  }
+  gzclose(file);
+  return out;
 }
 
 }  // namespace
 
-struct JsonlDataset::Impl {
-  std::string path;
-  std::string text_field;
-  gzFile file = nullptr;
-  std::vector<char> chunk = std::vector<char>(kReadChunk);
-  size_t chunk_pos = 0;
-  size_t chunk_end = 0;
-  bool at_eof = false;
-  // 1-based number of the line last read.
-  int64_t line_number = 0;
-  int64_t documents_this_pass = 0;
-
-  std::string where() const {
-    return "[JsonlDataset] " + path + ":" + std::to_string(line_number);
+std::unique_ptr<FileBytes> FileBytes::open(const std::string& path) {
+  std::unique_ptr<FileBytes> bytes(new FileBytes());
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    throw_errno("data", path, "open");
   }
-
-  // Reads the next chunk; returns false at the end of the file.
-  bool refill() {
-    const int n = gzread(file, chunk.data(), static_cast<unsigned>(kReadChunk));
-    if (n < 0) {
-      int code = 0;
-      const char* message = gzerror(file, &code);
-      throw std::runtime_error(
-          "[JsonlDataset] " + path + ": read error after line " +
-          std::to_string(line_number) + ": " +
-          (code == Z_ERRNO ? std::strerror(errno) : message));
-    }
-    chunk_pos = 0;
-    chunk_end = static_cast<size_t>(n);
-    return n > 0;
-  }
-
-  // The next line without its '\n' into `line`; false at the end of the file.
-  bool read_line(std::string& line) {
-    line.clear();
-    if (at_eof) {
-      return false;
-    }
-    bool any = false;
-    while (true) {
-      if (chunk_pos == chunk_end && !refill()) {
-        at_eof = true;
-        if (any) {
-          ++line_number;
-        }
-        return any;
-      }
-      any = true;
-      const char* begin = chunk.data() + chunk_pos;
-      const size_t available = chunk_end - chunk_pos;
-      const void* newline = std::memchr(begin, '\n', available);
-      if (newline != nullptr) {
-        const size_t length = static_cast<const char*>(newline) - begin;
-        line.append(begin, length);
-        chunk_pos += length + 1;
-        ++line_number;
-        return true;
-      }
-      line.append(begin, available);
-      chunk_pos = chunk_end;
-    }
-  }
-
-  void rewind() {
-    if (gzrewind(file) != 0) {
-      throw std::runtime_error(
-          "[JsonlDataset] " + path + ": cannot rewind to the first line");
-    }
-    chunk_pos = chunk_end = 0;
-    at_eof = false;
-    line_number = 0;
-    documents_this_pass = 0;
-  }
-};
-
-JsonlDataset::JsonlDataset(std::string path, std::string text_field)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->path = std::move(path);
-  impl_->text_field = std::move(text_field);
-  errno = 0;
-  // gzopen reads uncompressed files transparently.
-  impl_->file = gzopen(impl_->path.c_str(), "rb");
-  if (impl_->file == nullptr) {
-    const int code = errno;
+  struct stat info {};
+  unsigned char magic[2] = {0, 0};
+  const bool ok = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode);
+  if (!ok) {
+    ::close(fd);
     throw std::runtime_error(
-        "[JsonlDataset] cannot open '" + impl_->path +
-        "': " + (code != 0 ? std::strerror(code) : "out of memory"));
+        "[data] cannot read '" + path + "': not a regular file");
+  }
+  const bool gzip = info.st_size >= 2 && ::pread(fd, magic, 2, 0) == 2 &&
+                    magic[0] == 0x1f && magic[1] == 0x8b;
+  if (gzip) {
+    ::close(fd);
+    bytes->decompressed_ = decompress(path);
+    bytes->data_ = bytes->decompressed_.data();
+    bytes->size_ = bytes->decompressed_.size();
+    return bytes;
+  }
+  if (info.st_size > 0) {
+    void* mapping = ::mmap(
+        nullptr,
+        static_cast<size_t>(info.st_size),
+        PROT_READ,
+        MAP_PRIVATE,
+        fd,
+        0);
+    if (mapping == MAP_FAILED) {
+      ::close(fd);
+      throw_errno("data", path, "map");
+    }
+    bytes->mapping_ = mapping;
+    bytes->data_ = static_cast<const char*>(mapping);
+    bytes->size_ = static_cast<size_t>(info.st_size);
+  }
+  ::close(fd);
+  return bytes;
+}
+
+FileBytes::~FileBytes() {
+  if (mapping_ != nullptr) {
+    ::munmap(mapping_, size_);
   }
 }
 
-JsonlDataset::~JsonlDataset() {
-  if (impl_ && impl_->file != nullptr) {
-    gzclose(impl_->file);
-  }
-}
-
-std::optional<std::string> JsonlDataset::next() {
-  Impl& d = *impl_;
-  std::string line;
-  while (d.read_line(line)) {
-    if (is_blank(line)) {
-      continue;
-    }
-    nlohmann::json value;
-    try {
-      value = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw std::runtime_error(d.where() + ": invalid JSON: " + e.what());
-    }
-    if (!value.is_object()) {
-      throw std::runtime_error(
-          d.where() + ": expected a JSON object with a string field '" +
-          d.text_field + "', got " + value.type_name());
-    }
-    const auto field = value.find(d.text_field);
-    if (field == value.end()) {
-      throw std::runtime_error(
-          d.where() + ": missing field '" + d.text_field + "'");
-    }
-    if (!field->is_string()) {
-      throw std::runtime_error(
-          d.where() + ": field '" + d.text_field + "' must be a string, got " +
-          field->type_name());
-    }
-    ++d.documents_this_pass;
-    return field->get<std::string>();
-  }
-  if (d.documents_this_pass == 0) {
-    throw std::runtime_error(
-        "[JsonlDataset] " + d.path + ": holds no documents (" +
-        std::to_string(d.line_number) + " lines, none with content)");
-  }
-  return std::nullopt;
-}
-
-void JsonlDataset::reset() {
-  impl_->rewind();
-}
-
-Registry<DatasetCreator>& dataset_registry() {
-  static Registry<DatasetCreator> registry("dataset");
-  return registry;
-}
-
-void register_builtin_datasets() {
-  dataset_registry().add_builtins_once([](Registry<DatasetCreator>& registry) {
-    registry.add(
-        "kjv",
-        [](const std::string& path) -> std::unique_ptr<TextDataset> {
-          return std::make_unique<JsonlDataset>(
-              path.empty() ? resolve_asset_path(kKjvDefaultPath) : path);
-        },
-        "the bundled King James Bible, one chapter per document "
-        "(assets/kjv.jsonl.gz unless training.dataset_path is set)");
-    registry.add(
-        "jsonl",
-        [](const std::string& path) -> std::unique_ptr<TextDataset> {
-          if (path.empty()) {
-            throw_config_error(
-                "training.dataset_path",
-                "empty; allowed: a JSON Lines file (required by dataset "
-                "'jsonl')");
-          }
-          return std::make_unique<JsonlDataset>(path);
-        },
-        "JSON Lines (optionally gzip) at training.dataset_path, one object "
-        "per line with a string field 'text'");
-  });
-}
-
-std::string resolve_asset_path(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::exists(path, ec)) {
-    return path;
-  }
-  const fs::path relative(path);
-  if (relative.is_relative()) {
-    const fs::path assets_dir(kSourceAssetsDir);
-    // "assets/x" is relative to the source root, "x" to assets/ itself.
-    for (const fs::path& candidate :
-         {assets_dir.parent_path() / relative, assets_dir / relative}) {
-      if (fs::exists(candidate, ec)) {
-        return candidate.string();
+JsonlDataset::JsonlDataset(const DatasetOptions& options)
+    : text_field_(options.text_field),
+      paths_(expand_input_paths(options.path, {".jsonl", ".jsonl.gz"})) {
+  for (uint32_t f = 0; f < paths_.size(); ++f) {
+    files_.push_back(FileBytes::open(paths_[f]));
+    const std::string_view content = files_.back()->view();
+    const size_t before = lines_.size();
+    int64_t line_number = 0;
+    size_t pos = 0;
+    while (pos < content.size()) {
+      size_t end = content.find('\n', pos);
+      if (end == std::string_view::npos) {
+        end = content.size();
       }
+      ++line_number;
+      if (!is_blank(content.substr(pos, end - pos))) {
+        lines_.push_back(Line{f, line_number, pos, end - pos});
+      }
+      pos = end + 1;
+    }
+    if (lines_.size() == before) {
+      throw std::runtime_error(
+          "[JsonlDataset] " + paths_[f] + ": holds no documents (" +
+          std::to_string(line_number) + " lines, none with content)");
     }
   }
-  throw std::runtime_error(
-      "[data] asset '" + path + "' not found from the working directory (" +
-      fs::current_path(ec).string() + ") nor under " + kSourceAssetsDir);
+}
+
+JsonlDataset::~JsonlDataset() = default;
+
+int64_t JsonlDataset::size() const {
+  return static_cast<int64_t>(lines_.size());
+}
+
+std::string JsonlDataset::text(int64_t index) const {
+  const Line& line = lines_.at(static_cast<size_t>(index));
+  const std::string where = "[JsonlDataset] " + paths_[line.file] + ":" +
+                            std::to_string(line.line_number);
+  const std::string_view content =
+      files_[line.file]->view().substr(line.offset, line.length);
+  nlohmann::json value;
+  try {
+    value = nlohmann::json::parse(content);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error(where + ": invalid JSON: " + e.what());
+  }
+  if (!value.is_object()) {
+    throw std::runtime_error(
+        where + ": expected a JSON object with a string field '" + text_field_ +
+        "', got " + value.type_name());
+  }
+  const auto field = value.find(text_field_);
+  if (field == value.end()) {
+    throw std::runtime_error(where + ": missing field '" + text_field_ + "'");
+  }
+  if (!field->is_string()) {
+    throw std::runtime_error(
+        where + ": field '" + text_field_ + "' must be a string, got " +
+        field->type_name());
+  }
+  return field->get<std::string>();
+}
+
+TextFilesDataset::TextFilesDataset(const DatasetOptions& options)
+    : paths_(expand_input_paths(options.path, {})) {
+  for (const std::string& path : paths_) {
+    if (FileBytes::open(path)->view().empty()) {
+      throw std::runtime_error(
+          "[TextFilesDataset] " + path +
+          ": empty file; allowed: a text "
+          "file with at least one byte (one document per file)");
+    }
+  }
+}
+
+int64_t TextFilesDataset::size() const {
+  return static_cast<int64_t>(paths_.size());
+}
+
+std::string TextFilesDataset::text(int64_t index) const {
+  return std::string(
+      FileBytes::open(paths_.at(static_cast<size_t>(index)))->view());
 }
 
 }  // namespace baton

@@ -1,55 +1,75 @@
 #pragma once
 
-#include <functional>
+#include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
+#include <vector>
 
-#include "common/registry.h"
+#include "data/dataset.h"
 
 namespace baton {
 
-/// A corpus read one document at a time, in file order.
-class TextDataset {
+/// The bytes of a file: memory-mapped, or decompressed into memory when the
+/// file is gzip (detected from its first bytes).
+class FileBytes {
  public:
-  virtual ~TextDataset() = default;
-  /// The next document's text, or nullopt after the last one.
-  virtual std::optional<std::string> next() = 0;
-  /// Starts again from the first document (a new epoch).
-  virtual void reset() = 0;
-};
-
-/// JSON Lines, optionally gzip-compressed (detected from the content): one
-/// object per line with the document in `text_field`. Blank lines are
-/// skipped. A line that is not a JSON object, or lacks a string `text_field`,
-/// throws std::runtime_error naming the file and line; so does a file that
-/// cannot be opened or holds no document.
-class JsonlDataset final : public TextDataset {
- public:
-  explicit JsonlDataset(std::string path, std::string text_field = "text");
-  ~JsonlDataset() override;
-  std::optional<std::string> next() override;
-  void reset() override;
+  /// Maps (or decompresses) `path`; throws std::runtime_error naming the
+  /// file when it cannot be read.
+  static std::unique_ptr<FileBytes> open(const std::string& path);
+  ~FileBytes();
+  FileBytes(const FileBytes&) = delete;
+  FileBytes& operator=(const FileBytes&) = delete;
+  /// The file's (decompressed) content.
+  std::string_view view() const {
+    return {data_, size_};
+  }
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  FileBytes() = default;
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+  void* mapping_ = nullptr;
+  std::string decompressed_;
 };
 
-/// Makes a dataset from `training.dataset_path` (empty: its default file).
-using DatasetCreator =
-    std::function<std::unique_ptr<TextDataset>(const std::string& path)>;
+/// JSON Lines files, each plain or gzip: one object per line with the
+/// document in `text_field`; blank lines are skipped. A file without any
+/// document throws when the dataset is made; a line that is not a JSON
+/// object, or lacks a string `text_field`, throws when read. Messages name
+/// the file and line.
+class JsonlDataset final : public TextDataset {
+ public:
+  /// The files `options.path` names (a file, a directory of *.jsonl and
+  /// *.jsonl.gz, or a glob), in sorted order.
+  explicit JsonlDataset(const DatasetOptions& options);
+  ~JsonlDataset() override;
+  int64_t size() const override;
+  std::string text(int64_t index) const override;
 
-/// The dataset registry (`training.dataset`).
-Registry<DatasetCreator>& dataset_registry();
+ private:
+  struct Line {
+    uint32_t file;
+    int64_t line_number;
+    size_t offset;
+    size_t length;
+  };
+  std::string text_field_;
+  std::vector<std::string> paths_;
+  std::vector<std::unique_ptr<FileBytes>> files_;
+  std::vector<Line> lines_;
+};
 
-/// Registers the built-in datasets: `kjv` (the bundled King James Bible,
-/// assets/kjv.jsonl.gz) and `jsonl` (any JSON Lines file, path required).
-void register_builtin_datasets();
+/// Plain text files (each plain or gzip), one document per file: a file,
+/// a directory (every file below it) or a glob. An empty file throws when
+/// the dataset is made.
+class TextFilesDataset final : public TextDataset {
+ public:
+  explicit TextFilesDataset(const DatasetOptions& options);
+  int64_t size() const override;
+  std::string text(int64_t index) const override;
 
-/// `path` when it exists, else the same relative path under the source
-/// tree's assets/ folder (so the bundled corpus is found from any working
-/// directory); throws std::runtime_error when neither exists.
-std::string resolve_asset_path(const std::string& path);
+ private:
+  std::vector<std::string> paths_;
+};
 
 }  // namespace baton

@@ -2,7 +2,20 @@
 
 #include <stdexcept>
 
+#include "common/error.h"
+#include "data/dataset.h"
+#include "data/sentencepiece_tokenizer.h"
+#include "data/tiktoken_tokenizer.h"
+
 namespace baton {
+
+void check_decodable(const char* tokenizer, int32_t id, int64_t vocab_size) {
+  if (id < 0 || id >= vocab_size) {
+    throw std::runtime_error(
+        std::string("[") + tokenizer + "] cannot decode id " +
+        std::to_string(id) + "; allowed: 0.." + std::to_string(vocab_size - 1));
+  }
+}
 
 std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
@@ -20,15 +33,30 @@ std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
     if (id == bos_id() || id == eos_id()) {
       continue;
     }
-    if (id < 0 || id >= vocab_size()) {
-      throw std::runtime_error(
-          "[ByteTokenizer] cannot decode id " + std::to_string(id) +
-          "; allowed: 0.." + std::to_string(vocab_size() - 1));
-    }
+    check_decodable("ByteTokenizer", id, vocab_size());
     text.push_back(static_cast<char>(static_cast<unsigned char>(id)));
   }
   return text;
 }
+
+namespace {
+
+// A creator for a tokenizer read from model.tokenizer_path.
+template <class T>
+TokenizerCreator from_file(const char* name, const char* allowed) {
+  return [name, allowed](const std::string& path) {
+    if (path.empty()) {
+      throw_config_error(
+          "model.tokenizer_path",
+          std::string("empty; allowed: ") + allowed +
+              " (required by tokenizer '" + name + "')");
+    }
+    return std::unique_ptr<Tokenizer>(
+        std::make_unique<T>(resolve_asset_path(path)));
+  };
+}
+
+}  // namespace
 
 Registry<TokenizerCreator>& tokenizer_registry() {
   static Registry<TokenizerCreator> registry("tokenizer");
@@ -45,6 +73,20 @@ void register_builtin_tokenizers() {
             },
             "UTF-8 bytes as ids 0-255, BOS 256, EOS 257 (vocab 258); no model "
             "file");
+        registry.add(
+            "sentencepiece",
+            from_file<SentencePieceTokenizer>(
+                "sentencepiece", "a SentencePiece .model file"),
+            "a SentencePiece model at model.tokenizer_path (baton tokenizer "
+            "train makes one); vocab, BOS and EOS from the model");
+        registry.add(
+            "tiktoken",
+            from_file<TiktokenTokenizer>(
+                "tiktoken",
+                "a tiktoken-format file (Llama 3's tokenizer.model)"),
+            "Llama 3's tokenizer: a tiktoken-format file at "
+            "model.tokenizer_path, its pre-tokenisation split and 256 special "
+            "ids (<|begin_of_text|>, <|end_of_text|>, ...) after the file's");
       });
 }
 

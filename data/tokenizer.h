@@ -44,6 +44,10 @@ class ByteTokenizer final : public Tokenizer {
   }
 };
 
+/// Throws std::runtime_error "[tokenizer] cannot decode id ..." unless `id`
+/// is in [0, vocab_size).
+void check_decodable(const char* tokenizer, int32_t id, int64_t vocab_size);
+
 /// Makes a tokenizer from its model file path (ignored by `bytes`).
 using TokenizerCreator =
     std::function<std::unique_ptr<Tokenizer>(const std::string& path)>;
@@ -51,7 +55,9 @@ using TokenizerCreator =
 /// The tokenizer registry (`model.tokenizer`).
 Registry<TokenizerCreator>& tokenizer_registry();
 
-/// Registers the built-in tokenizers; safe to call more than once.
+/// Registers the built-in tokenizers (bytes, sentencepiece, tiktoken); safe
+/// to call more than once. The file-based ones find a relative path under
+/// the source tree's assets/ too (resolve_asset_path).
 void register_builtin_tokenizers();
 
 }  // namespace baton

@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   nlohmann-json3-dev zlib1g-dev
+  libsentencepiece-dev libpcre2-dev
   libopenblas0-pthread
 )
 

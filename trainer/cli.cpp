@@ -222,6 +222,114 @@ ScheduleArgs parse_schedule(const std::vector<std::string>& args) {
   return out;
 }
 
+/// Reads the input options `tokenizer train` and `data tokenize` share;
+/// false when `option` is not one of them.
+template <class Args>
+bool read_input_option(OptionReader& option, Args& out) {
+  const std::string& name = option.name();
+  if (name == "input") {
+    out.inputs.push_back(option.value());
+  } else if (name == "dataset") {
+    out.dataset = option.value();
+  } else if (name == "text-field") {
+    out.text_field = option.value();
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void require(bool present, const std::string& command, const char* what) {
+  if (!present) {
+    throw ConfigError("baton " + command + ": " + what + " is required");
+  }
+}
+
+TokenizerTrainArgs parse_tokenizer_train(const std::vector<std::string>& args) {
+  static const std::vector<std::string> kFlags = {
+      "input", "dataset", "text-field", "vocab-size", "model-type", "out"};
+  TokenizerTrainArgs out;
+  OptionReader option(args);
+  while (option.next()) {
+    const std::string& name = option.name();
+    if (read_input_option(option, out)) {
+      continue;
+    }
+    if (name == "vocab-size") {
+      out.vocab_size = parse_count("--vocab-size", option.value());
+    } else if (name == "model-type") {
+      out.model_type = to_lower(option.value());
+      if (out.model_type != "bpe" && out.model_type != "unigram") {
+        throw ConfigError(
+            "--model-type: '" + out.model_type +
+            "' is not allowed; allowed: bpe, unigram");
+      }
+    } else if (name == "out") {
+      out.out_path = option.value();
+    } else {
+      option.fail_unknown(kFlags, "");
+    }
+  }
+  require(!out.inputs.empty(), "tokenizer train", "--input PATH");
+  require(out.vocab_size > 0, "tokenizer train", "--vocab-size N");
+  require(!out.out_path.empty(), "tokenizer train", "--out FILE");
+  // unk, BOS, EOS and the 256 byte pieces come first.
+  if (out.vocab_size < 260) {
+    throw ConfigError(
+        "--vocab-size: " + std::to_string(out.vocab_size) +
+        " is not allowed; allowed: an integer >= 260 (3 special and 256 byte "
+        "pieces come first)");
+  }
+  return out;
+}
+
+DataTokenizeArgs parse_data_tokenize(const std::vector<std::string>& args) {
+  static const std::vector<std::string> kFlags = {
+      "input",
+      "dataset",
+      "text-field",
+      "tokenizer",
+      "tokenizer-path",
+      "out",
+      "tokens-per-shard"};
+  DataTokenizeArgs out;
+  OptionReader option(args);
+  while (option.next()) {
+    const std::string& name = option.name();
+    if (read_input_option(option, out)) {
+      continue;
+    }
+    if (name == "tokenizer") {
+      out.tokenizer = option.value();
+    } else if (name == "tokenizer-path") {
+      out.tokenizer_path = option.value();
+    } else if (name == "out") {
+      out.out_dir = option.value();
+    } else if (name == "tokens-per-shard") {
+      out.tokens_per_shard = parse_count("--tokens-per-shard", option.value());
+    } else {
+      option.fail_unknown(kFlags, "");
+    }
+  }
+  require(!out.inputs.empty(), "data tokenize", "--input PATH");
+  require(!out.out_dir.empty(), "data tokenize", "--out DIR");
+  return out;
+}
+
+/// `baton GROUP ACTION ...`: the action must be `action`.
+std::vector<std::string> sub_command_args(
+    const std::string& group,
+    const std::string& action,
+    const std::vector<std::string>& args) {
+  if (args.empty() || args[0] != action) {
+    const std::string got = args.empty() ? "nothing" : "'" + args[0] + "'";
+    throw ConfigError(
+        "baton " + group + ": expected '" + action + "', got " + got + "\n" +
+        cli_usage());
+  }
+  return std::vector<std::string>(args.begin() + 1, args.end());
+}
+
 }  // namespace
 
 CliArgs parse_cli(const std::vector<std::string>& args) {
@@ -241,8 +349,21 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
     out.schedule = parse_schedule(rest);
     return out;
   }
+  if (out.command == "tokenizer") {
+    out.command = "tokenizer train";
+    out.tokenizer_train =
+        parse_tokenizer_train(sub_command_args("tokenizer", "train", rest));
+    return out;
+  }
+  if (out.command == "data") {
+    out.command = "data tokenize";
+    out.data_tokenize =
+        parse_data_tokenize(sub_command_args("data", "tokenize", rest));
+    return out;
+  }
   std::string message = "unknown command '" + out.command + "'";
-  const std::string hint = closest_match(out.command, {"train", "schedule"});
+  const std::string hint =
+      closest_match(out.command, {"train", "schedule", "tokenizer", "data"});
   if (!hint.empty()) {
     message += "; did you mean '" + hint + "'?";
   }
@@ -259,6 +380,14 @@ std::string cli_usage() {
          "[--out FILE]\n"
          "                 [--costs KIND=VALUE,...]\n"
          "  baton schedule --csv FILE [--format ...] [--comms] [--out FILE]\n"
+         "  baton tokenizer train --input PATH... --vocab-size N --out FILE\n"
+         "                 [--dataset jsonl|text] [--text-field NAME] "
+         "[--model-type bpe|unigram]\n"
+         "  baton data tokenize --input PATH... --out DIR [--dataset "
+         "jsonl|text]\n"
+         "                 [--text-field NAME] [--tokenizer NAME] "
+         "[--tokenizer-path FILE]\n"
+         "                 [--tokens-per-shard N]\n"
          "\n"
          "  --config FILE         YAML job config (see configs/)\n"
          "  --SECTION.KEY=VALUE   override one config key, e.g. "
@@ -273,6 +402,9 @@ std::string cli_usage() {
          "  --costs F=1,B=2,...   simulated cost per kind (F, B, I, W, "
          "OVERLAP)\n"
          "                        and P2P latency; all 1 and P2P 0 by default\n"
+         "  --input PATH          a corpus file, folder or glob (repeatable)\n"
+         "  --dataset NAME        reads the inputs: jsonl (default) or text\n"
+         "  --tokenizer NAME      bytes (default), sentencepiece or tiktoken\n"
          "\n"
          "exit codes: 0 success, 2 bad usage or config, 1 runtime failure\n";
 }

@@ -46,19 +46,56 @@ struct ScheduleArgs {
       {"P2P", 0.0}};
 };
 
+/// `baton tokenizer train` arguments.
+struct TokenizerTrainArgs {
+  /// Corpus files, folders or globs (--input, repeatable).
+  std::vector<std::string> inputs;
+  /// Registered dataset that reads them (jsonl, text, ...).
+  std::string dataset = "jsonl";
+  /// JSON Lines field with the text.
+  std::string text_field = "text";
+  /// Pieces in the model.
+  int64_t vocab_size = 0;
+  /// bpe or unigram.
+  std::string model_type = "bpe";
+  /// The .model file to write.
+  std::string out_path;
+};
+
+/// `baton data tokenize` arguments.
+struct DataTokenizeArgs {
+  /// Corpus files, folders or globs (--input, repeatable).
+  std::vector<std::string> inputs;
+  std::string dataset = "jsonl";
+  std::string text_field = "text";
+  /// Registered tokenizer and its file.
+  std::string tokenizer = "bytes";
+  std::string tokenizer_path;
+  /// Folder for the shards.
+  std::string out_dir;
+  /// A new shard starts once one holds this many tokens.
+  int64_t tokens_per_shard = int64_t{1} << 28;
+};
+
 /// The parsed command line.
 struct CliArgs {
-  /// "train", "schedule", or "help" for --help / no arguments.
+  /// "train", "schedule", "tokenizer train", "data tokenize", or "help"
+  /// for --help / no arguments.
   std::string command;
   /// Set for "train".
   TrainArgs train;
   /// Set for "schedule".
   ScheduleArgs schedule;
+  /// Set for "tokenizer train".
+  TokenizerTrainArgs tokenizer_train;
+  /// Set for "data tokenize".
+  DataTokenizeArgs data_tokenize;
 };
 
 /// Parses argv[1:]. Throws ConfigError (exit code 2) for an unknown command
-/// or flag, a missing value, a missing --config, or a `schedule` without
-/// --schedule / --pp / --microbatches (or --csv) or with an unknown format.
+/// or flag, a missing value, a missing --config, a `schedule` without
+/// --schedule / --pp / --microbatches (or --csv) or with an unknown format,
+/// or a `tokenizer train` / `data tokenize` without --input or --out.
 CliArgs parse_cli(const std::vector<std::string>& args);
 
 /// The usage text of `baton --help`.

@@ -682,12 +682,6 @@ void check_supported(const JobConfig& config) {
       !config.metrics.tensorboard,
       "true",
       "false");
-  require_supported(
-      config,
-      "model.tokenizer",
-      config.model.tokenizer == "bytes",
-      "'" + config.model.tokenizer + "'",
-      "bytes");
 }
 
 /// True when `s` written plain would read back as something other than a

@@ -95,7 +95,8 @@ struct ModelConfig {
           .one_of({"bytes", "sentencepiece", "tiktoken"}));
     v("tokenizer_path",
       tokenizer_path,
-      FieldSpec("tokenizer model file (not used by bytes)"));
+      FieldSpec("tokenizer model file (sentencepiece: .model, tiktoken: "
+                "Llama 3's tokenizer.model; not used by bytes)"));
   }
 };
 
@@ -156,6 +157,10 @@ struct LRSchedulerConfig {
 struct TrainingConfig {
   std::string dataset = "kjv";
   std::string dataset_path = "";
+  std::string dataset_text_field = "text";
+  bool dataset_shuffle = false;
+  /// Batches prepared ahead by a background thread; 0 = none.
+  int64_t dataset_prefetch = 2;
   int64_t local_batch_size = 8;
   int64_t seq_len = 2048;
   int64_t steps = 10000;
@@ -172,7 +177,18 @@ struct TrainingConfig {
     v("dataset", dataset, FieldSpec("registered dataset name"));
     v("dataset_path",
       dataset_path,
-      FieldSpec("dataset file (empty: the dataset's default)"));
+      FieldSpec("dataset file, folder or glob (empty: the dataset's "
+                "default)"));
+    v("dataset_text_field",
+      dataset_text_field,
+      FieldSpec("JSON Lines field holding each document's text"));
+    v("dataset_shuffle",
+      dataset_shuffle,
+      FieldSpec("shuffle each rank's documents per epoch (seeded by seed)"));
+    v("dataset_prefetch",
+      dataset_prefetch,
+      FieldSpec("batches a background thread prepares ahead (0: none)")
+          .at_least(0));
     v("local_batch_size",
       local_batch_size,
       FieldSpec("sequences per rank per micro-step").at_least(1));

@@ -4,19 +4,28 @@
 #include <c10/util/Exception.h>
 #include <glog/logging.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <thread>
 
 #include "builders/builder_registry.h"
 #include "common/error.h"
+#include "data/dataset.h"
+#include "data/sentencepiece_tokenizer.h"
+#include "data/token_shards.h"
 #include "parallel/dist/launcher.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/pipeline/schedule_io.h"
 #include "parallel/pipeline/schedules.h"
 #include "trainer/cli.h"
 #include "trainer/job_config.h"
+#include "trainer/progress.h"
 
 namespace {
 
@@ -114,6 +123,97 @@ int run_schedule(const baton::ScheduleArgs& args) {
   return 0;
 }
 
+// The datasets `--dataset` makes of each `--input`, indexed up front so the
+// progress has a total.
+std::vector<std::unique_ptr<baton::Dataset>> open_inputs(
+    const std::vector<std::string>& inputs,
+    const std::string& dataset,
+    const std::string& text_field) {
+  baton::register_builtin_datasets();
+  const auto& creator = baton::dataset_registry().get(dataset, "--dataset");
+  std::vector<std::unique_ptr<baton::Dataset>> datasets;
+  for (const std::string& input : inputs) {
+    baton::DatasetOptions options;
+    options.path = input;
+    options.text_field = text_field;
+    datasets.push_back(creator(options));
+  }
+  return datasets;
+}
+
+// Trains a SentencePiece model on the inputs' texts.
+int run_tokenizer_train(const baton::TokenizerTrainArgs& args) {
+  const auto datasets = open_inputs(args.inputs, args.dataset, args.text_field);
+  std::vector<const baton::TextDataset*> texts;
+  int64_t documents = 0;
+  for (const auto& dataset : datasets) {
+    const auto* text = dynamic_cast<const baton::TextDataset*>(dataset.get());
+    if (text == nullptr) {
+      throw baton::ConfigError(
+          "--dataset: '" + args.dataset +
+          "' holds tokens, not text; allowed: a text dataset (jsonl, text)");
+    }
+    texts.push_back(text);
+    documents += text->size();
+  }
+  size_t which = 0;
+  int64_t index = 0;
+  const auto next_text = [&]() -> std::optional<std::string> {
+    while (which < texts.size() && index == texts[which]->size()) {
+      ++which;
+      index = 0;
+    }
+    if (which == texts.size()) {
+      return std::nullopt;
+    }
+    return texts[which]->text(index++);
+  };
+  baton::SentencePieceTrainOptions options(args.vocab_size);
+  options.model_type = args.model_type;
+  options.num_threads = std::max(1u, std::thread::hardware_concurrency());
+  const auto start = std::chrono::steady_clock::now();
+  baton::train_sentencepiece(next_text, options, args.out_path);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  std::cout << "trained a " << args.model_type << " SentencePiece model of "
+            << args.vocab_size << " pieces on " << documents << " documents in "
+            << seconds << " s: " << args.out_path << '\n';
+  return 0;
+}
+
+// Tokenises the inputs into token shards, with a progress report on stderr.
+int run_data_tokenize(const baton::DataTokenizeArgs& args) {
+  baton::register_builtin_tokenizers();
+  const auto tokenizer = baton::tokenizer_registry().get(
+      args.tokenizer, "--tokenizer")(args.tokenizer_path);
+  const auto datasets = open_inputs(args.inputs, args.dataset, args.text_field);
+  int64_t documents = 0;
+  for (const auto& dataset : datasets) {
+    documents += dataset->size();
+  }
+  baton::TokenShardWriter writer(
+      args.out_dir, *tokenizer, args.tokens_per_shard);
+  baton::ProgressReporter progress(
+      std::cerr, ::isatty(STDERR_FILENO) == 1, documents);
+  for (const auto& dataset : datasets) {
+    for (int64_t i = 0; i < dataset->size(); ++i) {
+      const std::vector<int32_t> ids = dataset->tokens(i, *tokenizer);
+      writer.add(ids);
+      progress.add(static_cast<int64_t>(ids.size()));
+    }
+  }
+  progress.finish();
+  const auto shards = writer.finish();
+  std::cout << "wrote " << documents << " documents in " << shards.size()
+            << " shard" << (shards.size() == 1 ? "" : "s") << " to "
+            << args.out_dir << " (vocab " << tokenizer->vocab_size()
+            << "); train on them with training.dataset=tokens, "
+               "training.dataset_path="
+            << args.out_dir << " and the same model.tokenizer\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -128,6 +228,12 @@ int main(int argc, char** argv) {
     }
     if (cli.command == "schedule") {
       return run_schedule(cli.schedule);
+    }
+    if (cli.command == "tokenizer train") {
+      return run_tokenizer_train(cli.tokenizer_train);
+    }
+    if (cli.command == "data tokenize") {
+      return run_data_tokenize(cli.data_tokenize);
     }
     return run_train(cli.train);
   } catch (...) {

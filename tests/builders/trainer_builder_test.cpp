@@ -105,6 +105,38 @@ TEST(TrainerBuilder, SubclassSelectedFromYamlOverridesOneHook) {
   }
 }
 
+TEST(TrainerBuilder, VocabularyFollowsTheTokenizer) {
+  register_test_builders();
+  struct Case {
+    const char* tokenizer;
+    const char* path;
+    int64_t vocab;
+  };
+  for (const Case& t :
+       {Case{"bytes", "", 258},
+        Case{"sentencepiece", "assets/kjv_sp.model", 2000},
+        Case{"tiktoken", "assets/kjv_tiktoken.txt", 1024 + 256}}) {
+    const std::string tokenizer = t.tokenizer;
+    const int64_t vocab = t.vocab;
+    const auto config = load_job_config(
+        write_config("vocab.yaml", "default"),
+        {"model.tokenizer=" + tokenizer,
+         "model.tokenizer_path=" + std::string(t.path)});
+    auto trainer = make_trainer_builder(config)->build();
+    const auto& c = trainer->components();
+    EXPECT_EQ(c.tokenizer->vocab_size(), vocab) << tokenizer;
+    for (const auto& item : c.model_parts[0].named_parameters()) {
+      if (item.key() == "tok_embeddings.weight" ||
+          item.key() == "output.weight") {
+        EXPECT_EQ(item.value().size(0), vocab) << tokenizer << item.key();
+      }
+    }
+    // The batches hold ids of that vocabulary.
+    const Batch batch = c.dataloader->next();
+    EXPECT_LT(batch.inputs.max().item<int64_t>(), vocab) << tokenizer;
+  }
+}
+
 TEST(TrainerBuilder, AutoPicksTheDefaultBuilderWithoutPipelining) {
   register_test_builders();
   const auto config = load_job_config(write_config("auto.yaml", "auto"));

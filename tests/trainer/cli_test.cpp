@@ -202,6 +202,115 @@ TEST(Cli, TrainsTheDebugModelAndWritesEveryMetricsKey) {
   EXPECT_LT(last, first - 1.5) << "the loss should fall clearly";
 }
 
+// --- tokenizer train / data tokenize -----------------------------------------
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::path(::testing::TempDir()) / name;
+  fs::remove_all(dir);
+  return dir;
+}
+
+TEST(CliData, UsageErrorsExitTwo) {
+  auto r = run_baton("data tokenize --inptu x.jsonl --out d");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(
+      r.output.rfind(
+          "error: unknown option '--inptu'; did you mean '--input'?", 0),
+      0u)
+      << r.output;
+  r = run_baton("data tokenise --input x.jsonl");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(
+      r.output.find("error: baton data: expected 'tokenize', got 'tokenise'"),
+      std::string::npos)
+      << r.output;
+  r = run_baton("data tokenize --input x.jsonl");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(
+      r.output.find("error: baton data tokenize: --out DIR is required"),
+      std::string::npos)
+      << r.output;
+  r = run_baton("data tokenize --input x.jsonl --out d --tokenizer wordpiece");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(
+      r.output.find("--tokenizer: unknown tokenizer 'wordpiece'"),
+      std::string::npos)
+      << r.output;
+  r = run_baton("tokenizer train --input x.jsonl --out m.model");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--vocab-size N is required"), std::string::npos)
+      << r.output;
+  r = run_baton("tokenizer train --input x --vocab-size 100 --out m.model");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(
+      r.output.find("--vocab-size: 100 is not allowed; allowed: an integer >= "
+                    "260"),
+      std::string::npos)
+      << r.output;
+  r = run_baton(
+      "tokenizer train --input x --vocab-size 300 --out m --model-type "
+      "wordpiece");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("allowed: bpe, unigram"), std::string::npos)
+      << r.output;
+}
+
+TEST(CliData, BadDataExitsOneNamingFileAndLine) {
+  const auto bad = write_file(
+      "cli_bad.jsonl", "{\"text\": \"fine\"}\n{\"txt\": \"typo\"}\n");
+  const auto r = run_baton(
+      "data tokenize --input " + bad.string() + " --out " +
+      fresh_dir("cli_bad_shards").string());
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(
+      r.output.find(
+          "error: [JsonlDataset] " + bad.string() + ":2: missing field 'text'"),
+      std::string::npos)
+      << r.output;
+}
+
+TEST(CliData, TokenizesTrainsAndRejectsAMismatchedTokenizer) {
+  // A SentencePiece model trained on the bundled corpus, its shards, and a
+  // training run on them with the wrong tokenizer.
+  const fs::path work = fresh_dir("cli_data_run");
+  fs::create_directories(work);
+  const std::string model = (work / "kjv.model").string();
+  const std::string kjv = (source_dir() / "assets" / "kjv.jsonl.gz").string();
+  auto r = run_baton(
+      "tokenizer train --input " + kjv + " --vocab-size 320 --out " + model);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(
+      r.output.find("trained a bpe SentencePiece model of 320 pieces on 1189 "
+                    "documents"),
+      std::string::npos)
+      << r.output;
+
+  const std::string shards = (work / "shards").string();
+  r = run_baton(
+      "data tokenize --input " + kjv + " --tokenizer sentencepiece " +
+      "--tokenizer-path " + model + " --out " + shards +
+      " --tokens-per-shard 500000");
+  ASSERT_EQ(r.code, 0) << r.output;
+  // Not a terminal: plain progress lines, the last one complete.
+  EXPECT_NE(r.output.find("1189/1189 documents (100.0%)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("wrote 1189 documents in "), std::string::npos)
+      << r.output;
+  EXPECT_GT(std::distance(fs::directory_iterator(shards), {}), 1);
+
+  r = run_baton(
+      "train --config " + debug_config() +
+      " --training.dataset=tokens --training.dataset_path=" + shards +
+      " --training.steps=1 --lr_scheduler.warmup_steps=0"
+      " --metrics.peak_tflops=1 --job.dump_folder=" +
+      (work / "out").string());
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(
+      r.output.find("was made with a tokenizer of vocab 320"),
+      std::string::npos)
+      << r.output;
+}
+
 TEST(CliSchedule, PrintsAGridAndWritesEveryFormat) {
   auto r = run_baton(
       "schedule --schedule interleaved1f1b --pp 2 --stages-per-rank 2 "

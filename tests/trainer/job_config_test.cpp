@@ -458,8 +458,7 @@ TEST(JobConfig, RejectsFeaturesNotBuiltYet) {
         "parallelism.data_parallel_shard_degree=2",
         "parallelism.pipeline_parallel_schedule_csv=s.csv",
         "parallelism.pipeline_parallel_module_fqns_per_stage=[[a]]",
-        "metrics.tensorboard=true",
-        "model.tokenizer=sentencepiece"}) {
+        "metrics.tensorboard=true"}) {
     expect_contains(
         load_error("", {o}), {"--" + o + ": ", "not supported yet"});
   }
