@@ -80,6 +80,7 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   c.world_size = env_.world_size;
   c.rank = env_.rank;
   c.runtime = runtime_;
+  c.pp_group = mesh().pp();
   c.peak_tflops = config_.metrics.peak_tflops;
   if (c.peak_tflops <= 0.0) {
     c.peak_tflops = measure_peak_tflops();
@@ -211,6 +212,8 @@ std::unique_ptr<DataLoader> TrainerBuilder::build_dataloader(
       config_.training.local_batch_size, config_.training.seq_len);
   options.dp_rank = mesh().coord().dp(dims_);
   options.dp_size = dims_.dp();
+  LOG(INFO) << "data: " << config_.training.dataset << " shard "
+            << options.dp_rank << " of " << options.dp_size;
   return std::make_unique<DataLoader>(
       std::move(dataset), std::move(tokenizer), options);
 }
