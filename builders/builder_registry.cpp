@@ -1,5 +1,6 @@
 #include "builders/builder_registry.h"
 
+#include "builders/pipeline_trainer_builder.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "models/model_spec.h"
@@ -24,14 +25,18 @@ void register_builtin_builders() {
           return std::make_unique<TrainerBuilder>(config);
         },
         "one model part per rank, local train step");
+    registry.add(
+        "pipeline",
+        [](const JobConfig& config) {
+          return std::make_unique<PipelineTrainerBuilder>(config);
+        },
+        "pipeline stages (several per rank), schedule executor");
   });
 }
 
 std::unique_ptr<TrainerBuilder> make_trainer_builder(const JobConfig& config) {
   std::string name = config.builder;
   if (to_lower(name) == "auto") {
-    // The pipeline builder registers itself as "pipeline" (#6); until then a
-    // pipelined config is rejected when the config is validated.
     name = config.parallelism.pipeline_parallel_degree > 1 ? "pipeline"
                                                            : "default";
   }

@@ -80,6 +80,7 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   c.world_size = env_.world_size;
   c.rank = env_.rank;
   c.runtime = runtime_;
+  c.pp_group = mesh().pp();
   c.peak_tflops = config_.metrics.peak_tflops;
   if (c.peak_tflops <= 0.0) {
     c.peak_tflops = measure_peak_tflops();
@@ -216,6 +217,8 @@ std::unique_ptr<DataLoader> TrainerBuilder::build_dataloader(
   options.shuffle = t.dataset_shuffle;
   options.seed = static_cast<uint64_t>(t.seed);
   options.prefetch = t.dataset_prefetch;
+  LOG(INFO) << "data: " << t.dataset << " shard " << options.dp_rank << " of "
+            << options.dp_size;
   return std::make_unique<DataLoader>(
       std::move(dataset), std::move(tokenizer), options);
 }

@@ -655,25 +655,10 @@ void check_supported(const JobConfig& config) {
   const std::pair<const char*, int64_t> degrees[] = {
       {"parallelism.data_parallel_shard_degree", p.data_parallel_shard_degree},
       {"parallelism.tensor_parallel_degree", p.tensor_parallel_degree},
-      {"parallelism.pipeline_parallel_degree", p.pipeline_parallel_degree},
-      {"parallelism.pipeline_parallel_stages_per_rank",
-       p.pipeline_parallel_stages_per_rank},
   };
   for (const auto& [key, degree] : degrees) {
     require_supported(config, key, degree <= 1, std::to_string(degree), "1");
   }
-  require_supported(
-      config,
-      "parallelism.pipeline_parallel_schedule_csv",
-      p.pipeline_parallel_schedule_csv.empty(),
-      "'" + p.pipeline_parallel_schedule_csv + "'",
-      "an empty string");
-  require_supported(
-      config,
-      "parallelism.pipeline_parallel_module_fqns_per_stage",
-      p.pipeline_parallel_module_fqns_per_stage.empty(),
-      "a non-empty list",
-      "an empty list");
   require_supported(
       config, "checkpoint.enable", !config.checkpoint.enable, "true", "false");
   require_supported(

@@ -267,7 +267,8 @@ struct ParallelismConfig {
       FieldSpec("CSV file with a custom schedule"));
     v("pipeline_parallel_trace",
       pipeline_parallel_trace,
-      FieldSpec("file for a Chrome trace of the executed schedule"));
+      FieldSpec("Chrome traces of the executed and simulated schedule: true "
+                "(<dump_folder>/pipeline_trace.*.json) or a path prefix"));
   }
 };
 

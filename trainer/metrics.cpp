@@ -38,7 +38,7 @@ bool MetricsLogger::should_log(int64_t step) const {
 }
 
 std::string metrics_to_json(const StepMetrics& m) {
-  const nlohmann::ordered_json j = {
+  nlohmann::ordered_json j = {
       {"step", m.step},
       {"loss", m.loss},
       {"grad_norm", m.grad_norm},
@@ -50,6 +50,9 @@ std::string metrics_to_json(const StepMetrics& m) {
       {"data_time_s", m.data_time_s},
       {"peak_rss_mib", m.peak_rss_mib},
   };
+  if (!m.pipeline_bubble_pct.empty()) {
+    j["pipeline_bubble_pct"] = m.pipeline_bubble_pct;
+  }
   return j.dump();
 }
 
@@ -66,6 +69,13 @@ void MetricsLogger::log(const StepMetrics& m) {
        << std::setprecision(3) << m.tflops << "  mfu " << std::setprecision(1)
        << m.mfu_pct << "%  mem " << std::setprecision(0) << m.peak_rss_mib
        << " MiB";
+  if (!m.pipeline_bubble_pct.empty()) {
+    line << "  bubble";
+    for (size_t r = 0; r < m.pipeline_bubble_pct.size(); ++r) {
+      line << (r == 0 ? " " : "/") << m.pipeline_bubble_pct[r];
+    }
+    line << "%";
+  }
   LOG(INFO) << line.str();
   if (jsonl_.is_open()) {
     jsonl_ << metrics_to_json(m) << '\n';

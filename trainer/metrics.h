@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "trainer/job_config.h"
 
@@ -20,6 +21,9 @@ struct StepMetrics {
   double step_time_s = 0.0;
   double data_time_s = 0.0;
   double peak_rss_mib = 0.0;
+  /// Pipelined runs: each pipeline rank's bubble (idle %) in the step, in
+  /// pipeline-rank order; empty otherwise.
+  std::vector<double> pipeline_bubble_pct;
 };
 
 /// Writes one console line (glog) and one metrics.jsonl object per logged

@@ -33,6 +33,9 @@ struct StepOutput {
   double loss = 0.0;
   /// Tokens the global step trained on.
   int64_t tokens = 0;
+  /// Pipelined steps: this rank's idle fraction of the step (waiting for
+  /// its peers); negative when the step is not pipelined.
+  double bubble = -1.0;
 };
 
 /// What a train step shares with other ranks; empty for a single process.

@@ -38,15 +38,14 @@ double Trainer::clip_gradients() {
       grads.push_back(p.grad());
     }
   }
-  if (grads.empty()) {
-    return 0.0;
-  }
-  std::vector<at::Tensor> squares;
+  std::vector<at::Tensor> squares{at::zeros({}, at::kDouble)};
   squares.reserve(grads.size());
   for (const auto& g : grads) {
-    squares.push_back(g.pow(2).sum());
+    squares.push_back(g.pow(2).sum().to(at::kDouble).cpu());
   }
-  const double norm = std::sqrt(at::stack(squares).sum().item<double>());
+  // Each pipeline rank holds different parameters: sum their squares.
+  const double norm =
+      std::sqrt(sum_over(c_.pp_group, at::stack(squares).sum().item<double>()));
   const double max_norm = config_.training.max_norm;
   if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm) {
     const double scale = max_norm / (norm + 1e-6);
@@ -138,6 +137,12 @@ StepMetrics Trainer::train_step() {
              static_cast<double>(c_.world_size) / 1e12;
   m.mfu_pct = c_.peak_tflops > 0.0 ? 100.0 * m.tflops / c_.peak_tflops : 0.0;
   m.peak_rss_mib = peak_rss_mib();
+  if (out.bubble >= 0.0) {
+    auto mine = at::full({1}, 100.0 * out.bubble, at::kDouble);
+    const auto all = c_.pp_group ? c_.pp_group->all_gather(mine) : mine;
+    m.pipeline_bubble_pct.assign(
+        all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
+  }
   return m;
 }
 

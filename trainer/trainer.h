@@ -17,8 +17,9 @@
 namespace baton {
 
 namespace dist {
+class ProcessGroup;
 class Runtime;
-}
+}  // namespace dist
 
 /// Everything a trainer runs with; a TrainerBuilder fills it in.
 struct TrainerComponents {
@@ -44,6 +45,9 @@ struct TrainerComponents {
   /// it alive and switches it to comm.train_timeout_seconds after the first
   /// step.
   std::shared_ptr<dist::Runtime> runtime;
+  /// The pipeline group: the grad norm is summed over it (each rank holds
+  /// different parameters) and the bubbles gathered. Null: this rank alone.
+  std::shared_ptr<dist::ProcessGroup> pp_group;
 };
 
 /// The train loop. Each step: fetch the micro-step batches, run the

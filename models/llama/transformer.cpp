@@ -31,17 +31,10 @@ AttentionImpl::AttentionImpl(const ModelArgs& args)
     : n_heads_(args.n_heads),
       n_kv_heads_(args.kv_heads()),
       head_dim_(args.head_dim()) {
-  const auto linear = [](int64_t in, int64_t out) {
-    return torch::nn::LinearOptions(in, out).bias(false);
-  };
-  wq = register_module(
-      "wq", torch::nn::Linear(linear(args.dim, n_heads_ * head_dim_)));
-  wk = register_module(
-      "wk", torch::nn::Linear(linear(args.dim, n_kv_heads_ * head_dim_)));
-  wv = register_module(
-      "wv", torch::nn::Linear(linear(args.dim, n_kv_heads_ * head_dim_)));
-  wo = register_module(
-      "wo", torch::nn::Linear(linear(n_heads_ * head_dim_, args.dim)));
+  wq = register_module("wq", Linear(args.dim, n_heads_ * head_dim_));
+  wk = register_module("wk", Linear(args.dim, n_kv_heads_ * head_dim_));
+  wv = register_module("wv", Linear(args.dim, n_kv_heads_ * head_dim_));
+  wo = register_module("wo", Linear(n_heads_ * head_dim_, args.dim));
 }
 
 namespace {
@@ -93,12 +86,9 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope) {
 
 FeedForwardImpl::FeedForwardImpl(const ModelArgs& args) {
   const int64_t hidden = args.ffn_hidden_dim();
-  const auto linear = [](int64_t in, int64_t out) {
-    return torch::nn::LinearOptions(in, out).bias(false);
-  };
-  w1 = register_module("w1", torch::nn::Linear(linear(args.dim, hidden)));
-  w2 = register_module("w2", torch::nn::Linear(linear(hidden, args.dim)));
-  w3 = register_module("w3", torch::nn::Linear(linear(args.dim, hidden)));
+  w1 = register_module("w1", Linear(args.dim, hidden));
+  w2 = register_module("w2", Linear(hidden, args.dim));
+  w3 = register_module("w3", Linear(args.dim, hidden));
 }
 
 at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
@@ -148,10 +138,7 @@ TransformerImpl::TransformerImpl(const ModelArgs& args, const ChunkSpec& chunk)
   }
   if (chunk_.output) {
     norm = register_module("norm", RMSNorm(args_.dim, args_.norm_eps));
-    output = register_module(
-        "output",
-        torch::nn::Linear(
-            torch::nn::LinearOptions(args_.dim, args_.vocab_size).bias(false)));
+    output = register_module("output", Linear(args_.dim, args_.vocab_size));
   }
 }
 

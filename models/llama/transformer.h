@@ -3,11 +3,11 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/moduledict.h>
 #include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
 #include <vector>
 
+#include "models/linear.h"
 #include "models/llama/args.h"
 #include "models/model_spec.h"
 
@@ -45,7 +45,7 @@ class AttentionImpl : public torch::nn::Module {
   /// x: (B, T, dim) -> (B, T, dim)
   at::Tensor forward(const at::Tensor& x, const RopeTables& rope);
 
-  torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+  Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
 
  private:
   int64_t n_heads_;
@@ -61,7 +61,7 @@ class FeedForwardImpl : public torch::nn::Module {
   /// x: (B, T, dim) -> (B, T, dim)
   at::Tensor forward(const at::Tensor& x);
 
-  torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+  Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
 };
 TORCH_MODULE(FeedForward);
 
@@ -99,7 +99,7 @@ class TransformerImpl final : public ModelChunk {
   torch::nn::Embedding tok_embeddings{nullptr};
   torch::nn::ModuleDict layers{nullptr};
   RMSNorm norm{nullptr};
-  torch::nn::Linear output{nullptr};
+  Linear output{nullptr};
 
  private:
   /// RoPE tables for length `seq_len` on `device`, cached.

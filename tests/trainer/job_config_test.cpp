@@ -454,10 +454,7 @@ TEST(JobConfig, RejectsFeaturesNotBuiltYet) {
       path +
           ":3: checkpoint.enable: true is not supported yet; allowed: false");
   for (const std::string o :
-       {"parallelism.pipeline_parallel_degree=4",
-        "parallelism.data_parallel_shard_degree=2",
-        "parallelism.pipeline_parallel_schedule_csv=s.csv",
-        "parallelism.pipeline_parallel_module_fqns_per_stage=[[a]]",
+       {"parallelism.data_parallel_shard_degree=2",
         "metrics.tensorboard=true"}) {
     expect_contains(
         load_error("", {o}), {"--" + o + ": ", "not supported yet"});

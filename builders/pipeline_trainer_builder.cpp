@@ -1,0 +1,161 @@
+#include "builders/pipeline_trainer_builder.h"
+
+#include <glog/logging.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <map>
+
+#include "common/error.h"
+#include "parallel/data_parallel/replicate.h"
+#include "parallel/dist/mesh.h"
+#include "parallel/dist/process_group.h"
+#include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/placement.h"
+#include "parallel/pipeline/schedule_io.h"
+#include "parallel/pipeline/schedules.h"
+#include "parallel/pipeline/simulator.h"
+#include "parallel/pipeline/split.h"
+#include "trainer/pipeline_train_step.h"
+
+namespace baton {
+
+PipelineTrainerBuilder::PipelineTrainerBuilder(const JobConfig& config)
+    : TrainerBuilder(config) {}
+
+PipelineTrainerBuilder::~PipelineTrainerBuilder() = default;
+
+ModelParts PipelineTrainerBuilder::build_model(const llama::ModelArgs& args) {
+  const auto& p = config().parallelism;
+  const int64_t pp = parallel_dims().pp;
+  const int64_t batch = config().training.local_batch_size;
+  if (batch % p.pipeline_parallel_microbatch_size != 0) {
+    throw ConfigError(
+        "parallelism.pipeline_parallel_microbatch_size: " +
+        std::to_string(p.pipeline_parallel_microbatch_size) +
+        " does not divide training.local_batch_size " + std::to_string(batch) +
+        "; allowed: a divisor of the local batch size");
+  }
+  const int64_t microbatches = batch / p.pipeline_parallel_microbatch_size;
+  pipeline::register_builtin_schedules();
+  if (!p.pipeline_parallel_schedule_csv.empty()) {
+    schedule_ = pipeline::load_schedule_csv(p.pipeline_parallel_schedule_csv);
+    if (schedule_.pp != pp || schedule_.microbatches != microbatches) {
+      throw ConfigError(
+          "parallelism.pipeline_parallel_schedule_csv: '" +
+          p.pipeline_parallel_schedule_csv + "' is for pp " +
+          std::to_string(schedule_.pp) + " and " +
+          std::to_string(schedule_.microbatches) +
+          " microbatches, but this run has pp " + std::to_string(pp) + " and " +
+          std::to_string(microbatches) +
+          " (local_batch_size / pipeline_parallel_microbatch_size)");
+    }
+  } else {
+    schedule_ = pipeline::make_schedule(
+        p.pipeline_parallel_schedule,
+        pp,
+        p.pipeline_parallel_stages_per_rank,
+        microbatches);
+  }
+  const auto chunks =
+      p.pipeline_parallel_module_fqns_per_stage.empty()
+          ? pipeline::split_model(
+                args.n_layers,
+                schedule_.num_stages,
+                p.pipeline_parallel_layers_per_stage)
+          : pipeline::split_model_by_fqns(
+                args.n_layers, p.pipeline_parallel_module_fqns_per_stage);
+  if (static_cast<int64_t>(chunks.size()) != schedule_.num_stages) {
+    throw ConfigError(
+        "parallelism.pipeline_parallel_module_fqns_per_stage: " +
+        std::to_string(chunks.size()) + " stages, but the schedule has " +
+        std::to_string(schedule_.num_stages));
+  }
+  dim_ = args.dim;
+  const int64_t my_pp = mesh().coord().pp;
+  const auto& spec = model_registry().get(config().model.name);
+  ModelParts parts;
+  stage_ids_.clear();
+  for (int64_t s = 0; s < schedule_.num_stages; ++s) {
+    if (schedule_.stage_to_rank.at(s) != my_pp) {
+      continue;
+    }
+    auto part = spec.build(args, chunks[s], config().training.seed);
+    parallelize(*part);
+    LOG(INFO) << "pipeline rank " << my_pp << " holds stage " << s << ": "
+              << pipeline::describe_chunk(chunks[s]);
+    stage_ids_.push_back(s);
+    parts.push_back(std::move(part));
+  }
+  return parts;
+}
+
+std::unique_ptr<DataLoader> PipelineTrainerBuilder::build_dataloader(
+    std::shared_ptr<const Tokenizer> tokenizer) {
+  if (schedule_.stage_to_rank.at(0) != mesh().coord().pp) {
+    return nullptr;
+  }
+  return TrainerBuilder::build_dataloader(std::move(tokenizer));
+}
+
+std::unique_ptr<TrainStep> PipelineTrainerBuilder::build_train_step(
+    const ModelParts& parts, LossFn loss) {
+  // Lowered (unless a CSV already was), validated, and checked for deadlock.
+  auto lowered =
+      pipeline::plan_schedule(schedule_, pipeline::SimulationCosts()).lowered;
+  std::vector<std::pair<int64_t, std::shared_ptr<ModelChunk>>> stages;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    stages.emplace_back(stage_ids_.at(i), *(parts.begin() + i));
+  }
+  const auto& p = config().parallelism;
+  pipeline::ExecutorShapes shapes;
+  shapes.microbatches = schedule_.microbatches;
+  shapes.microbatch_size = p.pipeline_parallel_microbatch_size;
+  shapes.seq_len = config().training.seq_len;
+  shapes.dim = dim_;
+  shapes.device = device();
+  std::function<void(int64_t)> reduce;
+  if (!grad_reducers().empty()) {
+    // One reducer per part, in part order; the step's gradients are
+    // complete when the schedule says REDUCE_GRAD.
+    std::map<int64_t, std::shared_ptr<GradientReducer>> by_stage;
+    for (size_t i = 0; i < stage_ids_.size(); ++i) {
+      by_stage[stage_ids_[i]] = grad_reducers().at(i);
+    }
+    reduce = [by_stage](int64_t stage) {
+      auto& r = by_stage.at(stage);
+      r->prepare(/*sync=*/true);
+      r->finish();
+    };
+  }
+  auto executor = std::make_unique<pipeline::PipelineExecutor>(
+      std::move(lowered),
+      std::move(stages),
+      mesh().pp(),
+      std::move(loss),
+      shapes,
+      std::move(reduce));
+  const int64_t tokens =
+      config().training.local_batch_size * config().training.seq_len;
+  // pipeline_parallel_trace: "" or false = off, true = <dump_folder>/
+  // pipeline_trace, else the prefix itself.
+  std::string trace = p.pipeline_parallel_trace;
+  if (trace == "false") {
+    trace.clear();
+  } else if (trace == "true") {
+    trace = config().job.dump_folder + "/pipeline_trace";
+  }
+  if (!trace.empty()) {
+    std::filesystem::create_directories(
+        std::filesystem::path(trace).parent_path());
+  }
+  return std::make_unique<PipelinedTrainStep>(
+      std::move(executor),
+      mesh().pp(),
+      mesh().dp(),
+      config().training.gradient_accumulation_steps,
+      tokens,
+      trace);
+}
+
+}  // namespace baton

@@ -1,0 +1,89 @@
+#include "models/linear.h"
+
+#include <torch/torch.h>
+
+namespace baton {
+
+namespace {
+
+thread_local WeightGradSlot* current_slot = nullptr;
+
+/// x W^T whose backward consults the slot current at forward time.
+class LinearFunction : public torch::autograd::Function<LinearFunction> {
+ public:
+  static at::Tensor forward(
+      torch::autograd::AutogradContext* ctx,
+      const at::Tensor& x,
+      const at::Tensor& weight) {
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["slot"] = reinterpret_cast<int64_t>(current_slot);
+    return at::matmul(x, weight.t());
+  }
+
+  static torch::autograd::variable_list backward(
+      torch::autograd::AutogradContext* ctx,
+      torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor& gy = grads[0];
+    at::Tensor gx;
+    if (ctx->needs_input_grad(0)) {
+      gx = at::matmul(gy, weight);
+    }
+    if (!ctx->needs_input_grad(1)) {
+      return {gx, at::Tensor()};
+    }
+    auto weight_grad = [](const at::Tensor& gy, const at::Tensor& x) {
+      return gy.reshape({-1, gy.size(-1)}).t().mm(x.reshape({-1, x.size(-1)}));
+    };
+    auto* slot =
+        reinterpret_cast<WeightGradSlot*>(ctx->saved_data["slot"].toInt());
+    if (slot != nullptr && slot->defer) {
+      // `weight` is the parameter itself (a saved leaf unpacks to it).
+      slot->work.push_back([weight, gy, x, weight_grad]() mutable {
+        torch::NoGradGuard no_grad;
+        auto g = weight_grad(gy, x);
+        if (weight.grad().defined()) {
+          weight.mutable_grad().add_(g);
+        } else {
+          weight.mutable_grad() = std::move(g);
+        }
+      });
+      return {gx, at::Tensor()};
+    }
+    return {gx, weight_grad(gy, x)};
+  }
+};
+
+}  // namespace
+
+void WeightGradSlot::run() {
+  auto todo = std::move(work);
+  work.clear();
+  for (auto& w : todo) {
+    w();
+  }
+}
+
+WeightGradSlotGuard::WeightGradSlotGuard(WeightGradSlot* slot)
+    : previous_(current_slot) {
+  current_slot = slot;
+}
+
+WeightGradSlotGuard::~WeightGradSlotGuard() {
+  current_slot = previous_;
+}
+
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features) {
+  weight =
+      register_parameter("weight", torch::empty({out_features, in_features}));
+  // torch::nn::Linear's default; the model's init replaces it.
+  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+}
+
+at::Tensor LinearImpl::forward(const at::Tensor& x) {
+  return LinearFunction::apply(x, weight);
+}
+
+}  // namespace baton

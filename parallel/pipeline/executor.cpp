@@ -1,0 +1,382 @@
+#include "parallel/pipeline/executor.h"
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <map>
+#include <stdexcept>
+
+#include "models/linear.h"
+#include "parallel/dist/process_group.h"
+#include "parallel/pipeline/schedule_state.h"
+
+namespace baton::pipeline {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Everything one (stage, microbatch) keeps between its actions.
+struct Cell {
+  at::Tensor input;        // leaf that requires grad (or token ids on stage 0)
+  at::Tensor output;       // activations with their graph, or the scaled loss
+  at::Tensor grad_output;  // from the next stage (local or received)
+  at::Tensor input_grad;   // for the previous stage
+  WeightGradSlot slot;
+  dist::Work recv_input;
+  dist::Work recv_grad;
+  bool input_pending = false;
+  bool grad_pending = false;
+};
+
+int tag_of(bool gradient, int64_t stage, int64_t microbatch, int64_t m) {
+  return static_cast<int>((stage * m + microbatch) * 2 + (gradient ? 1 : 0));
+}
+
+constexpr int kLabelsTag = 1 << 30;
+
+}  // namespace
+
+struct PipelineExecutor::State {
+  Schedule schedule;
+  std::map<int64_t, std::shared_ptr<ModelChunk>> stages;
+  std::shared_ptr<dist::ProcessGroup> group;
+  LossFunction loss;
+  ExecutorShapes shapes;
+  std::function<void(int64_t)> reduce_grad;
+  int64_t rank = 0;
+  int64_t last_stage = 0;
+  Clock::time_point epoch = Clock::now();
+
+  // Per run.
+  std::vector<Cell> cells;
+  std::vector<dist::Work> sends;
+  at::Tensor inputs;
+  at::Tensor labels;
+  double loss_scale = 1.0;
+  double loss_sum = 0.0;
+  /// Seconds spent waiting for receives inside compute actions.
+  double wait_s = 0.0;
+
+  void wait(dist::Work& work) {
+    const auto t0 = Clock::now();
+    work.wait();
+    wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  Cell& cell(int64_t stage, int64_t mb) {
+    return cells[static_cast<size_t>(stage * shapes.microbatches + mb)];
+  }
+  bool holds(int64_t stage) const {
+    return stages.count(stage) != 0;
+  }
+  int64_t rank_of(int64_t stage) const {
+    return schedule.stage_to_rank.at(stage);
+  }
+  at::Tensor activation_buffer() const {
+    return at::empty(
+        {shapes.microbatch_size, shapes.seq_len, shapes.dim},
+        at::TensorOptions().dtype(shapes.dtype).device(shapes.device));
+  }
+  at::Tensor rows(const at::Tensor& t, int64_t mb) const {
+    return t.slice(
+        0, mb * shapes.microbatch_size, (mb + 1) * shapes.microbatch_size);
+  }
+  void check_activation(const at::Tensor& t, const std::string& what) const {
+    const std::vector<int64_t> want{
+        shapes.microbatch_size, shapes.seq_len, shapes.dim};
+    if (t.sizes().vec() != want || t.scalar_type() != shapes.dtype) {
+      throw std::runtime_error(
+          "pipeline: " + what + " has shape " + c10::str(t.sizes()) + " and " +
+          "dtype " + std::string(c10::toString(t.scalar_type())) +
+          ", but the stages agreed on " + c10::str(at::IntArrayRef(want)) +
+          " and " + std::string(c10::toString(shapes.dtype)));
+    }
+  }
+
+  void forward(int64_t s, int64_t mb) {
+    Cell& c = cell(s, mb);
+    if (s == 0) {
+      c.input = rows(inputs, mb).to(shapes.device);
+    } else if (holds(s - 1)) {
+      c.input = cell(s - 1, mb).output.detach().requires_grad_(true);
+    } else {
+      if (!c.input_pending) {
+        throw std::logic_error("forward before its RECV_F");
+      }
+      wait(c.recv_input);
+      c.input_pending = false;
+      c.input.requires_grad_(true);
+    }
+    WeightGradSlotGuard guard(&c.slot);
+    at::Tensor out = stages.at(s)->forward(c.input);
+    if (s == last_stage) {
+      const at::Tensor ce = loss(out, rows(labels, mb).to(shapes.device));
+      loss_sum += ce.item<double>();
+      out = ce * loss_scale;
+    }
+    c.output = out;
+  }
+
+  void backward(int64_t s, int64_t mb, bool input_only) {
+    Cell& c = cell(s, mb);
+    if (!c.output.defined()) {
+      throw std::logic_error("backward before its forward");
+    }
+    at::Tensor grad;
+    if (s != last_stage) {
+      if (holds(s + 1)) {
+        grad = cell(s + 1, mb).input_grad;
+      } else {
+        if (!c.grad_pending) {
+          throw std::logic_error("backward before its RECV_B");
+        }
+        wait(c.recv_grad);
+        c.grad_pending = false;
+        grad = c.grad_output;
+      }
+    }
+    c.slot.defer = input_only;
+    if (grad.defined()) {
+      torch::autograd::backward({c.output}, {grad});
+    } else {
+      torch::autograd::backward({c.output});
+    }
+    c.slot.defer = false;
+    if (s > 0) {
+      c.input_grad = c.input.grad();
+    }
+    c.output = at::Tensor();
+    c.grad_output = at::Tensor();
+    if (s + 1 <= last_stage && holds(s + 1)) {
+      cell(s + 1, mb).input_grad = at::Tensor();
+    }
+  }
+
+  void execute(const Action& a) {
+    const int64_t s = a.stage;
+    const int64_t mb = a.microbatch;
+    switch (a.kind) {
+      case ActionKind::kF:
+        forward(s, mb);
+        break;
+      case ActionKind::kB:
+        backward(s, mb, /*input_only=*/false);
+        break;
+      case ActionKind::kI:
+        backward(s, mb, /*input_only=*/true);
+        break;
+      case ActionKind::kW:
+        cell(s, mb).slot.run();
+        break;
+      case ActionKind::kOverlapFB:
+        execute(a.forward_part());
+        execute(a.backward_part());
+        break;
+      case ActionKind::kSendF: {
+        at::Tensor out = cell(s, mb).output.detach().contiguous();
+        check_activation(out, "stage " + std::to_string(s) + "'s output");
+        sends.push_back(group->isend(
+            out,
+            rank_of(s + 1),
+            tag_of(false, s + 1, mb, shapes.microbatches)));
+        break;
+      }
+      case ActionKind::kSendB: {
+        at::Tensor g = cell(s, mb).input_grad.contiguous();
+        check_activation(g, "stage " + std::to_string(s) + "'s input gradient");
+        sends.push_back(group->isend(
+            g, rank_of(s - 1), tag_of(true, s - 1, mb, shapes.microbatches)));
+        break;
+      }
+      case ActionKind::kRecvF: {
+        Cell& c = cell(s, mb);
+        c.input = activation_buffer();
+        c.recv_input = group->irecv(
+            c.input, rank_of(s - 1), tag_of(false, s, mb, shapes.microbatches));
+        c.input_pending = true;
+        break;
+      }
+      case ActionKind::kRecvB: {
+        Cell& c = cell(s, mb);
+        c.grad_output = activation_buffer();
+        c.recv_grad = group->irecv(
+            c.grad_output,
+            rank_of(s + 1),
+            tag_of(true, s, mb, shapes.microbatches));
+        c.grad_pending = true;
+        break;
+      }
+      case ActionKind::kReduceGrad:
+        break;  // handled by the caller (it needs `reduce`)
+    }
+  }
+};
+
+PipelineExecutor::PipelineExecutor(
+    Schedule lowered,
+    std::vector<std::pair<int64_t, std::shared_ptr<ModelChunk>>> stages,
+    std::shared_ptr<dist::ProcessGroup> group,
+    LossFunction loss,
+    ExecutorShapes shapes,
+    std::function<void(int64_t stage)> reduce_grad)
+    : state_(std::make_unique<State>()) {
+  auto& st = *state_;
+  st.schedule = std::move(lowered);
+  st.group = std::move(group);
+  st.loss = std::move(loss);
+  st.shapes = shapes;
+  st.reduce_grad = std::move(reduce_grad);
+  st.rank = st.group->rank();
+  st.last_stage = st.schedule.num_stages - 1;
+  if (st.group->size() != st.schedule.pp) {
+    throw std::invalid_argument(
+        "[PipelineExecutor] the schedule is for " +
+        std::to_string(st.schedule.pp) + " pipeline ranks, the group has " +
+        std::to_string(st.group->size()));
+  }
+  if (st.schedule.microbatches != shapes.microbatches) {
+    throw std::invalid_argument(
+        "[PipelineExecutor] the schedule has " +
+        std::to_string(st.schedule.microbatches) +
+        " microbatches, the shapes " + std::to_string(shapes.microbatches));
+  }
+  for (auto& [stage, chunk] : stages) {
+    if (st.rank_of(stage) != st.rank) {
+      throw std::invalid_argument(
+          "[PipelineExecutor] stage " + std::to_string(stage) +
+          " belongs to pipeline rank " + std::to_string(st.rank_of(stage)) +
+          ", not " + std::to_string(st.rank));
+    }
+    st.stages[stage] = chunk;
+  }
+  for (int64_t s = 0; s < st.schedule.num_stages; ++s) {
+    if (st.rank_of(s) == st.rank && !st.holds(s)) {
+      throw std::invalid_argument(
+          "[PipelineExecutor] this rank runs stage " + std::to_string(s) +
+          " but holds no chunk for it");
+    }
+  }
+}
+
+PipelineExecutor::~PipelineExecutor() = default;
+
+int64_t PipelineExecutor::pp_rank() const {
+  return state_->rank;
+}
+
+const Schedule& PipelineExecutor::schedule() const {
+  return state_->schedule;
+}
+
+ExecutorRun PipelineExecutor::run(
+    const at::Tensor& inputs,
+    const at::Tensor& labels,
+    double loss_scale,
+    bool reduce) {
+  auto& st = *state_;
+  const auto& sh = st.shapes;
+  st.cells.clear();
+  st.cells.resize(
+      static_cast<size_t>(st.schedule.num_stages * sh.microbatches));
+  st.sends.clear();
+  st.loss_sum = 0.0;
+  st.wait_s = 0.0;
+  st.loss_scale = loss_scale;
+  st.inputs = inputs;
+  st.labels = labels;
+  const int64_t first_rank = st.rank_of(0);
+  const int64_t last_rank = st.rank_of(st.last_stage);
+  const std::vector<int64_t> batch_shape{
+      sh.microbatches * sh.microbatch_size, sh.seq_len};
+
+  ExecutorRun out;
+  const auto start = Clock::now();
+  auto us = [&](Clock::time_point t) {
+    return std::chrono::duration<double, std::micro>(t - st.epoch).count();
+  };
+  // Labels: from the rank with the data to the rank with the loss.
+  if (st.rank == first_rank) {
+    if (!inputs.defined() || inputs.sizes().vec() != batch_shape ||
+        labels.sizes().vec() != batch_shape) {
+      throw std::invalid_argument(
+          "[PipelineExecutor] the first stage needs inputs and labels of "
+          "shape " +
+          c10::str(at::IntArrayRef(batch_shape)) +
+          " (microbatches x microbatch_size, seq_len)");
+    }
+    if (last_rank != first_rank) {
+      st.sends.push_back(st.group->isend(
+          labels.to(at::kLong).contiguous(), last_rank, kLabelsTag));
+    }
+  } else if (st.rank == last_rank) {
+    st.labels = at::empty(batch_shape, at::kLong);
+    st.group->recv(st.labels, first_rank, kLabelsTag);
+  }
+
+  const auto& actions = st.schedule.ranks.at(st.rank);
+  for (size_t i = 0; i < actions.size(); ++i) {
+    if (!actions[i]) {
+      continue;
+    }
+    const Action& a = *actions[i];
+    const auto t0 = Clock::now();
+    const double waited_before = st.wait_s;
+    try {
+      if (a.kind == ActionKind::kReduceGrad) {
+        if (reduce && st.reduce_grad) {
+          st.reduce_grad(a.stage);
+        }
+      } else {
+        st.execute(a);
+      }
+    } catch (const dist::CommError& e) {
+      throw dist::CommError(
+          where_in_schedule(st.rank, static_cast<int64_t>(i), a) + ": " +
+          e.what());
+    } catch (const std::exception& e) {
+      throw std::runtime_error(
+          "pipeline " + where_in_schedule(st.rank, static_cast<int64_t>(i), a) +
+          ": " + e.what());
+    }
+    const auto t1 = Clock::now();
+    const bool compute = is_compute(a.kind);
+    if (compute) {
+      // Less the time it waited for a receive it needed.
+      out.compute_s += std::chrono::duration<double>(t1 - t0).count() -
+                       (st.wait_s - waited_before);
+    }
+    out.actions.push_back({a.str(), us(t0), us(t1), compute});
+  }
+  for (auto& w : st.sends) {
+    w.wait();
+  }
+  st.sends.clear();
+  out.loss_sum = st.loss_sum;
+  out.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+  st.cells.clear();
+  st.inputs = at::Tensor();
+  st.labels = at::Tensor();
+  return out;
+}
+
+std::string executed_trace_json(
+    const std::vector<std::vector<ExecutedAction>>& ranks) {
+  std::string json = "{\"traceEvents\": [\n";
+  bool first = true;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (const auto& a : ranks[r]) {
+      json += first ? "" : ",\n";
+      first = false;
+      json += "{\"name\": \"" + a.name + "\", \"cat\": \"" +
+              (a.compute ? "compute" : "comm") +
+              "\", \"ph\": \"X\", \"pid\": " + std::to_string(r) +
+              ", \"tid\": 0, \"ts\": " + std::to_string(a.start_us) +
+              ", \"dur\": " + std::to_string(a.end_us - a.start_us) + "}";
+    }
+  }
+  return json + "\n]}\n";
+}
+
+}  // namespace baton::pipeline

@@ -1,0 +1,100 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/model_spec.h"
+#include "parallel/pipeline/action.h"
+
+namespace baton::dist {
+class ProcessGroup;
+}
+
+namespace baton::pipeline {
+
+/// One action as it ran on this rank, for the Chrome trace and the bubble.
+struct ExecutedAction {
+  std::string name;       // Action::str()
+  double start_us = 0.0;  // since the executor's epoch
+  double end_us = 0.0;
+  bool compute = false;
+};
+
+/// What one run of the schedule (one local batch) produced on this rank.
+struct ExecutorRun {
+  /// Sum of the token losses of every microbatch, on the rank holding the
+  /// last stage; 0 elsewhere.
+  double loss_sum = 0.0;
+  /// Wall time of the run and the part of it spent computing (F, B, I, W,
+  /// the loss); the rest is the bubble (waiting for peers, posting sends).
+  double wall_s = 0.0;
+  double compute_s = 0.0;
+  std::vector<ExecutedAction> actions;
+};
+
+/// The shapes every stage agrees on, so receivers can allocate and check.
+struct ExecutorShapes {
+  int64_t microbatches = 1;
+  int64_t microbatch_size = 1;
+  int64_t seq_len = 1;
+  /// Hidden size of the activations between stages.
+  int64_t dim = 1;
+  at::ScalarType dtype = at::kFloat;
+  at::Device device = at::kCPU;
+};
+
+/// Runs this rank's part of a lowered schedule: F / B / I / W / OVERLAP_F_B
+/// on the stages it holds, SEND / RECV through the pipeline group (stages
+/// on the same rank hand tensors over locally), REDUCE_GRAD through a
+/// callback. Labels travel from the rank of stage 0 to the rank of the last
+/// stage once per run. I runs the backward with the stage's linear layers
+/// deferring their weight gradients (models/linear.h); W runs what they
+/// queued.
+class PipelineExecutor {
+ public:
+  using LossFunction = std::function<at::Tensor(
+      const at::Tensor& logits, const at::Tensor& labels)>;
+
+  /// `lowered`: the whole lowered schedule (every rank's list). `stages`:
+  /// this rank's stage ids and their chunks. `group`: the pipeline group
+  /// (group rank = pipeline rank). `reduce_grad(stage)` reduces a stage's
+  /// gradients across data-parallel replicas (may be empty).
+  PipelineExecutor(
+      Schedule lowered,
+      std::vector<std::pair<int64_t, std::shared_ptr<ModelChunk>>> stages,
+      std::shared_ptr<dist::ProcessGroup> group,
+      LossFunction loss,
+      ExecutorShapes shapes,
+      std::function<void(int64_t stage)> reduce_grad = nullptr);
+  ~PipelineExecutor();
+
+  /// Runs the schedule once. `inputs` / `labels` are (microbatches *
+  /// microbatch_size, seq_len) int64 on the rank that holds stage 0 and
+  /// undefined elsewhere. Each microbatch's loss is scaled by `loss_scale`
+  /// before its backward. REDUCE_GRAD actions run only when `reduce`.
+  /// Throws std::runtime_error (or dist::CommError) naming the action.
+  ExecutorRun run(
+      const at::Tensor& inputs,
+      const at::Tensor& labels,
+      double loss_scale,
+      bool reduce);
+
+  int64_t pp_rank() const;
+  const Schedule& schedule() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// Chrome trace JSON ("traceEvents") of executed actions, one process per
+/// rank (`pid` = rank).
+std::string executed_trace_json(
+    const std::vector<std::vector<ExecutedAction>>& ranks);
+
+}  // namespace baton::pipeline
