@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "parallel/dist/launcher.h"
+#include "tests/baton_binary.h"
 
 namespace baton::dist {
 namespace {
@@ -70,46 +71,24 @@ TEST(Launcher, ForwardsSigterm) {
 
 // ------------------------------------------------------- baton --nproc
 
-struct Result {
-  int code = -1;
-  std::string output;
-};
+using baton::testing::BinaryResult;
 
-Result run(const std::string& command) {
-  Result r;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof(buf), pipe)) {
-    r.output.append(buf, n);
-  }
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+BinaryResult run(const std::string& command) {
+  return baton::testing::run_command(command);
 }
 
 std::string baton_train(const fs::path& dump, const std::string& extra) {
-  const char* bin = std::getenv("BATON_BIN");
-  EXPECT_NE(bin, nullptr);
-  const fs::path config = fs::path(__FILE__)
-                              .parent_path()
-                              .parent_path()
-                              .parent_path()
-                              .parent_path() /
-                          "configs" / "debug_model.yaml";
-  return std::string(bin) + " train --nproc 2 --config " + config.string() +
-         " --parallelism.data_parallel_replicate_degree=2"
-         " --job.dump_folder=" +
-         dump.string() +
-         " --training.seq_len=32 --training.local_batch_size=2"
-         " --training.num_threads=1 --lr_scheduler.warmup_steps=2"
-         " --metrics.log_freq=1 --metrics.peak_tflops=1 " +
-         extra;
+  return baton::testing::baton_bin() + " train --nproc 2 --config " +
+      baton::testing::source_path("configs/debug_model.yaml") +
+      " --parallelism.data_parallel_replicate_degree=2"
+      " --job.dump_folder=" + dump.string() +
+      " --training.seq_len=32 --training.local_batch_size=2"
+      " --training.num_threads=1 --lr_scheduler.warmup_steps=2"
+      " --metrics.log_freq=1 --metrics.peak_tflops=1 " + extra;
 }
 
 fs::path fresh_dump(const std::string& name) {
-  const fs::path dump = fs::path(::testing::TempDir()) / name;
-  fs::remove_all(dump);
-  return dump;
+  return baton::testing::fresh_dir(name);
 }
 
 TEST(BatonNproc, TrainsWithTwoDataParallelRanks) {
@@ -123,11 +102,7 @@ TEST(BatonNproc, TrainsWithTwoDataParallelRanks) {
       std::string::npos)
       << r.output;
   // One metrics file, written by rank 0 alone: one line per step.
-  std::ifstream in(dump / "metrics.jsonl");
-  std::vector<nlohmann::json> lines;
-  for (std::string line; std::getline(in, line);) {
-    lines.push_back(nlohmann::json::parse(line));
-  }
+  const auto lines = baton::testing::read_metrics(dump);
   ASSERT_EQ(lines.size(), 12u);
   EXPECT_LT(
       lines.back()["loss"].get<double>(),
