@@ -11,29 +11,17 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/baton_binary.h"
+
 namespace baton {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
+using Result = testing::BinaryResult;
 
 Result run_baton(const std::string& args) {
-  const char* bin = std::getenv("BATON_BIN");
-  EXPECT_NE(bin, nullptr) << "BATON_BIN must point at the baton executable";
-  const std::string command = std::string(bin) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof(buf), pipe)) {
-    r.output.append(buf, n);
-  }
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return testing::run_command(testing::baton_bin() + " " + args);
 }
 
 fs::path source_dir() {

@@ -79,12 +79,14 @@ BinaryResult run(const std::string& command) {
 
 std::string baton_train(const fs::path& dump, const std::string& extra) {
   return baton::testing::baton_bin() + " train --nproc 2 --config " +
-      baton::testing::source_path("configs/debug_model.yaml") +
-      " --parallelism.data_parallel_replicate_degree=2"
-      " --job.dump_folder=" + dump.string() +
-      " --training.seq_len=32 --training.local_batch_size=2"
-      " --training.num_threads=1 --lr_scheduler.warmup_steps=2"
-      " --metrics.log_freq=1 --metrics.peak_tflops=1 " + extra;
+         baton::testing::source_path("configs/debug_model.yaml") +
+         " --parallelism.data_parallel_replicate_degree=2"
+         " --job.dump_folder=" +
+         dump.string() +
+         " --training.seq_len=32 --training.local_batch_size=2"
+         " --training.num_threads=1 --lr_scheduler.warmup_steps=2"
+         " --metrics.log_freq=1 --metrics.peak_tflops=1 " +
+         extra;
 }
 
 fs::path fresh_dump(const std::string& name) {
