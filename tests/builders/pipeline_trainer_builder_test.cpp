@@ -98,6 +98,57 @@ TEST(PipelineTrainerBuilder, ZeroBubbleVMatchesAndPlacesAV) {
       out.find("pipeline rank 1 holds stage 2: layers.4"), std::string::npos);
 }
 
+TEST(PipelineTrainerBuilder, MiddleAndLastRanksNeverBuildALoader) {
+  // pp 3: ranks 1 and 2 hold no stage 0.
+  const auto dump = fresh_dir("pp3");
+  const auto r = run_command(
+      baton_bin() + " train --nproc 3 --config " +
+      source_path("configs/debug_pp_1f1b.yaml") + " --job.dump_folder=" +
+      dump.string() + kShort + " --parallelism.pipeline_parallel_degree=3");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank0]: "), std::string::npos);
+  const auto first = r.output.find("data: kjv");
+  ASSERT_NE(first, std::string::npos) << r.output;
+  EXPECT_EQ(first, r.output.rfind("data: kjv")) << "more than one loader";
+  EXPECT_EQ(
+      r.output.compare(r.output.rfind('\n', first) + 1, 9, "[rank0]: "), 0);
+  EXPECT_NE(
+      r.output.find("pipeline rank 1 holds stage 1: layers.2-3"),
+      std::string::npos)
+      << r.output;
+  EXPECT_EQ(read_metrics(dump).back()["pipeline_bubble_pct"].size(), 3u);
+}
+
+TEST(PipelineTrainerBuilder, ACsvScheduleRunsAndMatches) {
+  // The 1F1B schedule written out by `baton schedule`, read back as a
+  // custom schedule.
+  const auto dir = fresh_dir("pp_csv");
+  std::filesystem::create_directories(dir);
+  const auto csv = (dir / "1f1b.csv").string();
+  const auto w = run_command(
+      baton_bin() +
+      " schedule --schedule 1F1B --pp 2 --microbatches 4 "
+      "--format csv --out " +
+      csv);
+  ASSERT_EQ(w.code, 0) << w.output;
+  expect_matches_one_stage(
+      "debug_pp_1f1b", " --parallelism.pipeline_parallel_schedule_csv=" + csv);
+  // A CSV for another layout is a config error.
+  const auto r = run_command(
+      baton_bin() + " train --nproc 2 --config " +
+      source_path("configs/debug_pp_1f1b.yaml") +
+      " --job.dump_folder=" + (dir / "bad").string() + kShort +
+      " --parallelism.pipeline_parallel_microbatch_size=1"
+      " --parallelism.pipeline_parallel_schedule_csv=" +
+      csv);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(
+      r.output.find("is for pp 2 and 4 microbatches, but this run has "
+                    "pp 2 and 8"),
+      std::string::npos)
+      << r.output;
+}
+
 TEST(PipelineTrainerBuilder, MicrobatchSizeMustDivideTheBatch) {
   const auto r = run_command(
       baton_bin() + " train --nproc 2 --config " +
