@@ -12,6 +12,7 @@
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
+#include <thread>
 
 #include "parallel/dist/launch_env.h"
 #include "parallel/dist/process_group.h"
@@ -94,6 +95,16 @@ bool pump(Child& child, int k, bool flush_partial) {
   return !eof;
 }
 
+}  // namespace
+
+int64_t blas_threads_per_rank(int64_t nproc) {
+  const int64_t cores = std::max<int64_t>(
+      1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+  return std::max<int64_t>(1, cores / std::max<int64_t>(1, nproc));
+}
+
+namespace {
+
 std::vector<std::string> child_environment(
     int64_t rank, int64_t nproc, int64_t port) {
   std::vector<std::string> env;
@@ -122,6 +133,16 @@ std::vector<std::string> child_environment(
   env.push_back("MASTER_ADDR=127.0.0.1");
   env.push_back("MASTER_PORT=" + std::to_string(port));
   env.push_back(std::string(kBatonAgentStoreEnv) + "=1");
+  // BLAS and OpenMP pools sized for one process would oversubscribe the
+  // cores N times over (measured: DP 2 on 2 cores went from 2011 to 3512
+  // tokens/s with one OpenBLAS thread per rank); as torchrun does, give each
+  // rank its share unless the user chose.
+  const std::string share = std::to_string(blas_threads_per_rank(nproc));
+  for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
+    if (std::getenv(var) == nullptr) {
+      env.push_back(std::string(var) + "=" + share);
+    }
+  }
   return env;
 }
 
@@ -208,6 +229,13 @@ int launch_local(const LocalLaunchOptions& options) {
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
 
+  if (std::getenv("OMP_NUM_THREADS") == nullptr ||
+      std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
+    std::cerr << "baton: " << options.nproc << " ranks: OMP_NUM_THREADS and "
+              << "OPENBLAS_NUM_THREADS default to "
+              << blas_threads_per_rank(options.nproc)
+              << " per rank (cores / ranks); set them to choose" << std::endl;
+  }
   std::vector<Child> children(options.nproc);
   for (int64_t r = 0; r < options.nproc; ++r) {
     std::vector<std::string> argv{"baton"};

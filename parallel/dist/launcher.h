@@ -25,11 +25,17 @@ struct LocalLaunchOptions {
 
 /// Hosts the rendezvous store on a free port, starts `nproc` children with
 /// RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and
-/// MASTER_PORT set, and copies their stdout and stderr line by line with a
+/// MASTER_PORT set (and OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, see
+/// blas_threads_per_rank), and copies their stdout and stderr line by line with
+/// a
 /// "[rankN]: " prefix. SIGINT and SIGTERM are forwarded to every child. When
 /// a child fails, the others get `grace` to exit, then are stopped. Returns
 /// 0 when every rank succeeded, else the exit code of the first rank that
 /// failed (128 + signal for a rank killed by a signal).
 int launch_local(const LocalLaunchOptions& options);
+
+/// OMP_NUM_THREADS and OPENBLAS_NUM_THREADS that launch_local gives each of
+/// `nproc` children when the user has not set them: cores / nproc, at least 1.
+int64_t blas_threads_per_rank(int64_t nproc);
 
 }  // namespace baton::dist

@@ -38,6 +38,7 @@ TEST(Launcher, ChildrenGetTheTorchrunEnvironmentAndPrefixedOutput) {
       "a=$MASTER_ADDR p=${MASTER_PORT:+set}\"; printf 'no newline'"));
   const std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(code, 0);
+  EXPECT_GE(blas_threads_per_rank(3), 1);
   for (int r = 0; r < 3; ++r) {
     const std::string rank = std::to_string(r);
     EXPECT_NE(
@@ -49,6 +50,22 @@ TEST(Launcher, ChildrenGetTheTorchrunEnvironmentAndPrefixedOutput) {
     EXPECT_NE(out.find("[rank" + rank + "]: no newline\n"), std::string::npos)
         << out;
   }
+}
+
+TEST(Launcher, BlasThreadsAreSharedOutUnlessSet) {
+  ::setenv("OPENBLAS_NUM_THREADS", "7", 1);
+  ::unsetenv("OMP_NUM_THREADS");
+  ::testing::internal::CaptureStdout();
+  launch_local(
+      shell(2, "echo \"omp=$OMP_NUM_THREADS blas=$OPENBLAS_NUM_THREADS\""));
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  ::unsetenv("OPENBLAS_NUM_THREADS");
+  EXPECT_NE(
+      out.find(
+          "[rank1]: omp=" + std::to_string(blas_threads_per_rank(2)) +
+          " blas=7"),
+      std::string::npos)
+      << out;
 }
 
 TEST(Launcher, FirstFailureDecidesTheExitCodeAndStopsTheRest) {
