@@ -122,11 +122,7 @@ std::unique_ptr<TrainStep> PipelineTrainerBuilder::build_train_step(
     for (size_t i = 0; i < stage_ids_.size(); ++i) {
       by_stage[stage_ids_[i]] = grad_reducers().at(i);
     }
-    reduce = [by_stage](int64_t stage) {
-      auto& r = by_stage.at(stage);
-      r->prepare(/*sync=*/true);
-      r->finish();
-    };
+    reduce = [by_stage](int64_t stage) { by_stage.at(stage)->reduce_now(); };
   }
   auto executor = std::make_unique<pipeline::PipelineExecutor>(
       std::move(lowered),

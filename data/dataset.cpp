@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/paths.h"
+#include "common/text.h"
 #include "data/text_dataset.h"
 #include "data/token_shards.h"
 
@@ -25,8 +26,7 @@ bool ends_with_any(
     return true;
   }
   return std::any_of(suffixes.begin(), suffixes.end(), [&](const auto& s) {
-    return name.size() >= s.size() &&
-           name.compare(name.size() - s.size(), s.size(), s) == 0;
+    return name.ends_with(s);
   });
 }
 
@@ -142,10 +142,7 @@ std::vector<std::string> expand_input_paths(
   if (files.empty()) {
     std::string wanted = "files";
     if (!suffixes.empty()) {
-      wanted += " named *" + suffixes.front();
-      for (size_t i = 1; i < suffixes.size(); ++i) {
-        wanted += " or *" + suffixes[i];
-      }
+      wanted += " named *" + join(suffixes, " or *");
     }
     throw std::runtime_error(
         "[data] '" + path +

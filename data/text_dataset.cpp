@@ -22,17 +22,16 @@ bool is_blank(std::string_view line) {
   return line.find_first_not_of(" \t\r\n") == std::string_view::npos;
 }
 
-[[noreturn]] void throw_errno(
-    const std::string& tag, const std::string& path, const char* what) {
+[[noreturn]] void throw_errno(const std::string& path, const char* what) {
   throw std::runtime_error(
-      "[" + tag + "] cannot " + what + " '" + path +
+      "[data] cannot " + std::string(what) + " '" + path +
       "': " + std::strerror(errno));
 }
 
 std::string decompress(const std::string& path) {
   gzFile file = gzopen(path.c_str(), "rb");
   if (file == nullptr) {
-    throw_errno("data", path, "open");
+    throw_errno(path, "open");
   }
   std::string out;
   std::vector<char> chunk(kReadChunk);
@@ -61,7 +60,7 @@ std::unique_ptr<FileBytes> FileBytes::open(const std::string& path) {
   std::unique_ptr<FileBytes> bytes(new FileBytes());
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    throw_errno("data", path, "open");
+    throw_errno(path, "open");
   }
   struct stat info {};
   unsigned char magic[2] = {0, 0};
@@ -90,7 +89,7 @@ std::unique_ptr<FileBytes> FileBytes::open(const std::string& path) {
         0);
     if (mapping == MAP_FAILED) {
       ::close(fd);
-      throw_errno("data", path, "map");
+      throw_errno(path, "map");
     }
     bytes->mapping_ = mapping;
     bytes->data_ = static_cast<const char*>(mapping);
@@ -142,28 +141,31 @@ int64_t JsonlDataset::size() const {
 
 std::string JsonlDataset::text(int64_t index) const {
   const Line& line = lines_.at(static_cast<size_t>(index));
-  const std::string where = "[JsonlDataset] " + paths_[line.file] + ":" +
-                            std::to_string(line.line_number);
+  // Built only when a line is bad: text() runs for every document read.
+  const auto where = [&] {
+    return "[JsonlDataset] " + paths_[line.file] + ":" +
+           std::to_string(line.line_number);
+  };
   const std::string_view content =
       files_[line.file]->view().substr(line.offset, line.length);
   nlohmann::json value;
   try {
     value = nlohmann::json::parse(content);
   } catch (const nlohmann::json::parse_error& e) {
-    throw std::runtime_error(where + ": invalid JSON: " + e.what());
+    throw std::runtime_error(where() + ": invalid JSON: " + e.what());
   }
   if (!value.is_object()) {
     throw std::runtime_error(
-        where + ": expected a JSON object with a string field '" + text_field_ +
-        "', got " + value.type_name());
+        where() + ": expected a JSON object with a string field '" +
+        text_field_ + "', got " + value.type_name());
   }
   const auto field = value.find(text_field_);
   if (field == value.end()) {
-    throw std::runtime_error(where + ": missing field '" + text_field_ + "'");
+    throw std::runtime_error(where() + ": missing field '" + text_field_ + "'");
   }
   if (!field->is_string()) {
     throw std::runtime_error(
-        where + ": field '" + text_field_ + "' must be a string, got " +
+        where() + ": field '" + text_field_ + "' must be a string, got " +
         field->type_name());
   }
   return field->get<std::string>();

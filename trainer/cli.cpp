@@ -98,6 +98,12 @@ class OptionReader {
   std::optional<std::string> inline_value_;
 };
 
+void require(bool present, const std::string& command, const char* what) {
+  if (!present) {
+    throw ConfigError("baton " + command + ": " + what + " is required");
+  }
+}
+
 TrainArgs parse_train(const std::vector<std::string>& args) {
   TrainArgs out;
   OptionReader option(args);
@@ -117,9 +123,7 @@ TrainArgs parse_train(const std::vector<std::string>& args) {
           "config overrides are written --SECTION.KEY=VALUE");
     }
   }
-  if (out.config_path.empty()) {
-    throw ConfigError("baton train: --config FILE is required");
-  }
+  require(!out.config_path.empty(), "train", "--config FILE");
   return out;
 }
 
@@ -237,12 +241,6 @@ bool read_input_option(OptionReader& option, Args& out) {
     return false;
   }
   return true;
-}
-
-void require(bool present, const std::string& command, const char* what) {
-  if (!present) {
-    throw ConfigError("baton " + command + ": " + what + " is required");
-  }
 }
 
 TokenizerTrainArgs parse_tokenizer_train(const std::vector<std::string>& args) {

@@ -22,7 +22,8 @@ struct StepMetrics {
   double data_time_s = 0.0;
   double peak_rss_mib = 0.0;
   /// Pipelined runs: each pipeline rank's bubble (idle %) in the step, in
-  /// pipeline-rank order; empty otherwise.
+  /// pipeline-rank order (Trainer::train_step alone gives this rank's;
+  /// train() gathers the others' for the steps it logs); empty otherwise.
   std::vector<double> pipeline_bubble_pct;
 };
 

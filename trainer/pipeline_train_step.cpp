@@ -39,11 +39,9 @@ StepOutput PipelinedTrainStep::run(
         std::to_string(accumulation_steps_) + "), got " +
         std::to_string(batches.size()));
   }
-  // Every microbatch has the same token count; the data-parallel ranks
-  // together train on dp x this.
-  const auto tokens = static_cast<int64_t>(sum_over(
-      dp_group_,
-      static_cast<double>(tokens_per_micro_step_ * accumulation_steps_)));
+  // Every micro-step has the same token count on every data-parallel rank.
+  const int64_t tokens =
+      tokens_per_micro_step_ * accumulation_steps_ * dp_group_->size();
   double loss_sum = 0.0;
   double wall = 0.0;
   double compute = 0.0;

@@ -28,11 +28,6 @@ class PipelinedTrainStep final : public TrainStep {
 
   StepOutput run(ModelParts& parts, const std::vector<Batch>& batches) override;
 
-  /// This rank's executed actions in the last step (for traces).
-  const std::vector<pipeline::ExecutedAction>& last_actions() const {
-    return last_actions_;
-  }
-
  private:
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
   std::shared_ptr<dist::ProcessGroup> pp_group_;

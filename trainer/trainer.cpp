@@ -138,10 +138,8 @@ StepMetrics Trainer::train_step() {
   m.mfu_pct = c_.peak_tflops > 0.0 ? 100.0 * m.tflops / c_.peak_tflops : 0.0;
   m.peak_rss_mib = peak_rss_mib();
   if (out.bubble >= 0.0) {
-    auto mine = at::full({1}, 100.0 * out.bubble, at::kDouble);
-    const auto all = c_.pp_group ? c_.pp_group->all_gather(mine) : mine;
-    m.pipeline_bubble_pct.assign(
-        all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
+    // This rank's; train() gathers every pipeline rank's for logged steps.
+    m.pipeline_bubble_pct = {100.0 * out.bubble};
   }
   return m;
 }
@@ -156,8 +154,15 @@ std::vector<StepMetrics> Trainer::train() {
   std::vector<StepMetrics> history;
   while (step_ < steps) {
     history.push_back(train_step());
-    const StepMetrics& m = history.back();
+    StepMetrics& m = history.back();
     if (c_.metrics && (c_.metrics->should_log(m.step) || m.step == steps)) {
+      if (m.pipeline_bubble_pct.size() == 1 && c_.pp_group) {
+        // Every rank logs the same steps, so this collective matches.
+        const auto all = c_.pp_group->all_gather(
+            at::full({1}, m.pipeline_bubble_pct[0], at::kDouble));
+        m.pipeline_bubble_pct.assign(
+            all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
+      }
       c_.metrics->log(m);
     }
     if (c_.checkpointer) {

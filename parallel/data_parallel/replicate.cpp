@@ -181,6 +181,11 @@ void GradientReducer::finish() {
   }
 }
 
+void GradientReducer::reduce_now() {
+  prepare(/*sync=*/true);
+  finish();
+}
+
 std::vector<std::vector<int64_t>> GradientReducer::bucket_layout() const {
   std::vector<std::vector<int64_t>> layout;
   for (const auto& b : state_->buckets) {

@@ -41,6 +41,9 @@ class GradientReducer {
   /// started (parameters without gradients count as zeros), waits for all,
   /// and writes the sums into the gradients. Throws dist::CommError.
   void finish();
+  /// prepare(true) and finish() at once, after a backward that ran without
+  /// syncing (the pipelined step's REDUCE_GRAD): every bucket starts now.
+  void reduce_now();
 
   /// Parameter indices of each bucket, in start order.
   std::vector<std::vector<int64_t>> bucket_layout() const;

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "common/text.h"
 #include "parallel/dist/process_group.h"
 
 namespace baton::dist {
@@ -9,11 +10,11 @@ namespace baton::dist {
 namespace {
 
 std::string ranks_text(const std::vector<int64_t>& ranks) {
-  std::string s = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    s += (i ? ", " : "") + std::to_string(ranks[i]);
+  std::vector<std::string> items;
+  for (const auto r : ranks) {
+    items.push_back(std::to_string(r));
   }
-  return s + "]";
+  return "[" + join(items, ", ") + "]";
 }
 
 /// The sub-group of `rank` along `dim`, shared with the world group when

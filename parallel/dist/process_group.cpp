@@ -46,6 +46,12 @@ std::string first_line(const std::string& s) {
   return s.substr(0, s.find('\n'));
 }
 
+/// The first line of `e`'s message, without c10's backtrace.
+std::string error_text(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  return first_line(c10_error ? c10_error->what_without_backtrace() : e.what());
+}
+
 std::string seconds_text(Millis ms) {
   const auto s = static_cast<double>(ms.count()) / 1000.0;
   std::string text = std::to_string(s);
@@ -206,13 +212,9 @@ struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Work> start(const std::string& op, F&& f) const {
     try {
       return f();
-    } catch (const c10::Error& e) {
-      throw CommError(
-          describe(op) + " could not start: " +
-          first_line(e.what_without_backtrace()) + "; " + runtime->diagnose());
     } catch (const std::exception& e) {
       throw CommError(
-          describe(op) + " could not start: " + first_line(e.what()) + "; " +
+          describe(op) + " could not start: " + error_text(e) + "; " +
           runtime->diagnose());
     }
   }
@@ -237,14 +239,12 @@ void Work::wait() {
     return;
   }
   if (impl_->work) {
-    const Millis timeout = impl_->runtime->timeout();  // Core
+    const Millis timeout = impl_->runtime->timeout();
     std::string error;
     try {
       impl_->work->wait(timeout);
-    } catch (const c10::Error& e) {
-      error = first_line(e.what_without_backtrace());
     } catch (const std::exception& e) {
-      error = first_line(e.what());
+      error = error_text(e);
     }
     if (!error.empty()) {
       impl_->done = true;
@@ -482,7 +482,7 @@ std::shared_ptr<Runtime> Runtime::init(
     throw CommError(
         "rendezvous: " + env.to_string() + " could not " +
         (is_server ? "host" : "reach") + " the store at " + where + " within " +
-        seconds_text(options.init_timeout) + ": " + first_line(e.what()));
+        seconds_text(options.init_timeout) + ": " + error_text(e));
   }
   if (options.backend == "gloo") {
     if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
@@ -576,7 +576,7 @@ std::shared_ptr<ProcessGroup> Runtime::new_group(
         "creating group '" + name + "' of " + std::to_string(size) +
         " ranks (this is global rank " + std::to_string(core.env.rank) +
         ") failed within " + seconds_text(core.options.init_timeout) + ": " +
-        first_line(e.what()) + "; " + state_->core->diagnose());
+        error_text(e) + "; " + state_->core->diagnose());
   }
   return std::make_shared<ProcessGroup>(std::move(impl));
 }
@@ -655,7 +655,7 @@ std::string Core::diagnose() {
   } catch (const std::exception& e) {
     return "the rendezvous store at " + env.master_addr + ":" +
            std::to_string(env.master_port) + " does not answer (" +
-           first_line(e.what()) + "), so its host (" +
+           error_text(e) + "), so its host (" +
            (env.store_hosted ? std::string("the launcher")
                              : std::string("rank 0")) +
            ") is gone";

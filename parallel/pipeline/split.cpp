@@ -3,6 +3,7 @@
 #include <regex>
 
 #include "common/error.h"
+#include "common/text.h"
 
 namespace baton::pipeline {
 
@@ -130,11 +131,7 @@ std::string describe_chunk(const ChunkSpec& chunk) {
   if (chunk.output) {
     parts.push_back("norm, output");
   }
-  std::string s;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    s += (i ? ", " : "") + parts[i];
-  }
-  return s;
+  return join(parts, ", ");
 }
 
 }  // namespace baton::pipeline

@@ -116,8 +116,7 @@ Result train_pipelined_dp(
     shapes.seq_len = kSeq;
     shapes.dim = 16;
     auto reduce = [&reducers](int64_t stage) {
-      reducers.at(stage)->prepare(true);
-      reducers.at(stage)->finish();
+      reducers.at(stage)->reduce_now();
     };
     PipelinedTrainStep step(
         std::make_unique<PipelineExecutor>(
