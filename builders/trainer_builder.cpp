@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 
 #include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <numeric>
 #include <stdexcept>
 #include <thread>
 
@@ -12,6 +14,7 @@
 #include "parallel/data_parallel/replicate.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
+#include "trainer/checkpoint.h"
 
 namespace baton {
 
@@ -55,6 +58,7 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
       model_flavor(spec, config_.model.flavor, config_.origin("model.flavor"));
   args.vocab_size = c.tokenizer->vocab_size();
   c.flops_per_token = spec.flops_per_token(args, config_.training.seq_len);
+  model_args_ = args;
   c.model_parts = build_model(args);
   check_built(!c.model_parts.empty(), "build_model returned no parts");
 
@@ -239,13 +243,57 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
     const ModelParts& parts,
     const OptimizersContainer& optimizers,
     const LRSchedulersContainer& schedulers,
-    const DataLoader* dataloader) {
-  if (config_.checkpoint.enable) {
-    // The config check rejects checkpoint.enable until #7 lands; fail loudly
-    // rather than train without the checkpoints the user asked for.
-    throw ConfigError("checkpoint.enable: true is not supported yet");
+    DataLoader* dataloader) {
+  const CheckpointConfig& ck = config_.checkpoint;
+  if (!ck.enable && !ck.model_only_export) {
+    return nullptr;
   }
-  return nullptr;
+  const auto& p = config_.parallelism;
+  CheckpointLayout layout;
+  layout.rank = env_.rank;
+  layout.world_size = env_.world_size;
+  layout.dp_rank = mesh().coord().dp(dims_);
+  layout.dp_size = dims_.dp_replicate * dims_.dp_shard;
+  layout.description = "pp " + std::to_string(dims_.pp);
+  if (dims_.pp > 1) {
+    layout.description += ", " +
+                          std::to_string(p.pipeline_parallel_stages_per_rank) +
+                          " stages per rank (" + p.pipeline_parallel_schedule +
+                          ")";
+  }
+  layout.description += ", dp " + std::to_string(layout.dp_size);
+  // Saves may run in a background thread: they get a group of their own.
+  std::vector<int64_t> everyone(env_.world_size);
+  std::iota(everyone.begin(), everyone.end(), 0);
+  auto group = runtime_ ? runtime_->new_group(everyone, "checkpoint")
+                        : dist::ProcessGroup::single("checkpoint", env_.rank);
+  const llama::ModelArgs& a = model_args_;
+  nlohmann::json model = {
+      {"model", config_.model.name},
+      {"flavor", config_.model.flavor},
+      {"tokenizer", config_.model.tokenizer},
+      {"dim", a.dim},
+      {"n_layers", a.n_layers},
+      {"n_heads", a.n_heads},
+      {"n_kv_heads", a.kv_heads()},
+      {"vocab_size", a.vocab_size},
+      {"multiple_of", a.multiple_of},
+      {"ffn_hidden_dim", a.ffn_hidden_dim()},
+      {"norm_eps", a.norm_eps},
+      {"rope_theta", a.rope_theta}};
+  if (a.ffn_dim_multiplier) {
+    model["ffn_dim_multiplier"] = *a.ffn_dim_multiplier;
+  }
+  return std::make_unique<CheckpointManager>(
+      ck,
+      config_.job.dump_folder,
+      parts,
+      optimizers,
+      schedulers,
+      dataloader,
+      std::move(layout),
+      std::move(group),
+      model.dump());
 }
 
 std::unique_ptr<MetricsLogger> TrainerBuilder::build_metrics() {

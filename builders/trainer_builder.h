@@ -92,12 +92,15 @@ class TrainerBuilder {
   /// with the data-parallel group and reducers.
   virtual std::unique_ptr<TrainStep> build_train_step(
       const ModelParts& parts, LossFn loss);
-  /// The checkpointer, or null when checkpointing is off.
+  /// The checkpointer (a CheckpointManager over `parts`, one optimizer and
+  /// scheduler per part, and this rank's loader, null where it loads none),
+  /// or null when checkpoint.enable and checkpoint.model_only_export are
+  /// both off.
   virtual std::unique_ptr<Checkpointer> build_checkpointer(
       const ModelParts& parts,
       const OptimizersContainer& optimizers,
       const LRSchedulersContainer& schedulers,
-      const DataLoader* dataloader);
+      DataLoader* dataloader);
   /// The metrics logger (writes on global rank 0 only).
   virtual std::unique_ptr<MetricsLogger> build_metrics();
 
@@ -112,6 +115,8 @@ class TrainerBuilder {
 
  private:
   JobConfig config_;
+  /// The model's shape (build() sets it before build_model).
+  llama::ModelArgs model_args_;
   ParallelDims dims_;
   dist::LaunchEnv env_;
   std::shared_ptr<dist::Runtime> runtime_;

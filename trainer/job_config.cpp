@@ -660,8 +660,6 @@ void check_supported(const JobConfig& config) {
     require_supported(config, key, degree <= 1, std::to_string(degree), "1");
   }
   require_supported(
-      config, "checkpoint.enable", !config.checkpoint.enable, "true", "false");
-  require_supported(
       config,
       "metrics.tensorboard",
       !config.metrics.tensorboard,

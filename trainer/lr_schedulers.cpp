@@ -71,6 +71,16 @@ void LRScheduler::step() {
   apply();
 }
 
+void LRScheduler::load_state(int64_t steps_done) {
+  if (steps_done < 0) {
+    throw std::invalid_argument(
+        "[lr_scheduler] steps done must be >= 0, got " +
+        std::to_string(steps_done));
+  }
+  steps_done_ = steps_done;
+  apply();
+}
+
 void LRScheduler::apply() {
   const double f = schedule_.factor(steps_done_ + 1);
   auto& groups = optimizer_.param_groups();

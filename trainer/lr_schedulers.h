@@ -52,6 +52,9 @@ class LRScheduler {
   int64_t steps_done() const {
     return steps_done_;
   }
+  /// Continues after `steps_done` steps (from a checkpoint): sets the rate
+  /// of the next step as if step() had been called that many times.
+  void load_state(int64_t steps_done);
 
  private:
   void apply();

@@ -56,10 +56,19 @@ double Trainer::clip_gradients() {
   return norm;
 }
 
-void maybe_inject_fault(int64_t rank, int64_t step) {
+namespace {
+
+struct FaultSpec {
+  std::string kind;
+  int64_t rank = -1;
+  int64_t step = -1;
+};
+
+/// BATON_INJECT_FAULT parsed; an empty kind when it is unset.
+FaultSpec fault_spec() {
   const char* spec = std::getenv("BATON_INJECT_FAULT");
   if (spec == nullptr || *spec == '\0') {
-    return;
+    return {};
   }
   char kind[16] = {0};
   long long at_rank = -1;
@@ -69,15 +78,28 @@ void maybe_inject_fault(int64_t rank, int64_t step) {
           spec, "%15[a-z]:%lld:%lld%c", kind, &at_rank, &at_step, &tail) != 3) {
     throw ConfigError(
         std::string("BATON_INJECT_FAULT=") + spec +
-        ": expected KIND:RANK:STEP with KIND throw, kill or hang");
+        ": expected KIND:RANK:STEP with KIND throw, kill, hang or killsave");
   }
   const std::string k = kind;
-  if (k != "throw" && k != "kill" && k != "hang") {
+  if (k != "throw" && k != "kill" && k != "hang" && k != "killsave") {
     throw ConfigError(
         std::string("BATON_INJECT_FAULT=") + spec +
-        ": KIND must be throw, kill or hang");
+        ": KIND must be throw, kill, hang or killsave");
   }
-  if (at_rank != rank || at_step != step) {
+  return {k, at_rank, at_step};
+}
+
+}  // namespace
+
+bool kill_during_save_requested(int64_t rank, int64_t step) {
+  const FaultSpec f = fault_spec();
+  return f.kind == "killsave" && f.rank == rank && f.step == step;
+}
+
+void maybe_inject_fault(int64_t rank, int64_t step) {
+  const FaultSpec f = fault_spec();
+  const std::string& k = f.kind;
+  if (k.empty() || k == "killsave" || f.rank != rank || f.step != step) {
     return;
   }
   LOG(WARNING) << "injecting fault '" << k << "' at step " << step;
@@ -112,6 +134,7 @@ StepMetrics Trainer::train_step() {
   c_.optimizers->zero_grad();
   const StepOutput out = c_.train_step->run(c_.model_parts, batches);
   m.loss = out.loss;
+  tokens_seen_ += out.tokens;
   m.grad_norm = clip_gradients();
   if (std::isfinite(m.loss) && std::isfinite(m.grad_norm)) {
     c_.optimizers->step();
@@ -146,7 +169,9 @@ StepMetrics Trainer::train_step() {
 
 std::vector<StepMetrics> Trainer::train() {
   if (c_.checkpointer) {
-    step_ = c_.checkpointer->load();
+    const TrainState resumed = c_.checkpointer->load();
+    step_ = resumed.step;
+    tokens_seen_ = resumed.tokens_seen;
   }
   const int64_t steps = config_.training.steps;
   LOG(INFO) << "training " << c_.model_parts.num_params() << " parameters for "
@@ -166,8 +191,11 @@ std::vector<StepMetrics> Trainer::train() {
       c_.metrics->log(m);
     }
     if (c_.checkpointer) {
-      c_.checkpointer->maybe_save(step_, step_ == steps);
+      c_.checkpointer->maybe_save(state(), step_ == steps);
     }
+  }
+  if (c_.checkpointer) {
+    c_.checkpointer->finish(state());
   }
   if (c_.runtime) {
     // Nobody leaves (taking the store it may host) while others still work.

@@ -65,6 +65,10 @@ class Trainer {
   int64_t step() const {
     return step_;
   }
+  /// What a checkpoint saves of the loop: steps and tokens so far.
+  TrainState state() const {
+    return {step_, tokens_seen_};
+  }
   const TrainerComponents& components() const {
     return c_;
   }
@@ -76,13 +80,20 @@ class Trainer {
   JobConfig config_;
   TrainerComponents c_;
   int64_t step_ = 0;
+  int64_t tokens_seen_ = 0;
   bool first_step_done_ = false;
 };
 
 /// Fault injection for the failure tests, from BATON_INJECT_FAULT=
 /// "KIND:RANK:STEP": at the start of step STEP, global rank RANK throws
 /// (KIND throw), kills itself with SIGKILL (kill) or stops answering
-/// (hang). Unset: nothing. A malformed value throws ConfigError.
+/// (hang). KIND killsave is the checkpoint's (kill_during_save_requested).
+/// Unset: nothing. A malformed value throws ConfigError.
 void maybe_inject_fault(int64_t rank, int64_t step);
+
+/// True when BATON_INJECT_FAULT is "killsave:RANK:STEP" for this rank and
+/// step: the checkpoint save of that step then kills the process half-way
+/// through writing its file.
+bool kill_during_save_requested(int64_t rank, int64_t step);
 
 }  // namespace baton

@@ -447,12 +447,12 @@ TEST(JobConfig, RejectsFeaturesNotBuiltYet) {
       "parallelism.tensor_parallel_degree: 2 is not supported yet; allowed: "
       "1");
   const std::string path =
-      write_yaml("checkpoint:\n  interval: 5\n  enable: true\n");
+      write_yaml("metrics:\n  log_freq: 5\n  tensorboard: true\n");
   EXPECT_THROW(load_job_config(path), ConfigError);
   EXPECT_EQ(
       load_error(path),
       path +
-          ":3: checkpoint.enable: true is not supported yet; allowed: false");
+          ":3: metrics.tensorboard: true is not supported yet; allowed: false");
   for (const std::string o :
        {"parallelism.data_parallel_shard_degree=2",
         "metrics.tensorboard=true"}) {

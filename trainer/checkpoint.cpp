@@ -1,0 +1,793 @@
+#include "trainer/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <glog/logging.h>
+#include <signal.h>
+#include <torch/optim/adamw.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <type_traits>
+
+#include "data/dataloader.h"
+#include "parallel/dist/process_group.h"
+#include "trainer/lr_schedulers.h"
+#include "trainer/optimizers.h"
+#include "trainer/safetensors.h"
+#include "trainer/trainer.h"
+
+namespace baton {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kFormat = "baton-checkpoint";
+constexpr int kVersion = 1;
+constexpr const char* kIndex = "index.json";
+const char* const kOptimizerFields[] = {"exp_avg", "exp_avg_sq", "step"};
+
+std::string step_dir_name(int64_t step) {
+  return "step-" + std::to_string(step);
+}
+
+std::string rank_file_name(int64_t rank) {
+  char name[40];
+  std::snprintf(
+      name, sizeof(name), "rank-%05lld.safetensors", static_cast<long long>(rank));
+  return name;
+}
+
+std::string optimizer_fqn(const std::string& param, const char* field) {
+  return "optimizer." + param + "." + field;
+}
+
+[[noreturn]] void fail(const std::string& what) {
+  throw CheckpointError("[checkpoint] " + what);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+/// Every member's `s`, in group-rank order.
+std::vector<std::string> all_gather_strings(
+    dist::ProcessGroup& group, const std::string& s) {
+  const at::Tensor sizes = group.all_gather(
+      at::full({1}, static_cast<int64_t>(s.size()), at::kLong));
+  const int64_t longest = std::max<int64_t>(1, sizes.max().item<int64_t>());
+  at::Tensor mine = at::zeros({longest}, at::kByte);
+  std::memcpy(mine.data_ptr(), s.data(), s.size());
+  const at::Tensor all = group.all_gather(mine).contiguous();  // (size, longest)
+  std::vector<std::string> out;
+  for (int64_t r = 0; r < group.size(); ++r) {
+    out.emplace_back(
+        static_cast<const char*>(all[r].data_ptr()),
+        static_cast<size_t>(sizes[r][0].item<int64_t>()));
+  }
+  return out;
+}
+
+/// The first non-empty error of any rank, thrown on every rank (so that no
+/// rank goes on alone and nobody waits for a rank that stopped).
+void throw_any(dist::ProcessGroup& group, const std::string& error) {
+  const auto errors = all_gather_strings(group, error);
+  for (size_t r = 0; r < errors.size(); ++r) {
+    if (!errors[r].empty()) {
+      throw CheckpointError(
+          errors.size() == 1 || errors[r] == error
+              ? errors[r]
+              : "rank " + std::to_string(r) + ": " + errors[r]);
+    }
+  }
+}
+
+/// libtorch keys optimizer state by the parameter's TensorImpl: as a
+/// pointer string in 1.13, as the pointer itself from 2.2.
+template <class StateMap>
+typename StateMap::key_type state_key(const StateMap&, const at::Tensor& p) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream key;
+    key << p.unsafeGetTensorImpl();
+    return key.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
+
+/// The AdamW state of `p` in `optimizer`, or null before its first step.
+torch::optim::AdamWParamState* adam_state(
+    torch::optim::Optimizer& optimizer,
+    const at::Tensor& p,
+    const std::string& fqn) {
+  auto& states = optimizer.state();
+  const auto it = states.find(state_key(states, p));
+  if (it == states.end()) {
+    return nullptr;
+  }
+  auto* adam = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get());
+  if (adam == nullptr) {
+    fail(
+        "the optimizer state of '" + fqn +
+        "' is not AdamW's; only AdamW state can be checkpointed");
+  }
+  return adam;
+}
+
+std::string to_hex(const at::Tensor& bytes) {
+  static const char* kDigits = "0123456789abcdef";
+  const auto* p = bytes.data_ptr<uint8_t>();
+  std::string s;
+  s.reserve(static_cast<size_t>(bytes.numel()) * 2);
+  for (int64_t i = 0; i < bytes.numel(); ++i) {
+    s += kDigits[p[i] >> 4];
+    s += kDigits[p[i] & 15];
+  }
+  return s;
+}
+
+at::Tensor from_hex(const std::string& s) {
+  if (s.size() % 2 != 0) {
+    throw std::invalid_argument("odd number of hex digits");
+  }
+  at::Tensor bytes = at::empty({static_cast<int64_t>(s.size() / 2)}, at::kByte);
+  auto* p = bytes.data_ptr<uint8_t>();
+  for (size_t i = 0; i < s.size(); i += 2) {
+    p[i / 2] = static_cast<uint8_t>(std::stoi(s.substr(i, 2), nullptr, 16));
+  }
+  return bytes;
+}
+
+at::Tensor cpu_rng_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+/// Writes `text` to `path` and fsyncs it.
+void write_synced(const fs::path& path, const std::string& text) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) {
+    fail(path.string() + ": cannot create");
+  }
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() &&
+                  std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  if (std::fclose(f) != 0 || !ok) {
+    fail(path.string() + ": write failed");
+  }
+}
+
+/// Replaces `to` by `from` (both folders) and makes the rename durable.
+void replace_folder(const fs::path& from, const fs::path& to) {
+  if (fs::exists(to)) {
+    const fs::path old = to.string() + ".old";
+    fs::remove_all(old);
+    fs::rename(to, old);
+    fs::rename(from, to);
+    fs::remove_all(old);
+  } else {
+    fs::rename(from, to);
+  }
+  sync_directory(to.parent_path().string());
+}
+
+at::ScalarType export_dtype(const std::string& name) {
+  if (name == "bfloat16") {
+    return at::kBFloat16;
+  }
+  if (name == "float16") {
+    return at::kHalf;
+  }
+  return at::kFloat;
+}
+
+/// One tensor this rank restores: where it goes and what the model needs.
+struct Wanted {
+  std::string fqn;
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+
+}  // namespace
+
+struct CheckpointManager::Snapshot {
+  TrainState state;
+  /// This rank's tensors (empty on DP replicas other than 0).
+  std::vector<SafetensorsItem> items;
+  /// This rank's loader and RNG state and the scheduler's step.
+  json meta;
+};
+
+CheckpointManager::CheckpointManager(
+    const CheckpointConfig& config,
+    const std::string& dump_folder,
+    ModelParts parts,
+    const OptimizersContainer& optimizers,
+    const LRSchedulersContainer& schedulers,
+    DataLoader* dataloader,
+    CheckpointLayout layout,
+    std::shared_ptr<dist::ProcessGroup> group,
+    std::string model_config_json)
+    : config_(config),
+      folder_(fs::path(dump_folder) / config.folder),
+      parts_(std::move(parts)),
+      optimizers_(optimizers),
+      schedulers_(schedulers),
+      dataloader_(dataloader),
+      layout_(std::move(layout)),
+      group_(std::move(group)),
+      model_config_json_(std::move(model_config_json)) {
+  if (parts_.size() != optimizers_.size() ||
+      parts_.size() != schedulers_.size()) {
+    throw std::logic_error(
+        "[checkpoint] needs one optimizer and one LR scheduler per part");
+  }
+}
+
+CheckpointManager::~CheckpointManager() {
+  if (worker_.joinable()) {
+    worker_.join();
+  }
+  if (worker_error_) {
+    try {
+      std::rethrow_exception(worker_error_);
+    } catch (const std::exception& e) {
+      LOG(ERROR) << "checkpoint: the last background save failed: "
+                 << e.what();
+    }
+  }
+}
+
+std::vector<int64_t> CheckpointManager::list_steps(const fs::path& folder) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || name.size() == 5 ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos ||
+        !fs::exists(entry.path() / kIndex)) {
+      continue;
+    }
+    steps.push_back(std::stoll(name.substr(5)));
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+CheckpointManager::Snapshot CheckpointManager::snapshot(
+    const TrainState& state, bool copy) const {
+  at::NoGradGuard no_grad;
+  Snapshot s;
+  s.state = state;
+  const auto keep = [copy](const at::Tensor& t) {
+    return copy ? t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true)
+                : t.detach();
+  };
+  if (layout_.dp_rank == 0) {
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      const auto named = parts_[i].named_parameters();
+      for (const auto& item : named) {
+        s.items.push_back(safetensors_item(item.key(), keep(item.value())));
+      }
+      for (const auto& item : named) {
+        const at::Tensor& p = item.value();
+        const auto* st = adam_state(optimizers_[i], p, item.key());
+        // Before its first step a parameter has no state: zeros and step 0
+        // are what AdamW would start from.
+        const at::Tensor zeros = at::zeros(p.sizes(), p.options().device(at::kCPU));
+        const at::Tensor state_tensors[] = {
+            st ? keep(st->exp_avg()) : zeros,
+            st ? keep(st->exp_avg_sq()) : zeros,
+            at::scalar_tensor(st ? st->step() : 0, at::kLong)};
+        for (size_t f = 0; f < 3; ++f) {
+          s.items.push_back(safetensors_item(
+              optimizer_fqn(item.key(), kOptimizerFields[f]),
+              state_tensors[f]));
+        }
+      }
+    }
+  }
+  s.meta = {
+      {"rank", layout_.rank},
+      {"dp_rank", layout_.dp_rank},
+      {"lr_steps", schedulers_[0].steps_done()},
+      {"rng", to_hex(cpu_rng_state())},
+      {"loader",
+       dataloader_ ? json::parse(dataloader_->state().to_json()) : json()},
+      {"tensors", json::object()},
+      {"error", ""}};
+  return s;
+}
+
+void CheckpointManager::maybe_save(const TrainState& state, bool last) {
+  if (!config_.enable || state.step == last_saved_step_) {
+    return;
+  }
+  if (last || state.step % config_.interval == 0) {
+    save(state);
+  }
+}
+
+void CheckpointManager::wait() {
+  if (worker_.joinable()) {
+    worker_.join();
+  }
+  if (worker_error_) {
+    std::exception_ptr error = worker_error_;
+    worker_error_ = nullptr;
+    std::rethrow_exception(error);
+  }
+}
+
+void CheckpointManager::save(const TrainState& state) {
+  wait();
+  last_saved_step_ = state.step;
+  if (!config_.async) {
+    write(snapshot(state, /*copy=*/false));
+    return;
+  }
+  // The copy is taken now; the files are written while training goes on.
+  worker_ = std::thread([this, s = snapshot(state, /*copy=*/true)] {
+    try {
+      write(s);
+    } catch (...) {
+      worker_error_ = std::current_exception();
+    }
+  });
+}
+
+void CheckpointManager::write(const Snapshot& s) {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t step = s.state.step;
+  const fs::path tmp = folder_ / (step_dir_name(step) + ".partial");
+  json meta = s.meta;
+  try {
+    fs::create_directories(tmp);
+    if (!s.items.empty()) {
+      const std::string file = rank_file_name(layout_.rank);
+      SafetensorsWriteOptions options;
+      options.metadata = {{"format", "pt"}, {"step", std::to_string(step)}};
+      if (kill_during_save_requested(layout_.rank, step)) {
+        options.on_progress = [](uint64_t written, uint64_t total) {
+          if (2 * written >= total) {
+            LOG(WARNING) << "injecting fault 'killsave': killed half-way "
+                            "through writing the checkpoint";
+            google::FlushLogFiles(google::GLOG_INFO);
+            ::kill(::getpid(), SIGKILL);
+          }
+        };
+      }
+      for (const auto& e :
+           write_safetensors((tmp / file).string(), s.items, options)) {
+        meta["tensors"][e.name] = {
+            {"file", file},
+            {"dtype", safetensors_dtype(e.dtype)},
+            {"shape", e.shape},
+            {"crc32", e.crc32}};
+      }
+    }
+  } catch (const std::exception& e) {
+    meta["error"] = e.what();
+  }
+  const auto metas = all_gather_strings(*group_, meta.dump());
+  std::string error;
+  for (size_t r = 0; r < metas.size() && error.empty(); ++r) {
+    const std::string e = json::parse(metas[r])["error"];
+    if (!e.empty()) {
+      error = "checkpoint of step " + std::to_string(step) +
+              " not saved: rank " + std::to_string(r) + ": " + e;
+    }
+  }
+  if (!error.empty()) {
+    throw CheckpointError("[checkpoint] " + error);
+  }
+  if (layout_.rank != 0) {
+    return;
+  }
+  json index = {
+      {"format", kFormat},
+      {"version", kVersion},
+      {"step", step},
+      {"tokens_seen", s.state.tokens_seen},
+      {"lr_scheduler_steps", s.meta["lr_steps"]},
+      {"layout", layout_.description},
+      {"world_size", layout_.world_size},
+      {"optimizer", "AdamW"},
+      {"tensors", json::object()},
+      {"dataloader", {{"dp_size", layout_.dp_size}, {"states", json::object()}}},
+      {"rng", json::object()}};
+  uint64_t bytes = 0;
+  for (const auto& text : metas) {
+    const json m = json::parse(text);
+    for (const auto& [name, entry] : m["tensors"].items()) {
+      if (index["tensors"].contains(name)) {
+        throw std::logic_error(
+            "[checkpoint] tensor '" + name + "' written by two ranks");
+      }
+      index["tensors"][name] = entry;
+      uint64_t n = at::elementSize(dtype_from_safetensors(entry["dtype"]));
+      for (const int64_t d : entry["shape"].get<std::vector<int64_t>>()) {
+        n *= static_cast<uint64_t>(d);
+      }
+      bytes += n;
+    }
+    if (!m["loader"].is_null()) {
+      index["dataloader"]["states"][std::to_string(m["dp_rank"].get<int64_t>())] =
+          m["loader"];
+    }
+    index["rng"][std::to_string(m["rank"].get<int64_t>())] = m["rng"];
+  }
+  write_synced(tmp / kIndex, index.dump(1));
+  sync_directory(tmp.string());
+  replace_folder(tmp, folder_ / step_dir_name(step));
+  LOG(INFO) << "checkpoint: saved step " << step << " to "
+            << (folder_ / step_dir_name(step)).string() << " ("
+            << bytes / (1 << 20) << " MiB in " << seconds_since(start)
+            << " s" << (config_.async ? ", in the background" : "") << ")";
+  prune();
+}
+
+void CheckpointManager::prune() {
+  if (config_.keep_latest_k <= 0) {
+    return;
+  }
+  const auto steps = list_steps(folder_);
+  const auto excess =
+      static_cast<int64_t>(steps.size()) - config_.keep_latest_k;
+  for (int64_t i = 0; i < excess; ++i) {
+    fs::remove_all(folder_ / step_dir_name(steps[i]));
+    LOG(INFO) << "checkpoint: removed step " << steps[i]
+              << " (keep_latest_k " << config_.keep_latest_k << ")";
+  }
+}
+
+TrainState CheckpointManager::load() {
+  if (!config_.enable) {
+    return {};
+  }
+  // Rank 0 picks the step so that every rank loads the same one.
+  json choice = {{"step", -1}, {"error", ""}};
+  if (layout_.rank == 0) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(folder_, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.ends_with(".partial") || name.ends_with(".old")) {
+        LOG(WARNING) << "checkpoint: removing " << entry.path().string()
+                     << ", left by a save that did not finish";
+        fs::remove_all(entry.path());
+      }
+    }
+    const auto steps = list_steps(folder_);
+    if (config_.load_step >= 0) {
+      if (std::find(steps.begin(), steps.end(), config_.load_step) ==
+          steps.end()) {
+        std::string have;
+        for (const int64_t s : steps) {
+          have += (have.empty() ? "" : ", ") + std::to_string(s);
+        }
+        choice["error"] = "[checkpoint] checkpoint.load_step " +
+                          std::to_string(config_.load_step) + ": no step-" +
+                          std::to_string(config_.load_step) + " in " +
+                          folder_.string() + " (complete checkpoints: " +
+                          (have.empty() ? "none" : have) + ")";
+      } else {
+        choice["step"] = config_.load_step;
+      }
+    } else if (!steps.empty()) {
+      choice["step"] = steps.back();
+    }
+  }
+  choice = json::parse(all_gather_strings(*group_, choice.dump()).at(0));
+  if (!choice["error"].get<std::string>().empty()) {
+    throw CheckpointError(choice["error"].get<std::string>());
+  }
+  const int64_t step = choice["step"];
+  if (step < 0) {
+    LOG(INFO) << "checkpoint: none in " << folder_.string()
+              << "; training from step 0";
+    return {};
+  }
+  const fs::path dir = folder_ / step_dir_name(step);
+  const std::string index_path = (dir / kIndex).string();
+
+  // Phase 1: read and check everything; change nothing.
+  std::string error;
+  json index;
+  try {
+    std::ifstream in(index_path);
+    if (!in) {
+      fail(index_path + ": cannot open");
+    }
+    try {
+      index = json::parse(in);
+    } catch (const json::exception& e) {
+      fail(index_path + ": not valid JSON (" + e.what() + ")");
+    }
+    if (index.value("format", "") != kFormat ||
+        index.value("version", 0) != kVersion) {
+      fail(
+          index_path + ": not a " + kFormat + " version " +
+          std::to_string(kVersion) + " index");
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // The tensors this rank restores.
+  std::vector<Wanted> wanted;
+  for (const auto& part : parts_) {
+    for (const auto& item : part->named_parameters()) {
+      const at::Tensor& p = item.value();
+      wanted.push_back({item.key(), p.scalar_type(), p.sizes().vec()});
+      wanted.push_back(
+          {optimizer_fqn(item.key(), "exp_avg"),
+           p.scalar_type(),
+           p.sizes().vec()});
+      wanted.push_back(
+          {optimizer_fqn(item.key(), "exp_avg_sq"),
+           p.scalar_type(),
+           p.sizes().vec()});
+      wanted.push_back({optimizer_fqn(item.key(), "step"), at::kLong, {}});
+    }
+  }
+  // Missing and extra FQNs are judged against every rank's, the same way
+  // on every rank.
+  std::string names;
+  for (const auto& w : wanted) {
+    names += w.fqn + '\n';
+  }
+  std::set<std::string> model_fqns;
+  for (const auto& list : all_gather_strings(*group_, names)) {
+    std::istringstream in(list);
+    for (std::string fqn; std::getline(in, fqn);) {
+      model_fqns.insert(fqn);
+    }
+  }
+  std::map<std::string, at::Tensor> staged;
+  std::optional<DataLoaderState> loader_state;
+  try {
+    if (!error.empty()) {
+      throw CheckpointError(error);
+    }
+    const json& tensors = index.at("tensors");
+    for (const auto& fqn : model_fqns) {
+      if (!tensors.contains(fqn)) {
+        fail(
+            index_path + ": tensor '" + fqn +
+            "' is missing (the model has it; was the checkpoint saved from "
+            "another model or flavor?)");
+      }
+    }
+    for (const auto& [fqn, entry] : tensors.items()) {
+      if (!model_fqns.count(fqn)) {
+        fail(
+            index_path + ": tensor '" + fqn + "' (in " +
+            entry.value("file", "?") + ") is not in the model");
+      }
+    }
+    // Group this rank's tensors by file, so each file is opened once.
+    std::map<std::string, std::vector<const Wanted*>> by_file;
+    for (const auto& w : wanted) {
+      const json& entry = tensors.at(w.fqn);
+      const std::string file = entry.at("file");
+      const std::string dtype = entry.at("dtype");
+      const auto shape = entry.at("shape").get<std::vector<int64_t>>();
+      if (dtype != safetensors_dtype(w.dtype) || shape != w.shape) {
+        fail(
+            (dir / file).string() + ": tensor '" + w.fqn + "' is " + dtype +
+            " " + shape_string(shape) + ", but the model's is " +
+            safetensors_dtype(w.dtype) + " " + shape_string(w.shape));
+      }
+      by_file[file].push_back(&w);
+    }
+    for (const auto& [file, list] : by_file) {
+      if (file.find('/') != std::string::npos || file.empty()) {
+        fail(index_path + ": bad file name '" + file + "'");
+      }
+      const std::string path = (dir / file).string();
+      const SafetensorsReader reader(path);
+      for (const Wanted* w : list) {
+        const SafetensorsEntry* e = reader.find(w->fqn);
+        if (e == nullptr) {
+          fail(path + ": has no tensor '" + w->fqn + "' (index.json says it does)");
+        }
+        if (e->dtype != w->dtype || e->shape != w->shape) {
+          fail(
+              path + ": tensor '" + w->fqn + "' is " +
+              safetensors_dtype(e->dtype) + " " + shape_string(e->shape) +
+              " in the file but " + safetensors_dtype(w->dtype) + " " +
+              shape_string(w->shape) + " in index.json");
+        }
+        at::Tensor t = reader.read(w->fqn);
+        const uint32_t crc = crc32_of(t.data_ptr(), e->end - e->begin);
+        const uint32_t want = tensors.at(w->fqn).at("crc32").get<uint32_t>();
+        if (crc != want) {
+          fail(
+              path + ": tensor '" + w->fqn + "': checksum mismatch (CRC-32 " +
+              std::to_string(crc) + ", index.json says " +
+              std::to_string(want) + "): the file is corrupt");
+        }
+        staged[w->fqn] = std::move(t);
+      }
+    }
+    if (dataloader_ != nullptr) {
+      const json& loaders = index.at("dataloader");
+      const int64_t saved_dp = loaders.at("dp_size");
+      if (saved_dp == layout_.dp_size) {
+        const std::string key = std::to_string(layout_.dp_rank);
+        if (!loaders.at("states").contains(key)) {
+          fail(index_path + ": no loader state for data-parallel rank " + key);
+        }
+        loader_state =
+            DataLoaderState::from_json(loaders.at("states").at(key).dump());
+        const DataLoaderState now = dataloader_->state();
+        if (loader_state->dataset_size != now.dataset_size) {
+          fail(
+              index_path + ": the loader state is for a dataset of " +
+              std::to_string(loader_state->dataset_size) +
+              " documents, but this run's has " +
+              std::to_string(now.dataset_size));
+        }
+      } else {
+        LOG(WARNING) << "checkpoint: saved with data-parallel degree "
+                     << saved_dp << ", this run has " << layout_.dp_size
+                     << ": the data loader state is not restored (each rank "
+                        "starts its shard from the beginning)";
+      }
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  throw_any(*group_, error);
+
+  // Phase 2: every rank has everything; apply it.
+  if (loader_state) {
+    dataloader_->load_state(*loader_state);
+  }
+  {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      auto& optimizer = optimizers_[i];
+      auto& states = optimizer.state();
+      for (const auto& item : parts_[i].named_parameters()) {
+        at::Tensor p = item.value();
+        p.copy_(staged.at(item.key()));
+        auto st = std::make_unique<torch::optim::AdamWParamState>();
+        st->exp_avg(
+            staged.at(optimizer_fqn(item.key(), "exp_avg")).to(p.device()));
+        st->exp_avg_sq(
+            staged.at(optimizer_fqn(item.key(), "exp_avg_sq")).to(p.device()));
+        st->step(staged.at(optimizer_fqn(item.key(), "step")).item<int64_t>());
+        states[state_key(states, p)] = std::move(st);
+      }
+    }
+  }
+  const int64_t lr_steps = index.at("lr_scheduler_steps");
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    schedulers_[i].load_state(lr_steps);
+  }
+  const std::string rank_key = std::to_string(layout_.rank);
+  if (index.value("layout", "") == layout_.description &&
+      index.value("world_size", 0) == layout_.world_size &&
+      index["rng"].contains(rank_key)) {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(from_hex(index["rng"][rank_key].get<std::string>()));
+  } else {
+    LOG(INFO) << "checkpoint: saved under '" << index.value("layout", "?")
+              << "', this run is '" << layout_.description
+              << "': RNG states not restored";
+  }
+  const TrainState state{step, index.value("tokens_seen", int64_t{0})};
+  LOG(INFO) << "checkpoint: resumed from step " << step << " ("
+            << dir.string() << ", saved under '" << index.value("layout", "?")
+            << "')";
+  return state;
+}
+
+void CheckpointManager::finish(const TrainState& state) {
+  wait();
+  if (config_.model_only_export) {
+    export_model(state);
+  }
+}
+
+void CheckpointManager::export_model(const TrainState& state) {
+  const auto start = std::chrono::steady_clock::now();
+  const fs::path dir = folder_ / "export";
+  const fs::path tmp = folder_ / "export.partial";
+  const at::ScalarType dtype = export_dtype(config_.export_dtype);
+  std::string error;
+  try {
+    if (layout_.rank == 0) {
+      fs::remove_all(tmp);
+      fs::create_directories(tmp);
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  throw_any(*group_, error);
+  // Each part's weights once (DP rank 0), converted one tensor at a time.
+  try {
+    if (layout_.dp_rank == 0) {
+      std::vector<SafetensorsItem> items;
+      for (const auto& part : parts_) {
+        for (const auto& item : part->named_parameters()) {
+          const at::Tensor p = item.value().detach();
+          items.push_back(
+              {item.key(), dtype, p.sizes().vec(), [p, dtype] {
+                 return p.to(at::kCPU).to(dtype);
+               }});
+        }
+      }
+      SafetensorsWriteOptions options;
+      options.sync = false;
+      write_safetensors(
+          (tmp / ("piece-" + rank_file_name(layout_.rank))).string(),
+          items,
+          options);
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  throw_any(*group_, error);
+  if (layout_.rank != 0) {
+    return;
+  }
+  // Rank 0 merges the pieces into one file sorted by name, a tensor at a
+  // time.
+  std::vector<std::unique_ptr<SafetensorsReader>> pieces;
+  std::map<std::string, std::pair<const SafetensorsReader*, SafetensorsEntry>>
+      by_name;
+  for (const auto& entry : fs::directory_iterator(tmp)) {
+    if (entry.path().filename().string().rfind("piece-", 0) != 0) {
+      continue;
+    }
+    pieces.push_back(
+        std::make_unique<SafetensorsReader>(entry.path().string()));
+    for (const auto& e : pieces.back()->entries()) {
+      by_name[e.name] = {pieces.back().get(), e};
+    }
+  }
+  std::vector<SafetensorsItem> items;
+  for (const auto& [name, source] : by_name) {
+    const auto& [reader, e] = source;
+    items.push_back({name, e.dtype, e.shape, [reader = reader, e = e] {
+                       at::Tensor t = at::empty(e.shape, e.dtype);
+                       reader->read_bytes(e, t.data_ptr());
+                       return t;
+                     }});
+  }
+  SafetensorsWriteOptions options;
+  options.metadata = {
+      {"format", "pt"}, {"step", std::to_string(state.step)}};
+  write_safetensors((tmp / "model.safetensors").string(), items, options);
+  for (const auto& piece : pieces) {
+    fs::remove(piece->path());
+  }
+  pieces.clear();
+  json config = json::parse(model_config_json_);
+  config["torch_dtype"] = config_.export_dtype;
+  config["step"] = state.step;
+  config["tokens_seen"] = state.tokens_seen;
+  write_synced(tmp / "config.json", config.dump(2) + "\n");
+  sync_directory(tmp.string());
+  replace_folder(tmp, dir);
+  LOG(INFO) << "checkpoint: exported " << items.size() << " weights ("
+            << config_.export_dtype << ") to "
+            << (dir / "model.safetensors").string() << " in "
+            << seconds_since(start) << " s";
+}
+
+}  // namespace baton
