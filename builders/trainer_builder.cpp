@@ -256,10 +256,9 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
   layout.dp_size = dims_.dp_replicate * dims_.dp_shard;
   layout.description = "pp " + std::to_string(dims_.pp);
   if (dims_.pp > 1) {
-    layout.description += ", " +
-                          std::to_string(p.pipeline_parallel_stages_per_rank) +
-                          " stages per rank (" + p.pipeline_parallel_schedule +
-                          ")";
+    layout.description +=
+        ", " + std::to_string(p.pipeline_parallel_stages_per_rank) +
+        " stages per rank (" + p.pipeline_parallel_schedule + ")";
   }
   layout.description += ", dp " + std::to_string(layout.dp_size);
   // Saves may run in a background thread: they get a group of their own.

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -44,7 +45,10 @@ std::string step_dir_name(int64_t step) {
 std::string rank_file_name(int64_t rank) {
   char name[40];
   std::snprintf(
-      name, sizeof(name), "rank-%05lld.safetensors", static_cast<long long>(rank));
+      name,
+      sizeof(name),
+      "rank-%05lld.safetensors",
+      static_cast<long long>(rank));
   return name;
 }
 
@@ -69,7 +73,8 @@ std::vector<std::string> all_gather_strings(
   const int64_t longest = std::max<int64_t>(1, sizes.max().item<int64_t>());
   at::Tensor mine = at::zeros({longest}, at::kByte);
   std::memcpy(mine.data_ptr(), s.data(), s.size());
-  const at::Tensor all = group.all_gather(mine).contiguous();  // (size, longest)
+  const at::Tensor all =
+      group.all_gather(mine).contiguous();  // (size, longest)
   std::vector<std::string> out;
   for (int64_t r = 0; r < group.size(); ++r) {
     out.emplace_back(
@@ -244,8 +249,7 @@ CheckpointManager::~CheckpointManager() {
     try {
       std::rethrow_exception(worker_error_);
     } catch (const std::exception& e) {
-      LOG(ERROR) << "checkpoint: the last background save failed: "
-                 << e.what();
+      LOG(ERROR) << "checkpoint: the last background save failed: " << e.what();
     }
   }
 }
@@ -286,7 +290,8 @@ CheckpointManager::Snapshot CheckpointManager::snapshot(
         const auto* st = adam_state(optimizers_[i], p, item.key());
         // Before its first step a parameter has no state: zeros and step 0
         // are what AdamW would start from.
-        const at::Tensor zeros = at::zeros(p.sizes(), p.options().device(at::kCPU));
+        const at::Tensor zeros =
+            at::zeros(p.sizes(), p.options().device(at::kCPU));
         const at::Tensor state_tensors[] = {
             st ? keep(st->exp_avg()) : zeros,
             st ? keep(st->exp_avg_sq()) : zeros,
@@ -406,7 +411,8 @@ void CheckpointManager::write(const Snapshot& s) {
       {"world_size", layout_.world_size},
       {"optimizer", "AdamW"},
       {"tensors", json::object()},
-      {"dataloader", {{"dp_size", layout_.dp_size}, {"states", json::object()}}},
+      {"dataloader",
+       {{"dp_size", layout_.dp_size}, {"states", json::object()}}},
       {"rng", json::object()}};
   uint64_t bytes = 0;
   for (const auto& text : metas) {
@@ -424,8 +430,8 @@ void CheckpointManager::write(const Snapshot& s) {
       bytes += n;
     }
     if (!m["loader"].is_null()) {
-      index["dataloader"]["states"][std::to_string(m["dp_rank"].get<int64_t>())] =
-          m["loader"];
+      index["dataloader"]["states"]
+           [std::to_string(m["dp_rank"].get<int64_t>())] = m["loader"];
     }
     index["rng"][std::to_string(m["rank"].get<int64_t>())] = m["rng"];
   }
@@ -434,8 +440,8 @@ void CheckpointManager::write(const Snapshot& s) {
   replace_folder(tmp, folder_ / step_dir_name(step));
   LOG(INFO) << "checkpoint: saved step " << step << " to "
             << (folder_ / step_dir_name(step)).string() << " ("
-            << bytes / (1 << 20) << " MiB in " << seconds_since(start)
-            << " s" << (config_.async ? ", in the background" : "") << ")";
+            << bytes / (1 << 20) << " MiB in " << seconds_since(start) << " s"
+            << (config_.async ? ", in the background" : "") << ")";
   prune();
 }
 
@@ -448,8 +454,8 @@ void CheckpointManager::prune() {
       static_cast<int64_t>(steps.size()) - config_.keep_latest_k;
   for (int64_t i = 0; i < excess; ++i) {
     fs::remove_all(folder_ / step_dir_name(steps[i]));
-    LOG(INFO) << "checkpoint: removed step " << steps[i]
-              << " (keep_latest_k " << config_.keep_latest_k << ")";
+    LOG(INFO) << "checkpoint: removed step " << steps[i] << " (keep_latest_k "
+              << config_.keep_latest_k << ")";
   }
 }
 
@@ -477,11 +483,11 @@ TrainState CheckpointManager::load() {
         for (const int64_t s : steps) {
           have += (have.empty() ? "" : ", ") + std::to_string(s);
         }
-        choice["error"] = "[checkpoint] checkpoint.load_step " +
-                          std::to_string(config_.load_step) + ": no step-" +
-                          std::to_string(config_.load_step) + " in " +
-                          folder_.string() + " (complete checkpoints: " +
-                          (have.empty() ? "none" : have) + ")";
+        choice["error"] =
+            "[checkpoint] checkpoint.load_step " +
+            std::to_string(config_.load_step) + ": no step-" +
+            std::to_string(config_.load_step) + " in " + folder_.string() +
+            " (complete checkpoints: " + (have.empty() ? "none" : have) + ")";
       } else {
         choice["step"] = config_.load_step;
       }
@@ -596,11 +602,25 @@ TrainState CheckpointManager::load() {
         fail(index_path + ": bad file name '" + file + "'");
       }
       const std::string path = (dir / file).string();
-      const SafetensorsReader reader(path);
+      std::unique_ptr<SafetensorsReader> opened;
+      try {
+        opened = std::make_unique<SafetensorsReader>(path);
+      } catch (const CheckpointError& e) {
+        fail(
+            std::string(e.what()).substr(std::strlen("[checkpoint] ")) +
+            " (it holds tensor '" + list.front()->fqn + "'" +
+            (list.size() > 1
+                 ? " and " + std::to_string(list.size() - 1) + " more"
+                 : "") +
+            ")");
+      }
+      const SafetensorsReader& reader = *opened;
       for (const Wanted* w : list) {
         const SafetensorsEntry* e = reader.find(w->fqn);
         if (e == nullptr) {
-          fail(path + ": has no tensor '" + w->fqn + "' (index.json says it does)");
+          fail(
+              path + ": has no tensor '" + w->fqn +
+              "' (index.json says it does)");
         }
         if (e->dtype != w->dtype || e->shape != w->shape) {
           fail(
@@ -690,9 +710,8 @@ TrainState CheckpointManager::load() {
               << "': RNG states not restored";
   }
   const TrainState state{step, index.value("tokens_seen", int64_t{0})};
-  LOG(INFO) << "checkpoint: resumed from step " << step << " ("
-            << dir.string() << ", saved under '" << index.value("layout", "?")
-            << "')";
+  LOG(INFO) << "checkpoint: resumed from step " << step << " (" << dir.string()
+            << ", saved under '" << index.value("layout", "?") << "')";
   return state;
 }
 
@@ -725,10 +744,9 @@ void CheckpointManager::export_model(const TrainState& state) {
       for (const auto& part : parts_) {
         for (const auto& item : part->named_parameters()) {
           const at::Tensor p = item.value().detach();
-          items.push_back(
-              {item.key(), dtype, p.sizes().vec(), [p, dtype] {
-                 return p.to(at::kCPU).to(dtype);
-               }});
+          items.push_back({item.key(), dtype, p.sizes().vec(), [p, dtype] {
+                             return p.to(at::kCPU).to(dtype);
+                           }});
         }
       }
       SafetensorsWriteOptions options;
@@ -770,8 +788,7 @@ void CheckpointManager::export_model(const TrainState& state) {
                      }});
   }
   SafetensorsWriteOptions options;
-  options.metadata = {
-      {"format", "pt"}, {"step", std::to_string(state.step)}};
+  options.metadata = {{"format", "pt"}, {"step", std::to_string(state.step)}};
   write_safetensors((tmp / "model.safetensors").string(), items, options);
   for (const auto& piece : pieces) {
     fs::remove(piece->path());

@@ -24,12 +24,48 @@ MetricsLogger::MetricsLogger(
     return;
   }
   std::filesystem::create_directories(dump_folder);
-  const std::string path =
-      (std::filesystem::path(dump_folder) / "metrics.jsonl").string();
-  jsonl_.open(path, std::ios::out | std::ios::trunc);
+  path_ = (std::filesystem::path(dump_folder) / "metrics.jsonl").string();
+  // Checked now, so that a folder that cannot be written fails before
+  // training; emptied (or trimmed, on resume) by start().
+  std::ofstream probe(path_, std::ios::app);
+  if (!probe) {
+    throw std::runtime_error(
+        "[metrics] cannot write " + path_ + ": " + std::strerror(errno));
+  }
+}
+
+void MetricsLogger::start(int64_t resumed_step) {
+  if (!is_logging_rank_ || path_.empty()) {
+    return;
+  }
+  std::vector<std::string> kept;
+  if (resumed_step > 0) {
+    if (jsonl_.is_open()) {
+      jsonl_.close();
+    }
+    std::ifstream in(path_);
+    for (std::string line; std::getline(in, line);) {
+      try {
+        if (nlohmann::json::parse(line).at("step").get<int64_t>() <=
+            resumed_step) {
+          kept.push_back(line);
+        }
+      } catch (const nlohmann::json::exception&) {
+        // A line cut short by a crash: dropped.
+      }
+    }
+  }
+  if (jsonl_.is_open()) {
+    jsonl_.close();
+  }
+  jsonl_.open(path_, std::ios::out | std::ios::trunc);
+  for (const auto& line : kept) {
+    jsonl_ << line << '\n';
+  }
+  jsonl_.flush();
   if (!jsonl_) {
     throw std::runtime_error(
-        "[metrics] cannot write " + path + ": " + std::strerror(errno));
+        "[metrics] cannot write " + path_ + ": " + std::strerror(errno));
   }
 }
 
@@ -77,6 +113,9 @@ void MetricsLogger::log(const StepMetrics& m) {
     line << "%";
   }
   LOG(INFO) << line.str();
+  if (!jsonl_.is_open()) {
+    start(0);
+  }
   if (jsonl_.is_open()) {
     jsonl_ << metrics_to_json(m) << '\n';
     jsonl_.flush();

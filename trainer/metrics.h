@@ -40,10 +40,17 @@ class MetricsLogger {
   bool should_log(int64_t step) const;
   /// Logs `m` (on the logging rank).
   void log(const StepMetrics& m);
+  /// (Re)starts metrics.jsonl for a run that begins after `resumed_step`:
+  /// empty for a new run (0); for a resumed one, the lines of the earlier
+  /// run up to that step (steps it logged later are trained again), then
+  /// the new lines after them. Trainer::train calls it; log() before it
+  /// starts a new file.
+  void start(int64_t resumed_step);
 
  private:
   MetricsConfig config_;
   bool is_logging_rank_;
+  std::string path_;
   std::ofstream jsonl_;
 };
 

@@ -257,7 +257,8 @@ SafetensorsReader::SafetensorsReader(std::string path)
       try {
         e.dtype = dtype_from_safetensors(value.at("dtype").get<std::string>());
         e.shape = value.at("shape").get<std::vector<int64_t>>();
-        const auto offsets = value.at("data_offsets").get<std::vector<uint64_t>>();
+        const auto offsets =
+            value.at("data_offsets").get<std::vector<uint64_t>>();
         if (offsets.size() != 2) {
           throw std::invalid_argument("data_offsets needs two numbers");
         }
@@ -289,9 +290,10 @@ SafetensorsReader::SafetensorsReader(std::string path)
       }
       entries_.push_back(std::move(e));
     }
-    std::sort(entries_.begin(), entries_.end(), [](const auto& a, const auto& b) {
-      return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
-    });
+    std::sort(
+        entries_.begin(), entries_.end(), [](const auto& a, const auto& b) {
+          return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
+        });
     for (size_t i = 0; i < entries_.size(); ++i) {
       if (i > 0 && entries_[i].begin < entries_[i - 1].end) {
         fail(
@@ -318,7 +320,8 @@ const SafetensorsEntry* SafetensorsReader::find(const std::string& name) const {
 
 void SafetensorsReader::read_bytes(
     const SafetensorsEntry& entry, void* dst) const {
-  if (!pread_all(fd_, dst, entry.end - entry.begin, data_start_ + entry.begin)) {
+  if (!pread_all(
+          fd_, dst, entry.end - entry.begin, data_start_ + entry.begin)) {
     fail(path_, "tensor '" + entry.name + "': truncated while reading");
   }
 }

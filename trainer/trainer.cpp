@@ -173,6 +173,9 @@ std::vector<StepMetrics> Trainer::train() {
     step_ = resumed.step;
     tokens_seen_ = resumed.tokens_seen;
   }
+  if (c_.metrics) {
+    c_.metrics->start(step_);
+  }
   const int64_t steps = config_.training.steps;
   LOG(INFO) << "training " << c_.model_parts.num_params() << " parameters for "
             << steps - step_ << " steps";
