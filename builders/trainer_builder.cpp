@@ -253,7 +253,7 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
   layout.rank = env_.rank;
   layout.world_size = env_.world_size;
   layout.dp_rank = mesh().coord().dp(dims_);
-  layout.dp_size = dims_.dp_replicate * dims_.dp_shard;
+  layout.dp_size = dims_.dp();
   layout.description = "pp " + std::to_string(dims_.pp);
   if (dims_.pp > 1) {
     layout.description +=
@@ -261,10 +261,15 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
         " stages per rank (" + p.pipeline_parallel_schedule + ")";
   }
   layout.description += ", dp " + std::to_string(layout.dp_size);
-  // Saves may run in a background thread: they get a group of their own.
+  // Saves may run in a background thread: they get a group of their own,
+  // on Gloo (they exchange CPU tensors, also under NCCL), that waits for the
+  // slowest writer rather than for comm.train_timeout_seconds.
   std::vector<int64_t> everyone(env_.world_size);
   std::iota(everyone.begin(), everyone.end(), 0);
-  auto group = runtime_ ? runtime_->new_group(everyone, "checkpoint")
+  dist::GroupOptions options;
+  options.backend = "gloo";
+  options.timeout = std::chrono::seconds(ck.timeout_seconds);
+  auto group = runtime_ ? runtime_->new_group(everyone, "checkpoint", options)
                         : dist::ProcessGroup::single("checkpoint", env_.rank);
   const llama::ModelArgs& a = model_args_;
   nlohmann::json model = {

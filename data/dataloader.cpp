@@ -161,7 +161,7 @@ Batch DataLoader::next() {
   return std::move(item.batch);
 }
 
-void DataLoader::load_state(const DataLoaderState& state) {
+void DataLoader::check_state(const DataLoaderState& state) const {
   const auto mismatch = [&](const char* field, int64_t got, int64_t want) {
     if (got != want) {
       throw std::runtime_error(
@@ -180,6 +180,10 @@ void DataLoader::load_state(const DataLoaderState& state) {
         ": epoch and token must be >= 0 and document in [0, " +
         std::to_string(shard_size_) + ")");
   }
+}
+
+void DataLoader::load_state(const DataLoaderState& state) {
+  check_state(state);
   stop_worker();
   error_ = nullptr;
   position_ = state;

@@ -101,6 +101,10 @@ class DataLoader {
   /// Continues from `state` (from state() of a loader with the same dataset
   /// and options). Throws std::runtime_error when it does not fit.
   void load_state(const DataLoaderState& state);
+  /// Throws std::runtime_error when load_state(state) would (another rank,
+  /// DP degree or corpus, or a position outside this rank's shard); changes
+  /// nothing.
+  void check_state(const DataLoaderState& state) const;
 
  private:
   struct Produced {

@@ -8,13 +8,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <type_traits>
@@ -42,6 +45,21 @@ std::string step_dir_name(int64_t step) {
   return "step-" + std::to_string(step);
 }
 
+/// N of a folder named exactly "step-N", else nothing.
+std::optional<int64_t> parse_step_dir(const std::string& name) {
+  if (name.rfind("step-", 0) != 0) {
+    return std::nullopt;
+  }
+  int64_t step = -1;
+  const char* first = name.data() + 5;
+  const char* last = name.data() + name.size();
+  const auto [end, ec] = std::from_chars(first, last, step);
+  if (ec != std::errc() || end != last || first == last || *first == '-') {
+    return std::nullopt;
+  }
+  return step;
+}
+
 std::string rank_file_name(int64_t rank) {
   char name[40];
   std::snprintf(
@@ -54,10 +72,6 @@ std::string rank_file_name(int64_t rank) {
 
 std::string optimizer_fqn(const std::string& param, const char* field) {
   return "optimizer." + param + "." + field;
-}
-
-[[noreturn]] void fail(const std::string& what) {
-  throw CheckpointError("[checkpoint] " + what);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -84,17 +98,30 @@ std::vector<std::string> all_gather_strings(
   return out;
 }
 
+const std::string kTag = "[checkpoint] ";
+
+[[noreturn]] void fail(const std::string& what) {
+  throw CheckpointError(kTag + what);
+}
+
+/// `message` without a leading "[checkpoint] ".
+std::string untagged(const std::string& message) {
+  return message.rfind(kTag, 0) == 0 ? message.substr(kTag.size()) : message;
+}
+
 /// The first non-empty error of any rank, thrown on every rank (so that no
 /// rank goes on alone and nobody waits for a rank that stopped).
 void throw_any(dist::ProcessGroup& group, const std::string& error) {
   const auto errors = all_gather_strings(group, error);
   for (size_t r = 0; r < errors.size(); ++r) {
-    if (!errors[r].empty()) {
-      throw CheckpointError(
-          errors.size() == 1 || errors[r] == error
-              ? errors[r]
-              : "rank " + std::to_string(r) + ": " + errors[r]);
+    if (errors[r].empty()) {
+      continue;
     }
+    if (errors.size() == 1 || errors[r] == error) {
+      throw CheckpointError(errors[r]);
+    }
+    throw CheckpointError(
+        kTag + "rank " + std::to_string(r) + ": " + untagged(errors[r]));
   }
 }
 
@@ -259,12 +286,10 @@ std::vector<int64_t> CheckpointManager::list_steps(const fs::path& folder) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(folder, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || name.size() == 5 ||
-        name.find_first_not_of("0123456789", 5) != std::string::npos ||
-        !fs::exists(entry.path() / kIndex)) {
-      continue;
+    const auto step = parse_step_dir(name);
+    if (step && fs::exists(entry.path() / kIndex, ec)) {
+      steps.push_back(*step);
     }
-    steps.push_back(std::stoll(name.substr(5)));
   }
   std::sort(steps.begin(), steps.end());
   return steps;
@@ -339,12 +364,19 @@ void CheckpointManager::wait() {
 void CheckpointManager::save(const TrainState& state) {
   wait();
   last_saved_step_ = state.step;
+  Snapshot s;
+  try {
+    s = snapshot(state, /*copy=*/config_.async);
+  } catch (const std::exception& e) {
+    // write() still meets the other ranks, and they all fail together.
+    s = Snapshot{state, {}, {{"error", e.what()}}};
+  }
   if (!config_.async) {
-    write(snapshot(state, /*copy=*/false));
+    write(s);
     return;
   }
   // The copy is taken now; the files are written while training goes on.
-  worker_ = std::thread([this, s = snapshot(state, /*copy=*/true)] {
+  worker_ = std::thread([this, s = std::move(s)] {
     try {
       write(s);
     } catch (...) {
@@ -359,6 +391,9 @@ void CheckpointManager::write(const Snapshot& s) {
   const fs::path tmp = folder_ / (step_dir_name(step) + ".partial");
   json meta = s.meta;
   try {
+    if (!meta.value("error", "").empty()) {
+      throw CheckpointError(meta["error"].get<std::string>());
+    }
     fs::create_directories(tmp);
     if (!s.items.empty()) {
       const std::string file = rank_file_name(layout_.rank);
@@ -398,9 +433,25 @@ void CheckpointManager::write(const Snapshot& s) {
   if (!error.empty()) {
     throw CheckpointError("[checkpoint] " + error);
   }
-  if (layout_.rank != 0) {
-    return;
+  // Only rank 0 writes the index and renames; its errors reach every rank.
+  error.clear();
+  if (layout_.rank == 0) {
+    try {
+      finish_save(s, metas, tmp, start);
+    } catch (const std::exception& e) {
+      error = "[checkpoint] checkpoint of step " + std::to_string(step) +
+              " not saved: " + untagged(e.what());
+    }
   }
+  throw_any(*group_, error);
+}
+
+void CheckpointManager::finish_save(
+    const Snapshot& s,
+    const std::vector<std::string>& metas,
+    const fs::path& tmp,
+    std::chrono::steady_clock::time_point start) {
+  const int64_t step = s.state.step;
   json index = {
       {"format", kFormat},
       {"version", kVersion},
@@ -419,8 +470,7 @@ void CheckpointManager::write(const Snapshot& s) {
     const json m = json::parse(text);
     for (const auto& [name, entry] : m["tensors"].items()) {
       if (index["tensors"].contains(name)) {
-        throw std::logic_error(
-            "[checkpoint] tensor '" + name + "' written by two ranks");
+        throw std::logic_error("tensor '" + name + "' written by two ranks");
       }
       index["tensors"][name] = entry;
       uint64_t n = at::elementSize(dtype_from_safetensors(entry["dtype"]));
@@ -459,40 +509,87 @@ void CheckpointManager::prune() {
   }
 }
 
+void CheckpointManager::recover_interrupted_saves() const {
+  std::error_code ec;
+  std::vector<fs::path> leftovers;
+  for (const auto& entry : fs::directory_iterator(folder_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.ends_with(".partial") || name.ends_with(".old")) {
+      leftovers.push_back(entry.path());
+    }
+  }
+  // A complete .partial is newer than an .old of the same step: first.
+  std::stable_partition(leftovers.begin(), leftovers.end(), [](const auto& p) {
+    return p.extension() == ".partial";
+  });
+  for (const auto& path : leftovers) {
+    const std::string name = path.filename().string();
+    const fs::path target =
+        path.parent_path() / name.substr(0, name.rfind('.'));
+    // A save that died between writing its index and its rename (.partial)
+    // or inside the swap of an existing folder (.old) is complete: put it
+    // back where it belongs.
+    if (parse_step_dir(target.filename().string()) && !fs::exists(target) &&
+        fs::exists(path / kIndex)) {
+      LOG(WARNING) << "checkpoint: " << path.string()
+                   << " is complete; renamed to " << target.string();
+      fs::rename(path, target);
+      continue;
+    }
+    LOG(WARNING) << "checkpoint: removing " << path.string()
+                 << ", left by a save that did not finish";
+    fs::remove_all(path);
+  }
+}
+
+int64_t CheckpointManager::choose_step() const {
+  recover_interrupted_saves();
+  const auto steps = list_steps(folder_);
+  if (config_.load_step < 0) {
+    return steps.empty() ? -1 : steps.back();
+  }
+  if (std::find(steps.begin(), steps.end(), config_.load_step) == steps.end()) {
+    std::string have;
+    for (const int64_t s : steps) {
+      have += (have.empty() ? "" : ", ") + std::to_string(s);
+    }
+    fail(
+        "checkpoint.load_step " + std::to_string(config_.load_step) +
+        ": no step-" + std::to_string(config_.load_step) + " in " +
+        folder_.string() +
+        " (complete checkpoints: " + (have.empty() ? "none" : have) + ")");
+  }
+  // Later checkpoints belong to the run being abandoned: moved aside, so
+  // that neither "latest" nor keep_latest_k picks them up again.
+  for (const int64_t later : steps) {
+    if (later <= config_.load_step) {
+      continue;
+    }
+    const fs::path from = folder_ / step_dir_name(later);
+    fs::path to = from.string() + ".superseded";
+    for (int n = 2; fs::exists(to); ++n) {
+      to = from.string() + ".superseded." + std::to_string(n);
+    }
+    fs::rename(from, to);
+    LOG(WARNING) << "checkpoint: resuming from step " << config_.load_step
+                 << ", so the later " << from.string() << " is moved to "
+                 << to.string() << " (kept, never loaded or pruned)";
+  }
+  return config_.load_step;
+}
+
 TrainState CheckpointManager::load() {
   if (!config_.enable) {
     return {};
   }
-  // Rank 0 picks the step so that every rank loads the same one.
+  // Rank 0 tidies the folder and picks the step, so that every rank loads
+  // the same one.
   json choice = {{"step", -1}, {"error", ""}};
   if (layout_.rank == 0) {
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(folder_, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name.ends_with(".partial") || name.ends_with(".old")) {
-        LOG(WARNING) << "checkpoint: removing " << entry.path().string()
-                     << ", left by a save that did not finish";
-        fs::remove_all(entry.path());
-      }
-    }
-    const auto steps = list_steps(folder_);
-    if (config_.load_step >= 0) {
-      if (std::find(steps.begin(), steps.end(), config_.load_step) ==
-          steps.end()) {
-        std::string have;
-        for (const int64_t s : steps) {
-          have += (have.empty() ? "" : ", ") + std::to_string(s);
-        }
-        choice["error"] =
-            "[checkpoint] checkpoint.load_step " +
-            std::to_string(config_.load_step) + ": no step-" +
-            std::to_string(config_.load_step) + " in " + folder_.string() +
-            " (complete checkpoints: " + (have.empty() ? "none" : have) + ")";
-      } else {
-        choice["step"] = config_.load_step;
-      }
-    } else if (!steps.empty()) {
-      choice["step"] = steps.back();
+    try {
+      choice["step"] = choose_step();
+    } catch (const std::exception& e) {
+      choice["error"] = e.what();
     }
   }
   choice = json::parse(all_gather_strings(*group_, choice.dump()).at(0));
@@ -536,15 +633,13 @@ TrainState CheckpointManager::load() {
     for (const auto& item : part->named_parameters()) {
       const at::Tensor& p = item.value();
       wanted.push_back({item.key(), p.scalar_type(), p.sizes().vec()});
-      wanted.push_back(
-          {optimizer_fqn(item.key(), "exp_avg"),
-           p.scalar_type(),
-           p.sizes().vec()});
-      wanted.push_back(
-          {optimizer_fqn(item.key(), "exp_avg_sq"),
-           p.scalar_type(),
-           p.sizes().vec()});
-      wanted.push_back({optimizer_fqn(item.key(), "step"), at::kLong, {}});
+      for (const char* field : kOptimizerFields) {
+        const bool step_count = std::strcmp(field, "step") == 0;
+        wanted.push_back(
+            {optimizer_fqn(item.key(), field),
+             step_count ? at::kLong : p.scalar_type(),
+             step_count ? std::vector<int64_t>{} : p.sizes().vec()});
+      }
     }
   }
   // Missing and extra FQNs are judged against every rank's, the same way
@@ -562,6 +657,9 @@ TrainState CheckpointManager::load() {
   }
   std::map<std::string, at::Tensor> staged;
   std::optional<DataLoaderState> loader_state;
+  int64_t lr_steps = 0;
+  int64_t tokens_seen = 0;
+  std::optional<at::Tensor> rng_state;
   try {
     if (!error.empty()) {
       throw CheckpointError(error);
@@ -584,11 +682,26 @@ TrainState CheckpointManager::load() {
     }
     // Group this rank's tensors by file, so each file is opened once.
     std::map<std::string, std::vector<const Wanted*>> by_file;
+    std::map<std::string, uint32_t> crcs;
     for (const auto& w : wanted) {
       const json& entry = tensors.at(w.fqn);
-      const std::string file = entry.at("file");
-      const std::string dtype = entry.at("dtype");
-      const auto shape = entry.at("shape").get<std::vector<int64_t>>();
+      std::string file;
+      std::string dtype;
+      std::vector<int64_t> shape;
+      try {
+        file = entry.at("file").get<std::string>();
+        dtype = entry.at("dtype").get<std::string>();
+        shape = entry.at("shape").get<std::vector<int64_t>>();
+        const auto crc = entry.at("crc32").get<int64_t>();
+        if (crc < 0 || crc > UINT32_MAX) {
+          throw std::out_of_range("crc32 " + std::to_string(crc));
+        }
+        crcs[w.fqn] = static_cast<uint32_t>(crc);
+      } catch (const std::exception& e) {
+        fail(
+            index_path + ": tensor '" + w.fqn + "': bad entry (" + e.what() +
+            ")");
+      }
       if (dtype != safetensors_dtype(w.dtype) || shape != w.shape) {
         fail(
             (dir / file).string() + ": tensor '" + w.fqn + "' is " + dtype +
@@ -607,8 +720,8 @@ TrainState CheckpointManager::load() {
         opened = std::make_unique<SafetensorsReader>(path);
       } catch (const CheckpointError& e) {
         fail(
-            std::string(e.what()).substr(std::strlen("[checkpoint] ")) +
-            " (it holds tensor '" + list.front()->fqn + "'" +
+            untagged(e.what()) + " (it holds tensor '" + list.front()->fqn +
+            "'" +
             (list.size() > 1
                  ? " and " + std::to_string(list.size() - 1) + " more"
                  : "") +
@@ -631,7 +744,7 @@ TrainState CheckpointManager::load() {
         }
         at::Tensor t = reader.read(w->fqn);
         const uint32_t crc = crc32_of(t.data_ptr(), e->end - e->begin);
-        const uint32_t want = tensors.at(w->fqn).at("crc32").get<uint32_t>();
+        const uint32_t want = crcs.at(w->fqn);
         if (crc != want) {
           fail(
               path + ": tensor '" + w->fqn + "': checksum mismatch (CRC-32 " +
@@ -649,15 +762,12 @@ TrainState CheckpointManager::load() {
         if (!loaders.at("states").contains(key)) {
           fail(index_path + ": no loader state for data-parallel rank " + key);
         }
-        loader_state =
-            DataLoaderState::from_json(loaders.at("states").at(key).dump());
-        const DataLoaderState now = dataloader_->state();
-        if (loader_state->dataset_size != now.dataset_size) {
-          fail(
-              index_path + ": the loader state is for a dataset of " +
-              std::to_string(loader_state->dataset_size) +
-              " documents, but this run's has " +
-              std::to_string(now.dataset_size));
+        try {
+          loader_state =
+              DataLoaderState::from_json(loaders.at("states").at(key).dump());
+          dataloader_->check_state(*loader_state);
+        } catch (const std::exception& e) {
+          fail(index_path + ": " + e.what());
         }
       } else {
         LOG(WARNING) << "checkpoint: saved with data-parallel degree "
@@ -666,12 +776,41 @@ TrainState CheckpointManager::load() {
                         "starts its shard from the beginning)";
       }
     }
+    const auto count = [&](const char* key) {
+      const json& v = index.at(key);
+      if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+        fail(index_path + ": '" + key + "' must be an integer >= 0");
+      }
+      return v.get<int64_t>();
+    };
+    lr_steps = count("lr_scheduler_steps");
+    tokens_seen = count("tokens_seen");
+    const std::string rank_key = std::to_string(layout_.rank);
+    if (index.value("layout", "") == layout_.description &&
+        index.value("world_size", 0) == layout_.world_size &&
+        index["rng"].contains(rank_key)) {
+      try {
+        rng_state = from_hex(index["rng"][rank_key].get<std::string>());
+      } catch (const std::exception& e) {
+        fail(index_path + ": RNG state of rank " + rank_key + ": " + e.what());
+      }
+      if (rng_state->numel() != cpu_rng_state().numel()) {
+        fail(
+            index_path + ": RNG state of rank " + rank_key + " has " +
+            std::to_string(rng_state->numel()) + " bytes, expected " +
+            std::to_string(cpu_rng_state().numel()));
+      }
+    } else {
+      LOG(INFO) << "checkpoint: saved under '" << index.value("layout", "?")
+                << "', this run is '" << layout_.description
+                << "': RNG states not restored";
+    }
   } catch (const std::exception& e) {
     error = e.what();
   }
   throw_any(*group_, error);
 
-  // Phase 2: every rank has everything; apply it.
+  // Phase 2: every rank has checked everything; apply it.
   if (loader_state) {
     dataloader_->load_state(*loader_state);
   }
@@ -683,33 +822,26 @@ TrainState CheckpointManager::load() {
       for (const auto& item : parts_[i].named_parameters()) {
         at::Tensor p = item.value();
         p.copy_(staged.at(item.key()));
+        const auto staged_field = [&](const char* field) {
+          return staged.at(optimizer_fqn(item.key(), field));
+        };
         auto st = std::make_unique<torch::optim::AdamWParamState>();
-        st->exp_avg(
-            staged.at(optimizer_fqn(item.key(), "exp_avg")).to(p.device()));
-        st->exp_avg_sq(
-            staged.at(optimizer_fqn(item.key(), "exp_avg_sq")).to(p.device()));
-        st->step(staged.at(optimizer_fqn(item.key(), "step")).item<int64_t>());
+        st->exp_avg(staged_field(kOptimizerFields[0]).to(p.device()));
+        st->exp_avg_sq(staged_field(kOptimizerFields[1]).to(p.device()));
+        st->step(staged_field(kOptimizerFields[2]).item<int64_t>());
         states[state_key(states, p)] = std::move(st);
       }
     }
   }
-  const int64_t lr_steps = index.at("lr_scheduler_steps");
   for (size_t i = 0; i < schedulers_.size(); ++i) {
     schedulers_[i].load_state(lr_steps);
   }
-  const std::string rank_key = std::to_string(layout_.rank);
-  if (index.value("layout", "") == layout_.description &&
-      index.value("world_size", 0) == layout_.world_size &&
-      index["rng"].contains(rank_key)) {
+  if (rng_state) {
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(from_hex(index["rng"][rank_key].get<std::string>()));
-  } else {
-    LOG(INFO) << "checkpoint: saved under '" << index.value("layout", "?")
-              << "', this run is '" << layout_.description
-              << "': RNG states not restored";
+    gen.set_state(*rng_state);
   }
-  const TrainState state{step, index.value("tokens_seen", int64_t{0})};
+  const TrainState state{step, tokens_seen};
   LOG(INFO) << "checkpoint: resumed from step " << step << " (" << dir.string()
             << ", saved under '" << index.value("layout", "?") << "')";
   return state;
@@ -760,11 +892,22 @@ void CheckpointManager::export_model(const TrainState& state) {
     error = e.what();
   }
   throw_any(*group_, error);
-  if (layout_.rank != 0) {
-    return;
+  if (layout_.rank == 0) {
+    try {
+      merge_export(state, tmp, dir, start);
+    } catch (const std::exception& e) {
+      error = "[checkpoint] model export failed: " + untagged(e.what());
+    }
   }
-  // Rank 0 merges the pieces into one file sorted by name, a tensor at a
-  // time.
+  throw_any(*group_, error);
+}
+
+void CheckpointManager::merge_export(
+    const TrainState& state,
+    const fs::path& tmp,
+    const fs::path& dir,
+    std::chrono::steady_clock::time_point start) const {
+  // The pieces become one file sorted by name, a tensor at a time.
   std::vector<std::unique_ptr<SafetensorsReader>> pieces;
   std::map<std::string, std::pair<const SafetensorsReader*, SafetensorsEntry>>
       by_name;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -23,6 +24,7 @@ class OptimizersContainer;
 
 /// Where this rank stands in the job, as the checkpoint needs it.
 struct CheckpointLayout {
+  /// Global rank and world size.
   int64_t rank = 0;
   int64_t world_size = 1;
   /// This rank's data-parallel index and degree: the loader state is saved
@@ -56,7 +58,14 @@ struct CheckpointLayout {
 ///
 /// With checkpoint.async the files are written by a background thread from
 /// a copy taken at the step; the next save (and finish()) waits for it.
-/// Saves talk over `group`, a group of every rank used by nothing else.
+/// Saves talk over `group`, a group of every rank used by nothing else (on
+/// Gloo, with a timeout long enough for the slowest writer).
+///
+/// At start-up, rank 0 tidies the folder: a save that died after its index
+/// was written is renamed into place, other leftovers are removed, and with
+/// a load_step older than the latest the later checkpoints (an abandoned
+/// timeline) are renamed `step-M.superseded` so that neither "latest" nor
+/// keep_latest_k sees them again.
 class CheckpointManager final : public Checkpointer {
  public:
   /// `dataloader` is null on ranks that load no data. `model_config_json`
@@ -85,16 +94,36 @@ class CheckpointManager final : public Checkpointer {
   /// The complete checkpoints in `folder`, by step, ascending.
   static std::vector<int64_t> list_steps(const std::filesystem::path& folder);
 
+ private:
+  /// What one save writes, taken at the step (a copy when async).
   struct Snapshot;
 
- private:
   void save(const TrainState& state);
   /// Waits for the background save; rethrows its error.
   void wait();
   Snapshot snapshot(const TrainState& state, bool copy) const;
+  /// Writes this rank's file and meets the other ranks (every rank).
   void write(const Snapshot& snapshot);
+  /// Rank 0: the index, the rename, keep_latest_k.
+  void finish_save(
+      const Snapshot& snapshot,
+      const std::vector<std::string>& rank_metas,
+      const std::filesystem::path& tmp,
+      std::chrono::steady_clock::time_point start);
   void prune();
+  /// Rank 0: puts complete leftovers of interrupted saves in place and
+  /// removes the others.
+  void recover_interrupted_saves() const;
+  /// Rank 0: the step to resume (-1: none); moves later ones aside when
+  /// load_step is not the latest.
+  int64_t choose_step() const;
   void export_model(const TrainState& state);
+  /// Rank 0: merges the ranks' pieces into export/model.safetensors.
+  void merge_export(
+      const TrainState& state,
+      const std::filesystem::path& tmp,
+      const std::filesystem::path& dir,
+      std::chrono::steady_clock::time_point start) const;
 
   CheckpointConfig config_;
   std::filesystem::path folder_;

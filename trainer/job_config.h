@@ -284,6 +284,7 @@ struct CheckpointConfig {
   bool model_only_export = false;
   std::string export_dtype = "float32";
   bool async = false;
+  int64_t timeout_seconds = 1800;
 
   template <class V>
   void visit(V&& v) {
@@ -304,6 +305,10 @@ struct CheckpointConfig {
       FieldSpec("dtype of the exported weights")
           .one_of({"float32", "bfloat16", "float16"}));
     v("async", async, FieldSpec("save in a background thread"));
+    v("timeout_seconds",
+      timeout_seconds,
+      FieldSpec("how long ranks wait for each other during a save or load")
+          .at_least(1));
   }
 };
 

@@ -38,31 +38,36 @@ void MetricsLogger::start(int64_t resumed_step) {
   if (!is_logging_rank_ || path_.empty()) {
     return;
   }
-  std::vector<std::string> kept;
-  if (resumed_step > 0) {
-    if (jsonl_.is_open()) {
-      jsonl_.close();
-    }
-    std::ifstream in(path_);
-    for (std::string line; std::getline(in, line);) {
-      try {
-        if (nlohmann::json::parse(line).at("step").get<int64_t>() <=
-            resumed_step) {
-          kept.push_back(line);
-        }
-      } catch (const nlohmann::json::exception&) {
-        // A line cut short by a crash: dropped.
-      }
-    }
-  }
   if (jsonl_.is_open()) {
     jsonl_.close();
   }
-  jsonl_.open(path_, std::ios::out | std::ios::trunc);
-  for (const auto& line : kept) {
-    jsonl_ << line << '\n';
+  if (resumed_step > 0) {
+    // Lines up to the resumed step, through a temporary file and a rename,
+    // so that a crash now loses nothing.
+    const std::string tmp = path_ + ".tmp";
+    {
+      std::ifstream in(path_);
+      std::ofstream out(tmp, std::ios::out | std::ios::trunc);
+      for (std::string line; std::getline(in, line);) {
+        try {
+          if (nlohmann::json::parse(line).at("step").get<int64_t>() <=
+              resumed_step) {
+            out << line << '\n';
+          }
+        } catch (const nlohmann::json::exception&) {
+          // A line cut short by a crash: dropped.
+        }
+      }
+      if (!out.flush()) {
+        throw std::runtime_error(
+            "[metrics] cannot write " + tmp + ": " + std::strerror(errno));
+      }
+    }
+    std::filesystem::rename(tmp, path_);
+    jsonl_.open(path_, std::ios::out | std::ios::app);
+  } else {
+    jsonl_.open(path_, std::ios::out | std::ios::trunc);
   }
-  jsonl_.flush();
   if (!jsonl_) {
     throw std::runtime_error(
         "[metrics] cannot write " + path_ + ": " + std::strerror(errno));

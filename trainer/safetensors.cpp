@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 namespace baton {
 
@@ -41,13 +42,21 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
-uint64_t numel_of(const std::vector<int64_t>& shape) {
-  uint64_t n = 1;
+/// Bytes of `shape` in `dtype`; nothing when it overflows 64 bits.
+std::optional<uint64_t> bytes_of(
+    const std::vector<int64_t>& shape, at::ScalarType dtype) {
+  uint64_t n = c10::elementSize(dtype);
   for (const int64_t d : shape) {
-    n *= static_cast<uint64_t>(d);
+    if (d < 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) {
+      return std::nullopt;
+    }
   }
   return n;
 }
+
+/// The format's reference reader refuses larger headers; so does this one,
+/// rather than allocate what a corrupt length says.
+constexpr uint64_t kMaxHeaderBytes = 100 << 20;
 
 void write_all(int fd, const std::string& path, const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
@@ -101,7 +110,9 @@ at::ScalarType dtype_from_safetensors(const std::string& name) {
       return type;
     }
   }
-  throw std::invalid_argument("unknown safetensors dtype '" + name + "'");
+  throw std::invalid_argument(
+      "[safetensors] unknown dtype '" + name +
+      "'; known: F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL");
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {
@@ -152,7 +163,13 @@ std::vector<SafetensorsEntry> write_safetensors(
     e.dtype = item.dtype;
     e.shape = item.shape;
     e.begin = offset;
-    e.end = offset + numel_of(item.shape) * c10::elementSize(item.dtype);
+    const auto bytes = bytes_of(item.shape, item.dtype);
+    if (!bytes) {
+      throw std::invalid_argument(
+          "[safetensors] " + path + ": tensor '" + e.name + "' has shape " +
+          shape_string(item.shape) + ", which is negative or too large");
+    }
+    e.end = offset + *bytes;
     offset = e.end;
     if (header.contains(e.name)) {
       throw std::invalid_argument(
@@ -221,6 +238,13 @@ SafetensorsReader::SafetensorsReader(std::string path)
     if (!pread_all(fd_, &header_size, sizeof(header_size), 0)) {
       fail(path_, "truncated: too short for a safetensors header");
     }
+    if (header_size > kMaxHeaderBytes) {
+      fail(
+          path_,
+          "header length " + std::to_string(header_size) +
+              " exceeds the format's limit of 100 MiB: not a safetensors "
+              "file, or a corrupt one");
+    }
     if (header_size > file_size - sizeof(header_size)) {
       fail(
           path_,
@@ -272,7 +296,11 @@ SafetensorsReader::SafetensorsReader(std::string path)
           fail(path_, "tensor '" + name + "': negative dimension");
         }
       }
-      const uint64_t need = numel_of(e.shape) * c10::elementSize(e.dtype);
+      const auto bytes = bytes_of(e.shape, e.dtype);
+      if (!bytes) {
+        fail(path_, "tensor '" + name + "': shape too large");
+      }
+      const uint64_t need = *bytes;
       if (e.end < e.begin || e.end - e.begin != need) {
         fail(
             path_,

@@ -29,8 +29,10 @@ class CheckpointError : public std::runtime_error {
 
 /// One tensor of a safetensors file.
 struct SafetensorsEntry {
+  /// The tensor's name (a model FQN in Baton's files).
   std::string name;
   at::ScalarType dtype = at::kFloat;
+  /// Empty for a scalar.
   std::vector<int64_t> shape;
   /// Byte range in the data section (after the header).
   uint64_t begin = 0;
@@ -54,9 +56,11 @@ uint32_t crc32_of(const void* data, size_t size, uint32_t crc = 0);
 /// contents (any device or layout: made contiguous on the CPU), so a writer
 /// can convert or read tensors one at a time.
 struct SafetensorsItem {
+  /// Name, dtype and shape as the header will give them.
   std::string name;
   at::ScalarType dtype = at::kFloat;
   std::vector<int64_t> shape;
+  /// The contents, produced when the writer reaches this item.
   std::function<at::Tensor()> data;
 };
 
@@ -89,11 +93,14 @@ std::vector<SafetensorsEntry> write_safetensors(
 /// throws CheckpointError naming the file (and the tensor).
 class SafetensorsReader {
  public:
+  /// Opens `path` and checks its header (CheckpointError on any problem).
   explicit SafetensorsReader(std::string path);
+  /// Closes the file.
   ~SafetensorsReader();
   SafetensorsReader(const SafetensorsReader&) = delete;
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;
 
+  /// The file it reads.
   const std::string& path() const {
     return path_;
   }

@@ -165,9 +165,26 @@ struct Core {
 
 struct Runtime::State {
   std::shared_ptr<Core> core;
+  /// Made by the first Gloo group.
   std::shared_ptr<::gloo::transport::Device> gloo_device;
   std::shared_ptr<ProcessGroup> world;
   std::set<std::string> group_names;
+
+  const std::shared_ptr<::gloo::transport::Device>& gloo() {
+    if (!gloo_device) {
+      const LaunchEnv& env = core->env;
+      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
+        gloo_device = c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+      } else if (env.world_size == env.local_world_size) {
+        // Every rank on this machine: loopback needs no name resolution.
+        gloo_device =
+            c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+      } else {
+        gloo_device = c10d::ProcessGroupGloo::createDefaultDevice();
+      }
+    }
+    return gloo_device;
+  }
 };
 
 namespace {
@@ -184,6 +201,8 @@ struct ProcessGroup::Impl {
   std::string backend = "local";
   c10::intrusive_ptr<BackendBase> pg;  // null for a group of one
   std::shared_ptr<Core> runtime;       // null for a group of one
+  /// This group's own timeout (0: the runtime's current one).
+  Millis timeout{0};
 
   bool local() const {
     return !pg;
@@ -225,6 +244,8 @@ struct Work::Impl {
   c10::intrusive_ptr<c10d::Work> work;
   std::function<void()> then;
   std::shared_ptr<Core> runtime;
+  /// The group's own timeout (0: the runtime's current one).
+  Millis timeout{0};
   bool done = false;
 };
 
@@ -239,7 +260,8 @@ void Work::wait() {
     return;
   }
   if (impl_->work) {
-    const Millis timeout = impl_->runtime->timeout();
+    const Millis timeout =
+        impl_->timeout.count() > 0 ? impl_->timeout : impl_->runtime->timeout();
     std::string error;
     try {
       impl_->work->wait(timeout);
@@ -272,6 +294,7 @@ Work ProcessGroup::Impl::make_work(
   impl->work = std::move(work);
   impl->then = std::move(then);
   impl->runtime = runtime;
+  impl->timeout = timeout;
   return Work(std::move(impl));
 }
 
@@ -484,18 +507,6 @@ std::shared_ptr<Runtime> Runtime::init(
         (is_server ? "host" : "reach") + " the store at " + where + " within " +
         seconds_text(options.init_timeout) + ": " + error_text(e));
   }
-  if (options.backend == "gloo") {
-    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
-      state->gloo_device =
-          c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
-    } else if (env.world_size == env.local_world_size) {
-      // Every rank on this machine: loopback needs no name resolution.
-      state->gloo_device =
-          c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-    } else {
-      state->gloo_device = c10d::ProcessGroupGloo::createDefaultDevice();
-    }
-  }
   auto* raw = state.get();
   Core* core_ptr = raw->core.get();
   core.heartbeat = std::thread([core_ptr] { core_ptr->heartbeat_loop(); });
@@ -526,8 +537,18 @@ const std::shared_ptr<ProcessGroup>& Runtime::world() const {
 }
 
 std::shared_ptr<ProcessGroup> Runtime::new_group(
-    const std::vector<int64_t>& ranks, const std::string& name) {
+    const std::vector<int64_t>& ranks,
+    const std::string& name,
+    const GroupOptions& options) {
   const Core& core = *state_->core;
+  const std::string backend =
+      options.backend.empty() ? core.options.backend : options.backend;
+  if (backend != "gloo" && backend != "nccl") {
+    throw std::invalid_argument(
+        "[Runtime] group '" + name + "': unknown backend " + backend);
+  }
+  const Millis create_timeout =
+      std::max(core.options.init_timeout, options.timeout);
   const auto me = std::find(ranks.begin(), ranks.end(), core.env.rank);
   if (ranks.empty() || !std::is_sorted(ranks.begin(), ranks.end()) ||
       me == ranks.end() || ranks.front() < 0 ||
@@ -547,6 +568,7 @@ std::shared_ptr<ProcessGroup> Runtime::new_group(
   impl->global_ranks = ranks;
   impl->rank = me - ranks.begin();
   impl->runtime = state_->core;
+  impl->timeout = options.timeout;
   if (ranks.size() == 1) {
     return std::make_shared<ProcessGroup>(std::move(impl));
   }
@@ -555,17 +577,17 @@ std::shared_ptr<ProcessGroup> Runtime::new_group(
   const int rank = static_cast<int>(impl->rank);
   const int size = static_cast<int>(ranks.size());
   try {
-    if (core.options.backend == "gloo") {
-      auto opts =
-          c10d::ProcessGroupGloo::Options::create(core.options.init_timeout);
-      opts->devices.push_back(state_->gloo_device);
+    if (backend == "gloo") {
+      // Gloo's own per-operation timeout must not cut ours short.
+      auto opts = c10d::ProcessGroupGloo::Options::create(create_timeout);
+      opts->devices.push_back(state_->gloo());
       impl->pg =
           c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
       impl->backend = "gloo";
     } else {
 #ifdef USE_C10D_NCCL
       auto opts = c10d::ProcessGroupNCCL::Options::create();
-      opts->timeout = core.options.init_timeout;
+      opts->timeout = create_timeout;
       impl->pg =
           c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
       impl->backend = "nccl";
@@ -575,7 +597,7 @@ std::shared_ptr<ProcessGroup> Runtime::new_group(
     throw CommError(
         "creating group '" + name + "' of " + std::to_string(size) +
         " ranks (this is global rank " + std::to_string(core.env.rank) +
-        ") failed within " + seconds_text(core.options.init_timeout) + ": " +
+        ") failed within " + seconds_text(create_timeout) + ": " +
         error_text(e) + "; " + state_->core->diagnose());
   }
   return std::make_shared<ProcessGroup>(std::move(impl));

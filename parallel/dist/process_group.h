@@ -52,7 +52,9 @@ class Work {
 /// (Gloo on CPU, NCCL where libtorch has CUDA). Ranks in arguments are ranks
 /// in this group. Every blocking call waits at most the runtime's current
 /// timeout (comm.init_timeout_seconds until the first step is done, then
-/// comm.train_timeout_seconds). A group of one rank does its operations
+/// comm.train_timeout_seconds), or the group's own (GroupOptions::timeout:
+/// the checkpoint's group waits for writers of large files). A group of one
+/// rank does its operations
 /// locally. Groups come from Runtime::world() and Runtime::new_group().
 class ProcessGroup {
  public:
@@ -115,6 +117,16 @@ struct RuntimeOptions {
   std::chrono::milliseconds heartbeat_interval{500};
 };
 
+/// Options of Runtime::new_group.
+struct GroupOptions {
+  /// "gloo" or "nccl"; empty: the runtime's backend. A group that moves CPU
+  /// tensors under an NCCL runtime asks for "gloo".
+  std::string backend;
+  /// This group's operations wait this long, whatever the runtime's
+  /// current timeout; 0: the runtime's.
+  std::chrono::milliseconds timeout{0};
+};
+
 /// The distributed runtime of one process: the rendezvous store, the world
 /// group, sub-groups, and a heartbeat per rank in the store so that a failed
 /// operation can say which rank was lost.
@@ -136,7 +148,9 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// named `name`. Every member must create the same groups in the same
   /// order; non-members do not call it.
   std::shared_ptr<ProcessGroup> new_group(
-      const std::vector<int64_t>& ranks, const std::string& name);
+      const std::vector<int64_t>& ranks,
+      const std::string& name,
+      const GroupOptions& options = {});
 
   /// Timeout of every later blocking operation in every group.
   void set_timeout(std::chrono::milliseconds timeout);

@@ -178,9 +178,11 @@ TEST(Checkpoint, PipelinedSaveResumesUnderOtherLayouts) {
 }
 
 TEST(Checkpoint, DataParallelReplicasWriteOnceAndLoaderStatesFollowTheDegree) {
+  // Saved in the background, by two processes.
   const auto saved = fresh_dir("ck_dp_saved");
   const std::string dp2 = " --parallelism.data_parallel_replicate_degree=2";
-  const auto r = train("debug_model", saved, dp2, 2);
+  const auto r =
+      train("debug_model", saved, dp2 + " --checkpoint.async=true", 2);
   ASSERT_EQ(r.code, 0) << r.output;
   // One writer for the replicated tensors, a loader state per DP rank.
   EXPECT_TRUE(fs::exists(step_dir(saved, 5) / "rank-00000.safetensors"));
@@ -269,10 +271,31 @@ TEST(Checkpoint, KeepsTheLatestKAndLoadsAGivenStep) {
           (dump / "checkpoint").string() + " (complete checkpoints: 8, 10)"),
       std::string::npos)
       << missing.output;
-  // load_step 8 resumes there and trains steps 9 and 10 again.
+  // load_step 8 resumes there and trains steps 9 and 10 again; the old
+  // step 10 belongs to the abandoned run and is moved aside, not loaded or
+  // pruned later.
   const auto r2 = train("debug_model", dump, " --checkpoint.load_step=8");
   ASSERT_EQ(r2.code, 0) << r2.output;
   EXPECT_NE(r2.output.find("resumed from step 8"), std::string::npos);
+  EXPECT_NE(
+      r2.output.find("step-10.superseded (kept, never loaded or pruned)"),
+      std::string::npos)
+      << r2.output;
+  EXPECT_TRUE(
+      fs::exists(dump / "checkpoint" / "step-10.superseded" / "index.json"));
+  EXPECT_EQ(
+      CheckpointManager::list_steps(dump / "checkpoint"),
+      (std::vector<int64_t>{8, 10}));
+  // A save that died after writing its index, before its rename, is
+  // complete: the next start puts it in place and resumes from it.
+  fs::rename(step_dir(dump, 10), dump / "checkpoint" / "step-10.partial");
+  const auto r3 = train("debug_model", dump);
+  ASSERT_EQ(r3.code, 0) << r3.output;
+  EXPECT_NE(
+      r3.output.find("step-10.partial is complete; renamed to"),
+      std::string::npos)
+      << r3.output;
+  EXPECT_NE(r3.output.find("resumed from step 10"), std::string::npos);
 }
 
 TEST(Checkpoint, ASaveThatCannotBeWrittenStopsTheRun) {

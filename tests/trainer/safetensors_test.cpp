@@ -173,6 +173,15 @@ TEST(Safetensors, TruncatedFilesNameTheTensor) {
   EXPECT_NE(error_of(path).find("truncated"), std::string::npos);
   write_bytes(path, bytes.substr(0, 20));
   EXPECT_NE(error_of(path).find("truncated"), std::string::npos);
+  // A length no header has: refused before allocating it.
+  const uint64_t huge = uint64_t{1} << 40;
+  write_bytes(
+      path,
+      std::string(reinterpret_cast<const char*>(&huge), 8) +
+          std::string(64, ' '));
+  EXPECT_NE(
+      error_of(path).find("exceeds the format's limit of 100 MiB"),
+      std::string::npos);
   EXPECT_NE(
       error_of(temp_file("no_such.safetensors")).find("cannot open"),
       std::string::npos);
@@ -183,7 +192,7 @@ TEST(Safetensors, MalformedHeadersAreRejected) {
       {"{not json", "not valid JSON"},
       {"[1, 2]", "not a JSON object"},
       {R"({"x": {"dtype": "F99", "shape": [1], "data_offsets": [0, 4]}})",
-       "tensor 'x': bad header entry: unknown safetensors dtype 'F99'"},
+       "tensor 'x': bad header entry: [safetensors] unknown dtype 'F99'"},
       {R"({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})",
        "tensor 'x': data_offsets [0, 4) do not hold 8 bytes for F32 [2]"},
       {R"({"x": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})",
@@ -192,6 +201,9 @@ TEST(Safetensors, MalformedHeadersAreRejected) {
        R"( "y": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
        "tensors 'x' and 'y' overlap"},
       {R"({"__metadata__": {"a": 1}})", "__metadata__ must map strings"},
+      {R"({"x": {"dtype": "F64", "shape": [4294967296, 4294967296],)"
+       R"( "data_offsets": [0, 8]}})",
+       "tensor 'x': shape too large"},
   };
   for (const auto& [header, message] : cases) {
     const auto path = handmade("bad.safetensors", header, 8);

@@ -180,6 +180,42 @@ TEST(ProcessGroup, TimedOutReceiveNamesTheOperation) {
   });
 }
 
+TEST(ProcessGroup, AGroupsOwnTimeoutReplacesTheRuntimes) {
+  run_ranks(2, [&](int64_t rank, Runtime& rt) {
+    GroupOptions patient;
+    patient.backend = "gloo";
+    patient.timeout = std::chrono::seconds(20);
+    auto slow = rt.new_group({0, 1}, "patient", patient);
+    GroupOptions hasty;
+    hasty.timeout = std::chrono::milliseconds(300);
+    auto quick = rt.new_group({0, 1}, "hasty", hasty);
+    rt.set_timeout(std::chrono::milliseconds(300));
+    // Rank 0 arrives a second late: more than the runtime's timeout, well
+    // within the patient group's.
+    if (rank == 0) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    auto t = filled(static_cast<double>(rank + 1));
+    slow->all_reduce(t);
+    EXPECT_TRUE(torch::equal(t, filled(3)));
+    rt.set_timeout(std::chrono::seconds(20));
+    if (rank == 1) {
+      try {
+        quick->recv(t, 0, 9);
+        ADD_FAILURE() << "recv returned without a sender";
+      } catch (const CommError& e) {
+        EXPECT_NE(
+            std::string(e.what()).find("timeout 0.3 s"), std::string::npos)
+            << e.what();
+      }
+    }
+    slow->barrier();
+    GroupOptions bad;
+    bad.backend = "mpi";
+    EXPECT_THROW(rt.new_group({0, 1}, "bad", bad), std::invalid_argument);
+  });
+}
+
 TEST(ProcessGroup, FailedRankIsNamedByTheOthers) {
   run_ranks(
       3,
