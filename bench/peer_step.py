@@ -149,7 +149,7 @@ def main():
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=256)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--foreach", action="store_true",
                         help="AdamW(foreach=True) instead of the default")

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -82,6 +83,83 @@ class RopeHeadsFirst : public torch::autograd::Function<RopeHeadsFirst> {
         static_cast<float>(ctx->saved_data["scale"].toDouble()),
         true);
     return {gx, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+bool cpu_float(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kFloat;
+}
+
+class RMSNormFunction : public torch::autograd::Function<RMSNormFunction> {
+ public:
+  static at::Tensor forward(
+      AutogradContext* ctx,
+      const at::Tensor& x_in,
+      const at::Tensor& weight_in,
+      double eps) {
+    const auto x = x_in.contiguous();
+    const auto weight = weight_in.contiguous();
+    const int64_t dim = x.size(-1), rows = x.numel() / dim;
+    auto out = at::empty_like(x);
+    auto inv_rms = at::empty({rows}, x.options());  // 1 / rms of each row
+    const float* xp = x.data_ptr<float>();
+    const float* w = weight.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    float* r = inv_rms.data_ptr<float>();
+    at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float* xi = xp + i * dim;
+        float sum = 0.0f;
+        for (int64_t j = 0; j < dim; ++j) {
+          sum += xi[j] * xi[j];
+        }
+        const float ri = 1.0f / std::sqrt(sum / dim + static_cast<float>(eps));
+        r[i] = ri;
+        float* oi = o + i * dim;
+        for (int64_t j = 0; j < dim; ++j) {
+          oi[j] = xi[j] * ri * w[j];
+        }
+      }
+    });
+    ctx->save_for_backward({x, weight, inv_rms});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor& inv_rms = saved[2];
+    const auto g = grads[0].contiguous();
+    const int64_t dim = x.size(-1), rows = x.numel() / dim;
+    auto gx = at::empty_like(x);
+    // Per-thread partial sums of the weight gradient, added at the end.
+    auto gw_parts = at::zeros({at::get_num_threads(), dim}, x.options());
+    const float* xp = x.data_ptr<float>();
+    const float* w = weight.data_ptr<float>();
+    const float* r = inv_rms.data_ptr<float>();
+    const float* gp = g.data_ptr<float>();
+    float* gxp = gx.data_ptr<float>();
+    float* parts = gw_parts.data_ptr<float>();
+    at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+      float* gw = parts + at::get_thread_num() * dim;
+      for (int64_t i = begin; i < end; ++i) {
+        const float* xi = xp + i * dim;
+        const float* gi = gp + i * dim;
+        const float ri = r[i];
+        float dot = 0.0f;  // sum_j g w x
+        for (int64_t j = 0; j < dim; ++j) {
+          dot += gi[j] * w[j] * xi[j];
+          gw[j] += gi[j] * xi[j] * ri;
+        }
+        const float c = ri * ri * ri * dot / dim;
+        float* gxi = gxp + i * dim;
+        for (int64_t j = 0; j < dim; ++j) {
+          gxi[j] = ri * gi[j] * w[j] - c * xi[j];
+        }
+      }
+    });
+    return {gx, gw_parts.sum(0), at::Tensor()};
   }
 };
 
@@ -184,6 +262,19 @@ at::Tensor rope_heads_first(
     return (scale == 1.0 ? out : out * scale).transpose(1, 2).contiguous();
   }
   return RopeHeadsFirst::apply(x, cos.contiguous(), sin.contiguous(), scale);
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  TORCH_CHECK(
+      x.dim() >= 1 && weight.dim() == 1 && x.size(-1) == weight.size(0),
+      "[rms_norm] x (..., dim) and weight (dim) disagree: ",
+      x.sizes(),
+      " and ",
+      weight.sizes());
+  if (!cpu_float(x) || !cpu_float(weight)) {
+    return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight;
+  }
+  return RMSNormFunction::apply(x, weight, eps);
 }
 
 at::Tensor causal_attention(

@@ -1,10 +1,10 @@
 #pragma once
 
-// The Llama block's memory-bound pieces as single autograd nodes: rotary
-// embedding fused with the heads-first transpose, and causal attention that
-// skips the masked half of the scores. Each has its own backward, so
-// autograd saves what the backward needs and nothing else. Checked against
-// the plain ATen formulas in tests/models/fused_ops_test.cpp.
+// The Llama block's memory-bound pieces as single autograd nodes: RMSNorm,
+// rotary embedding fused with the heads-first transpose, and causal
+// attention that skips the masked half of the scores. Each has its own
+// backward, so autograd saves what the backward needs and nothing else. Checked
+// against the plain ATen formulas in tests/models/fused_ops_test.cpp.
 
 #include <ATen/core/Tensor.h>
 
@@ -18,6 +18,10 @@ at::Tensor rope_heads_first(
     const at::Tensor& cos,
     const at::Tensor& sin,
     double scale = 1.0);
+
+/// x / sqrt(mean(x^2, -1) + eps) * weight in one pass per row, with a
+/// one-pass backward. x: (..., dim), weight: (dim) -> (..., dim).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 /// softmax(q k^T / sqrt(D) + causal mask) v, computed in blocks of
 /// `block` query rows that only look at the keys up to their block's end,

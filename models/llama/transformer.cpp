@@ -16,8 +16,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
-  const auto inv_rms = at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return x * inv_rms * weight;
+  return rms_norm(x, weight, eps_);
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& rope) {

@@ -78,6 +78,30 @@ TEST(FusedOps, RopeRejectsMismatchedTables) {
   }
 }
 
+TEST(FusedOps, RmsNormMatchesTheFormulaWithGradients) {
+  torch::manual_seed(4);
+  const auto x = torch::randn({3, 5, 24}) * 3.0;
+  const auto w = torch::randn({24});
+  const auto gy = torch::randn({3, 5, 24});
+  const double eps = 1e-5;
+  auto xf = x.clone().requires_grad_(true);
+  auto wf = w.clone().requires_grad_(true);
+  const auto y = rms_norm(xf, wf, eps);
+  y.backward(gy);
+  auto xr = x.to(torch::kDouble).requires_grad_(true);
+  auto wr = w.to(torch::kDouble).requires_grad_(true);
+  const auto yr =
+      xr * torch::rsqrt(xr.pow(2).mean(-1, /*keepdim=*/true) + eps) * wr;
+  yr.backward(gy.to(torch::kDouble));
+  const auto close = [](const at::Tensor& a, const at::Tensor& b) {
+    return torch::allclose(a.to(torch::kDouble), b, 1e-5, 1e-5);
+  };
+  EXPECT_TRUE(close(y, yr));
+  EXPECT_TRUE(close(xf.grad(), xr.grad()));
+  EXPECT_TRUE(close(wf.grad(), wr.grad()));
+  EXPECT_THROW(rms_norm(x, torch::ones({23}), eps), c10::Error);
+}
+
 class BlockedAttention
     : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, bool>> {};
 
