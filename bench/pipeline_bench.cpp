@@ -51,7 +51,7 @@ struct RankFigures {
 
 /// Mean measured cost of each compute kind, overall and per stage (the
 /// stages holding the embedding or the loss cost more), over every rank's
-/// actions.
+/// actions, less the time they waited for a receive.
 pp::SimulationCosts measured_costs(const std::vector<RankFigures>& ranks) {
   std::map<pp::ActionKind, std::pair<double, int64_t>> kind_sum;
   std::map<std::pair<int64_t, pp::ActionKind>, std::pair<double, int64_t>>
@@ -64,7 +64,7 @@ pp::SimulationCosts measured_costs(const std::vector<RankFigures>& ranks) {
       const auto action = pp::parse_action(a.name);
       for (auto* acc :
            {&kind_sum[action.kind], &stage_sum[{action.stage, action.kind}]}) {
-        acc->first += a.end_us - a.start_us;
+        acc->first += a.end_us - a.start_us - a.wait_us;
         ++acc->second;
       }
     }

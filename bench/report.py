@@ -39,6 +39,25 @@ def gbench_medians(doc):
     return out
 
 
+def gbench_rounds(results, prefix):
+    """{run_name: entry} over every `<prefix>*.json` (one per round): each
+    number field is the median over the rounds; `rounds` counts them."""
+    runs = {}
+    for f in sorted(os.listdir(results)):
+        if f.startswith(prefix) and f.endswith(".json"):
+            for name, e in gbench_medians(load(results, f)).items():
+                runs.setdefault(name, []).append(e)
+    out = {}
+    for name, entries in runs.items():
+        merged = dict(entries[0])
+        for key, value in entries[0].items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                merged[key] = statistics.median(e[key] for e in entries)
+        merged["rounds"] = len(entries)
+        out[name] = merged
+    return out
+
+
 def ms(entry):
     scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[entry["time_unit"]]
     return entry["real_time"] * scale
@@ -118,16 +137,18 @@ def machine_section(machine):
     ]
 
 
-def step_section(train, peers, docs, targets):
+def step_section(meds, peers, docs, targets):
     lines = ["## One training step, single process: Baton against Python PyTorch", ""]
     lines += [
         "`train_step_bench` (Baton) and `bench/peer_step.py` (Python, written "
         "independently from Meta's reference model) run the same step on the "
         "same shapes in the same run: forward, cross-entropy, backward, "
         "gradient clipping to norm 1, AdamW; 8 sequences of 256 tokens, "
-        "vocabulary 258. Baton: median of 3 Google Benchmark repetitions; "
-        "Python: median of its timed steps after warm-up. Same ATen thread "
-        "count, same environment. Baton keeps freed memory in the process "
+        "vocabulary 258. Both warm up 3 steps. They run config by config, "
+        "Baton then Python, in 3 rounds; a figure is the median over the "
+        "rounds of Baton's mean step (4 timed steps for debugmodel, 2 for "
+        "small) and of Python's median of 3 timed steps. Same ATen thread "
+        "count, same environment (OpenBLAS: its own threads, one per core). Baton keeps freed memory in the process "
         "(`common/allocator.h`); the Python peer is shown both with glibc's "
         "defaults (what a user gets) and with the same setting through "
         "`GLIBC_TUNABLES` (the stronger peer, which the target is measured "
@@ -137,7 +158,6 @@ def step_section(train, peers, docs, targets):
         "| flavor | ATen threads | Baton step | tokens/s | TFLOP/s | MFU | Python step (same allocator) | Baton / Python | Python, AdamW foreach | Python, glibc defaults |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    meds = gbench_medians(train)
     peak = {}
     for name, e in meds.items():
         if name.startswith("BM_MatmulPeak"):
@@ -146,15 +166,18 @@ def step_section(train, peers, docs, targets):
     chart_cats, chart_baton, chart_py = [], [], []
     for flavor in ["debugmodel", "small"]:
         for threads in [1, 2]:
-            key = f"BM_TrainStep/{flavor}/seq_len:256/threads:{threads}/real_time"
-            e = meds.get(key)
+            prefix = f"BM_TrainStep/{flavor}/seq_len:256/threads:{threads}/"
+            e = next((v for k, v in meds.items() if k.startswith(prefix)), None)
             if not e:
                 continue
             step = ms(e)
 
             def peer(variant):
-                p = peers.get((flavor, threads, variant))
-                return p["median_step_s"] * 1e3 if p else None
+                # Median over the rounds of each run's median step.
+                runs = peers.get((flavor, threads, variant))
+                if not runs:
+                    return None
+                return statistics.median(p["median_step_s"] for p in runs) * 1e3
 
             py = peer("tuned")
             ratio = step / py if py else None
@@ -169,9 +192,23 @@ def step_section(train, peers, docs, targets):
             chart_cats.append(f"{flavor}, {threads} thr")
             chart_baton.append(step)
             chart_py.append(py)
-    lines += ["", "Matmul peak (1024 x 1024 fp32, `BM_MatmulPeak`, same run): " +
+    lines += ["", "Matmul peak (1024 x 1024 fp32, `BM_MatmulPeak`, median of the rounds): " +
               ", ".join(f"{peak[t] * 1e3:.1f} GFLOP/s with {t} ATen thread(s)"
                         for t in sorted(peak)) + ".", ""]
+    attention = [(n, e) for n, e in meds.items() if n.startswith("BM_CausalAttention")]
+    if attention:
+        lines += ["Where the step's attention time goes (`BM_CausalAttention`: forward + "
+                  "backward of one layer's causal attention, 8 x 256 tokens, one thread; "
+                  "block 0 = libtorch's `_scaled_dot_product_attention`, which forms every "
+                  "score and a (T, T) mask; block = T: Baton's in one block):", "",
+                  "| heads x head_dim | block | time |", "|---|---|---|"]
+        for n, e in attention:
+            h = n.split("heads:")[1].split("/")[0]
+            d = n.split("head_dim:")[1].split("/")[0]
+            b = n.split("block:")[1].split("/")[0]
+            lines.append(f"| {h} x {d} | {'libtorch' if b == '0' else b} | {ms(e):.1f} ms |")
+            targets.setdefault("attention", {})[(h, d, b)] = ms(e)
+        lines.append("")
     bar_chart(os.path.join(docs, "perf_step_time.svg"),
               "Step time: Baton vs Python PyTorch (same allocator setting)",
               chart_cats, [("Baton (C++)", chart_baton), ("Python", chart_py)], "ms")
@@ -338,19 +375,21 @@ def targets_section(t):
 def main():
     results, docs = sys.argv[1], sys.argv[2]
     machine = load(results, "machine.json")
-    train = load(results, "train_step.json")
+    step_runs = gbench_rounds(results, "train_step_")
+    step_runs.update(gbench_rounds(results, "kernels_"))
     peers = {}
     for f in sorted(os.listdir(results)):
         if f.startswith("peer_") and f.endswith(".json"):
-            p = json.load(open(os.path.join(results, f)))
-            variant = f[:-5].split("_")[-1]  # peer_<flavor>_t<threads>_<variant>
-            peers[(p["flavor"], p["threads"], variant)] = p
+            p = load(results, f)
+            # peer_<flavor>_t<threads>_<variant>[_r<round>].json
+            variant = f[:-5].split("_")[3]
+            peers.setdefault((p["flavor"], p["threads"], variant), []).append(p)
     pipe = load(results, "pipeline.json")
     runs = load(results, "pipeline_runs.json")
     gpu = load(results, "gpu.json")
     targets = {"gpu": gpu}
     body = []
-    body += step_section(train, peers, docs, targets)
+    body += step_section(step_runs, peers, docs, targets)
     body += pipeline_section(pipe, runs, docs, targets)
     body += p2p_section(pipe)
     body += schedule_section(load(results, "schedule.json"))

@@ -60,16 +60,26 @@ gbench() {  # binary result-name extra-args...
 }
 repeat3=(--benchmark_repetitions=3 --benchmark_report_aggregates_only=true)
 
-# Single-process step: Baton, then the Python peer on the same shapes with
-# the same ATen thread counts (1 and 2).
-gbench train_step_bench train_step "${repeat3[@]}"
-for flavor in debugmodel small; do
-  for threads in 1 2; do
-    GLIBC_TUNABLES=$tunables "$python" bench/peer_step.py --flavor "$flavor" \
-      --threads "$threads" --out "$out/peer_${flavor}_t${threads}_tuned.json"
+# Single-process step, Baton beside the Python peer on the same shapes and
+# ATen thread count, interleaved config by config and repeated in three
+# rounds, so drift in the machine's speed hits both sides alike.
+for round in 1 2 3; do
+  gbench train_step_bench "kernels_r$round" \
+    --benchmark_filter='BM_MatmulPeak|BM_CausalAttention'
+  for flavor in debugmodel small; do
+    for threads in 1 2; do
+      gbench train_step_bench "train_step_${flavor}_t${threads}_r$round" \
+        --benchmark_filter="BM_TrainStep/$flavor/seq_len:256/threads:$threads/"
+      GLIBC_TUNABLES=$tunables "$python" bench/peer_step.py --flavor "$flavor" \
+        --threads "$threads" --reps 3 \
+        --out "$out/peer_${flavor}_t${threads}_tuned_r$round.json"
+    done
   done
+done
+# The peer's other settings, once: AdamW(foreach=True), and glibc's defaults.
+for flavor in debugmodel small; do
   GLIBC_TUNABLES=$tunables "$python" bench/peer_step.py --flavor "$flavor" \
-    --threads 1 --foreach --out "$out/peer_${flavor}_t1_foreach.json"
+    --threads 1 --reps 3 --foreach --out "$out/peer_${flavor}_t1_foreach.json"
   "$python" bench/peer_step.py --flavor "$flavor" --threads 1 --reps 3 \
     --out "$out/peer_${flavor}_t1_default.json"
 done
