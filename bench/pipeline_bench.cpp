@@ -13,7 +13,6 @@
 #include <map>
 #include <mutex>
 
-#include "bench/rank_threads.h"
 #include "common/allocator.h"
 #include "models/llama/args.h"
 #include "models/llama/transformer.h"
@@ -22,6 +21,7 @@
 #include "parallel/pipeline/schedules.h"
 #include "parallel/pipeline/simulator.h"
 #include "parallel/pipeline/split.h"
+#include "tests/parallel/rank_threads.h"
 #include "trainer/optimizers.h"
 #include "trainer/train_step.h"
 
@@ -48,6 +48,18 @@ struct RankFigures {
   std::vector<double> bubble;
   std::vector<pp::ExecutedAction> actions;  // every timed step's
 };
+
+/// Runs `body` on kRanks rank threads; throws the first rank's error.
+void run_ranks(
+    const std::function<void(int64_t, baton::dist::Runtime&)>& body) {
+  const auto errors =
+      baton::testing::run_rank_threads(kRanks, body, std::chrono::seconds(120));
+  for (int64_t r = 0; r < kRanks; ++r) {
+    if (!errors[r].empty()) {
+      throw std::runtime_error("rank " + std::to_string(r) + ": " + errors[r]);
+    }
+  }
+}
 
 /// Mean measured cost of each compute kind, overall and per stage (the
 /// stages holding the embedding or the loss cost more), over every rank's
@@ -98,66 +110,61 @@ void BM_PipelineStep(
   const auto make_optimizer = baton::optimizer_registry().get("AdamW", "bench");
   std::vector<RankFigures> figures(kRanks);
   for (auto _ : state) {
-    baton::bench::run_rank_threads(
-        kRanks, [&](int64_t rank, baton::dist::Runtime& runtime) {
-          at::set_num_threads(1);
-          std::vector<std::pair<int64_t, std::shared_ptr<baton::ModelChunk>>>
-              stages;
-          std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
-          for (int64_t s = 0; s < schedule.num_stages; ++s) {
-            if (schedule.stage_to_rank[s] != rank) {
-              continue;
-            }
-            auto chunk = std::make_shared<baton::llama::TransformerImpl>(
-                args, chunks[s]);
-            chunk->init_weights(0);
-            optimizers.push_back(
-                make_optimizer(chunk->parameters(), baton::OptimizerConfig{}));
-            stages.emplace_back(s, std::move(chunk));
-          }
-          pp::ExecutorShapes shapes;
-          shapes.microbatches = m;
-          shapes.microbatch_size = kBatch / m;
-          shapes.seq_len = kSeqLen;
-          shapes.dim = args.dim;
-          pp::PipelineExecutor executor(
-              lowered,
-              stages,
-              runtime.world(),
-              baton::cross_entropy_sum,
-              shapes);
-          at::Tensor inputs, labels;
-          if (schedule.stage_to_rank[0] == rank) {
-            const auto tokens =
-                torch::randint(0, kVocab, {kBatch, kSeqLen + 1}, torch::kLong);
-            inputs = tokens.slice(1, 0, kSeqLen);
-            labels = tokens.slice(1, 1, kSeqLen + 1);
-          }
-          RankFigures& mine = figures[rank];
-          mine = RankFigures();
-          for (int i = 0; i < kWarmupSteps + kTimedSteps; ++i) {
-            runtime.world()->barrier();
-            const auto start = std::chrono::steady_clock::now();
-            for (auto& o : optimizers) {
-              o->zero_grad();
-            }
-            auto run = executor.run(
-                inputs, labels, 1.0 / (kBatch * kSeqLen), /*reduce=*/false);
-            for (auto& o : optimizers) {
-              o->step();
-            }
-            const double step_s = std::chrono::duration<double>(
-                                      std::chrono::steady_clock::now() - start)
-                                      .count();
-            if (i < kWarmupSteps) {
-              continue;
-            }
-            mine.step_s.push_back(step_s);
-            mine.bubble.push_back(1.0 - run.compute_s / run.wall_s);
-            mine.actions.insert(
-                mine.actions.end(), run.actions.begin(), run.actions.end());
-          }
-        });
+    run_ranks([&](int64_t rank, baton::dist::Runtime& runtime) {
+      at::set_num_threads(1);
+      std::vector<std::pair<int64_t, std::shared_ptr<baton::ModelChunk>>>
+          stages;
+      std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
+      for (int64_t s = 0; s < schedule.num_stages; ++s) {
+        if (schedule.stage_to_rank[s] != rank) {
+          continue;
+        }
+        auto chunk =
+            std::make_shared<baton::llama::TransformerImpl>(args, chunks[s]);
+        chunk->init_weights(0);
+        optimizers.push_back(
+            make_optimizer(chunk->parameters(), baton::OptimizerConfig{}));
+        stages.emplace_back(s, std::move(chunk));
+      }
+      pp::ExecutorShapes shapes;
+      shapes.microbatches = m;
+      shapes.microbatch_size = kBatch / m;
+      shapes.seq_len = kSeqLen;
+      shapes.dim = args.dim;
+      pp::PipelineExecutor executor(
+          lowered, stages, runtime.world(), baton::cross_entropy_sum, shapes);
+      at::Tensor inputs, labels;
+      if (schedule.stage_to_rank[0] == rank) {
+        const auto tokens =
+            torch::randint(0, kVocab, {kBatch, kSeqLen + 1}, torch::kLong);
+        inputs = tokens.slice(1, 0, kSeqLen);
+        labels = tokens.slice(1, 1, kSeqLen + 1);
+      }
+      RankFigures& mine = figures[rank];
+      mine = RankFigures();
+      for (int i = 0; i < kWarmupSteps + kTimedSteps; ++i) {
+        runtime.world()->barrier();
+        const auto start = std::chrono::steady_clock::now();
+        for (auto& o : optimizers) {
+          o->zero_grad();
+        }
+        auto run = executor.run(
+            inputs, labels, 1.0 / (kBatch * kSeqLen), /*reduce=*/false);
+        for (auto& o : optimizers) {
+          o->step();
+        }
+        const double step_s = std::chrono::duration<double>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count();
+        if (i < kWarmupSteps) {
+          continue;
+        }
+        mine.step_s.push_back(step_s);
+        mine.bubble.push_back(1.0 - run.compute_s / run.wall_s);
+        mine.actions.insert(
+            mine.actions.end(), run.actions.begin(), run.actions.end());
+      }
+    });
     // The step ends when the slower rank's optimizer is done.
     std::vector<double> steps(kTimedSteps);
     for (int i = 0; i < kTimedSteps; ++i) {
@@ -206,28 +213,27 @@ void BM_P2P(benchmark::State& state) {
   constexpr int kRoundTrips = 20;
   std::vector<double> one_way_s;
   for (auto _ : state) {
-    baton::bench::run_rank_threads(
-        kRanks, [&](int64_t rank, baton::dist::Runtime& runtime) {
-          auto& group = *runtime.world();
-          auto t = torch::ones({std::max<int64_t>(1, bytes / 4)});
-          const int64_t peer = 1 - rank;
-          for (int i = 0; i < kRoundTrips + 2; ++i) {
-            const auto start = std::chrono::steady_clock::now();
-            if (rank == 0) {
-              group.send(t, peer, i);
-              group.recv(t, peer, i);
-            } else {
-              group.recv(t, peer, i);
-              group.send(t, peer, i);
-            }
-            if (rank == 0 && i >= 2) {
-              one_way_s.push_back(
-                  0.5 * std::chrono::duration<double>(
-                            std::chrono::steady_clock::now() - start)
-                            .count());
-            }
-          }
-        });
+    run_ranks([&](int64_t rank, baton::dist::Runtime& runtime) {
+      auto& group = *runtime.world();
+      auto t = torch::ones({std::max<int64_t>(1, bytes / 4)});
+      const int64_t peer = 1 - rank;
+      for (int i = 0; i < kRoundTrips + 2; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        if (rank == 0) {
+          group.send(t, peer, i);
+          group.recv(t, peer, i);
+        } else {
+          group.recv(t, peer, i);
+          group.send(t, peer, i);
+        }
+        if (rank == 0 && i >= 2) {
+          one_way_s.push_back(
+              0.5 * std::chrono::duration<double>(
+                        std::chrono::steady_clock::now() - start)
+                        .count());
+        }
+      }
+    });
     state.SetIterationTime(median(one_way_s));
   }
   const double t = median(one_way_s);

