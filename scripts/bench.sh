@@ -11,7 +11,7 @@ out=bench/results
 python=/usr/bin/python3
 bash scripts/setup.sh bench
 mkdir -p "$out"
-rm -f "$out"/*.json
+rm -f "$out"/*.json "$out"/conditions.txt
 
 blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)
 echo "bench: BLAS in use: $blas"
@@ -22,6 +22,15 @@ esac
 # Both sides run with glibc keeping freed memory in the process: Baton sets
 # it itself (common/allocator.h); the peer gets it from GLIBC_TUNABLES.
 tunables=glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=1073741824
+
+# What else runs meanwhile (1-minute load, compiler processes), every 10 s,
+# for the report: a shared machine's figures depend on it.
+(while true; do
+  echo "$(date +%s) $(cut -d' ' -f1 /proc/loadavg) $(pgrep -c cc1plus || true)"
+  sleep 10
+done >> "$out/conditions.txt") &
+monitor=$!
+trap 'kill "$monitor" 2>/dev/null || true' EXIT
 
 "$python" - "$out/machine.json" "$blas" <<'PY'
 import json, os, platform, subprocess, sys, datetime
