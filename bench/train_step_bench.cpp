@@ -6,8 +6,11 @@
 
 #include "builders/builder_registry.h"
 #include "common/allocator.h"
+#include "models/llama/fused_ops.h"
 
 namespace {
+
+constexpr int kWarmupSteps = 3;
 
 std::unique_ptr<baton::Trainer> make_trainer(
     const std::string& flavor, int64_t seq_len, int64_t threads) {
@@ -29,7 +32,11 @@ void BM_TrainStep(benchmark::State& state, const std::string& flavor) {
   const int64_t seq_len = state.range(0);
   const int64_t threads = state.range(1);
   auto trainer = make_trainer(flavor, seq_len, threads);
-  trainer->train_step();  // warm-up: allocator and BLAS buffers
+  // Warm-up: the allocator's heap and BLAS buffers grow over the first
+  // steps (as the Python peer's do: it warms up as many).
+  for (int i = 0; i < kWarmupSteps; ++i) {
+    trainer->train_step();
+  }
   double tflops = 0.0;
   for (auto _ : state) {
     tflops += trainer->train_step().tflops;
@@ -40,16 +47,19 @@ void BM_TrainStep(benchmark::State& state, const std::string& flavor) {
       benchmark::Counter::kIsRate);
   state.counters["tflops"] = tflops / static_cast<double>(state.iterations());
 }
+// A fixed number of steps per repetition, the same on every run.
 BENCHMARK_CAPTURE(BM_TrainStep, debugmodel, std::string("debugmodel"))
     ->ArgNames({"seq_len", "threads"})
     ->Args({256, 1})
     ->Args({256, 2})
+    ->Iterations(4)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_TrainStep, small, std::string("small"))
     ->ArgNames({"seq_len", "threads"})
     ->Args({256, 1})
     ->Args({256, 2})
+    ->Iterations(2)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
@@ -69,6 +79,44 @@ BENCHMARK(BM_MatmulPeak)
     ->ArgNames({"n", "threads"})
     ->Args({1024, 1})
     ->Args({1024, 2})
+    ->UseRealTime();
+
+/// Forward + backward of causal attention, one thread, on the flavors'
+/// shapes (B 8, T 256; debugmodel: 16 heads of 16, small: 8 heads of 64):
+/// Baton's blocked attention by block size (block = T: one block, every
+/// score formed), and libtorch's own (the math path of
+/// _scaled_dot_product_attention, block 0 here).
+void BM_CausalAttention(benchmark::State& state) {
+  at::set_num_threads(1);
+  const int64_t heads = state.range(0), head_dim = state.range(1);
+  const int64_t block = state.range(2);
+  const auto make = [&] {
+    return torch::randn({8, heads, 256, head_dim}).requires_grad_(true);
+  };
+  const auto q = make(), k = make(), v = make();
+  const auto gy = torch::randn({8, heads, 256, head_dim});
+  for (auto _ : state) {
+    at::Tensor y;
+    if (block > 0) {
+      y = baton::llama::causal_attention(q, k, v, false, block);
+    } else {
+#if TORCH_VERSION_MAJOR >= 2
+      y = at::scaled_dot_product_attention(
+          q, k, v, {}, 0.0, /*is_causal=*/true);
+#else
+      y = std::get<0>(at::_scaled_dot_product_attention(
+          q, k, v, {}, 0.0, false, /*is_causal=*/true));
+#endif
+    }
+    y.backward(gy);
+  }
+}
+BENCHMARK(BM_CausalAttention)
+    ->ArgNames({"heads", "head_dim", "block"})
+    ->ArgsProduct({{16}, {16}, {0, 32, 64, 128, 256}})
+    ->Args({8, 64, 0})
+    ->Args({8, 64, 64})
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 }  // namespace

@@ -1,12 +1,104 @@
 #!/usr/bin/env bash
-# Runs the Google Benchmark binaries and keeps their JSON under bench/results.
+# The benchmark suite (`make bench`): installs the Python peer's package,
+# runs the Google Benchmark binaries, the Python peer and the pipeline runs
+# side by side, keeps every result as JSON under bench/results, and
+# regenerates docs/PERFORMANCE.md (tables and SVG plots) from them.
+# Usage: scripts/bench.sh [BUILD_DIR]
 set -euo pipefail
 build_dir=${1:-build}
 out=bench/results
+# Debian's interpreter, with Debian's python3-torch (not a pyenv or venv one).
+python=/usr/bin/python3
+bash scripts/setup.sh bench
 mkdir -p "$out"
-echo "bench: BLAS in use: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)"
-for bench in train_step_bench dataloader_bench schedule_bench; do
-  "$build_dir/$bench" --benchmark_repetitions=3 \
-    --benchmark_report_aggregates_only=true \
-    --benchmark_out="$out/${bench%_bench}.json" --benchmark_out_format=json
+rm -f "$out"/*.json "$out"/conditions.txt
+
+blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)
+echo "bench: BLAS in use: $blas"
+case "$blas" in
+  *openblas-pthread*) ;;
+  *) echo "bench: warning: expected OpenBLAS (pthread); timings are for $blas" >&2 ;;
+esac
+# Both sides run with glibc keeping freed memory in the process: Baton sets
+# it itself (common/allocator.h); the peer gets it from GLIBC_TUNABLES.
+tunables=glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=1073741824
+
+# What else runs meanwhile (1-minute load, compiler processes), every 10 s,
+# for the report: a shared machine's figures depend on it.
+(while true; do
+  echo "$(date +%s) $(cut -d' ' -f1 /proc/loadavg) $(pgrep -c cc1plus || true)"
+  sleep 10
+done >> "$out/conditions.txt") &
+monitor=$!
+trap 'kill "$monitor" 2>/dev/null || true' EXIT
+
+"$python" - "$out/machine.json" "$blas" <<'PY'
+import json, os, platform, subprocess, sys, datetime
+import torch
+cpu = "unknown"
+for line in open("/proc/cpuinfo"):
+    if line.startswith("model name"):
+        cpu = line.split(":", 1)[1].strip()
+        break
+mem = int(open("/proc/meminfo").readline().split()[1]) / 2**20
+osname = "unknown"
+if os.path.exists("/etc/os-release"):
+    for line in open("/etc/os-release"):
+        if line.startswith("PRETTY_NAME="):
+            osname = line.split("=", 1)[1].strip().strip('"')
+libtorch = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "libtorch-dev"],
+                          capture_output=True, text=True).stdout
+json.dump({
+    "cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem),
+    "os": osname, "libtorch": libtorch, "python_torch": torch.__version__,
+    "blas": sys.argv[2],
+    "threads_note": "ATen intra-op threads as stated per table; OpenBLAS: its "
+        "default (one thread per core) unless a table says otherwise; "
+        "OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "unset") +
+        ", OPENBLAS_NUM_THREADS=" + os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
+    "date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"),
+}, open(sys.argv[1], "w"), indent=1)
+PY
+
+gbench() {  # binary result-name extra-args...
+  local bin=$1 name=$2
+  shift 2
+  echo "bench: $bin"
+  "$build_dir/$bin" --benchmark_out="$out/$name.json" \
+    --benchmark_out_format=json "$@"
+}
+repeat3=(--benchmark_repetitions=3 --benchmark_report_aggregates_only=true)
+
+# Single-process step, Baton beside the Python peer on the same shapes and
+# ATen thread count, interleaved config by config and repeated in three
+# rounds, so drift in the machine's speed hits both sides alike.
+for round in 1 2 3; do
+  gbench train_step_bench "kernels_r$round" \
+    --benchmark_filter='BM_MatmulPeak|BM_CausalAttention'
+  for flavor in debugmodel small; do
+    for threads in 1 2; do
+      gbench train_step_bench "train_step_${flavor}_t${threads}_r$round" \
+        --benchmark_filter="BM_TrainStep/$flavor/seq_len:256/threads:$threads/"
+      GLIBC_TUNABLES=$tunables "$python" bench/peer_step.py --flavor "$flavor" \
+        --threads "$threads" --reps 3 \
+        --out "$out/peer_${flavor}_t${threads}_tuned_r$round.json"
+    done
+  done
 done
+# The peer's other settings, once: AdamW(foreach=True), and glibc's defaults.
+for flavor in debugmodel small; do
+  GLIBC_TUNABLES=$tunables "$python" bench/peer_step.py --flavor "$flavor" \
+    --threads 1 --reps 3 --foreach --out "$out/peer_${flavor}_t1_foreach.json"
+  "$python" bench/peer_step.py --flavor "$flavor" --threads 1 --reps 3 \
+    --out "$out/peer_${flavor}_t1_default.json"
+done
+
+# Pipelines: one BLAS thread per rank thread.
+OPENBLAS_NUM_THREADS=1 gbench pipeline_bench pipeline
+"$python" bench/pipeline_runs.py "$build_dir" "$out/pipeline_runs.json"
+
+gbench schedule_bench schedule "${repeat3[@]}"
+gbench dataloader_bench dataloader "${repeat3[@]}"
+
+"$python" bench/report.py "$out" docs
+echo "bench: wrote docs/PERFORMANCE.md from $out/*.json"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs, with apt-get, only the Debian packages Baton needs that are missing.
 # Idempotent: when everything is present it prints one line and returns at once.
+# `setup.sh bench` adds what `make bench` needs: Debian's python3-torch (the
+# same libtorch 1.13) for the Python peer of the step benchmark.
 set -euo pipefail
 
 packages=(
@@ -14,6 +16,9 @@ packages=(
   libsentencepiece-dev libpcre2-dev
   libopenblas0-pthread
 )
+if [ "${1:-}" = bench ]; then
+  packages+=(python3 python3-torch)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

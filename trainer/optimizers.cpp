@@ -2,6 +2,8 @@
 
 #include <torch/optim/adamw.h>
 
+#include "trainer/fused_adamw.h"
+
 namespace baton {
 
 OptimizersContainer::OptimizersContainer(
@@ -35,10 +37,10 @@ void register_builtin_optimizers() {
                       .betas({config.betas.at(0), config.betas.at(1)})
                       .eps(config.eps)
                       .weight_decay(config.weight_decay);
-              return std::make_unique<torch::optim::AdamW>(
-                  std::move(params), options);
+              return std::make_unique<FusedAdamW>(std::move(params), options);
             },
-            "Adam with decoupled weight decay (torch::optim::AdamW)");
+            "Adam with decoupled weight decay, one fused pass per parameter "
+            "(FusedAdamW: torch::optim::AdamW's options and state)");
       });
 }
 

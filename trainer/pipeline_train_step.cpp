@@ -110,7 +110,7 @@ void write_pipeline_traces(
     }
     const auto kind = pipeline::parse_action(a.name).kind;
     auto& [sum, n] = cost[std::string(pipeline::action_kind_code(kind))];
-    sum += a.end_us - a.start_us;
+    sum += a.end_us - a.start_us - a.wait_us;
     ++n;
   }
   auto mean = [&](const char* k, double fallback) {

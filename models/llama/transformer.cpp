@@ -2,7 +2,10 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <stdexcept>
+
+#include "models/llama/fused_ops.h"
 
 namespace baton::llama {
 
@@ -13,8 +16,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
-  const auto inv_rms = at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return x * inv_rms * weight;
+  return rms_norm(x, weight, eps_);
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& rope) {
@@ -39,47 +41,54 @@ AttentionImpl::AttentionImpl(const ModelArgs& args)
 
 namespace {
 
-/// (B, T, KV, D) -> (B, H, T, D), each key/value head shared by H / KV
+/// (B, KV, T, D) -> (B, H, T, D), each key/value head shared by H / KV
 /// query heads.
 at::Tensor expand_kv(const at::Tensor& x, int64_t n_heads) {
   const auto s = x.sizes();
-  const int64_t repeats = n_heads / s[2];
-  auto heads_first = x.transpose(1, 2);  // (B, KV, T, D)
+  const int64_t repeats = n_heads / s[1];
   if (repeats == 1) {
-    return heads_first;
+    return x;
   }
-  return heads_first.unsqueeze(2)
-      .expand({s[0], s[2], repeats, s[1], s[3]})
-      .reshape({s[0], n_heads, s[1], s[3]});
-}
-
-/// Causal softmax attention. q, k, v: (B, H, T, D) -> (B, H, T, D)
-at::Tensor causal_attention(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-#if TORCH_VERSION_MAJOR >= 2
-  return at::scaled_dot_product_attention(
-      q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
-#else
-  return std::get<0>(at::_scaled_dot_product_attention(
-      q,
-      k,
-      v,
-      /*attn_mask=*/{},
-      /*dropout_p=*/0.0,
-      /*need_attn_weights=*/false,
-      /*is_causal=*/true));
-#endif
+  return x.unsqueeze(2)
+      .expand({s[0], s[1], repeats, s[2], s[3]})
+      .reshape({s[0], n_heads, s[2], s[3]});
 }
 
 }  // namespace
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope) {
   const int64_t B = x.size(0), T = x.size(1);
-  auto q = apply_rope(wq(x).view({B, T, n_heads_, head_dim_}), rope);
-  auto k = apply_rope(wk(x).view({B, T, n_kv_heads_, head_dim_}), rope);
-  auto v = wv(x).view({B, T, n_kv_heads_, head_dim_});
-  auto out = causal_attention(
-      q.transpose(1, 2), expand_kv(k, n_heads_), expand_kv(v, n_heads_));
+  // On the CPU, blocked attention skips the masked half of the scores and
+  // takes q with the 1 / sqrt(D) factor folded into its rotation.
+  const bool blocked = x.device().is_cpu();
+  const double q_scale =
+      blocked ? 1.0 / std::sqrt(static_cast<double>(head_dim_)) : 1.0;
+  // (B, T, heads, D) -> (B, heads, T, D), rotated
+  auto q = rope_heads_first(
+      wq(x).view({B, T, n_heads_, head_dim_}), rope.cos, rope.sin, q_scale);
+  auto k = rope_heads_first(
+      wk(x).view({B, T, n_kv_heads_, head_dim_}), rope.cos, rope.sin);
+  auto v = wv(x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2);
+  k = expand_kv(k, n_heads_);
+  v = expand_kv(v, n_heads_);
+  at::Tensor out;  // (B, H, T, D)
+  if (blocked) {
+    out = causal_attention(q, k, v, /*q_scaled=*/true);
+  } else {
+#if TORCH_VERSION_MAJOR >= 2
+    out = at::scaled_dot_product_attention(
+        q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+#else
+    out = std::get<0>(at::_scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        /*attn_mask=*/{},
+        /*dropout_p=*/0.0,
+        /*need_attn_weights=*/false,
+        /*is_causal=*/true));
+#endif
+  }
   // (B, H, T, D) -> (B, T, H * D)
   return wo(out.transpose(1, 2).reshape({B, T, n_heads_ * head_dim_}));
 }

@@ -342,12 +342,12 @@ ExecutorRun PipelineExecutor::run(
     }
     const auto t1 = Clock::now();
     const bool compute = is_compute(a.kind);
+    const double waited = compute ? st.wait_s - waited_before : 0.0;
     if (compute) {
       // Less the time it waited for a receive it needed.
-      out.compute_s += std::chrono::duration<double>(t1 - t0).count() -
-                       (st.wait_s - waited_before);
+      out.compute_s += std::chrono::duration<double>(t1 - t0).count() - waited;
     }
-    out.actions.push_back({a.str(), us(t0), us(t1), compute});
+    out.actions.push_back({a.str(), us(t0), us(t1), compute, waited * 1e6});
   }
   for (auto& w : st.sends) {
     w.wait();

@@ -23,6 +23,9 @@ struct ExecutedAction {
   double start_us = 0.0;  // since the executor's epoch
   double end_us = 0.0;
   bool compute = false;
+  /// Of [start_us, end_us), the time a compute action waited for a receive
+  /// it needed; the rest is its cost.
+  double wait_us = 0.0;
 };
 
 /// What one run of the schedule (one local batch) produced on this rank.

@@ -230,6 +230,10 @@ class Simulator {
   }
 
   double cost(const Action& a) const {
+    const auto it = costs_.per_stage().find({a.stage, a.kind});
+    if (it != costs_.per_stage().end()) {
+      return it->second;
+    }
     switch (a.kind) {
       case ActionKind::kF:
         return costs_.forward();

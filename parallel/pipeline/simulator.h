@@ -3,13 +3,18 @@
 #include <torch/arg.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/pipeline/action.h"
 
 namespace baton::pipeline {
+
+/// Cost of one kind of compute action on one stage: (stage, kind) -> time.
+using StageCosts = std::map<std::pair<int64_t, ActionKind>, double>;
 
 /// Time each kind of action takes in the simulator, in arbitrary units.
 struct SimulationCosts {
@@ -28,6 +33,10 @@ struct SimulationCosts {
   TORCH_ARG(double, p2p_latency) = 0.0;
   /// A REDUCE_GRAD.
   TORCH_ARG(double, reduce_grad) = 0.0;
+  /// Per-stage costs (e.g. measured: the stages holding the embedding or
+  /// the loss cost more than the others); an entry replaces the per-kind
+  /// cost above for that stage's actions of that kind.
+  TORCH_ARG(StageCosts, per_stage) = {};
 };
 
 /// One executed action with its simulated start and end.

@@ -396,6 +396,28 @@ TEST(SimulatorTest, CostsAndLatencyShapeTheMakespan) {
   EXPECT_LT(zbv, zb1p);
 }
 
+TEST(SimulatorTest, PerStageCostsReplaceThePerKindOnes) {
+  // GPipe over 2 ranks whose second stage costs twice the first: stage 1
+  // is the bottleneck, so the makespan is f0 + m (f1 + b1) + b0 and the
+  // first rank idles for the difference.
+  const int64_t m = 4;
+  const auto gpipe = lower_schedule(make_schedule("GPipe", 2, 1, m));
+  const auto costs = SimulationCosts().backward(2.0).per_stage(
+      {{{1, ActionKind::kF}, 2.0}, {{1, ActionKind::kB}, 4.0}});
+  const auto sim = simulate(gpipe, costs);
+  const double makespan = 1.0 + m * (2.0 + 4.0) + 2.0;
+  EXPECT_DOUBLE_EQ(sim.makespan, makespan);
+  EXPECT_DOUBLE_EQ(sim.bubble_fraction[0], 1.0 - m * 3.0 / makespan);
+  EXPECT_DOUBLE_EQ(sim.bubble_fraction[1], 1.0 - m * 6.0 / makespan);
+  // Entries equal to the per-kind costs change nothing.
+  const auto same = simulate(
+      gpipe,
+      SimulationCosts().backward(2.0).per_stage(
+          {{{0, ActionKind::kF}, 1.0}, {{1, ActionKind::kB}, 2.0}}));
+  EXPECT_DOUBLE_EQ(
+      same.makespan, simulate(gpipe, SimulationCosts().backward(2.0)).makespan);
+}
+
 TEST(SimulatorTest, PeakActivationsMatchTheFormulas) {
   for (const int64_t p : {2, 4, 8}) {
     for (const int64_t m : {2 * p, 4 * p}) {

@@ -1,0 +1,264 @@
+// Pipelined training at pp = 2, ranks as threads over real Gloo: one
+// optimizer step (forward, cross-entropy, backward, AdamW) of the debug
+// model per schedule and microbatch count, with the bubble each rank's
+// executor measured beside the simulator's prediction for the same
+// schedule fed with the F / B / I / W costs of each stage measured in the
+// same steps.
+// Also P2P latency and bandwidth over Gloo for activation-sized tensors.
+
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "common/allocator.h"
+#include "models/llama/args.h"
+#include "models/llama/transformer.h"
+#include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/lowering.h"
+#include "parallel/pipeline/schedules.h"
+#include "parallel/pipeline/simulator.h"
+#include "parallel/pipeline/split.h"
+#include "tests/parallel/rank_threads.h"
+#include "trainer/optimizers.h"
+#include "trainer/train_step.h"
+
+namespace {
+
+namespace pp = baton::pipeline;
+
+constexpr int64_t kRanks = 2;
+constexpr int64_t kBatch = 8;  // sequences per step, split in microbatches
+constexpr int64_t kSeqLen = 256;
+constexpr int64_t kVocab = 258;  // the byte tokenizer's
+constexpr int kWarmupSteps = 1;
+constexpr int kTimedSteps = 4;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// What one rank saw over the timed steps.
+struct RankFigures {
+  std::vector<double> step_s;
+  std::vector<double> bubble;
+  std::vector<pp::ExecutedAction> actions;  // every timed step's
+};
+
+/// Runs `body` on kRanks rank threads; throws the first rank's error.
+void run_ranks(
+    const std::function<void(int64_t, baton::dist::Runtime&)>& body) {
+  const auto errors =
+      baton::testing::run_rank_threads(kRanks, body, std::chrono::seconds(120));
+  for (int64_t r = 0; r < kRanks; ++r) {
+    if (!errors[r].empty()) {
+      throw std::runtime_error("rank " + std::to_string(r) + ": " + errors[r]);
+    }
+  }
+}
+
+/// Mean measured cost of each compute kind, overall and per stage (the
+/// stages holding the embedding or the loss cost more), over every rank's
+/// actions, less the time they waited for a receive.
+pp::SimulationCosts measured_costs(const std::vector<RankFigures>& ranks) {
+  std::map<pp::ActionKind, std::pair<double, int64_t>> kind_sum;
+  std::map<std::pair<int64_t, pp::ActionKind>, std::pair<double, int64_t>>
+      stage_sum;
+  for (const auto& r : ranks) {
+    for (const auto& a : r.actions) {
+      if (!a.compute) {
+        continue;
+      }
+      const auto action = pp::parse_action(a.name);
+      for (auto* acc :
+           {&kind_sum[action.kind], &stage_sum[{action.stage, action.kind}]}) {
+        acc->first += a.end_us - a.start_us - a.wait_us;
+        ++acc->second;
+      }
+    }
+  }
+  auto mean = [&](pp::ActionKind k) {
+    const auto it = kind_sum.find(k);
+    return it == kind_sum.end() ? 0.0 : it->second.first / it->second.second;
+  };
+  pp::StageCosts per_stage;
+  for (const auto& [key, acc] : stage_sum) {
+    per_stage[key] = acc.first / acc.second;
+  }
+  return pp::SimulationCosts()
+      .forward(mean(pp::ActionKind::kF))
+      .backward(mean(pp::ActionKind::kB))
+      .backward_input(mean(pp::ActionKind::kI))
+      .backward_weight(mean(pp::ActionKind::kW))
+      .per_stage(per_stage);
+}
+
+void BM_PipelineStep(
+    benchmark::State& state, const std::string& name, int64_t v) {
+  const int64_t m = state.range(0);
+  pp::register_builtin_schedules();
+  const pp::Schedule schedule = pp::make_schedule(name, kRanks, v, m);
+  const pp::Schedule lowered = pp::lower_schedule(schedule);
+  auto args = baton::llama::llama3_flavors().at("debugmodel");
+  args.vocab_size = kVocab;
+  const auto chunks = pp::split_model(args.n_layers, schedule.num_stages);
+  baton::register_builtin_optimizers();
+  const auto make_optimizer = baton::optimizer_registry().get("AdamW", "bench");
+  std::vector<RankFigures> figures(kRanks);
+  for (auto _ : state) {
+    run_ranks([&](int64_t rank, baton::dist::Runtime& runtime) {
+      at::set_num_threads(1);
+      std::vector<std::pair<int64_t, std::shared_ptr<baton::ModelChunk>>>
+          stages;
+      std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
+      for (int64_t s = 0; s < schedule.num_stages; ++s) {
+        if (schedule.stage_to_rank[s] != rank) {
+          continue;
+        }
+        auto chunk =
+            std::make_shared<baton::llama::TransformerImpl>(args, chunks[s]);
+        chunk->init_weights(0);
+        optimizers.push_back(
+            make_optimizer(chunk->parameters(), baton::OptimizerConfig{}));
+        stages.emplace_back(s, std::move(chunk));
+      }
+      pp::ExecutorShapes shapes;
+      shapes.microbatches = m;
+      shapes.microbatch_size = kBatch / m;
+      shapes.seq_len = kSeqLen;
+      shapes.dim = args.dim;
+      pp::PipelineExecutor executor(
+          lowered, stages, runtime.world(), baton::cross_entropy_sum, shapes);
+      at::Tensor inputs, labels;
+      if (schedule.stage_to_rank[0] == rank) {
+        const auto tokens =
+            torch::randint(0, kVocab, {kBatch, kSeqLen + 1}, torch::kLong);
+        inputs = tokens.slice(1, 0, kSeqLen);
+        labels = tokens.slice(1, 1, kSeqLen + 1);
+      }
+      RankFigures& mine = figures[rank];
+      mine = RankFigures();
+      for (int i = 0; i < kWarmupSteps + kTimedSteps; ++i) {
+        runtime.world()->barrier();
+        const auto start = std::chrono::steady_clock::now();
+        for (auto& o : optimizers) {
+          o->zero_grad();
+        }
+        auto run = executor.run(
+            inputs, labels, 1.0 / (kBatch * kSeqLen), /*reduce=*/false);
+        for (auto& o : optimizers) {
+          o->step();
+        }
+        const double step_s = std::chrono::duration<double>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count();
+        if (i < kWarmupSteps) {
+          continue;
+        }
+        mine.step_s.push_back(step_s);
+        mine.bubble.push_back(1.0 - run.compute_s / run.wall_s);
+        mine.actions.insert(
+            mine.actions.end(), run.actions.begin(), run.actions.end());
+      }
+    });
+    // The step ends when the slower rank's optimizer is done.
+    std::vector<double> steps(kTimedSteps);
+    for (int i = 0; i < kTimedSteps; ++i) {
+      steps[i] = std::max(figures[0].step_s[i], figures[1].step_s[i]);
+    }
+    state.SetIterationTime(median(steps));
+  }
+  const auto costs = measured_costs(figures);
+  const auto sim = pp::simulate(lowered, costs);
+  for (int64_t r = 0; r < kRanks; ++r) {
+    const std::string suffix = "_r" + std::to_string(r);
+    state.counters["bubble_pct" + suffix] = 100.0 * median(figures[r].bubble);
+    state.counters["predicted_bubble_pct" + suffix] =
+        100.0 * sim.bubble_fraction[r];
+    state.counters["peak_activations" + suffix] =
+        static_cast<double>(sim.peak_activations[r]);
+  }
+  state.counters["cost_F_ms"] = costs.forward() / 1e3;
+  state.counters["cost_B_ms"] = costs.backward() / 1e3;
+  state.counters["cost_I_ms"] = costs.backward_input() / 1e3;
+  state.counters["cost_W_ms"] = costs.backward_weight() / 1e3;
+  state.counters["stages_per_rank"] =
+      static_cast<double>(schedule.num_stages / kRanks);
+  state.counters["tokens_per_sec"] = benchmark::Counter(
+      static_cast<double>(kBatch * kSeqLen), benchmark::Counter::kIsRate);
+}
+
+#define BATON_PIPELINE_BENCH(label, name, v, ...)                 \
+  BENCHMARK_CAPTURE(BM_PipelineStep, label, std::string(name), v) \
+      ->ArgName("m") __VA_ARGS__->Iterations(1)                   \
+      ->UseManualTime()                                           \
+      ->Unit(benchmark::kMillisecond)
+
+BATON_PIPELINE_BENCH(GPipe, "GPipe", 1, ->Arg(2)->Arg(4)->Arg(8));
+BATON_PIPELINE_BENCH(OneFOneB, "1F1B", 1, ->Arg(2)->Arg(4)->Arg(8));
+BATON_PIPELINE_BENCH(
+    Interleaved1F1B, "Interleaved1F1B", 2, ->Arg(2)->Arg(4)->Arg(8));
+BATON_PIPELINE_BENCH(
+    ZBVZeroBubble, "ZBVZeroBubble", 2, ->Arg(2)->Arg(4)->Arg(8));
+BATON_PIPELINE_BENCH(DualPipeV, "DualPipeV", 2, ->Arg(4)->Arg(8));
+
+/// Ping-pong of a float tensor of `bytes` between two ranks: half the
+/// round trip is the one-way time.
+void BM_P2P(benchmark::State& state) {
+  const int64_t bytes = state.range(0);
+  constexpr int kRoundTrips = 20;
+  std::vector<double> one_way_s;
+  for (auto _ : state) {
+    run_ranks([&](int64_t rank, baton::dist::Runtime& runtime) {
+      auto& group = *runtime.world();
+      auto t = torch::ones({std::max<int64_t>(1, bytes / 4)});
+      const int64_t peer = 1 - rank;
+      for (int i = 0; i < kRoundTrips + 2; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        if (rank == 0) {
+          group.send(t, peer, i);
+          group.recv(t, peer, i);
+        } else {
+          group.recv(t, peer, i);
+          group.send(t, peer, i);
+        }
+        if (rank == 0 && i >= 2) {
+          one_way_s.push_back(
+              0.5 * std::chrono::duration<double>(
+                        std::chrono::steady_clock::now() - start)
+                        .count());
+        }
+      }
+    });
+    state.SetIterationTime(median(one_way_s));
+  }
+  const double t = median(one_way_s);
+  state.counters["latency_us"] = t * 1e6;
+  state.counters["bandwidth_GBps"] = static_cast<double>(bytes) / t / 1e9;
+}
+// 4 bytes (latency), then microbatches of the debug (dim 256) and small
+// (dim 512) models' activations: 1 x 256 x 256, 2 x 256 x 256, 8 x 256 x 512
+// floats.
+BENCHMARK(BM_P2P)
+    ->ArgName("bytes")
+    ->Arg(4)
+    ->Arg(256 << 10)
+    ->Arg(512 << 10)
+    ->Arg(4 << 20)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  baton::keep_freed_memory_in_process();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,298 @@
+#include "models/llama/fused_ops.h"
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "models/llama/transformer.h"
+
+namespace baton::llama {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+/// One pass over x: rotate each pair and move heads before time.
+/// x: (B, T, H, D) contiguous -> (B, H, T, D). With `inverse`, rotates by
+/// minus the angles and moves time back before heads: (B, H, T, D) ->
+/// (B, T, H, D), which is the backward of the forward.
+at::Tensor rope_kernel(
+    const at::Tensor& x,
+    const at::Tensor& cos,
+    const at::Tensor& sin,
+    float scale,
+    bool inverse) {
+  const int64_t B = x.size(0);
+  const int64_t T = inverse ? x.size(2) : x.size(1);
+  const int64_t H = inverse ? x.size(1) : x.size(2);
+  const int64_t D = x.size(3);
+  const int64_t half = D / 2;
+  auto out = inverse ? at::empty({B, T, H, D}, x.options())
+                     : at::empty({B, H, T, D}, x.options());
+  const float* in = x.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const float* cs = cos.data_ptr<float>();
+  const float* sn = sin.data_ptr<float>();
+  const float sign = inverse ? -1.0f : 1.0f;
+  at::parallel_for(0, B * T, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t bt = begin; bt < end; ++bt) {
+      const int64_t b = bt / T, t = bt % T;
+      const float* c = cs + t * half;
+      const float* s = sn + t * half;
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t time_major = ((b * T + t) * H + h) * D;
+        const int64_t head_major = ((b * H + h) * T + t) * D;
+        const float* src = in + (inverse ? head_major : time_major);
+        float* dst = o + (inverse ? time_major : head_major);
+        for (int64_t i = 0; i < half; ++i) {
+          const float x0 = src[2 * i], x1 = src[2 * i + 1];
+          const float si = sign * s[i];
+          dst[2 * i] = (x0 * c[i] - x1 * si) * scale;
+          dst[2 * i + 1] = (x0 * si + x1 * c[i]) * scale;
+        }
+      }
+    }
+  });
+  return out;
+}
+
+class RopeHeadsFirst : public torch::autograd::Function<RopeHeadsFirst> {
+ public:
+  static at::Tensor forward(
+      AutogradContext* ctx,
+      const at::Tensor& x,
+      const at::Tensor& cos,
+      const at::Tensor& sin,
+      double scale) {
+    ctx->saved_data["cos"] = cos;
+    ctx->saved_data["sin"] = sin;
+    ctx->saved_data["scale"] = scale;
+    return rope_kernel(
+        x.contiguous(), cos, sin, static_cast<float>(scale), false);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto gx = rope_kernel(
+        grads[0].contiguous(),
+        ctx->saved_data["cos"].toTensor(),
+        ctx->saved_data["sin"].toTensor(),
+        static_cast<float>(ctx->saved_data["scale"].toDouble()),
+        true);
+    return {gx, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+bool cpu_float(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kFloat;
+}
+
+class RMSNormFunction : public torch::autograd::Function<RMSNormFunction> {
+ public:
+  static at::Tensor forward(
+      AutogradContext* ctx,
+      const at::Tensor& x_in,
+      const at::Tensor& weight_in,
+      double eps) {
+    const auto x = x_in.contiguous();
+    const auto weight = weight_in.contiguous();
+    const int64_t dim = x.size(-1), rows = x.numel() / dim;
+    auto out = at::empty_like(x);
+    auto inv_rms = at::empty({rows}, x.options());  // 1 / rms of each row
+    const float* xp = x.data_ptr<float>();
+    const float* w = weight.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    float* r = inv_rms.data_ptr<float>();
+    at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float* xi = xp + i * dim;
+        float sum = 0.0f;
+        for (int64_t j = 0; j < dim; ++j) {
+          sum += xi[j] * xi[j];
+        }
+        const float ri = 1.0f / std::sqrt(sum / dim + static_cast<float>(eps));
+        r[i] = ri;
+        float* oi = o + i * dim;
+        for (int64_t j = 0; j < dim; ++j) {
+          oi[j] = xi[j] * ri * w[j];
+        }
+      }
+    });
+    ctx->save_for_backward({x, weight, inv_rms});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor& inv_rms = saved[2];
+    const auto g = grads[0].contiguous();
+    const int64_t dim = x.size(-1), rows = x.numel() / dim;
+    auto gx = at::empty_like(x);
+    // Per-thread partial sums of the weight gradient, added at the end.
+    auto gw_parts = at::zeros({at::get_num_threads(), dim}, x.options());
+    const float* xp = x.data_ptr<float>();
+    const float* w = weight.data_ptr<float>();
+    const float* r = inv_rms.data_ptr<float>();
+    const float* gp = g.data_ptr<float>();
+    float* gxp = gx.data_ptr<float>();
+    float* parts = gw_parts.data_ptr<float>();
+    at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+      float* gw = parts + at::get_thread_num() * dim;
+      for (int64_t i = begin; i < end; ++i) {
+        const float* xi = xp + i * dim;
+        const float* gi = gp + i * dim;
+        const float ri = r[i];
+        float dot = 0.0f;  // sum_j g w x
+        for (int64_t j = 0; j < dim; ++j) {
+          dot += gi[j] * w[j] * xi[j];
+          gw[j] += gi[j] * xi[j] * ri;
+        }
+        const float c = ri * ri * ri * dot / dim;
+        float* gxi = gxp + i * dim;
+        for (int64_t j = 0; j < dim; ++j) {
+          gxi[j] = ri * gi[j] * w[j] - c * xi[j];
+        }
+      }
+    });
+    return {gx, gw_parts.sum(0), at::Tensor()};
+  }
+};
+
+/// Additive causal mask of one diagonal block: 0 on and below the
+/// diagonal, -inf above.
+at::Tensor diagonal_mask(int64_t block, const at::TensorOptions& options) {
+  return at::full(
+             {block, block}, -std::numeric_limits<float>::infinity(), options)
+      .triu(1);
+}
+
+class BlockedCausalAttention
+    : public torch::autograd::Function<BlockedCausalAttention> {
+ public:
+  static at::Tensor forward(
+      AutogradContext* ctx,
+      const at::Tensor& q,
+      const at::Tensor& k,
+      const at::Tensor& v,
+      bool q_scaled,
+      int64_t block) {
+    const int64_t T = q.size(2);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    const auto qs = q_scaled ? q.contiguous() : (q * scale).contiguous();
+    const auto kc = k.contiguous();
+    const auto vc = v.contiguous();
+    const auto mask = diagonal_mask(block, qs.options());
+    auto out = at::empty_like(qs);  // (B, H, T, D)
+    c10::List<at::Tensor> probs;
+    for (int64_t t0 = 0; t0 < T; t0 += block) {
+      const int64_t bt = std::min(block, T - t0), t1 = t0 + bt;
+      // (B, H, bt, t1): this block's queries against keys 0 .. t1.
+      auto scores = at::matmul(
+          qs.narrow(2, t0, bt), kc.narrow(2, 0, t1).transpose(-2, -1));
+      scores.narrow(-1, t0, bt).add_(mask.narrow(0, 0, bt).narrow(1, 0, bt));
+      auto p = at::_softmax(scores, -1, false);
+      out.narrow(2, t0, bt).copy_(at::matmul(p, vc.narrow(2, 0, t1)));
+      probs.push_back(p);
+    }
+    ctx->save_for_backward({qs, kc, vc});
+    ctx->saved_data["probs"] = probs;
+    ctx->saved_data["q_scaled"] = q_scaled;
+    ctx->saved_data["block"] = block;
+    ctx->saved_data["scale"] = scale;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& qs = saved[0];
+    const at::Tensor& k = saved[1];
+    const at::Tensor& v = saved[2];
+    const auto probs = ctx->saved_data["probs"].toTensorList();
+    const bool q_scaled = ctx->saved_data["q_scaled"].toBool();
+    const int64_t block = ctx->saved_data["block"].toInt();
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const auto gout = grads[0].contiguous();  // (B, H, T, D)
+    const int64_t T = qs.size(2);
+    auto gq = at::empty_like(qs);
+    auto gk = at::zeros_like(k);
+    auto gv = at::zeros_like(v);
+    int64_t i = 0;
+    for (int64_t t0 = 0; t0 < T; t0 += block, ++i) {
+      const int64_t bt = std::min(block, T - t0), t1 = t0 + bt;
+      const at::Tensor p = probs.get(i);       // (B, H, bt, t1)
+      const auto go = gout.narrow(2, t0, bt);  // (B, H, bt, D)
+      gv.narrow(2, 0, t1).add_(at::matmul(p.transpose(-2, -1), go));
+      const auto gp = at::matmul(go, v.narrow(2, 0, t1).transpose(-2, -1));
+      const auto gs = at::_softmax_backward_data(gp, p, -1, p.scalar_type());
+      auto gq_block = at::matmul(gs, k.narrow(2, 0, t1));  // (B, H, bt, D)
+      if (!q_scaled) {
+        gq_block.mul_(scale);
+      }
+      gq.narrow(2, t0, bt).copy_(gq_block);
+      gk.narrow(2, 0, t1).add_(
+          at::matmul(gs.transpose(-2, -1), qs.narrow(2, t0, bt)));
+    }
+    return {gq, gk, gv, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor rope_heads_first(
+    const at::Tensor& x,
+    const at::Tensor& cos,
+    const at::Tensor& sin,
+    double scale) {
+  TORCH_CHECK(
+      x.dim() == 4 && x.size(3) % 2 == 0 && cos.size(0) == x.size(1) &&
+          cos.size(1) * 2 == x.size(3),
+      "[rope] x must be (B, T, H, D) with even D and tables (T, D/2); got x ",
+      x.sizes(),
+      " and tables ",
+      cos.sizes());
+  if (!x.device().is_cpu() || x.scalar_type() != at::kFloat ||
+      cos.scalar_type() != at::kFloat) {
+    // The composite formula, for devices and dtypes the kernel does not cover.
+    auto out = apply_rope(x, RopeTables{cos.to(x.dtype()), sin.to(x.dtype())});
+    return (scale == 1.0 ? out : out * scale).transpose(1, 2).contiguous();
+  }
+  return RopeHeadsFirst::apply(x, cos.contiguous(), sin.contiguous(), scale);
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  TORCH_CHECK(
+      x.dim() >= 1 && weight.dim() == 1 && x.size(-1) == weight.size(0),
+      "[rms_norm] x (..., dim) and weight (dim) disagree: ",
+      x.sizes(),
+      " and ",
+      weight.sizes());
+  if (!cpu_float(x) || !cpu_float(weight)) {
+    return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight;
+  }
+  return RMSNormFunction::apply(x, weight, eps);
+}
+
+at::Tensor causal_attention(
+    const at::Tensor& q,
+    const at::Tensor& k,
+    const at::Tensor& v,
+    bool q_scaled,
+    int64_t block) {
+  TORCH_CHECK(
+      q.dim() == 4 && q.sizes() == k.sizes() && q.sizes() == v.sizes(),
+      "[attention] q, k and v must have the same (B, H, T, D) shape; got ",
+      q.sizes(),
+      ", ",
+      k.sizes(),
+      " and ",
+      v.sizes());
+  TORCH_CHECK(block > 0, "[attention] block must be positive, got ", block);
+  return BlockedCausalAttention::apply(q, k, v, q_scaled, block);
+}
+
+}  // namespace baton::llama

@@ -1,0 +1,38 @@
+#pragma once
+
+// The Llama block's memory-bound pieces as single autograd nodes: RMSNorm,
+// rotary embedding fused with the heads-first transpose, and causal
+// attention that skips the masked half of the scores. Each has its own
+// backward, so autograd saves what the backward needs and nothing else. Checked
+// against the plain ATen formulas in tests/models/fused_ops_test.cpp.
+
+#include <ATen/core/Tensor.h>
+
+namespace baton::llama {
+
+/// Rotates the pairs (x[2i], x[2i+1]) of each head by the angles of `cos` /
+/// `sin` (T, D/2), Meta's layout, multiplies by `scale`, and returns the
+/// result heads first. x: (B, T, H, D) -> (B, H, T, D), contiguous.
+at::Tensor rope_heads_first(
+    const at::Tensor& x,
+    const at::Tensor& cos,
+    const at::Tensor& sin,
+    double scale = 1.0);
+
+/// x / sqrt(mean(x^2, -1) + eps) * weight in one pass per row, with a
+/// one-pass backward. x: (..., dim), weight: (dim) -> (..., dim).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+/// softmax(q k^T / sqrt(D) + causal mask) v, computed in blocks of
+/// `block` query rows that only look at the keys up to their block's end,
+/// so about half of the scores of a long sequence are never formed.
+/// q, k, v: (B, H, T, D) -> (B, H, T, D). `q_scaled`: q already carries
+/// the 1 / sqrt(D) factor.
+at::Tensor causal_attention(
+    const at::Tensor& q,
+    const at::Tensor& k,
+    const at::Tensor& v,
+    bool q_scaled = false,
+    int64_t block = 64);
+
+}  // namespace baton::llama

@@ -1,0 +1,169 @@
+// The fused rotary embedding and blocked causal attention against the plain
+// ATen formulas, computed in float64 with autograd: values and gradients.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <limits>
+
+#include "models/llama/fused_ops.h"
+#include "models/llama/transformer.h"
+
+namespace baton::llama {
+namespace {
+
+RopeTables tables(int64_t T, int64_t D) {
+  const auto angles = torch::outer(
+      torch::arange(T, torch::kDouble), torch::rand({D / 2}, torch::kDouble));
+  return {angles.cos().to(torch::kFloat), angles.sin().to(torch::kFloat)};
+}
+
+/// softmax(q k^T * scale + causal mask) v with a full (T, T) mask.
+at::Tensor reference_attention(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t T = q.size(2);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  const auto mask = torch::full(
+                        {T, T},
+                        -std::numeric_limits<double>::infinity(),
+                        q.options().requires_grad(false))
+                        .triu(1);
+  const auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale + mask;
+  return torch::matmul(torch::softmax(scores, -1), v);
+}
+
+TEST(FusedOps, RopeHeadsFirstMatchesApplyRopeWithGradients) {
+  torch::manual_seed(0);
+  const int64_t B = 2, T = 5, H = 3, D = 8;
+  const auto rope = tables(T, D);
+  const double scale = 0.37;
+  const auto x = torch::randn({B, T, H, D});
+  const auto gy = torch::randn({B, H, T, D});
+
+  const auto xf = x.clone().requires_grad_(true);
+  const auto y = rope_heads_first(xf, rope.cos, rope.sin, scale);
+  y.backward(gy);
+
+  const auto xr = x.to(torch::kDouble).requires_grad_(true);
+  const RopeTables rope64{
+      rope.cos.to(torch::kDouble), rope.sin.to(torch::kDouble)};
+  const auto yr = (apply_rope(xr, rope64) * scale).transpose(1, 2);
+  yr.backward(gy.to(torch::kDouble));
+
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{B, H, T, D}));
+  EXPECT_TRUE(y.is_contiguous());
+  EXPECT_TRUE(torch::allclose(y.to(torch::kDouble), yr, 1e-5, 1e-6));
+  EXPECT_TRUE(
+      torch::allclose(xf.grad().to(torch::kDouble), xr.grad(), 1e-5, 1e-6));
+}
+
+TEST(FusedOps, RopeFallsBackToTheFormulaForOtherDtypes) {
+  torch::manual_seed(1);
+  const auto rope = tables(4, 6);
+  const auto x = torch::randn({1, 4, 2, 6}, torch::kDouble);
+  const auto y = rope_heads_first(x, rope.cos, rope.sin, 2.0);
+  const RopeTables rope64{
+      rope.cos.to(torch::kDouble), rope.sin.to(torch::kDouble)};
+  EXPECT_TRUE(torch::allclose(
+      y, (apply_rope(x, rope64) * 2.0).transpose(1, 2), 1e-12, 1e-12));
+}
+
+TEST(FusedOps, RopeRejectsMismatchedTables) {
+  const auto rope = tables(4, 6);
+  try {
+    rope_heads_first(torch::randn({1, 5, 2, 6}), rope.cos, rope.sin);
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[rope]"), std::string::npos);
+  }
+}
+
+TEST(FusedOps, RmsNormMatchesTheFormulaWithGradients) {
+  torch::manual_seed(4);
+  const auto x = torch::randn({3, 5, 24}) * 3.0;
+  const auto w = torch::randn({24});
+  const auto gy = torch::randn({3, 5, 24});
+  const double eps = 1e-5;
+  auto xf = x.clone().requires_grad_(true);
+  auto wf = w.clone().requires_grad_(true);
+  const auto y = rms_norm(xf, wf, eps);
+  y.backward(gy);
+  auto xr = x.to(torch::kDouble).requires_grad_(true);
+  auto wr = w.to(torch::kDouble).requires_grad_(true);
+  const auto yr =
+      xr * torch::rsqrt(xr.pow(2).mean(-1, /*keepdim=*/true) + eps) * wr;
+  yr.backward(gy.to(torch::kDouble));
+  const auto close = [](const at::Tensor& a, const at::Tensor& b) {
+    return torch::allclose(a.to(torch::kDouble), b, 1e-5, 1e-5);
+  };
+  EXPECT_TRUE(close(y, yr));
+  EXPECT_TRUE(close(xf.grad(), xr.grad()));
+  EXPECT_TRUE(close(wf.grad(), wr.grad()));
+  EXPECT_THROW(rms_norm(x, torch::ones({23}), eps), c10::Error);
+}
+
+class BlockedAttention
+    : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, bool>> {};
+
+TEST_P(BlockedAttention, MatchesFullSoftmaxAttentionWithGradients) {
+  const auto [T, block, q_scaled] = GetParam();
+  torch::manual_seed(T * 100 + block);
+  const int64_t B = 2, H = 3, D = 8;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const auto q = torch::randn({B, H, T, D});
+  const auto k = torch::randn({B, H, T, D});
+  const auto v = torch::randn({B, H, T, D});
+  const auto gy = torch::randn({B, H, T, D});
+
+  auto qf = q.clone().requires_grad_(true);
+  auto kf = k.clone().requires_grad_(true);
+  auto vf = v.clone().requires_grad_(true);
+  // A transposed view for q: the function must not assume contiguity.
+  const auto q_in = q_scaled ? qf * scale : qf;
+  const auto y = causal_attention(
+      q_in.transpose(1, 2).contiguous().transpose(1, 2),
+      kf,
+      vf,
+      q_scaled,
+      block);
+  y.backward(gy);
+
+  auto qr = q.to(torch::kDouble).requires_grad_(true);
+  auto kr = k.to(torch::kDouble).requires_grad_(true);
+  auto vr = v.to(torch::kDouble).requires_grad_(true);
+  const auto yr = reference_attention(qr, kr, vr);
+  yr.backward(gy.to(torch::kDouble));
+
+  const auto close = [](const at::Tensor& a, const at::Tensor& b) {
+    return torch::allclose(a.to(torch::kDouble), b, 1e-4, 1e-5);
+  };
+  EXPECT_TRUE(close(y, yr));
+  EXPECT_TRUE(close(qf.grad(), qr.grad()));
+  EXPECT_TRUE(close(kf.grad(), kr.grad()));
+  EXPECT_TRUE(close(vf.grad(), vr.grad()));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes,
+    BlockedAttention,
+    ::testing::Values(
+        std::make_tuple(16, 16, false),  // one block
+        std::make_tuple(16, 4, false),   // whole blocks
+        std::make_tuple(13, 4, false),   // a short last block
+        std::make_tuple(13, 64, true),   // block longer than the sequence
+        std::make_tuple(9, 2, true)));
+
+TEST(FusedOps, AttentionRejectsMismatchedShapes) {
+  try {
+    causal_attention(
+        torch::randn({1, 2, 4, 8}),
+        torch::randn({1, 2, 5, 8}),
+        torch::randn({1, 2, 4, 8}));
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[attention]"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace baton::llama

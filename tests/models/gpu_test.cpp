@@ -1,0 +1,45 @@
+// The model on a CUDA device against the CPU, from the same weights. Skips
+// (with the reason) where there is no CUDA device, as on Debian's CPU-only
+// libtorch.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "models/llama/transformer.h"
+
+namespace baton::llama {
+namespace {
+
+TEST(Gpu, ForwardAndBackwardMatchTheCpu) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device visible to libtorch; this test runs "
+                    "where there is one (bench/gpu.sh builds and runs it)";
+  }
+  ModelArgs args;
+  args.dim = 64;
+  args.n_layers = 2;
+  args.n_heads = 4;
+  args.n_kv_heads = 2;
+  args.vocab_size = 50;
+  args.multiple_of = 32;
+  auto cpu = std::make_shared<TransformerImpl>(args);
+  auto gpu = std::make_shared<TransformerImpl>(args);
+  cpu->init_weights(3);
+  gpu->init_weights(3);
+  gpu->to(torch::kCUDA);
+  const auto tokens = torch::randint(0, args.vocab_size, {2, 16}, torch::kLong);
+  const auto yc = cpu->forward(tokens);
+  const auto yg = gpu->forward(tokens.to(torch::kCUDA));
+  EXPECT_TRUE(torch::allclose(yg.cpu(), yc, 1e-4, 1e-4));
+  yc.square().sum().backward();
+  yg.square().sum().backward();
+  const auto pg = gpu->named_parameters();
+  for (const auto& item : cpu->named_parameters()) {
+    EXPECT_TRUE(torch::allclose(
+        pg[item.key()].grad().cpu(), item.value().grad(), 1e-3, 1e-4))
+        << item.key();
+  }
+}
+
+}  // namespace
+}  // namespace baton::llama
