@@ -61,13 +61,9 @@ std::optional<int64_t> parse_step_dir(const std::string& name) {
 }
 
 std::string rank_file_name(int64_t rank) {
-  char name[40];
-  std::snprintf(
-      name,
-      sizeof(name),
-      "rank-%05lld.safetensors",
-      static_cast<long long>(rank));
-  return name;
+  std::string digits = std::to_string(rank);
+  digits.insert(0, digits.size() < 5 ? 5 - digits.size() : 0, '0');
+  return "rank-" + digits + ".safetensors";
 }
 
 std::string optimizer_fqn(const std::string& param, const char* field) {
