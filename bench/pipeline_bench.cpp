@@ -3,7 +3,7 @@
 // model per schedule and microbatch count, with the bubble each rank's
 // executor measured beside the simulator's prediction for the same
 // schedule fed with the F / B / I / W costs of each stage measured in the
-// same steps.
+// same steps, and beside its replay with each action's own measured cost.
 // Also P2P latency and bandwidth over Gloo for activation-sized tensors.
 
 #include <benchmark/benchmark.h>
@@ -36,6 +36,10 @@ constexpr int64_t kVocab = 258;  // the byte tokenizer's
 constexpr int kWarmupSteps = 1;
 constexpr int kTimedSteps = 4;
 
+double seconds(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -45,7 +49,16 @@ double median(std::vector<double> v) {
 /// What one rank saw over the timed steps.
 struct RankFigures {
   std::vector<double> step_s;
-  std::vector<double> bubble;
+  /// Of each timed step: when this rank's executor run started and ended
+  /// (seconds on the clock every rank thread shares), and how much of it
+  /// this rank computed.
+  std::vector<double> run_start_s;
+  std::vector<double> run_end_s;
+  std::vector<double> compute_s;
+  /// Of each timed step: time in SEND / RECV actions (posting them, and a
+  /// blocking receive's wait) and compute actions' waits for a receive.
+  std::vector<double> comm_s;
+  std::vector<double> wait_s;
   std::vector<pp::ExecutedAction> actions;  // every timed step's
 };
 
@@ -63,11 +76,36 @@ void run_ranks(
 
 /// Mean measured cost of each compute kind, overall and per stage (the
 /// stages holding the embedding or the loss cost more), over every rank's
-/// actions, less the time they waited for a receive.
+/// actions, less the time they waited for a receive; and of posting each
+/// kind of SEND and RECV per stage.
 pp::SimulationCosts measured_costs(const std::vector<RankFigures>& ranks) {
   std::map<pp::ActionKind, std::pair<double, int64_t>> kind_sum;
   std::map<std::pair<int64_t, pp::ActionKind>, std::pair<double, int64_t>>
       stage_sum;
+  // SEND / RECV: the mean time posting one took, per stage and kind, given
+  // to each such action (the simulator has no per-kind cost for them).
+  std::map<std::pair<int64_t, pp::ActionKind>, std::pair<double, int64_t>>
+      comm_sum;
+  for (const auto& r : ranks) {
+    for (const auto& a : r.actions) {
+      if (!a.compute) {
+        const auto action = pp::parse_action(a.name);
+        auto& acc = comm_sum[{action.stage, action.kind}];
+        acc.first += a.end_us - a.start_us;
+        ++acc.second;
+      }
+    }
+  }
+  pp::ActionCosts comm;
+  for (const auto& r : ranks) {
+    for (const auto& a : r.actions) {
+      if (!a.compute) {
+        const auto action = pp::parse_action(a.name);
+        const auto& acc = comm_sum[{action.stage, action.kind}];
+        comm[a.name] = acc.first / acc.second;
+      }
+    }
+  }
   for (const auto& r : ranks) {
     for (const auto& a : r.actions) {
       if (!a.compute) {
@@ -94,7 +132,29 @@ pp::SimulationCosts measured_costs(const std::vector<RankFigures>& ranks) {
       .backward(mean(pp::ActionKind::kB))
       .backward_input(mean(pp::ActionKind::kI))
       .backward_weight(mean(pp::ActionKind::kW))
-      .per_stage(per_stage);
+      .per_stage(per_stage)
+      .per_action(comm);
+}
+
+/// Each action's own cost: the median over the timed steps of its time less
+/// the time it waited for a receive; for a SEND or RECV, the time posting
+/// it took. On shared cores an action costs more while the other rank
+/// computes than alone in the ramp-up and drain; fed these, the simulator
+/// replays the schedule with the costs each action really had, so what
+/// remains of the gap is the time on the wire and the executor's
+/// bookkeeping between actions.
+pp::ActionCosts measured_action_costs(const std::vector<RankFigures>& ranks) {
+  std::map<std::string, std::vector<double>> samples;
+  for (const auto& r : ranks) {
+    for (const auto& a : r.actions) {
+      samples[a.name].push_back(a.end_us - a.start_us - a.wait_us);
+    }
+  }
+  pp::ActionCosts costs;
+  for (auto& [name, times] : samples) {
+    costs[name] = median(std::move(times));
+  }
+  return costs;
 }
 
 void BM_PipelineStep(
@@ -148,8 +208,10 @@ void BM_PipelineStep(
         for (auto& o : optimizers) {
           o->zero_grad();
         }
+        const auto run_start = std::chrono::steady_clock::now();
         auto run = executor.run(
             inputs, labels, 1.0 / (kBatch * kSeqLen), /*reduce=*/false);
+        const auto run_end = std::chrono::steady_clock::now();
         for (auto& o : optimizers) {
           o->step();
         }
@@ -160,7 +222,16 @@ void BM_PipelineStep(
           continue;
         }
         mine.step_s.push_back(step_s);
-        mine.bubble.push_back(1.0 - run.compute_s / run.wall_s);
+        mine.run_start_s.push_back(seconds(run_start));
+        mine.run_end_s.push_back(seconds(run_end));
+        mine.compute_s.push_back(run.compute_s);
+        double comm_us = 0.0, wait_us = 0.0;
+        for (const auto& a : run.actions) {
+          (a.compute ? wait_us : comm_us) +=
+              a.compute ? a.wait_us : a.end_us - a.start_us;
+        }
+        mine.comm_s.push_back(comm_us * 1e-6);
+        mine.wait_s.push_back(wait_us * 1e-6);
         mine.actions.insert(
             mine.actions.end(), run.actions.begin(), run.actions.end());
       }
@@ -174,11 +245,36 @@ void BM_PipelineStep(
   }
   const auto costs = measured_costs(figures);
   const auto sim = pp::simulate(lowered, costs);
+  auto replay_costs = costs;
+  replay_costs.per_action(measured_action_costs(figures));
+  const auto replay = pp::simulate(lowered, replay_costs);
+  // Measured bubble: each rank's idle share of the pipeline's span, from
+  // the first rank starting its run to the last one finishing, which is
+  // what the simulator's makespan is. (A rank's own run ends when its last
+  // action does; the last stage's ends well before the first stage's last
+  // backward, and in training it waits for the next step's input instead.)
+  std::vector<std::vector<double>> bubble(kRanks), comm(kRanks), wait(kRanks);
+  for (int i = 0; i < kTimedSteps; ++i) {
+    double start = figures[0].run_start_s[i], end = figures[0].run_end_s[i];
+    for (int64_t r = 1; r < kRanks; ++r) {
+      start = std::min(start, figures[r].run_start_s[i]);
+      end = std::max(end, figures[r].run_end_s[i]);
+    }
+    for (int64_t r = 0; r < kRanks; ++r) {
+      bubble[r].push_back(1.0 - figures[r].compute_s[i] / (end - start));
+      comm[r].push_back(figures[r].comm_s[i] / (end - start));
+      wait[r].push_back(figures[r].wait_s[i] / (end - start));
+    }
+  }
   for (int64_t r = 0; r < kRanks; ++r) {
     const std::string suffix = "_r" + std::to_string(r);
-    state.counters["bubble_pct" + suffix] = 100.0 * median(figures[r].bubble);
+    state.counters["bubble_pct" + suffix] = 100.0 * median(bubble[r]);
+    state.counters["comm_pct" + suffix] = 100.0 * median(comm[r]);
+    state.counters["recv_wait_pct" + suffix] = 100.0 * median(wait[r]);
     state.counters["predicted_bubble_pct" + suffix] =
         100.0 * sim.bubble_fraction[r];
+    state.counters["replayed_bubble_pct" + suffix] =
+        100.0 * replay.bubble_fraction[r];
     state.counters["peak_activations" + suffix] =
         static_cast<double>(sim.peak_activations[r]);
   }

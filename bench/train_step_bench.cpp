@@ -6,6 +6,7 @@
 
 #include "builders/builder_registry.h"
 #include "common/allocator.h"
+#include "common/threads.h"
 #include "models/llama/fused_ops.h"
 
 namespace {
@@ -122,6 +123,11 @@ BENCHMARK(BM_CausalAttention)
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As `baton train` runs with several threads (common/threads.h); the
+  // Python peer is run both with the same setting and without.
+  if (baton::openmp_wait_policy_unset()) {
+    baton::reexec_with_passive_openmp_wait(argv);
+  }
   baton::keep_freed_memory_in_process();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

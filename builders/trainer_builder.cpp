@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/allocator.h"
+#include "common/threads.h"
 #include "data/dataset.h"
 #include "parallel/data_parallel/replicate.h"
 #include "parallel/dist/mesh.h"
@@ -127,12 +128,8 @@ void TrainerBuilder::init_runtime() {
     runtime_ = dist::Runtime::init(env_, options);
   }
   mesh_ = std::make_shared<dist::ParallelMesh>(dims_, env_.rank, runtime_);
-  int64_t threads = config_.training.num_threads;
-  if (threads == 0) {
-    const int64_t cores =
-        std::max<int64_t>(1, std::thread::hardware_concurrency());
-    threads = std::max<int64_t>(1, cores / env_.local_world_size);
-  }
+  const int64_t threads = resolve_intra_op_threads(
+      config_.training.num_threads, env_.local_world_size);
   at::set_num_threads(static_cast<int>(threads));
   torch::manual_seed(config_.training.seed);
   if (config_.training.deterministic) {
@@ -140,7 +137,10 @@ void TrainerBuilder::init_runtime() {
   }
   LOG(INFO) << "runtime: " << env_.to_string() << "; " << dims_.to_string()
             << "; " << mesh_->to_string() << "; " << threads
-            << " intra-op threads, device " << device_.str();
+            << " intra-op threads (OMP_WAIT_POLICY="
+            << (openmp_wait_policy_unset() ? "unset"
+                                           : std::getenv(kOmpWaitPolicyVar))
+            << "), device " << device_.str();
 }
 
 std::shared_ptr<const Tokenizer> TrainerBuilder::build_tokenizer() {

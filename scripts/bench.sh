@@ -19,9 +19,13 @@ case "$blas" in
   *openblas-pthread*) ;;
   *) echo "bench: warning: expected OpenBLAS (pthread); timings are for $blas" >&2 ;;
 esac
-# Both sides run with glibc keeping freed memory in the process: Baton sets
-# it itself (common/allocator.h); the peer gets it from GLIBC_TUNABLES.
+# Both sides run with glibc keeping freed memory in the process and with
+# OpenMP's idle threads sleeping: Baton sets both itself
+# (common/allocator.h, common/threads.h); the peer gets them from
+# GLIBC_TUNABLES and OMP_WAIT_POLICY. It also runs once without either,
+# as a user would run it.
 tunables=glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=1073741824
+same_settings=(GLIBC_TUNABLES=$tunables OMP_WAIT_POLICY=PASSIVE)
 
 # What else runs meanwhile (1-minute load, compiler processes), every 10 s,
 # for the report: a shared machine's figures depend on it.
@@ -55,7 +59,9 @@ json.dump({
     "threads_note": "ATen intra-op threads as stated per table; OpenBLAS: its "
         "default (one thread per core) unless a table says otherwise; "
         "OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "unset") +
-        ", OPENBLAS_NUM_THREADS=" + os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
+        ", OPENBLAS_NUM_THREADS=" + os.environ.get("OPENBLAS_NUM_THREADS", "unset") +
+        ", OMP_WAIT_POLICY=" + os.environ.get("OMP_WAIT_POLICY", "unset") +
+        " (Baton's binaries run with PASSIVE unless it is set)",
     "date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"),
 }, open(sys.argv[1], "w"), indent=1)
 PY
@@ -79,18 +85,22 @@ for round in 1 2 3; do
     for threads in 1 2; do
       gbench train_step_bench "train_step_${flavor}_t${threads}_r$round" \
         --benchmark_filter="BM_TrainStep/$flavor/seq_len:256/threads:$threads/"
-      GLIBC_TUNABLES=$tunables "$python" bench/peer_step.py --flavor "$flavor" \
+      env "${same_settings[@]}" "$python" bench/peer_step.py --flavor "$flavor" \
         --threads "$threads" --reps 3 \
         --out "$out/peer_${flavor}_t${threads}_tuned_r$round.json"
     done
   done
 done
-# The peer's other settings, once: AdamW(foreach=True), and glibc's defaults.
+# The peer's other settings, once: AdamW(foreach=True), and the defaults a
+# user gets (glibc's allocator, OpenMP's spinning).
 for flavor in debugmodel small; do
-  GLIBC_TUNABLES=$tunables "$python" bench/peer_step.py --flavor "$flavor" \
+  env "${same_settings[@]}" "$python" bench/peer_step.py --flavor "$flavor" \
     --threads 1 --reps 3 --foreach --out "$out/peer_${flavor}_t1_foreach.json"
-  "$python" bench/peer_step.py --flavor "$flavor" --threads 1 --reps 3 \
-    --out "$out/peer_${flavor}_t1_default.json"
+  for threads in 1 2; do
+    env -u GLIBC_TUNABLES -u OMP_WAIT_POLICY "$python" bench/peer_step.py \
+      --flavor "$flavor" --threads "$threads" --reps 3 \
+      --out "$out/peer_${flavor}_t${threads}_default.json"
+  done
 done
 
 # Pipelines: one BLAS thread per rank thread.

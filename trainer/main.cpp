@@ -16,6 +16,7 @@
 
 #include "builders/builder_registry.h"
 #include "common/error.h"
+#include "common/threads.h"
 #include "data/dataset.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "data/token_shards.h"
@@ -57,7 +58,7 @@ std::pair<int, std::string> describe(const std::exception_ptr& error) {
   std::_Exit(code);
 }
 
-int run_train(const baton::TrainArgs& args) {
+int run_train(const baton::TrainArgs& args, char** argv) {
   const auto config = baton::load_job_config(args.config_path, args.overrides);
   if (args.print_config) {
     std::cout << baton::job_config_to_yaml(config);
@@ -74,6 +75,15 @@ int run_train(const baton::TrainArgs& args) {
     launch.store_timeout =
         std::chrono::seconds(config.comm.init_timeout_seconds);
     return baton::dist::launch_local(launch);
+  }
+  // Several intra-op threads must not spin beside OpenBLAS's
+  // (common/threads.h): start again with OMP_WAIT_POLICY=PASSIVE unless the
+  // user chose a policy.
+  if (baton::openmp_wait_policy_unset() &&
+      baton::resolve_intra_op_threads(
+          config.training.num_threads,
+          baton::dist::detect_launch_env().local_world_size) > 1) {
+    baton::reexec_with_passive_openmp_wait(argv);
   }
   baton::register_builtin_builders();
   // Both live outside the try, so the runtime they hold is still there when
@@ -235,7 +245,7 @@ int main(int argc, char** argv) {
     if (cli.command == "data tokenize") {
       return run_data_tokenize(cli.data_tokenize);
     }
-    return run_train(cli.train);
+    return run_train(cli.train, argv);
   } catch (...) {
     const auto [code, message] = describe(std::current_exception());
     std::cerr << "error: " << message << '\n';

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/threads.h"
 #include "parallel/dist/launch_env.h"
 #include "parallel/dist/process_group.h"
 
@@ -142,6 +143,11 @@ std::vector<std::string> child_environment(
     if (std::getenv(var) == nullptr) {
       env.push_back(std::string(var) + "=" + share);
     }
+  }
+  // So that a rank with several intra-op threads need not restart itself
+  // to get it (common/threads.h).
+  if (openmp_wait_policy_unset()) {
+    env.push_back(std::string(kOmpWaitPolicyVar) + "=" + kBatonOmpWaitPolicy);
   }
   return env;
 }

@@ -229,7 +229,22 @@ class Simulator {
     return {};
   }
 
+  /// A SEND's or RECV's time to post, from `per_action` (0 without one).
+  double comm_cost(const Action& a) const {
+    if (!is_comm(a.kind) || costs_.per_action().empty()) {
+      return 0.0;
+    }
+    const auto it = costs_.per_action().find(a.str());
+    return it == costs_.per_action().end() ? 0.0 : it->second;
+  }
+
   double cost(const Action& a) const {
+    if (!costs_.per_action().empty()) {
+      const auto one = costs_.per_action().find(a.str());
+      if (one != costs_.per_action().end()) {
+        return one->second;
+      }
+    }
     const auto it = costs_.per_stage().find({a.stage, a.kind});
     if (it != costs_.per_stage().end()) {
       return it->second;
@@ -278,20 +293,26 @@ class Simulator {
     const int64_t s = a.stage;
     const int64_t mb = a.microbatch;
     double start = clock_[r];
-    double end = start;
+    // Posting a SEND or RECV takes the rank its per-action cost, if it has
+    // one (not counted as busy), and nothing otherwise.
+    double end = start + comm_cost(a);
     switch (a.kind) {
       case ActionKind::kSendF:
-        send_f_.at(s, mb) = start;
+        send_f_.at(s, mb) = end;
+        clock_[r] = end;
         break;
       case ActionKind::kSendB:
-        send_b_.at(s, mb) = start;
+        send_b_.at(s, mb) = end;
+        clock_[r] = end;
         break;
       case ActionKind::kRecvF:
         // Posting a receive does not block; the compute that needs it waits.
         recv_f_.at(s, mb) = inputs_at + costs_.p2p_latency();
+        clock_[r] = end;
         break;
       case ActionKind::kRecvB:
         recv_b_.at(s, mb) = inputs_at + costs_.p2p_latency();
+        clock_[r] = end;
         break;
       default: {
         start = std::max(start, inputs_at);

@@ -16,6 +16,10 @@ namespace baton::pipeline {
 /// Cost of one kind of compute action on one stage: (stage, kind) -> time.
 using StageCosts = std::map<std::pair<int64_t, ActionKind>, double>;
 
+/// Cost of one action instance, by its string form (Action::str(), e.g.
+/// `1F3`, `(0F7;7B3)OVERLAP_F_B`) -> time.
+using ActionCosts = std::map<std::string, double>;
+
 /// Time each kind of action takes in the simulator, in arbitrary units.
 struct SimulationCosts {
   /// A forward.
@@ -37,6 +41,11 @@ struct SimulationCosts {
   /// the loss cost more than the others); an entry replaces the per-kind
   /// cost above for that stage's actions of that kind.
   TORCH_ARG(StageCosts, per_stage) = {};
+  /// Per-action costs (e.g. each action's own measured time: on shared cores
+  /// an action costs more while another rank computes than alone in the
+  /// ramp-up); an entry replaces the per-stage and per-kind cost of that one
+  /// action. A SEND's or RECV's entry is the time its rank takes to post it.
+  TORCH_ARG(ActionCosts, per_action) = {};
 };
 
 /// One executed action with its simulated start and end.
@@ -104,8 +113,9 @@ struct SimulationResult {
 /// exist); a step in which no rank can run is a deadlock, reported in
 /// `deadlock` with the step and the stuck actions. Times follow `costs`:
 /// each action starts when its rank is free and its inputs have arrived;
-/// posting a SEND or RECV takes no time (the compute that needs the data
-/// waits for it, SEND time + p2p_latency).
+/// posting a SEND or RECV takes its `per_action` cost, if it has one, and
+/// otherwise no time; that time is not busy (the compute that needs the
+/// data waits for it: the SEND posted, + p2p_latency).
 /// A compute-only schedule communicates implicitly (p2p_latency between
 /// ranks). Expects a schedule that passes validate_schedule.
 SimulationResult simulate(

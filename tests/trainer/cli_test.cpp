@@ -190,6 +190,63 @@ TEST(Cli, TrainsTheDebugModelAndWritesEveryMetricsKey) {
   EXPECT_LT(last, first - 1.5) << "the loss should fall clearly";
 }
 
+// With several intra-op threads and OMP_WAIT_POLICY unset, `baton train`
+// starts itself again with PASSIVE (common/threads.h). libgomp reports what
+// it read at load time (OMP_DISPLAY_ENV): GOMP_SPINCOUNT 300000 for the
+// unset default, 0 for PASSIVE.
+TEST(Cli, RestartsWithOpenMpPassiveWaitUnlessTheUserChose) {
+  const std::string train =
+      " train --config " + debug_config() +
+      " --training.steps=1 --lr_scheduler.warmup_steps=1"
+      " --training.seq_len=32"
+      " --training.local_batch_size=2 --metrics.peak_tflops=1"
+      " --metrics.jsonl=false --job.dump_folder=" +
+      (fs::path(::testing::TempDir()) / "cli_omp").string();
+  const auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos;
+         at = text.find(what, at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  const std::string display = "env -u OMP_WAIT_POLICY OMP_DISPLAY_ENV=VERBOSE ";
+
+  // Unset, 2 threads: the first process saw the spinning default, the
+  // restarted one PASSIVE, and the run says so.
+  auto r = testing::run_command(
+      display + testing::baton_bin() + train + " --training.num_threads=2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "GOMP_SPINCOUNT = '300000'"), 1u) << r.output;
+  EXPECT_EQ(count(r.output, "GOMP_SPINCOUNT = '0'"), 1u) << r.output;
+  EXPECT_NE(
+      r.output.find("2 intra-op threads (OMP_WAIT_POLICY=PASSIVE)"),
+      std::string::npos)
+      << r.output;
+
+  // One thread: nothing to spin, no restart.
+  r = testing::run_command(
+      display + testing::baton_bin() + train + " --training.num_threads=1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "GOMP_SPINCOUNT"), 1u) << r.output;
+  EXPECT_NE(
+      r.output.find("1 intra-op threads (OMP_WAIT_POLICY=unset)"),
+      std::string::npos)
+      << r.output;
+
+  // The user's choice stands.
+  r = testing::run_command(
+      display + "OMP_WAIT_POLICY=ACTIVE " + testing::baton_bin() + train +
+      " --training.num_threads=2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "GOMP_SPINCOUNT"), 1u) << r.output;
+  EXPECT_NE(r.output.find("OMP_WAIT_POLICY = 'ACTIVE'"), std::string::npos);
+  EXPECT_NE(
+      r.output.find("2 intra-op threads (OMP_WAIT_POLICY=ACTIVE)"),
+      std::string::npos)
+      << r.output;
+}
+
 // --- tokenizer train / data tokenize -----------------------------------------
 
 fs::path fresh_dir(const std::string& name) {

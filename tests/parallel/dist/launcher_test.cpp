@@ -68,6 +68,28 @@ TEST(Launcher, BlasThreadsAreSharedOutUnlessSet) {
       << out;
 }
 
+TEST(Launcher, RanksGetThePassiveOpenMpWaitPolicyUnlessSet) {
+  const char* before = std::getenv("OMP_WAIT_POLICY");
+  const std::string saved = before == nullptr ? "" : before;
+  const auto policy_seen = [] {
+    ::testing::internal::CaptureStdout();
+    launch_local(shell(2, "echo \"policy=${OMP_WAIT_POLICY:-unset}\""));
+    return ::testing::internal::GetCapturedStdout();
+  };
+  ::unsetenv("OMP_WAIT_POLICY");
+  std::string out = policy_seen();
+  EXPECT_NE(out.find("[rank0]: policy=PASSIVE"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank1]: policy=PASSIVE"), std::string::npos) << out;
+  ::setenv("OMP_WAIT_POLICY", "ACTIVE", 1);
+  out = policy_seen();
+  EXPECT_NE(out.find("[rank1]: policy=ACTIVE"), std::string::npos) << out;
+  if (before == nullptr) {
+    ::unsetenv("OMP_WAIT_POLICY");
+  } else {
+    ::setenv("OMP_WAIT_POLICY", saved.c_str(), 1);
+  }
+}
+
 TEST(Launcher, FirstFailureDecidesTheExitCodeAndStopsTheRest) {
   // Rank 1 fails with 3; rank 0 would sleep for a minute but is stopped.
   EXPECT_EQ(

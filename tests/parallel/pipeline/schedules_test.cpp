@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -416,6 +418,45 @@ TEST(SimulatorTest, PerStageCostsReplaceThePerKindOnes) {
           {{{0, ActionKind::kF}, 1.0}, {{1, ActionKind::kB}, 2.0}}));
   EXPECT_DOUBLE_EQ(
       same.makespan, simulate(gpipe, SimulationCosts().backward(2.0)).makespan);
+}
+
+TEST(SimulatorTest, PerActionCostsReplaceOneActionsCost) {
+  // GPipe over 2 ranks, m = 2: 0F0 costs 3 by its own entry, the other
+  // forwards of stage 0 (0F1) 5 by the per-stage one, all else 1. Rank 1
+  // starts at 3, runs 1F0, waits for 0F1 (ends at 8), then 1F1 and its two
+  // backwards (to 11); rank 0's last backward ends at 12.
+  const auto gpipe = lower_schedule(make_schedule("GPipe", 2, 1, 2));
+  const auto sim = simulate(
+      gpipe,
+      SimulationCosts()
+          .per_stage({{{0, ActionKind::kF}, 5.0}})
+          .per_action({{"0F0", 3.0}}));
+  EXPECT_DOUBLE_EQ(sim.makespan, 12.0);
+  std::map<std::string, double> took;
+  for (const auto& rank : sim.timeline) {
+    for (const auto& a : rank) {
+      took[a.action.str()] = a.end - a.start;
+    }
+  }
+  EXPECT_DOUBLE_EQ(took.at("0F0"), 3.0);
+  EXPECT_DOUBLE_EQ(took.at("0F1"), 5.0);
+  EXPECT_DOUBLE_EQ(took.at("1F0"), 1.0);
+  EXPECT_DOUBLE_EQ(took.at("1B1"), 1.0);
+  EXPECT_DOUBLE_EQ(sim.bubble_fraction[0], 1.0 - 10.0 / 12.0);
+  EXPECT_DOUBLE_EQ(sim.bubble_fraction[1], 1.0 - 4.0 / 12.0);
+
+  // Posting a send takes its entry's time on the sender, not counted busy;
+  // the receiver's compute waits until it is posted.
+  const auto base = simulate(gpipe);
+  const auto slow_send =
+      simulate(gpipe, SimulationCosts().per_action({{"0SEND_F0", 0.5}}));
+  EXPECT_DOUBLE_EQ(slow_send.makespan, base.makespan + 0.5);
+  EXPECT_EQ(slow_send.busy, base.busy);
+  for (const auto& a : slow_send.timeline[1]) {
+    if (a.action.str() == "1F0") {
+      EXPECT_DOUBLE_EQ(a.start, 1.5);
+    }
+  }
 }
 
 TEST(SimulatorTest, PeakActivationsMatchTheFormulas) {

@@ -1,0 +1,41 @@
+#include "common/threads.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <thread>
+
+namespace baton {
+
+int64_t resolve_intra_op_threads(int64_t configured, int64_t local_ranks) {
+  if (configured > 0) {
+    return configured;
+  }
+  const int64_t cores =
+      std::max<int64_t>(1, std::thread::hardware_concurrency());
+  return std::max<int64_t>(1, cores / std::max<int64_t>(1, local_ranks));
+}
+
+bool openmp_wait_policy_unset() {
+  const char* value = std::getenv(kOmpWaitPolicyVar);
+  return value == nullptr || *value == '\0';
+}
+
+void reexec_with_passive_openmp_wait(char** argv) {
+  ::setenv(kOmpWaitPolicyVar, kBatonOmpWaitPolicy, 1);
+  std::cout.flush();
+  std::cerr.flush();
+  ::execv("/proc/self/exe", argv);
+  const int error = errno;
+  ::unsetenv(kOmpWaitPolicyVar);
+  std::cerr << "baton: warning: could not restart with " << kOmpWaitPolicyVar
+            << "=" << kBatonOmpWaitPolicy << " (" << std::strerror(error)
+            << "); OpenMP's idle threads will spin. Set the variable to "
+            << "avoid this.\n";
+}
+
+}  // namespace baton
