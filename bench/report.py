@@ -225,6 +225,7 @@ def step_section(meds, peers, docs, targets, results):
                 f"{fmt(peer('foreach'), unit=' ms')} | {fmt(peer('default'), unit=' ms')} | "
                 f"{fmt(step / peer('default') if peer('default') else None, 2)} |")
             targets.setdefault("ratio", []).append((flavor, threads, ratio))
+            targets.setdefault("mfu_all", []).append((flavor, threads, mfu))
             if flavor == "small":
                 targets.setdefault("mfu", []).append((threads, mfu))
             chart_cats.append(f"{flavor}, {threads} thr")
@@ -489,6 +490,19 @@ def limits_section(t):
             "work itself to change (a fused CPU attention kernel with AVX2 "
             "dispatch; Debian's libtorch and Baton are built for baseline "
             "x86-64), not more fusion around it.")
+        # What 0.75x would take: the same FLOPs in 0.75 of Python's time.
+        needs = []
+        for flavor, threads, mfu in t.get("mfu_all", []):
+            r = next((x for f, th, x in ratios if f == flavor and th == threads), None)
+            if mfu is None or r is None or r <= 0.75:
+                continue
+            py_mfu = mfu * r
+            needs.append(f"{flavor} at {threads} thread(s): Python runs at "
+                         f"{py_mfu:.0f} % of the matmul peak, so 0.75x would need "
+                         f"Baton at {py_mfu / 0.75:.0f} % (it is at {mfu:.0f} %)")
+        if needs:
+            text += (" What the target asks, against the matmul peak measured in "
+                     "the same run: " + "; ".join(needs) + ".")
         lines.append(text)
     mfu = [m for m in t.get("mfu", []) if m[1] is not None]
     if any(m < 50 for _, m in mfu):

@@ -82,15 +82,15 @@ BENCHMARK(BM_MatmulPeak)
     ->Args({1024, 2})
     ->UseRealTime();
 
-/// Forward + backward of causal attention, one thread, on the flavors'
-/// shapes (B 8, T 256; debugmodel: 16 heads of 16, small: 8 heads of 64):
-/// Baton's blocked attention by block size (block = T: one block, every
+/// Forward + backward of causal attention, 1 or 2 ATen threads, on the
+/// flavors' shapes (B 8, T 256; debugmodel: 16 heads of 16, small: 8 heads of
+/// 64): Baton's blocked attention by block size (block = T: one block, every
 /// score formed), and libtorch's own (the math path of
 /// _scaled_dot_product_attention, block 0 here).
 void BM_CausalAttention(benchmark::State& state) {
-  at::set_num_threads(1);
   const int64_t heads = state.range(0), head_dim = state.range(1);
   const int64_t block = state.range(2);
+  at::set_num_threads(static_cast<int>(state.range(3)));
   const auto make = [&] {
     return torch::randn({8, heads, 256, head_dim}).requires_grad_(true);
   };
@@ -113,10 +113,14 @@ void BM_CausalAttention(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_CausalAttention)
-    ->ArgNames({"heads", "head_dim", "block"})
-    ->ArgsProduct({{16}, {16}, {0, 32, 64, 128, 256}})
-    ->Args({8, 64, 0})
-    ->Args({8, 64, 64})
+    ->ArgNames({"heads", "head_dim", "block", "threads"})
+    ->ArgsProduct({{16}, {16}, {0, 32, 64, 128, 256}, {1}})
+    ->Args({8, 64, 0, 1})
+    ->Args({8, 64, 64, 1})
+    ->Args({16, 16, 0, 2})
+    ->Args({16, 16, 64, 2})
+    ->Args({8, 64, 0, 2})
+    ->Args({8, 64, 64, 2})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -171,6 +172,32 @@ at::Tensor diagonal_mask(int64_t block, const at::TensorOptions& options) {
       .triu(1);
 }
 
+/// OpenBLAS runs a product of m x n x k at most this large on the calling
+/// thread alone (its default GEMM_MULTITHREAD_THRESHOLD, 4, times 65536):
+/// attention's per-head products of small heads stay below it, so they can
+/// run on ATen's threads, head by head, without OpenBLAS's threads under
+/// them (OpenBLAS's pthreads build warns, and may stall, when its threaded
+/// path is entered from inside an OpenMP region).
+constexpr int64_t kBlasSingleThreadedMnk = 4 * 65536;
+
+/// Runs body(begin, end) over the B * H heads: split among ATen's threads
+/// when there are several and each per-head product (up to rows x T x D)
+/// runs single-threaded in BLAS; else in one piece, where the products use
+/// BLAS's own threads. The body runs on OpenMP's threads, whose grad mode is
+/// their own: it must not record autograd history.
+void for_heads(
+    int64_t heads,
+    int64_t rows,
+    int64_t T,
+    int64_t D,
+    const std::function<void(int64_t, int64_t)>& body) {
+  if (at::get_num_threads() > 1 && rows * T * D <= kBlasSingleThreadedMnk) {
+    at::parallel_for(0, heads, 1, body);
+  } else {
+    body(0, heads);
+  }
+}
+
 class BlockedCausalAttention
     : public torch::autograd::Function<BlockedCausalAttention> {
  public:
@@ -181,26 +208,44 @@ class BlockedCausalAttention
       const at::Tensor& v,
       bool q_scaled,
       int64_t block) {
-    const int64_t T = q.size(2);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    const int64_t BH = q.size(0) * q.size(1), T = q.size(2), D = q.size(3);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
     const auto qs = q_scaled ? q.contiguous() : (q * scale).contiguous();
     const auto kc = k.contiguous();
     const auto vc = v.contiguous();
     const auto mask = diagonal_mask(block, qs.options());
     auto out = at::empty_like(qs);  // (B, H, T, D)
-    c10::List<at::Tensor> probs;
+    // Heads flattened: (B * H, T, D) views.
+    const auto q3 = qs.view({BH, T, D});
+    const auto k3 = kc.view({BH, T, D});
+    const auto v3 = vc.view({BH, T, D});
+    auto out3 = out.view({BH, T, D});
+    // Each block's probabilities, (B * H, bt, t1), kept for the backward.
+    std::vector<at::Tensor> p_blocks;
     for (int64_t t0 = 0; t0 < T; t0 += block) {
-      const int64_t bt = std::min(block, T - t0), t1 = t0 + bt;
-      // (B, H, bt, t1): this block's queries against keys 0 .. t1.
-      auto scores = at::matmul(
-          qs.narrow(2, t0, bt), kc.narrow(2, 0, t1).transpose(-2, -1));
-      scores.narrow(-1, t0, bt).add_(mask.narrow(0, 0, bt).narrow(1, 0, bt));
-      auto p = at::_softmax(scores, -1, false);
-      out.narrow(2, t0, bt).copy_(at::matmul(p, vc.narrow(2, 0, t1)));
-      probs.push_back(p);
+      const int64_t bt = std::min(block, T - t0);
+      p_blocks.push_back(at::empty({BH, bt, t0 + bt}, qs.options()));
     }
+    for_heads(BH, block, T, D, [&](int64_t h0, int64_t h1) {
+      const at::NoGradGuard no_grad;  // grad mode is per thread
+      const auto qh = q3.slice(0, h0, h1);
+      const auto kh = k3.slice(0, h0, h1);
+      const auto vh = v3.slice(0, h0, h1);
+      int64_t i = 0;
+      for (int64_t t0 = 0; t0 < T; t0 += block, ++i) {
+        const int64_t bt = std::min(block, T - t0), t1 = t0 + bt;
+        // This block's queries against keys 0 .. t1.
+        auto scores =
+            at::bmm(qh.narrow(1, t0, bt), kh.narrow(1, 0, t1).transpose(1, 2));
+        scores.narrow(-1, t0, bt).add_(mask.narrow(0, 0, bt).narrow(1, 0, bt));
+        auto p = p_blocks[i].slice(0, h0, h1);
+        at::_softmax_out(p, scores, -1, false);
+        out3.slice(0, h0, h1).narrow(1, t0, bt).copy_(
+            at::bmm(p, vh.narrow(1, 0, t1)));
+      }
+    });
     ctx->save_for_backward({qs, kc, vc});
-    ctx->saved_data["probs"] = probs;
+    ctx->saved_data["probs"] = c10::List<at::Tensor>(p_blocks);
     ctx->saved_data["q_scaled"] = q_scaled;
     ctx->saved_data["block"] = block;
     ctx->saved_data["scale"] = scale;
@@ -210,33 +255,47 @@ class BlockedCausalAttention
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& qs = saved[0];
-    const at::Tensor& k = saved[1];
-    const at::Tensor& v = saved[2];
+    const int64_t BH = qs.size(0) * qs.size(1), T = qs.size(2), D = qs.size(3);
+    const auto q3 = qs.view({BH, T, D});
+    const auto k3 = saved[1].view({BH, T, D});
+    const auto v3 = saved[2].view({BH, T, D});
     const auto probs = ctx->saved_data["probs"].toTensorList();
     const bool q_scaled = ctx->saved_data["q_scaled"].toBool();
     const int64_t block = ctx->saved_data["block"].toInt();
     const double scale = ctx->saved_data["scale"].toDouble();
-    const auto gout = grads[0].contiguous();  // (B, H, T, D)
-    const int64_t T = qs.size(2);
+    const auto gout = grads[0].contiguous().view({BH, T, D});
     auto gq = at::empty_like(qs);
-    auto gk = at::zeros_like(k);
-    auto gv = at::zeros_like(v);
-    int64_t i = 0;
-    for (int64_t t0 = 0; t0 < T; t0 += block, ++i) {
-      const int64_t bt = std::min(block, T - t0), t1 = t0 + bt;
-      const at::Tensor p = probs.get(i);       // (B, H, bt, t1)
-      const auto go = gout.narrow(2, t0, bt);  // (B, H, bt, D)
-      gv.narrow(2, 0, t1).add_(at::matmul(p.transpose(-2, -1), go));
-      const auto gp = at::matmul(go, v.narrow(2, 0, t1).transpose(-2, -1));
-      const auto gs = at::_softmax_backward_data(gp, p, -1, p.scalar_type());
-      auto gq_block = at::matmul(gs, k.narrow(2, 0, t1));  // (B, H, bt, D)
-      if (!q_scaled) {
-        gq_block.mul_(scale);
+    auto gk = at::zeros_like(qs);
+    auto gv = at::zeros_like(qs);
+    auto gq3 = gq.view({BH, T, D});
+    auto gk3 = gk.view({BH, T, D});
+    auto gv3 = gv.view({BH, T, D});
+    for_heads(BH, block, T, D, [&](int64_t h0, int64_t h1) {
+      const at::NoGradGuard no_grad;
+      const auto qh = q3.slice(0, h0, h1);
+      const auto kh = k3.slice(0, h0, h1);
+      const auto vh = v3.slice(0, h0, h1);
+      const auto gh = gout.slice(0, h0, h1);
+      auto gqh = gq3.slice(0, h0, h1);
+      auto gkh = gk3.slice(0, h0, h1);
+      auto gvh = gv3.slice(0, h0, h1);
+      int64_t i = 0;
+      for (int64_t t0 = 0; t0 < T; t0 += block, ++i) {
+        const int64_t bt = std::min(block, T - t0), t1 = t0 + bt;
+        const at::Tensor p = probs.get(i).slice(0, h0, h1);  // (n, bt, t1)
+        const auto go = gh.narrow(1, t0, bt);                // (n, bt, D)
+        gvh.narrow(1, 0, t1).add_(at::bmm(p.transpose(1, 2), go));
+        const auto gp = at::bmm(go, vh.narrow(1, 0, t1).transpose(1, 2));
+        const auto gs = at::_softmax_backward_data(gp, p, -1, p.scalar_type());
+        auto gq_block = at::bmm(gs, kh.narrow(1, 0, t1));  // (n, bt, D)
+        if (!q_scaled) {
+          gq_block.mul_(scale);
+        }
+        gqh.narrow(1, t0, bt).copy_(gq_block);
+        gkh.narrow(1, 0, t1).add_(
+            at::bmm(gs.transpose(1, 2), qh.narrow(1, t0, bt)));
       }
-      gq.narrow(2, t0, bt).copy_(gq_block);
-      gk.narrow(2, 0, t1).add_(
-          at::matmul(gs.transpose(-2, -1), qs.narrow(2, t0, bt)));
-    }
+    });
     return {gq, gk, gv, at::Tensor(), at::Tensor()};
   }
 };

@@ -103,10 +103,14 @@ TEST(FusedOps, RmsNormMatchesTheFormulaWithGradients) {
 }
 
 class BlockedAttention
-    : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, bool>> {};
+    : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, bool, int>> {
+};
 
 TEST_P(BlockedAttention, MatchesFullSoftmaxAttentionWithGradients) {
-  const auto [T, block, q_scaled] = GetParam();
+  const auto [T, block, q_scaled, threads] = GetParam();
+  // With 2 threads the heads are split among them (fused_ops.cpp).
+  const int threads_before = at::get_num_threads();
+  at::set_num_threads(threads);
   torch::manual_seed(T * 100 + block);
   const int64_t B = 2, H = 3, D = 8;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
@@ -141,17 +145,20 @@ TEST_P(BlockedAttention, MatchesFullSoftmaxAttentionWithGradients) {
   EXPECT_TRUE(close(qf.grad(), qr.grad()));
   EXPECT_TRUE(close(kf.grad(), kr.grad()));
   EXPECT_TRUE(close(vf.grad(), vr.grad()));
+  at::set_num_threads(threads_before);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes,
     BlockedAttention,
     ::testing::Values(
-        std::make_tuple(16, 16, false),  // one block
-        std::make_tuple(16, 4, false),   // whole blocks
-        std::make_tuple(13, 4, false),   // a short last block
-        std::make_tuple(13, 64, true),   // block longer than the sequence
-        std::make_tuple(9, 2, true)));
+        std::make_tuple(16, 16, false, 1),  // one block
+        std::make_tuple(16, 4, false, 1),   // whole blocks
+        std::make_tuple(13, 4, false, 1),   // a short last block
+        std::make_tuple(13, 64, true, 1),   // block longer than the sequence
+        std::make_tuple(9, 2, true, 1),
+        std::make_tuple(16, 4, false, 2),  // heads split between 2 threads
+        std::make_tuple(13, 4, true, 2)));
 
 TEST(FusedOps, AttentionRejectsMismatchedShapes) {
   try {
