@@ -210,41 +210,36 @@ TEST(Cli, RestartsWithOpenMpPassiveWaitUnlessTheUserChose) {
     }
     return n;
   };
-  const std::string display = "env -u OMP_WAIT_POLICY OMP_DISPLAY_ENV=VERBOSE ";
-
+  // Runs with `env` prefixed, `threads` intra-op threads; checks it trained,
+  // how many times libgomp started, and the runtime's log of the policy.
+  const auto run = [&](const std::string& env,
+                       int threads,
+                       size_t starts,
+                       const std::string& policy) {
+    const auto r = testing::run_command(
+        "env -u OMP_WAIT_POLICY OMP_DISPLAY_ENV=VERBOSE " + env +
+        testing::baton_bin() + train +
+        " --training.num_threads=" + std::to_string(threads));
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(count(r.output, "GOMP_SPINCOUNT"), starts) << r.output;
+    EXPECT_NE(
+        r.output.find(
+            std::to_string(threads) +
+            " intra-op threads (OMP_WAIT_POLICY=" + policy + ")"),
+        std::string::npos)
+        << r.output;
+    return r.output;
+  };
   // Unset, 2 threads: the first process saw the spinning default, the
-  // restarted one PASSIVE, and the run says so.
-  auto r = testing::run_command(
-      display + testing::baton_bin() + train + " --training.num_threads=2");
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_EQ(count(r.output, "GOMP_SPINCOUNT = '300000'"), 1u) << r.output;
-  EXPECT_EQ(count(r.output, "GOMP_SPINCOUNT = '0'"), 1u) << r.output;
-  EXPECT_NE(
-      r.output.find("2 intra-op threads (OMP_WAIT_POLICY=PASSIVE)"),
-      std::string::npos)
-      << r.output;
-
+  // restarted one PASSIVE.
+  auto out = run("", 2, 2, "PASSIVE");
+  EXPECT_EQ(count(out, "GOMP_SPINCOUNT = '300000'"), 1u) << out;
+  EXPECT_EQ(count(out, "GOMP_SPINCOUNT = '0'"), 1u) << out;
   // One thread: nothing to spin, no restart.
-  r = testing::run_command(
-      display + testing::baton_bin() + train + " --training.num_threads=1");
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_EQ(count(r.output, "GOMP_SPINCOUNT"), 1u) << r.output;
-  EXPECT_NE(
-      r.output.find("1 intra-op threads (OMP_WAIT_POLICY=unset)"),
-      std::string::npos)
-      << r.output;
-
+  run("", 1, 1, "unset");
   // The user's choice stands.
-  r = testing::run_command(
-      display + "OMP_WAIT_POLICY=ACTIVE " + testing::baton_bin() + train +
-      " --training.num_threads=2");
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_EQ(count(r.output, "GOMP_SPINCOUNT"), 1u) << r.output;
-  EXPECT_NE(r.output.find("OMP_WAIT_POLICY = 'ACTIVE'"), std::string::npos);
-  EXPECT_NE(
-      r.output.find("2 intra-op threads (OMP_WAIT_POLICY=ACTIVE)"),
-      std::string::npos)
-      << r.output;
+  out = run("OMP_WAIT_POLICY=ACTIVE ", 2, 1, "ACTIVE");
+  EXPECT_NE(out.find("OMP_WAIT_POLICY = 'ACTIVE'"), std::string::npos) << out;
 }
 
 // --- tokenizer train / data tokenize -----------------------------------------
