@@ -55,8 +55,8 @@ struct RankFigures {
   std::vector<double> run_start_s;
   std::vector<double> run_end_s;
   std::vector<double> compute_s;
-  /// Of each timed step: time in SEND / RECV actions (posting them, and a
-  /// blocking receive's wait) and compute actions' waits for a receive.
+  /// Of each timed step: time in SEND / RECV actions (posting them: the
+  /// receives are irecv) and compute actions' waits for a receive.
   std::vector<double> comm_s;
   std::vector<double> wait_s;
   std::vector<pp::ExecutedAction> actions;  // every timed step's
@@ -88,7 +88,7 @@ pp::SimulationCosts measured_costs(const std::vector<RankFigures>& ranks) {
       comm_sum;
   for (const auto& r : ranks) {
     for (const auto& a : r.actions) {
-      if (!a.compute) {
+      if (pp::is_comm(pp::parse_action(a.name).kind)) {
         const auto action = pp::parse_action(a.name);
         auto& acc = comm_sum[{action.stage, action.kind}];
         acc.first += a.end_us - a.start_us;
@@ -99,7 +99,7 @@ pp::SimulationCosts measured_costs(const std::vector<RankFigures>& ranks) {
   pp::ActionCosts comm;
   for (const auto& r : ranks) {
     for (const auto& a : r.actions) {
-      if (!a.compute) {
+      if (pp::is_comm(pp::parse_action(a.name).kind)) {
         const auto action = pp::parse_action(a.name);
         const auto& acc = comm_sum[{action.stage, action.kind}];
         comm[a.name] = acc.first / acc.second;
@@ -227,8 +227,11 @@ void BM_PipelineStep(
         mine.compute_s.push_back(run.compute_s);
         double comm_us = 0.0, wait_us = 0.0;
         for (const auto& a : run.actions) {
-          (a.compute ? wait_us : comm_us) +=
-              a.compute ? a.wait_us : a.end_us - a.start_us;
+          if (a.compute) {
+            wait_us += a.wait_us;
+          } else if (pp::is_comm(pp::parse_action(a.name).kind)) {
+            comm_us += a.end_us - a.start_us;
+          }
         }
         mine.comm_s.push_back(comm_us * 1e-6);
         mine.wait_s.push_back(wait_us * 1e-6);

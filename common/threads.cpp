@@ -26,7 +26,12 @@ bool openmp_wait_policy_unset() {
 }
 
 void reexec_with_passive_openmp_wait(char** argv) {
-  ::setenv(kOmpWaitPolicyVar, kBatonOmpWaitPolicy, 1);
+  // The restarted process finds the variable set and goes on: one restart.
+  if (::setenv(kOmpWaitPolicyVar, kBatonOmpWaitPolicy, 1) != 0) {
+    std::cerr << "baton: warning: could not set " << kOmpWaitPolicyVar
+              << "; OpenMP's idle threads will spin.\n";
+    return;
+  }
   std::cout.flush();
   std::cerr.flush();
   ::execv("/proc/self/exe", argv);

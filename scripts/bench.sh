@@ -20,7 +20,7 @@ case "$blas" in
   *) echo "bench: warning: expected OpenBLAS (pthread); timings are for $blas" >&2 ;;
 esac
 # Both sides run with glibc keeping freed memory in the process and with
-# OpenMP's idle threads sleeping: Baton sets both itself
+# OpenMP's idle threads sleeping: Baton's binaries set both themselves
 # (common/allocator.h, common/threads.h); the peer gets them from
 # GLIBC_TUNABLES and OMP_WAIT_POLICY. It also runs once without either,
 # as a user would run it.

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -78,8 +79,11 @@ int run_train(const baton::TrainArgs& args, char** argv) {
   }
   // Several intra-op threads must not spin beside OpenBLAS's
   // (common/threads.h): start again with OMP_WAIT_POLICY=PASSIVE unless the
-  // user chose a policy.
+  // user chose a policy, or the config could not be read a second time (a
+  // pipe, /dev/stdin).
   if (baton::openmp_wait_policy_unset() &&
+      (args.config_path.empty() ||
+       std::filesystem::is_regular_file(args.config_path)) &&
       baton::resolve_intra_op_threads(
           config.training.num_threads,
           baton::dist::detect_launch_env().local_world_size) > 1) {

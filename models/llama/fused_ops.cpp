@@ -1,6 +1,7 @@
 #include "models/llama/fused_ops.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -183,16 +184,21 @@ constexpr int64_t kBlasSingleThreadedMnk = 4 * 65536;
 /// Runs body(begin, end) over the B * H heads: split among ATen's threads
 /// when there are several and each per-head product (up to rows x T x D)
 /// runs single-threaded in BLAS; else in one piece, where the products use
-/// BLAS's own threads. The body runs on OpenMP's threads, whose grad mode is
-/// their own: it must not record autograd history.
+/// BLAS's own threads. x: one of the (B, H, T, D) inputs.
 void for_heads(
-    int64_t heads,
+    const at::Tensor& x,
     int64_t rows,
-    int64_t T,
-    int64_t D,
     const std::function<void(int64_t, int64_t)>& body) {
-  if (at::get_num_threads() > 1 && rows * T * D <= kBlasSingleThreadedMnk) {
-    at::parallel_for(0, heads, 1, body);
+  const int64_t heads = x.size(0) * x.size(1), T = x.size(2), D = x.size(3);
+  if (x.is_cpu() && at::get_num_threads() > 1 &&
+      rows * T * D <= kBlasSingleThreadedMnk) {
+    // OpenMP's threads do not inherit the caller's thread-local state
+    // (grad mode, inference mode, ...): hand it over.
+    const at::ThreadLocalState state;
+    at::parallel_for(0, heads, 1, [&](int64_t begin, int64_t end) {
+      const at::ThreadLocalStateGuard guard(state);
+      body(begin, end);
+    });
   } else {
     body(0, heads);
   }
@@ -226,8 +232,7 @@ class BlockedCausalAttention
       const int64_t bt = std::min(block, T - t0);
       p_blocks.push_back(at::empty({BH, bt, t0 + bt}, qs.options()));
     }
-    for_heads(BH, block, T, D, [&](int64_t h0, int64_t h1) {
-      const at::NoGradGuard no_grad;  // grad mode is per thread
+    for_heads(qs, block, [&](int64_t h0, int64_t h1) {
       const auto qh = q3.slice(0, h0, h1);
       const auto kh = k3.slice(0, h0, h1);
       const auto vh = v3.slice(0, h0, h1);
@@ -270,8 +275,7 @@ class BlockedCausalAttention
     auto gq3 = gq.view({BH, T, D});
     auto gk3 = gk.view({BH, T, D});
     auto gv3 = gv.view({BH, T, D});
-    for_heads(BH, block, T, D, [&](int64_t h0, int64_t h1) {
-      const at::NoGradGuard no_grad;
+    for_heads(qs, block, [&](int64_t h0, int64_t h1) {
       const auto qh = q3.slice(0, h0, h1);
       const auto kh = k3.slice(0, h0, h1);
       const auto vh = v3.slice(0, h0, h1);

@@ -109,7 +109,7 @@ namespace {
 std::vector<std::string> child_environment(
     int64_t rank, int64_t nproc, int64_t port) {
   std::vector<std::string> env;
-  const std::vector<std::string> ours = {
+  std::vector<std::string> ours = {
       "RANK",
       "LOCAL_RANK",
       "WORLD_SIZE",
@@ -119,6 +119,9 @@ std::vector<std::string> child_environment(
       "GROUP_RANK",
       kBatonAgentStoreEnv,
       "TORCHELASTIC_USE_AGENT_STORE"};
+  if (openmp_wait_policy_unset()) {
+    ours.push_back(kOmpWaitPolicyVar);  // an empty one is replaced below
+  }
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv(*e);
     const std::string key = kv.substr(0, kv.find('='));

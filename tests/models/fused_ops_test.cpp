@@ -160,6 +160,26 @@ INSTANTIATE_TEST_SUITE_P(
         std::make_tuple(16, 4, false, 2),  // heads split between 2 threads
         std::make_tuple(13, 4, true, 2)));
 
+TEST(FusedOps, AttentionOnTwoThreadsKeepsTheCallersInferenceMode) {
+  // The heads run on OpenMP's threads, which must get the caller's
+  // thread-local state: here, writing into inference tensors.
+  const int before = at::get_num_threads();
+  at::set_num_threads(2);
+  torch::manual_seed(7);
+  const auto q = torch::randn({2, 3, 16, 8});
+  const auto k = torch::randn({2, 3, 16, 8});
+  const auto v = torch::randn({2, 3, 16, 8});
+  at::Tensor y;
+  {
+    const c10::InferenceMode inference;
+    y = causal_attention(q, k, v, false, 4);
+  }
+  at::set_num_threads(before);
+  const auto yr = reference_attention(
+      q.to(torch::kDouble), k.to(torch::kDouble), v.to(torch::kDouble));
+  EXPECT_TRUE(torch::allclose(y.to(torch::kDouble), yr, 1e-4, 1e-5));
+}
+
 TEST(FusedOps, AttentionRejectsMismatchedShapes) {
   try {
     causal_attention(
