@@ -84,27 +84,24 @@ pp::SimulationCosts measured_costs(const std::vector<RankFigures>& ranks) {
       stage_sum;
   // SEND / RECV: the mean time posting one took, per stage and kind, given
   // to each such action (the simulator has no per-kind cost for them).
-  std::map<std::pair<int64_t, pp::ActionKind>, std::pair<double, int64_t>>
-      comm_sum;
+  using Key = std::pair<int64_t, pp::ActionKind>;
+  std::map<Key, std::pair<double, int64_t>> comm_sum;
+  std::map<std::string, Key> comm_key;
   for (const auto& r : ranks) {
     for (const auto& a : r.actions) {
-      if (pp::is_comm(pp::parse_action(a.name).kind)) {
-        const auto action = pp::parse_action(a.name);
-        auto& acc = comm_sum[{action.stage, action.kind}];
+      const auto action = pp::parse_action(a.name);
+      if (pp::is_comm(action.kind)) {
+        const Key key{action.stage, action.kind};
+        auto& acc = comm_sum[key];
         acc.first += a.end_us - a.start_us;
         ++acc.second;
+        comm_key.emplace(a.name, key);
       }
     }
   }
   pp::ActionCosts comm;
-  for (const auto& r : ranks) {
-    for (const auto& a : r.actions) {
-      if (pp::is_comm(pp::parse_action(a.name).kind)) {
-        const auto action = pp::parse_action(a.name);
-        const auto& acc = comm_sum[{action.stage, action.kind}];
-        comm[a.name] = acc.first / acc.second;
-      }
-    }
+  for (const auto& [name, key] : comm_key) {
+    comm[name] = comm_sum[key].first / comm_sum[key].second;
   }
   for (const auto& r : ranks) {
     for (const auto& a : r.actions) {

@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <stdexcept>
-#include <thread>
 
 #include "common/allocator.h"
 #include "common/threads.h"

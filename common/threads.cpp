@@ -1,5 +1,6 @@
 #include "common/threads.h"
 
+#include <glog/logging.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,19 +29,20 @@ bool openmp_wait_policy_unset() {
 void reexec_with_passive_openmp_wait(char** argv) {
   // The restarted process finds the variable set and goes on: one restart.
   if (::setenv(kOmpWaitPolicyVar, kBatonOmpWaitPolicy, 1) != 0) {
-    std::cerr << "baton: warning: could not set " << kOmpWaitPolicyVar
-              << "; OpenMP's idle threads will spin.\n";
+    LOG(WARNING) << "could not set " << kOmpWaitPolicyVar
+                 << "; OpenMP's idle threads will spin";
     return;
   }
+  // What is buffered would be lost with this process image.
   std::cout.flush();
-  std::cerr.flush();
+  google::FlushLogFiles(google::GLOG_INFO);
   ::execv("/proc/self/exe", argv);
   const int error = errno;
   ::unsetenv(kOmpWaitPolicyVar);
-  std::cerr << "baton: warning: could not restart with " << kOmpWaitPolicyVar
-            << "=" << kBatonOmpWaitPolicy << " (" << std::strerror(error)
-            << "); OpenMP's idle threads will spin. Set the variable to "
-            << "avoid this.\n";
+  LOG(WARNING) << "could not restart with " << kOmpWaitPolicyVar << "="
+               << kBatonOmpWaitPolicy << " (" << std::strerror(error)
+               << "); OpenMP's idle threads will spin. Set the variable to "
+               << "avoid this.";
 }
 
 }  // namespace baton

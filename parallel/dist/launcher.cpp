@@ -12,7 +12,6 @@
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
-#include <thread>
 
 #include "common/threads.h"
 #include "parallel/dist/launch_env.h"
@@ -99,9 +98,7 @@ bool pump(Child& child, int k, bool flush_partial) {
 }  // namespace
 
 int64_t blas_threads_per_rank(int64_t nproc) {
-  const int64_t cores = std::max<int64_t>(
-      1, static_cast<int64_t>(std::thread::hardware_concurrency()));
-  return std::max<int64_t>(1, cores / std::max<int64_t>(1, nproc));
+  return resolve_intra_op_threads(0, nproc);
 }
 
 namespace {

@@ -1,6 +1,7 @@
 #include "parallel/pipeline/simulator.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "parallel/pipeline/schedule_state.h"
 
@@ -229,21 +230,26 @@ class Simulator {
     return {};
   }
 
-  /// A SEND's or RECV's time to post, from `per_action` (0 without one).
-  double comm_cost(const Action& a) const {
-    if (!is_comm(a.kind) || costs_.per_action().empty()) {
-      return 0.0;
+  /// The action's own entry in `per_action`, if it has one.
+  std::optional<double> own_cost(const Action& a) const {
+    if (costs_.per_action().empty()) {
+      return std::nullopt;
     }
     const auto it = costs_.per_action().find(a.str());
-    return it == costs_.per_action().end() ? 0.0 : it->second;
+    if (it == costs_.per_action().end()) {
+      return std::nullopt;
+    }
+    return it->second;
+  }
+
+  /// A SEND's or RECV's time to post: its own entry, else 0.
+  double comm_cost(const Action& a) const {
+    return is_comm(a.kind) ? own_cost(a).value_or(0.0) : 0.0;
   }
 
   double cost(const Action& a) const {
-    if (!costs_.per_action().empty()) {
-      const auto one = costs_.per_action().find(a.str());
-      if (one != costs_.per_action().end()) {
-        return one->second;
-      }
+    if (const auto own = own_cost(a)) {
+      return *own;
     }
     const auto it = costs_.per_stage().find({a.stage, a.kind});
     if (it != costs_.per_stage().end()) {
