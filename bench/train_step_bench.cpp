@@ -7,6 +7,7 @@
 #include "builders/builder_registry.h"
 #include "common/allocator.h"
 #include "common/threads.h"
+#include "common/torch_compat.h"
 #include "models/llama/fused_ops.h"
 
 namespace {
@@ -103,13 +104,7 @@ void BM_CausalAttention(benchmark::State& state) {
     if (block > 0) {
       y = baton::llama::causal_attention(q, k, v, false, block);
     } else {
-#if TORCH_VERSION_MAJOR >= 2
-      y = at::scaled_dot_product_attention(
-          q, k, v, {}, 0.0, /*is_causal=*/true);
-#else
-      y = std::get<0>(at::_scaled_dot_product_attention(
-          q, k, v, {}, 0.0, false, /*is_causal=*/true));
-#endif
+      y = baton::compat::causal_sdpa(q, k, v);
     }
     y.backward(gy);
   };

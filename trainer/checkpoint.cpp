@@ -20,8 +20,8 @@
 #include <optional>
 #include <set>
 #include <sstream>
-#include <type_traits>
 
+#include "common/torch_compat.h"
 #include "data/dataloader.h"
 #include "parallel/dist/process_group.h"
 #include "trainer/lr_schedulers.h"
@@ -121,27 +121,13 @@ void throw_any(dist::ProcessGroup& group, const std::string& error) {
   }
 }
 
-/// libtorch keys optimizer state by the parameter's TensorImpl: as a
-/// pointer string in 1.13, as the pointer itself from 2.2.
-template <class StateMap>
-typename StateMap::key_type state_key(const StateMap&, const at::Tensor& p) {
-  using Key = typename StateMap::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream key;
-    key << p.unsafeGetTensorImpl();
-    return key.str();
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
-}
-
 /// The AdamW state of `p` in `optimizer`, or null before its first step.
 torch::optim::AdamWParamState* adam_state(
     torch::optim::Optimizer& optimizer,
     const at::Tensor& p,
     const std::string& fqn) {
   auto& states = optimizer.state();
-  const auto it = states.find(state_key(states, p));
+  const auto it = states.find(compat::optimizer_state_key(p));
   if (it == states.end()) {
     return nullptr;
   }
@@ -825,7 +811,7 @@ TrainState CheckpointManager::load() {
         st->exp_avg(staged_field(kOptimizerFields[0]).to(p.device()));
         st->exp_avg_sq(staged_field(kOptimizerFields[1]).to(p.device()));
         st->step(staged_field(kOptimizerFields[2]).item<int64_t>());
-        states[state_key(states, p)] = std::move(st);
+        states[compat::optimizer_state_key(p)] = std::move(st);
       }
     }
   }

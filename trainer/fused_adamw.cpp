@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "common/torch_compat.h"
+
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -147,7 +149,7 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
       const auto& grad = p.grad();
       TORCH_CHECK(
           !grad.is_sparse(), "[FusedAdamW] does not support sparse gradients");
-      const auto key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      const auto key = compat::optimizer_state_key(p);
       auto& slot = state_[key];
       if (!slot) {
         auto fresh = std::make_unique<AdamWParamState>();

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "common/torch_compat.h"
 #include "models/llama/fused_ops.h"
 
 namespace baton::llama {
@@ -75,19 +76,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope) {
   if (blocked) {
     out = causal_attention(q, k, v, /*q_scaled=*/true);
   } else {
-#if TORCH_VERSION_MAJOR >= 2
-    out = at::scaled_dot_product_attention(
-        q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
-#else
-    out = std::get<0>(at::_scaled_dot_product_attention(
-        q,
-        k,
-        v,
-        /*attn_mask=*/{},
-        /*dropout_p=*/0.0,
-        /*need_attn_weights=*/false,
-        /*is_causal=*/true));
-#endif
+    out = compat::causal_sdpa(q, k, v);
   }
   // (B, H, T, D) -> (B, T, H * D)
   return wo(out.transpose(1, 2).reshape({B, T, n_heads_ * head_dim_}));

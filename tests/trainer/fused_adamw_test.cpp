@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "common/torch_compat.h"
 #include "trainer/fused_adamw.h"
 
 namespace baton {
@@ -47,8 +48,8 @@ void expect_same_run(const AdamWOptions& options, int64_t steps) {
     EXPECT_TRUE(torch::allclose(mine[i], ref[i], 1e-5, 1e-6))
         << "parameter " << i << " max diff "
         << (mine[i] - ref[i]).abs().max().item<double>();
-    const auto key = c10::guts::to_string(mine[i].unsafeGetTensorImpl());
-    const auto ref_key = c10::guts::to_string(ref[i].unsafeGetTensorImpl());
+    const auto key = compat::optimizer_state_key(mine[i]);
+    const auto ref_key = compat::optimizer_state_key(ref[i]);
     ASSERT_EQ(fused.state().count(key), 1u);
     auto* st = dynamic_cast<AdamWParamState*>(fused.state().at(key).get());
     auto* rs = dynamic_cast<AdamWParamState*>(adamw.state().at(ref_key).get());
@@ -83,8 +84,8 @@ TEST(FusedAdamW, ResumesFromStateItDidNotCreate) {
     state->exp_avg_sq(torch::full({10}, 0.5));
     return state;
   };
-  adamw.state()[c10::guts::to_string(r.unsafeGetTensorImpl())] = restored();
-  fused.state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = restored();
+  adamw.state()[compat::optimizer_state_key(r)] = restored();
+  fused.state()[compat::optimizer_state_key(p)] = restored();
   const auto g = torch::randn({10});
   p.mutable_grad() = g.clone();
   r.mutable_grad() = g.clone();

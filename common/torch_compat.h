@@ -1,0 +1,65 @@
+#pragma once
+
+// Every difference between the libtorch versions Baton builds against
+// (Debian 12's 1.13, Debian 13's 2.6, a pip PyTorch's) lives here or in the
+// dist facade (parallel/dist/process_group.cpp, c10d's Backend split); no
+// other file names a version.
+
+#include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
+#include <torch/version.h>
+
+#include <string>
+#include <type_traits>
+#include <utility>
+
+/// True when the libtorch being compiled against is at least major.minor.
+#define BATON_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||        \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace baton::compat {
+
+/// The key of torch::optim::Optimizer::state(): the parameter's TensorImpl
+/// as a pointer string up to 2.1, the pointer itself from 2.2.
+#if BATON_TORCH_AT_LEAST(2, 2)
+using OptimizerStateKey = void*;
+inline OptimizerStateKey optimizer_state_key(const at::Tensor& p) {
+  return p.unsafeGetTensorImpl();
+}
+#else
+using OptimizerStateKey = std::string;
+inline OptimizerStateKey optimizer_state_key(const at::Tensor& p) {
+  return c10::guts::to_string(p.unsafeGetTensorImpl());
+}
+#endif
+static_assert(
+    std::is_same_v<
+        std::remove_cvref_t<
+            decltype(std::declval<torch::optim::Optimizer&>().state())>::
+            key_type,
+        OptimizerStateKey>,
+    "torch::optim::Optimizer::state() is keyed differently in this libtorch: "
+    "update compat::OptimizerStateKey");
+
+/// Causal scaled dot-product attention, (B, H, T, D) each -> (B, H, T, D):
+/// at::_scaled_dot_product_attention (which returns a tuple) in 1.13,
+/// at::scaled_dot_product_attention from 2.0.
+inline at::Tensor causal_sdpa(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+#if BATON_TORCH_AT_LEAST(2, 0)
+  return at::scaled_dot_product_attention(
+      q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+#else
+  return std::get<0>(at::_scaled_dot_product_attention(
+      q,
+      k,
+      v,
+      /*attn_mask=*/{},
+      /*dropout_p=*/0.0,
+      /*need_attn_weights=*/false,
+      /*is_causal=*/true));
+#endif
+}
+
+}  // namespace baton::compat
