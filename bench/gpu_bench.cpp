@@ -16,8 +16,8 @@
 
 #include "models/llama/args.h"
 #include "models/llama/transformer.h"
-#include "trainer/fused_adamw.h"
-#include "trainer/train_step.h"
+#include "models/loss.h"
+#include "optim/fused_adamw.h"
 
 namespace {
 

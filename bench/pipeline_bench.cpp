@@ -16,14 +16,14 @@
 #include "common/allocator.h"
 #include "models/llama/args.h"
 #include "models/llama/transformer.h"
+#include "models/loss.h"
+#include "optim/optimizers.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/lowering.h"
 #include "parallel/pipeline/schedules.h"
 #include "parallel/pipeline/simulator.h"
 #include "parallel/pipeline/split.h"
 #include "tests/parallel/rank_threads.h"
-#include "trainer/optimizers.h"
-#include "trainer/train_step.h"
 
 namespace {
 
@@ -206,8 +206,7 @@ void BM_PipelineStep(
           o->zero_grad();
         }
         const auto run_start = std::chrono::steady_clock::now();
-        auto run = executor.run(
-            inputs, labels, 1.0 / (kBatch * kSeqLen), /*reduce=*/false);
+        auto run = executor.run(inputs, labels, 1.0 / (kBatch * kSeqLen));
         const auto run_end = std::chrono::steady_clock::now();
         for (auto& o : optimizers) {
           o->step();

@@ -4,7 +4,10 @@
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "models/model_spec.h"
-#include "trainer/optimizers.h"
+#include "optim/lr_schedulers.h"
+#include "optim/optimizers.h"
+#include "parallel/applier.h"
+#include "parallel/pipeline/schedules.h"
 
 namespace baton {
 
@@ -18,6 +21,9 @@ void register_builtin_builders() {
   register_builtin_tokenizers();
   register_builtin_datasets();
   register_builtin_optimizers();
+  register_builtin_lr_schedules();
+  register_builtin_appliers();
+  pipeline::register_builtin_schedules();
   builder_registry().add_builtins_once([](Registry<BuilderCreator>& registry) {
     registry.add(
         "default",

@@ -15,9 +15,11 @@ using BuilderCreator =
 /// The builder registry (the top-level `builder:` key).
 Registry<BuilderCreator>& builder_registry();
 
-/// Registers the built-in builders (`default`) and every other built-in
-/// registry (models, tokenizers, datasets, optimizers); safe to call more
-/// than once.
+/// Registers the built-in builders (`default`, `pipeline`) and every other
+/// built-in registry (models, tokenizers, datasets, optimizers, LR
+/// schedules, appliers, pipeline schedules); safe to call more than once.
+/// Call it before load_job_config, so that the config check sees every
+/// registry's names.
 void register_builtin_builders();
 
 /// The builder `config.builder` names; `auto` picks the pipeline builder when

@@ -4,10 +4,8 @@
 #include <torch/torch.h>
 
 #include <filesystem>
-#include <map>
 
 #include "common/error.h"
-#include "parallel/data_parallel/replicate.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/pipeline/executor.h"
@@ -25,30 +23,36 @@ PipelineTrainerBuilder::PipelineTrainerBuilder(const JobConfig& config)
 
 PipelineTrainerBuilder::~PipelineTrainerBuilder() = default;
 
-ModelParts PipelineTrainerBuilder::build_model(const llama::ModelArgs& args) {
+void PipelineTrainerBuilder::init_runtime() {
+  TrainerBuilder::init_runtime();
   const auto& p = config().parallelism;
   const int64_t pp = parallel_dims().pp;
   const int64_t batch = config().training.local_batch_size;
   if (batch % p.pipeline_parallel_microbatch_size != 0) {
-    throw ConfigError(
+    throw_config_error(
+        config().first_origin(
+            {"parallelism.pipeline_parallel_microbatch_size",
+             "training.local_batch_size"}),
         "parallelism.pipeline_parallel_microbatch_size: " +
-        std::to_string(p.pipeline_parallel_microbatch_size) +
-        " does not divide training.local_batch_size " + std::to_string(batch) +
-        "; allowed: a divisor of the local batch size");
+            std::to_string(p.pipeline_parallel_microbatch_size) +
+            " does not divide training.local_batch_size " +
+            std::to_string(batch) +
+            "; allowed: a divisor of the local batch size");
   }
   const int64_t microbatches = batch / p.pipeline_parallel_microbatch_size;
   pipeline::register_builtin_schedules();
   if (!p.pipeline_parallel_schedule_csv.empty()) {
     schedule_ = pipeline::load_schedule_csv(p.pipeline_parallel_schedule_csv);
     if (schedule_.pp != pp || schedule_.microbatches != microbatches) {
-      throw ConfigError(
+      throw_config_error(
+          config().origin("parallelism.pipeline_parallel_schedule_csv"),
           "parallelism.pipeline_parallel_schedule_csv: '" +
-          p.pipeline_parallel_schedule_csv + "' is for pp " +
-          std::to_string(schedule_.pp) + " and " +
-          std::to_string(schedule_.microbatches) +
-          " microbatches, but this run has pp " + std::to_string(pp) + " and " +
-          std::to_string(microbatches) +
-          " (local_batch_size / pipeline_parallel_microbatch_size)");
+              p.pipeline_parallel_schedule_csv + "' is for pp " +
+              std::to_string(schedule_.pp) + " and " +
+              std::to_string(schedule_.microbatches) +
+              " microbatches, but this run has pp " + std::to_string(pp) +
+              " and " + std::to_string(microbatches) +
+              " (local_batch_size / pipeline_parallel_microbatch_size)");
     }
   } else {
     schedule_ = pipeline::make_schedule(
@@ -57,6 +61,10 @@ ModelParts PipelineTrainerBuilder::build_model(const llama::ModelArgs& args) {
         p.pipeline_parallel_stages_per_rank,
         microbatches);
   }
+}
+
+ModelParts PipelineTrainerBuilder::build_model(const llama::ModelArgs& args) {
+  const auto& p = config().parallelism;
   const auto chunks =
       p.pipeline_parallel_module_fqns_per_stage.empty()
           ? pipeline::split_model(
@@ -66,26 +74,24 @@ ModelParts PipelineTrainerBuilder::build_model(const llama::ModelArgs& args) {
           : pipeline::split_model_by_fqns(
                 args.n_layers, p.pipeline_parallel_module_fqns_per_stage);
   if (static_cast<int64_t>(chunks.size()) != schedule_.num_stages) {
-    throw ConfigError(
+    throw_config_error(
+        config().origin("parallelism.pipeline_parallel_module_fqns_per_stage"),
         "parallelism.pipeline_parallel_module_fqns_per_stage: " +
-        std::to_string(chunks.size()) + " stages, but the schedule has " +
-        std::to_string(schedule_.num_stages));
+            std::to_string(chunks.size()) + " stages, but the schedule has " +
+            std::to_string(schedule_.num_stages) +
+            "; allowed: one list per stage");
   }
-  dim_ = args.dim;
   const int64_t my_pp = mesh().coord().pp;
   const auto& spec = model_registry().get(config().model.name);
   ModelParts parts;
-  stage_ids_.clear();
   for (int64_t s = 0; s < schedule_.num_stages; ++s) {
     if (schedule_.stage_to_rank.at(s) != my_pp) {
       continue;
     }
-    auto part = spec.build(args, chunks[s], config().training.seed);
-    parallelize(*part);
     LOG(INFO) << "pipeline rank " << my_pp << " holds stage " << s << ": "
               << pipeline::describe_chunk(chunks[s]);
-    stage_ids_.push_back(s);
-    parts.push_back(std::move(part));
+    parts.push_back(std::make_shared<ModelPart>(
+        spec.build(args, chunks[s], config().training.seed), s));
   }
   return parts;
 }
@@ -104,33 +110,22 @@ std::unique_ptr<TrainStep> PipelineTrainerBuilder::build_train_step(
   auto lowered =
       pipeline::plan_schedule(schedule_, pipeline::SimulationCosts()).lowered;
   std::vector<std::pair<int64_t, std::shared_ptr<ModelChunk>>> stages;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    stages.emplace_back(stage_ids_.at(i), *(parts.begin() + i));
-  }
+  parts.for_each([&](ModelPart& part) {
+    stages.emplace_back(part.stage(), part.module_ptr());
+  });
   const auto& p = config().parallelism;
   pipeline::ExecutorShapes shapes;
   shapes.microbatches = schedule_.microbatches;
   shapes.microbatch_size = p.pipeline_parallel_microbatch_size;
   shapes.seq_len = config().training.seq_len;
-  shapes.dim = dim_;
+  shapes.dim = model_args().dim;
   shapes.device = device();
-  std::function<void(int64_t)> reduce;
-  if (!grad_reducers().empty()) {
-    // One reducer per part, in part order; the step's gradients are
-    // complete when the schedule says REDUCE_GRAD.
-    std::map<int64_t, std::shared_ptr<GradientReducer>> by_stage;
-    for (size_t i = 0; i < stage_ids_.size(); ++i) {
-      by_stage[stage_ids_[i]] = grad_reducers().at(i);
-    }
-    reduce = [by_stage](int64_t stage) { by_stage.at(stage)->reduce_now(); };
-  }
   auto executor = std::make_unique<pipeline::PipelineExecutor>(
       std::move(lowered),
       std::move(stages),
       mesh().pp(),
       std::move(loss),
-      shapes,
-      std::move(reduce));
+      shapes);
   const int64_t tokens =
       config().training.local_batch_size * config().training.seq_len;
   // pipeline_parallel_trace: "" or false = off, true = <dump_folder>/

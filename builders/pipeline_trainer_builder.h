@@ -8,19 +8,25 @@
 
 namespace baton {
 
-/// Pipeline parallelism with any number of model chunks per rank. Splits
-/// the model into pp x pipeline_parallel_stages_per_rank stages, keeps the
-/// stages the schedule places on this rank (loop or V) as its model parts,
-/// builds a loader only where stage 0 lives, and trains with the schedule
-/// executor. Optimizers and LR schedulers are the base ones: one per part.
+/// Pipeline parallelism with any number of model chunks per rank. Builds
+/// the schedule, splits the model into its stages, keeps the stages the
+/// schedule places on this rank (loop or V) as its model parts, builds a
+/// loader only where stage 0 lives, and trains with the schedule executor.
+/// Everything else is the base's: one optimizer and scheduler per part, and
+/// the same applier chain on every part, so data parallel (and any other
+/// applier) composes with pipelining without a subclass of its own.
 class PipelineTrainerBuilder : public TrainerBuilder {
  public:
   explicit PipelineTrainerBuilder(const JobConfig& config);
   ~PipelineTrainerBuilder() override;
 
  protected:
-  /// Splits, keeps this rank's stages (in increasing order) and calls the
-  /// base parallelize on each.
+  /// The base's, then the schedule (generated, or read from
+  /// pipeline_parallel_schedule_csv) for this run's pp degree and
+  /// microbatches.
+  void init_runtime() override;
+  /// Splits the model into the schedule's stages and keeps this rank's, in
+  /// increasing stage order.
   ModelParts build_model(const llama::ModelArgs& args) override;
   /// The base loader on the rank holding stage 0; null everywhere else
   /// (those ranks never open the dataset).
@@ -30,19 +36,9 @@ class PipelineTrainerBuilder : public TrainerBuilder {
   std::unique_ptr<TrainStep> build_train_step(
       const ModelParts& parts, LossFn loss) override;
 
-  /// The compute-only schedule (set by build_model).
-  const pipeline::Schedule& schedule() const {
-    return schedule_;
-  }
-  /// The stage ids of this rank's parts, in part order.
-  const std::vector<int64_t>& stage_ids() const {
-    return stage_ids_;
-  }
-
  private:
+  /// The compute-only schedule (set by init_runtime).
   pipeline::Schedule schedule_;
-  std::vector<int64_t> stage_ids_;
-  int64_t dim_ = 0;
 };
 
 }  // namespace baton

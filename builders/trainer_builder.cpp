@@ -8,13 +8,13 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "checkpoint/checkpoint.h"
 #include "common/allocator.h"
+#include "common/text.h"
 #include "common/threads.h"
 #include "data/dataset.h"
-#include "parallel/data_parallel/replicate.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
-#include "trainer/checkpoint.h"
 
 namespace baton {
 
@@ -27,9 +27,10 @@ std::string comm_backend(const JobConfig& config, const at::Device& device) {
     return device.is_cuda() ? "nccl" : "gloo";
   }
   if (b == "nccl" && !device.is_cuda()) {
-    throw ConfigError(
+    throw_config_error(
+        config.origin("comm.backend"),
         "comm.backend: nccl needs CUDA tensors, but this run trains on " +
-        device.str() + "; allowed here: auto, gloo");
+            device.str() + "; allowed here: auto, gloo");
   }
   return b;
 }
@@ -38,6 +39,28 @@ void check_built(bool ok, const std::string& what) {
   if (!ok) {
     throw std::logic_error("[TrainerBuilder] " + what);
   }
+}
+
+/// The model's shape as config.json of the model-only export records it.
+std::string model_config_json(
+    const JobConfig& config, const llama::ModelArgs& a) {
+  nlohmann::json model = {
+      {"model", config.model.name},
+      {"flavor", config.model.flavor},
+      {"tokenizer", config.model.tokenizer},
+      {"dim", a.dim},
+      {"n_layers", a.n_layers},
+      {"n_heads", a.n_heads},
+      {"n_kv_heads", a.kv_heads()},
+      {"vocab_size", a.vocab_size},
+      {"multiple_of", a.multiple_of},
+      {"ffn_hidden_dim", a.ffn_hidden_dim()},
+      {"norm_eps", a.norm_eps},
+      {"rope_theta", a.rope_theta}};
+  if (a.ffn_dim_multiplier) {
+    model["ffn_dim_multiplier"] = *a.ffn_dim_multiplier;
+  }
+  return model.dump();
 }
 
 }  // namespace
@@ -61,6 +84,7 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   model_args_ = args;
   c.model_parts = build_model(args);
   check_built(!c.model_parts.empty(), "build_model returned no parts");
+  parallelize(c.model_parts, build_appliers());
 
   c.optimizers = build_optimizers(c.model_parts);
   check_built(
@@ -84,7 +108,7 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   c.world_size = env_.world_size;
   c.rank = env_.rank;
   c.runtime = runtime_;
-  c.pp_group = mesh().pp();
+  c.mesh = mesh_;
   c.peak_tflops = config_.metrics.peak_tflops;
   if (c.peak_tflops <= 0.0) {
     c.peak_tflops = measure_peak_tflops();
@@ -96,6 +120,14 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   return std::make_unique<Trainer>(config_, std::move(c));
 }
 
+void TrainerBuilder::parallelize(ModelParts& parts, const ApplierChain& chain) {
+  check_built(!chain.empty(), "build_appliers returned an empty chain");
+  const ParallelContext context{config_, mesh(), device_};
+  parts.for_each([&](ModelPart& part) { chain.apply(part, context); });
+  LOG(INFO) << "parallelize: " << join(chain.names(), " -> ") << " on "
+            << parts.size() << (parts.size() == 1 ? " part" : " parts");
+}
+
 dist::ParallelMesh& TrainerBuilder::mesh() const {
   if (!mesh_) {
     throw std::logic_error("[TrainerBuilder] mesh() before init_runtime()");
@@ -105,7 +137,7 @@ dist::ParallelMesh& TrainerBuilder::mesh() const {
 
 void TrainerBuilder::init_runtime() {
   keep_freed_memory_in_process();
-  env_ = dist::detect_launch_env();
+  env_ = env_override_ ? *env_override_ : dist::detect_launch_env();
   const auto& p = config_.parallelism;
   dims_ = ParallelDims::resolve(
       p.data_parallel_replicate_degree,
@@ -150,51 +182,49 @@ std::shared_ptr<const Tokenizer> TrainerBuilder::build_tokenizer() {
 
 ModelParts TrainerBuilder::build_model(const llama::ModelArgs& args) {
   const auto& spec = model_registry().get(config_.model.name);
-  auto part = spec.build(args, ChunkSpec{}, config_.training.seed);
-  parallelize(*part);
   ModelParts parts;
-  parts.push_back(std::move(part));
+  parts.push_back(std::make_shared<ModelPart>(
+      spec.build(args, ChunkSpec{}, config_.training.seed), /*stage=*/0));
   return parts;
 }
 
-void TrainerBuilder::parallelize(ModelChunk& part) {
-  part.to(device_);
-  part.train();
-  const auto& dp = mesh().dp();
-  if (dims_.dp_replicate > 1) {
-    std::vector<at::Tensor> params;
-    std::vector<std::string> names;
-    for (const auto& item : part.named_parameters()) {
-      names.push_back(item.key());
-      params.push_back(item.value());
-    }
-    check_replicas_equal(params, names, *dp);
-    const auto bucket_bytes = static_cast<int64_t>(
-        config_.parallelism.data_parallel_bucket_size_mb * 1024 * 1024);
-    reducers_.push_back(
-        std::make_shared<GradientReducer>(params, dp, bucket_bytes));
+ApplierChain TrainerBuilder::build_appliers() {
+  ApplierChain chain;
+  chain.append("to_device");
+  for (const auto& name : config_.parallelism.appliers) {
+    chain.append(name, config_.origin("parallelism.appliers"));
   }
+  if (dims_.dp_enabled()) {
+    chain.append("check_replicas");
+  }
+  if (dims_.dp_replicate > 1) {
+    chain.append("replicate");
+  }
+  return chain;
 }
 
 std::unique_ptr<torch::optim::Optimizer> TrainerBuilder::build_optimizer(
-    ModelChunk& part) {
+    ModelPart& part) {
   return optimizer_registry().get(
       config_.optimizer.name, config_.origin("optimizer.name"))(
-      part.parameters(), config_.optimizer);
+      part.module().parameters(), config_.optimizer);
 }
 
 std::unique_ptr<OptimizersContainer> TrainerBuilder::build_optimizers(
     const ModelParts& parts) {
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
   parts.for_each(
-      [&](ModelChunk& part) { optimizers.push_back(build_optimizer(part)); });
+      [&](ModelPart& part) { optimizers.push_back(build_optimizer(part)); });
   return std::make_unique<OptimizersContainer>(std::move(optimizers));
 }
 
 std::unique_ptr<LRScheduler> TrainerBuilder::build_lr_scheduler(
     torch::optim::Optimizer& optimizer) {
   return std::make_unique<LRScheduler>(
-      optimizer, config_.lr_scheduler, config_.training.steps);
+      optimizer,
+      lr_schedule_registry().get(
+          config_.lr_scheduler.name, config_.origin("lr_scheduler.name"))(
+          config_.lr_scheduler, config_.training.steps));
 }
 
 std::unique_ptr<LRSchedulersContainer> TrainerBuilder::build_lr_schedulers(
@@ -232,10 +262,7 @@ LossFn TrainerBuilder::build_loss() {
 
 std::unique_ptr<TrainStep> TrainerBuilder::build_train_step(
     const ModelParts& parts, LossFn loss) {
-  StepCommunication comm;
-  comm.batch_group = mesh().loss();
-  comm.reducers = reducers_;
-  return std::make_unique<LocalTrainStep>(std::move(loss), std::move(comm));
+  return std::make_unique<LocalTrainStep>(std::move(loss), mesh().loss());
 }
 
 std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
@@ -253,13 +280,16 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
   layout.world_size = env_.world_size;
   layout.dp_rank = mesh().coord().dp(dims_);
   layout.dp_size = dims_.dp();
-  layout.description = "pp " + std::to_string(dims_.pp);
-  if (dims_.pp > 1) {
-    layout.description +=
-        ", " + std::to_string(p.pipeline_parallel_stages_per_rank) +
-        " stages per rank (" + p.pipeline_parallel_schedule + ")";
+  layout.pp = dims_.pp;
+  if (dims_.pp_enabled()) {
+    layout.stages_per_rank = p.pipeline_parallel_stages_per_rank;
+    layout.schedule = p.pipeline_parallel_schedule_csv.empty()
+                          ? p.pipeline_parallel_schedule
+                          : p.pipeline_parallel_schedule_csv;
   }
-  layout.description += ", dp " + std::to_string(layout.dp_size);
+  layout.dp_replicate = dims_.dp_replicate;
+  layout.dp_shard = dims_.dp_shard;
+  layout.tp = dims_.tp;
   // Saves may run in a background thread: they get a group of their own,
   // on Gloo (they exchange CPU tensors, also under NCCL), that waits for the
   // slowest writer rather than for comm.train_timeout_seconds.
@@ -270,23 +300,6 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
   options.timeout = std::chrono::seconds(ck.timeout_seconds);
   auto group = runtime_ ? runtime_->new_group(everyone, "checkpoint", options)
                         : dist::ProcessGroup::single("checkpoint", env_.rank);
-  const llama::ModelArgs& a = model_args_;
-  nlohmann::json model = {
-      {"model", config_.model.name},
-      {"flavor", config_.model.flavor},
-      {"tokenizer", config_.model.tokenizer},
-      {"dim", a.dim},
-      {"n_layers", a.n_layers},
-      {"n_heads", a.n_heads},
-      {"n_kv_heads", a.kv_heads()},
-      {"vocab_size", a.vocab_size},
-      {"multiple_of", a.multiple_of},
-      {"ffn_hidden_dim", a.ffn_hidden_dim()},
-      {"norm_eps", a.norm_eps},
-      {"rope_theta", a.rope_theta}};
-  if (a.ffn_dim_multiplier) {
-    model["ffn_dim_multiplier"] = *a.ffn_dim_multiplier;
-  }
   return std::make_unique<CheckpointManager>(
       ck,
       config_.job.dump_folder,
@@ -296,7 +309,7 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
       dataloader,
       std::move(layout),
       std::move(group),
-      model.dump());
+      model_config_json(config_, model_args_));
 }
 
 std::unique_ptr<MetricsLogger> TrainerBuilder::build_metrics() {

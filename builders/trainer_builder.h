@@ -1,10 +1,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
+#include "config/parallel_dims.h"
 #include "models/llama/args.h"
+#include "parallel/applier.h"
 #include "parallel/dist/launch_env.h"
-#include "parallel/dist/parallel_dims.h"
 #include "trainer/trainer.h"
 
 namespace torch::optim {
@@ -17,13 +19,15 @@ namespace dist {
 class ParallelMesh;
 class Runtime;
 }  // namespace dist
-class GradientReducer;
 
 /// Builds a Trainer from a JobConfig. `build()` runs the hooks in a fixed
-/// order and checks what each returns; a new parallel strategy subclasses
-/// the builder, overrides the hooks it changes and calls the base ones for
-/// the rest (PipelineTrainerBuilder overrides build_model, build_dataloader
-/// and build_train_step).
+/// order and checks what each returns. The builder decides which model
+/// parts this rank holds (build_model); every parallelism is an Applier in
+/// the chain build_appliers() returns, which build() runs on every part, so
+/// a new strategy is an applier, not a builder. A subclass overrides the
+/// hooks it changes and calls the base ones for the rest
+/// (PipelineTrainerBuilder overrides init_runtime, build_model,
+/// build_dataloader and build_train_step).
 class TrainerBuilder {
  public:
   explicit TrainerBuilder(const JobConfig& config);
@@ -31,12 +35,19 @@ class TrainerBuilder {
   TrainerBuilder(const TrainerBuilder&) = delete;
   TrainerBuilder& operator=(const TrainerBuilder&) = delete;
 
-  /// Runs every hook, in order: init_runtime, build_tokenizer, build_model
-  /// (which calls parallelize per part), build_optimizers, build_lr_schedulers,
-  /// build_dataloader, build_loss, build_train_step, build_checkpointer,
-  /// build_metrics. Throws std::logic_error when a hook returns something
-  /// unusable (no parts, one optimizer short, ...).
+  /// Runs every hook, in order: init_runtime, build_tokenizer, build_model,
+  /// build_appliers (then each applier on each part, in chain order),
+  /// build_optimizers, build_lr_schedulers, build_dataloader, build_loss,
+  /// build_train_step, build_checkpointer, build_metrics. Throws
+  /// std::logic_error when a hook returns something unusable (no parts,
+  /// one optimizer short, ...).
   std::unique_ptr<Trainer> build();
+
+  /// Makes build() run as `env` says instead of reading the launch
+  /// environment of the process (tests run ranks as threads). Before build().
+  void use_launch_env(const dist::LaunchEnv& env) {
+    env_override_ = env;
+  }
 
  protected:
   const JobConfig& config() const {
@@ -46,15 +57,16 @@ class TrainerBuilder {
   const ParallelDims& parallel_dims() const {
     return dims_;
   }
-  /// This process's place in the job; set by init_runtime.
-  const dist::LaunchEnv& launch_env() const {
-    return env_;
-  }
   /// This rank's process groups; set by init_runtime.
   dist::ParallelMesh& mesh() const;
-  /// The distributed runtime; null for a single process.
-  const std::shared_ptr<dist::Runtime>& runtime() const {
-    return runtime_;
+  /// Device the parts train on; set by init_runtime.
+  at::Device device() const {
+    return device_;
+  }
+  /// The model's shape (the flavor with the tokenizer's vocabulary); set
+  /// before build_model.
+  const llama::ModelArgs& model_args() const {
+    return model_args_;
   }
 
   /// Threads, seeds, determinism, the launch environment, the distributed
@@ -63,21 +75,23 @@ class TrainerBuilder {
   virtual void init_runtime();
   /// The tokenizer of `model.tokenizer`.
   virtual std::shared_ptr<const Tokenizer> build_tokenizer();
-  /// The whole model as one part, initialised and parallelized. `args` is
-  /// the flavor with the tokenizer's vocabulary size.
+  /// The parts this rank holds, built and initialised (on the CPU, not yet
+  /// parallelized); the base: the whole model as one part, stage 0.
   virtual ModelParts build_model(const llama::ModelArgs& args);
-  /// Applies this builder's parallelism to one part; the base moves it to
-  /// the device, puts it in training mode and, with data parallel
-  /// replicas, checks that the replicas start equal and attaches a
-  /// GradientReducer (see grad_reducers()).
-  virtual void parallelize(ModelChunk& part);
+  /// The steps applied to every part, in order. The base chain: to_device;
+  /// then the registered appliers `parallelism.appliers` lists, in order;
+  /// then, with data parallel, check_replicas and replicate. (Tensor
+  /// parallel, activation checkpointing and mixed precision come before the
+  /// listed ones, and fully_shard replaces replicate, as they land.) A
+  /// subclass calls the base and inserts, replaces or removes steps.
+  virtual ApplierChain build_appliers();
   /// The optimizer of one part (`optimizer.name`).
   virtual std::unique_ptr<torch::optim::Optimizer> build_optimizer(
-      ModelChunk& part);
+      ModelPart& part);
   /// One optimizer per part, from build_optimizer.
   virtual std::unique_ptr<OptimizersContainer> build_optimizers(
       const ModelParts& parts);
-  /// The LR scheduler of one optimizer.
+  /// The LR scheduler of one optimizer: the `lr_scheduler.name` schedule.
   virtual std::unique_ptr<LRScheduler> build_lr_scheduler(
       torch::optim::Optimizer& optimizer);
   /// One scheduler per optimizer, from build_lr_scheduler.
@@ -89,7 +103,7 @@ class TrainerBuilder {
   /// The token loss; cross-entropy summed over tokens.
   virtual LossFn build_loss();
   /// Forward and backward of one step over `parts`; the base one is local,
-  /// with the data-parallel group and reducers.
+  /// summing tokens and losses over the loss group.
   virtual std::unique_ptr<TrainStep> build_train_step(
       const ModelParts& parts, LossFn loss);
   /// The checkpointer (a CheckpointManager over `parts`, one optimizer and
@@ -104,24 +118,18 @@ class TrainerBuilder {
   /// The metrics logger (writes on global rank 0 only).
   virtual std::unique_ptr<MetricsLogger> build_metrics();
 
-  /// Device the parts train on.
-  at::Device device() const {
-    return device_;
-  }
-  /// The reducers parallelize attached, one per part, in part order.
-  const std::vector<std::shared_ptr<GradientReducer>>& grad_reducers() const {
-    return reducers_;
-  }
-
  private:
+  /// Runs `chain` on every part (build() calls it between build_model and
+  /// build_optimizers).
+  void parallelize(ModelParts& parts, const ApplierChain& chain);
+
   JobConfig config_;
-  /// The model's shape (build() sets it before build_model).
   llama::ModelArgs model_args_;
   ParallelDims dims_;
+  std::optional<dist::LaunchEnv> env_override_;
   dist::LaunchEnv env_;
   std::shared_ptr<dist::Runtime> runtime_;
   std::shared_ptr<dist::ParallelMesh> mesh_;
-  std::vector<std::shared_ptr<GradientReducer>> reducers_;
   at::Device device_{at::kCPU};
 };
 

@@ -14,6 +14,16 @@ class ConfigError : public std::runtime_error {
       : std::runtime_error(message) {}
 };
 
+/// A problem with a config value, found by a check that both the config
+/// load (which adds the key's origin) and the class using the value run.
+struct ConfigProblem {
+  /// The key path at fault ("lr_scheduler.warmup_steps").
+  std::string key;
+  /// "lr_scheduler.warmup_steps: 200 exceeds training.steps 100; allowed:
+  /// at most training.steps".
+  std::string message;
+};
+
 /// Throws ConfigError with `where: message` (or just `message` when `where`
 /// is empty). `where` is a "file:line" or "--override" origin.
 [[noreturn]] void throw_config_error(

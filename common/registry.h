@@ -1,7 +1,9 @@
 #pragma once
 
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -12,6 +14,25 @@
 
 namespace baton {
 
+/// The names in every registry of the process, by kind ("optimizer"), so
+/// that the config check can match a name against its registry without
+/// depending on the folder that owns it. Each Registry adds itself.
+class RegistryIndex {
+ public:
+  /// Registers `owner`, the registry of `kind`; `names` lists its entries.
+  /// A later registry of the same kind replaces it.
+  static void add(
+      const std::string& kind,
+      const void* owner,
+      std::function<std::vector<std::string>()> names);
+  /// Forgets `owner` (a registry being destroyed), if it is still the one
+  /// registered under `kind`.
+  static void remove(const std::string& kind, const void* owner);
+  /// The names registered under `kind`, or nothing when no registry of that
+  /// kind exists in this process (its folder is not linked or not used).
+  static std::optional<std::vector<std::string>> names(const std::string& kind);
+};
+
 /// Name -> creator, with a help line per entry (the shape of c10's Registry).
 /// Names match case-insensitively. Each area registers its built-ins
 /// explicitly in one `register_builtin_*()` function; registering a name twice
@@ -21,7 +42,14 @@ template <class Creator>
 class Registry {
  public:
   /// `kind` names the entries in messages: "model", "builder", ...
-  explicit Registry(std::string kind) : kind_(std::move(kind)) {}
+  explicit Registry(std::string kind) : kind_(std::move(kind)) {
+    RegistryIndex::add(kind_, this, [this] { return names(); });
+  }
+  ~Registry() {
+    RegistryIndex::remove(kind_, this);
+  }
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
 
   /// Adds `name`; throws std::logic_error when it is already registered.
   void add(const std::string& name, Creator creator, std::string help) {

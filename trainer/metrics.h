@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/job_config.h"
+#include "config/job_config.h"
 
 namespace baton {
 

@@ -2,13 +2,10 @@
 
 #include <torch/torch.h>
 
-#include <fstream>
-#include <map>
 #include <stdexcept>
 
 #include "parallel/dist/process_group.h"
-#include "parallel/pipeline/schedule_io.h"
-#include "parallel/pipeline/simulator.h"
+#include "parallel/pipeline/trace.h"
 
 namespace baton {
 
@@ -28,8 +25,27 @@ PipelinedTrainStep::PipelinedTrainStep(
 
 PipelinedTrainStep::~PipelinedTrainStep() = default;
 
+void PipelinedTrainStep::check_parts(const ModelParts& parts) const {
+  const auto& stage_to_rank = executor_->schedule().stage_to_rank;
+  std::vector<int64_t> want;
+  for (int64_t s = 0; s < static_cast<int64_t>(stage_to_rank.size()); ++s) {
+    if (stage_to_rank[s] == executor_->pp_rank()) {
+      want.push_back(s);
+    }
+  }
+  std::vector<int64_t> have;
+  parts.for_each([&](ModelPart& part) { have.push_back(part.stage()); });
+  if (have != want) {
+    throw std::invalid_argument(
+        "[PipelinedTrainStep] parts: stages " + c10::str(have) +
+        "; allowed: the stages the schedule gives pipeline rank " +
+        std::to_string(executor_->pp_rank()) + ", " + c10::str(want));
+  }
+}
+
 StepOutput PipelinedTrainStep::run(
-    ModelParts& /*parts*/, const std::vector<Batch>& batches) {
+    ModelParts& parts, const std::vector<Batch>& batches) {
+  check_parts(parts);
   const bool has_data =
       executor_->schedule().stage_to_rank.at(0) == executor_->pp_rank();
   if (has_data && static_cast<int64_t>(batches.size()) != accumulation_steps_) {
@@ -53,8 +69,16 @@ StepOutput PipelinedTrainStep::run(
       inputs = batches[i].inputs;
       labels = batches[i].labels;
     }
+    // Gradients are synchronised once, when the last micro-step's schedule
+    // says a stage's are complete.
+    std::function<void(int64_t)> reduce_grad;
+    if (last) {
+      reduce_grad = [&parts](int64_t stage) {
+        parts.at_stage(stage).grad_sync().reduce_now();
+      };
+    }
     auto run = executor_->run(
-        inputs, labels, 1.0 / static_cast<double>(tokens), /*reduce=*/last);
+        inputs, labels, 1.0 / static_cast<double>(tokens), reduce_grad);
     loss_sum += run.loss_sum;
     wall += run.wall_s;
     compute += run.compute_s;
@@ -67,66 +91,13 @@ StepOutput PipelinedTrainStep::run(
   out.tokens = tokens;
   out.bubble = wall > 0.0 ? std::max(0.0, 1.0 - compute / wall) : 0.0;
   if (!trace_path_.empty()) {
-    write_pipeline_traces(
+    pipeline::write_pipeline_traces(
         trace_path_,
         executor_->schedule(),
         executor_->pp_rank(),
         last_actions_);
   }
   return out;
-}
-
-void write_pipeline_traces(
-    const std::string& prefix,
-    const pipeline::Schedule& lowered,
-    int64_t pp_rank,
-    const std::vector<pipeline::ExecutedAction>& actions) {
-  std::vector<std::vector<pipeline::ExecutedAction>> ranks(lowered.pp);
-  // One process per rank in the file; real timestamps start at 0.
-  double t0 = actions.empty() ? 0.0 : actions.front().start_us;
-  for (auto a : actions) {
-    a.start_us -= t0;
-    a.end_us -= t0;
-    ranks[pp_rank].push_back(a);
-  }
-  auto write = [](const std::string& path, const std::string& text) {
-    std::ofstream out(path);
-    out << text;
-    if (!out) {
-      throw std::runtime_error("cannot write the pipeline trace " + path);
-    }
-  };
-  write(
-      prefix + ".rank" + std::to_string(pp_rank) + ".json",
-      pipeline::executed_trace_json(ranks));
-  if (pp_rank != 0) {
-    return;
-  }
-  // Mean measured cost of each kind of compute action, in microseconds.
-  std::map<std::string, std::pair<double, int64_t>> cost;
-  for (const auto& a : actions) {
-    if (!a.compute) {
-      continue;
-    }
-    const auto kind = pipeline::parse_action(a.name).kind;
-    auto& [sum, n] = cost[std::string(pipeline::action_kind_code(kind))];
-    sum += a.end_us - a.start_us - a.wait_us;
-    ++n;
-  }
-  auto mean = [&](const char* k, double fallback) {
-    const auto it = cost.find(k);
-    return it == cost.end() ? fallback : it->second.first / it->second.second;
-  };
-  const double f = mean("F", 1.0);
-  const auto costs = pipeline::SimulationCosts()
-                         .forward(f)
-                         .backward(mean("B", 2.0 * f))
-                         .backward_input(mean("I", f))
-                         .backward_weight(mean("W", f));
-  const auto sim = pipeline::simulate(lowered, costs);
-  write(
-      prefix + ".simulated.json",
-      pipeline::format_schedule(lowered, sim, "chrome"));
 }
 
 }  // namespace baton

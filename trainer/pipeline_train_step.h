@@ -14,7 +14,9 @@ namespace baton {
 /// by the global step's token count so the gradients equal the
 /// non-pipelined ones. Only the rank holding stage 0 gets batches. The loss
 /// is summed over the pipeline group (only the last stage has it) and the
-/// data-parallel group, so every rank returns the global loss.
+/// data-parallel group, so every rank returns the global loss. On the last
+/// micro-step each REDUCE_GRAD of the schedule synchronises that stage's
+/// part through its grad_sync().
 class PipelinedTrainStep final : public TrainStep {
  public:
   PipelinedTrainStep(
@@ -29,6 +31,9 @@ class PipelinedTrainStep final : public TrainStep {
   StepOutput run(ModelParts& parts, const std::vector<Batch>& batches) override;
 
  private:
+  /// Throws std::invalid_argument unless `parts` are the executor's stages.
+  void check_parts(const ModelParts& parts) const;
+
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
   std::shared_ptr<dist::ProcessGroup> pp_group_;
   std::shared_ptr<dist::ProcessGroup> dp_group_;
@@ -38,15 +43,5 @@ class PipelinedTrainStep final : public TrainStep {
   /// Prefix of the Chrome traces; empty: none.
   std::string trace_path_;
 };
-
-/// After each step, when tracing: this rank's executed actions as a Chrome
-/// trace in `<prefix>.rank<R>.json` (real times), and on pipeline rank 0
-/// `<prefix>.simulated.json`, the simulator's timeline of the same schedule
-/// with the F, B, I and W costs measured in the step.
-void write_pipeline_traces(
-    const std::string& prefix,
-    const pipeline::Schedule& lowered,
-    int64_t pp_rank,
-    const std::vector<pipeline::ExecutedAction>& actions);
 
 }  // namespace baton

@@ -4,18 +4,9 @@
 
 #include <stdexcept>
 
-#include "parallel/data_parallel/replicate.h"
 #include "parallel/dist/process_group.h"
 
 namespace baton {
-
-at::Tensor cross_entropy_sum(
-    const at::Tensor& logits, const at::Tensor& labels) {
-  return torch::nn::functional::cross_entropy(
-      logits.flatten(0, 1),  // (B * T, vocab)
-      labels.flatten(),      // (B * T)
-      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-}
 
 StepOutput LocalTrainStep::run(
     ModelParts& parts, const std::vector<Batch>& batches) {
@@ -27,20 +18,19 @@ StepOutput LocalTrainStep::run(
   if (batches.empty()) {
     throw std::invalid_argument("[LocalTrainStep] needs at least one batch");
   }
-  auto& model = parts[0];
+  auto& part = parts[0];
+  auto& model = part.module();
   const auto device = model.parameters().at(0).device();
   int64_t local_tokens = 0;
   for (const auto& batch : batches) {
     local_tokens += batch.labels.numel();
   }
   const auto tokens = static_cast<int64_t>(
-      sum_over(comm_.batch_group, static_cast<double>(local_tokens)));
+      sum_over(batch_group_, static_cast<double>(local_tokens)));
   double loss_sum = 0.0;
   for (size_t i = 0; i < batches.size(); ++i) {
     const bool last = i + 1 == batches.size();
-    for (auto& reducer : comm_.reducers) {
-      reducer->prepare(/*sync=*/last);
-    }
+    part.grad_sync().prepare(/*sync=*/last);
     const auto& batch = batches[i];
     const auto logits = model.forward(batch.inputs.to(device));  // (B, T, V)
     const auto loss = loss_(logits, batch.labels.to(device));
@@ -50,10 +40,8 @@ StepOutput LocalTrainStep::run(
     (loss / static_cast<double>(tokens)).backward();
     loss_sum += loss.item<double>();
   }
-  for (auto& reducer : comm_.reducers) {
-    reducer->finish();
-  }
-  loss_sum = sum_over(comm_.batch_group, loss_sum);
+  part.grad_sync().finish();
+  loss_sum = sum_over(batch_group_, loss_sum);
   return {loss_sum / static_cast<double>(tokens), tokens};
 }
 

@@ -2,29 +2,18 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <functional>
 #include <memory>
 #include <vector>
 
 #include "data/dataloader.h"
-#include "trainer/model_parts.h"
+#include "models/loss.h"
+#include "parallel/model_parts.h"
 
 namespace baton {
 
 namespace dist {
 class ProcessGroup;
 }
-class GradientReducer;
-
-/// Sum of the token cross-entropies of `logits` (B, T, vocab) against
-/// `labels` (B, T). The step divides by its total token count, so gradients
-/// do not depend on how the step is cut into micro-steps or microbatches.
-using LossFn = std::function<at::Tensor(
-    const at::Tensor& logits, const at::Tensor& labels)>;
-
-/// Cross-entropy summed over tokens: the default LossFn.
-at::Tensor cross_entropy_sum(
-    const at::Tensor& logits, const at::Tensor& labels);
 
 /// What one step's forward and backward produced.
 struct StepOutput {
@@ -38,20 +27,10 @@ struct StepOutput {
   double bubble = -1.0;
 };
 
-/// What a train step shares with other ranks; empty for a single process.
-struct StepCommunication {
-  /// The ranks that together train on one global batch (the data-parallel
-  /// group): token counts and losses are summed over it, and each rank
-  /// scales its loss by the global token count. Null: this rank alone.
-  std::shared_ptr<dist::ProcessGroup> batch_group;
-  /// One per model part that replicates its gradients (data parallel); they
-  /// sum the gradients over `batch_group` during the last backward.
-  std::vector<std::shared_ptr<GradientReducer>> reducers;
-};
-
 /// Forward and backward of one optimizer step, accumulating gradients into
-/// the parts. The trainer loop calls it between zero_grad and the optimizer
-/// without knowing whether it is local or pipelined.
+/// the parts and synchronising them through each part's grad_sync(). The
+/// trainer loop calls it between zero_grad and the optimizer without
+/// knowing whether it is local or pipelined.
 class TrainStep {
  public:
   virtual ~TrainStep() = default;
@@ -61,18 +40,21 @@ class TrainStep {
       ModelParts& parts, const std::vector<Batch>& batches) = 0;
 };
 
-/// The whole model in one part: forward, loss, backward per micro-step;
-/// with data parallelism, gradients are summed across the batch group
-/// during the last micro-step's backward.
+/// The whole model in one part: forward, loss, backward per micro-step.
+/// Token counts and losses are summed over `batch_group` (the ranks that
+/// together train on one global batch; null: this rank alone), and each
+/// rank scales its loss by the global token count; the part's gradient
+/// synchroniser runs during the last micro-step's backward.
 class LocalTrainStep final : public TrainStep {
  public:
-  explicit LocalTrainStep(LossFn loss, StepCommunication comm = {})
-      : loss_(std::move(loss)), comm_(std::move(comm)) {}
+  explicit LocalTrainStep(
+      LossFn loss, std::shared_ptr<dist::ProcessGroup> batch_group = nullptr)
+      : loss_(std::move(loss)), batch_group_(std::move(batch_group)) {}
   StepOutput run(ModelParts& parts, const std::vector<Batch>& batches) override;
 
  private:
   LossFn loss_;
-  StepCommunication comm_;
+  std::shared_ptr<dist::ProcessGroup> batch_group_;
 };
 
 /// The sum of `value` over `group` (itself when `group` is null).

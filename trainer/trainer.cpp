@@ -3,17 +3,14 @@
 #include <glog/logging.h>
 #include <torch/torch.h>
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <thread>
+#include <stdexcept>
 
-#include "common/error.h"
+#include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
+#include "parallel/grad_norm.h"
+#include "trainer/fault_injection.h"
 
 namespace baton {
 
@@ -26,99 +23,17 @@ double seconds_since(Clock::time_point start) {
 }  // namespace
 
 Trainer::Trainer(const JobConfig& config, TrainerComponents components)
-    : config_(config), c_(std::move(components)) {}
+    : config_(config), c_(std::move(components)) {
+  if (!c_.mesh) {
+    throw std::logic_error("[Trainer] components.mesh: null");
+  }
+}
 
 Trainer::~Trainer() = default;
 
-double Trainer::clip_gradients() {
-  torch::NoGradGuard no_grad;
-  std::vector<at::Tensor> grads;
-  for (const auto& p : c_.model_parts.parameters()) {
-    if (p.grad().defined()) {
-      grads.push_back(p.grad());
-    }
-  }
-  std::vector<at::Tensor> squares{at::zeros({}, at::kDouble)};
-  squares.reserve(grads.size());
-  for (const auto& g : grads) {
-    squares.push_back(g.pow(2).sum().to(at::kDouble).cpu());
-  }
-  // Each pipeline rank holds different parameters: sum their squares.
-  const double norm =
-      std::sqrt(sum_over(c_.pp_group, at::stack(squares).sum().item<double>()));
-  const double max_norm = config_.training.max_norm;
-  if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (auto& g : grads) {
-      g.mul_(scale);
-    }
-  }
-  return norm;
-}
-
-namespace {
-
-struct FaultSpec {
-  std::string kind;
-  int64_t rank = -1;
-  int64_t step = -1;
-};
-
-/// BATON_INJECT_FAULT parsed; an empty kind when it is unset.
-FaultSpec fault_spec() {
-  const char* spec = std::getenv("BATON_INJECT_FAULT");
-  if (spec == nullptr || *spec == '\0') {
-    return {};
-  }
-  char kind[16] = {0};
-  long long at_rank = -1;
-  long long at_step = -1;
-  char tail = 0;
-  if (std::sscanf(
-          spec, "%15[a-z]:%lld:%lld%c", kind, &at_rank, &at_step, &tail) != 3) {
-    throw ConfigError(
-        std::string("BATON_INJECT_FAULT=") + spec +
-        ": expected KIND:RANK:STEP with KIND throw, kill, hang or killsave");
-  }
-  const std::string k = kind;
-  if (k != "throw" && k != "kill" && k != "hang" && k != "killsave") {
-    throw ConfigError(
-        std::string("BATON_INJECT_FAULT=") + spec +
-        ": KIND must be throw, kill, hang or killsave");
-  }
-  return {k, at_rank, at_step};
-}
-
-}  // namespace
-
-bool kill_during_save_requested(int64_t rank, int64_t step) {
-  const FaultSpec f = fault_spec();
-  return f.kind == "killsave" && f.rank == rank && f.step == step;
-}
-
-void maybe_inject_fault(int64_t rank, int64_t step) {
-  const FaultSpec f = fault_spec();
-  const std::string& k = f.kind;
-  if (k.empty() || k == "killsave" || f.rank != rank || f.step != step) {
-    return;
-  }
-  LOG(WARNING) << "injecting fault '" << k << "' at step " << step;
-  google::FlushLogFiles(google::GLOG_INFO);
-  if (k == "throw") {
-    throw std::runtime_error(
-        "injected fault (BATON_INJECT_FAULT) at step " + std::to_string(step));
-  }
-  if (k == "kill") {
-    ::kill(::getpid(), SIGKILL);
-  }
-  while (true) {
-    std::this_thread::sleep_for(std::chrono::hours(1));
-  }
-}
-
 StepMetrics Trainer::train_step() {
   ++step_;
-  maybe_inject_fault(c_.rank, step_);
+  FaultInjection::get().at_step_start(c_.rank, step_);
   const auto start = Clock::now();
   std::vector<Batch> batches;
   if (c_.dataloader) {
@@ -135,7 +50,8 @@ StepMetrics Trainer::train_step() {
   const StepOutput out = c_.train_step->run(c_.model_parts, batches);
   m.loss = out.loss;
   tokens_seen_ += out.tokens;
-  m.grad_norm = clip_gradients();
+  m.grad_norm =
+      clip_grad_norm(c_.model_parts, *c_.mesh, config_.training.max_norm);
   if (std::isfinite(m.loss) && std::isfinite(m.grad_norm)) {
     c_.optimizers->step();
   } else {
@@ -184,9 +100,9 @@ std::vector<StepMetrics> Trainer::train() {
     history.push_back(train_step());
     StepMetrics& m = history.back();
     if (c_.metrics && (c_.metrics->should_log(m.step) || m.step == steps)) {
-      if (m.pipeline_bubble_pct.size() == 1 && c_.pp_group) {
+      if (m.pipeline_bubble_pct.size() == 1) {
         // Every rank logs the same steps, so this collective matches.
-        const auto all = c_.pp_group->all_gather(
+        const auto all = c_.mesh->pp()->all_gather(
             at::full({1}, m.pipeline_bubble_pct[0], at::kDouble));
         m.pipeline_bubble_pct.assign(
             all.data_ptr<double>(), all.data_ptr<double>() + all.numel());

@@ -4,20 +4,20 @@
 #include <memory>
 #include <vector>
 
+#include "config/job_config.h"
 #include "data/dataloader.h"
 #include "data/tokenizer.h"
+#include "optim/lr_schedulers.h"
+#include "optim/optimizers.h"
+#include "parallel/model_parts.h"
 #include "trainer/checkpointer.h"
-#include "trainer/job_config.h"
-#include "trainer/lr_schedulers.h"
 #include "trainer/metrics.h"
-#include "trainer/model_parts.h"
-#include "trainer/optimizers.h"
 #include "trainer/train_step.h"
 
 namespace baton {
 
 namespace dist {
-class ProcessGroup;
+class ParallelMesh;
 class Runtime;
 }  // namespace dist
 
@@ -45,13 +45,15 @@ struct TrainerComponents {
   /// it alive and switches it to comm.train_timeout_seconds after the first
   /// step.
   std::shared_ptr<dist::Runtime> runtime;
-  /// The pipeline group: the grad norm is summed over it (each rank holds
-  /// different parameters) and the bubbles gathered. Null: this rank alone.
-  std::shared_ptr<dist::ProcessGroup> pp_group;
+  /// This rank's groups: the grad norm is summed over the groups the
+  /// gradients are split across (parallel/grad_norm.h) and the pipeline
+  /// bubbles gathered over pp.
+  std::shared_ptr<dist::ParallelMesh> mesh;
 };
 
 /// The train loop. Each step: fetch the micro-step batches, run the
-/// TrainStep, clip gradients, step optimizers and LR schedulers, log.
+/// TrainStep, clip gradients (clip_grad_norm over the mesh), step
+/// optimizers and LR schedulers, log.
 class Trainer {
  public:
   Trainer(const JobConfig& config, TrainerComponents components);
@@ -74,26 +76,11 @@ class Trainer {
   }
 
  private:
-  /// Clips gradients to max_norm over every part; returns the norm before.
-  double clip_gradients();
-
   JobConfig config_;
   TrainerComponents c_;
   int64_t step_ = 0;
   int64_t tokens_seen_ = 0;
   bool first_step_done_ = false;
 };
-
-/// Fault injection for the failure tests, from BATON_INJECT_FAULT=
-/// "KIND:RANK:STEP": at the start of step STEP, global rank RANK throws
-/// (KIND throw), kills itself with SIGKILL (kill) or stops answering
-/// (hang). KIND killsave is the checkpoint's (kill_during_save_requested).
-/// Unset: nothing. A malformed value throws ConfigError.
-void maybe_inject_fault(int64_t rank, int64_t step);
-
-/// True when BATON_INJECT_FAULT is "killsave:RANK:STEP" for this rank and
-/// step: the checkpoint save of that step then kills the process half-way
-/// through writing its file.
-bool kill_during_save_requested(int64_t rank, int64_t step);
 
 }  // namespace baton

@@ -31,13 +31,13 @@ at::Tensor apply_rope(const at::Tensor& x, const RopeTables& rope) {
 }
 
 AttentionImpl::AttentionImpl(const ModelArgs& args)
-    : n_heads_(args.n_heads),
-      n_kv_heads_(args.kv_heads()),
-      head_dim_(args.head_dim()) {
-  wq = register_module("wq", Linear(args.dim, n_heads_ * head_dim_));
-  wk = register_module("wk", Linear(args.dim, n_kv_heads_ * head_dim_));
-  wv = register_module("wv", Linear(args.dim, n_kv_heads_ * head_dim_));
-  wo = register_module("wo", Linear(n_heads_ * head_dim_, args.dim));
+    : head_dim_(args.head_dim()) {
+  const int64_t q_width = args.n_heads * head_dim_;
+  const int64_t kv_width = args.kv_heads() * head_dim_;
+  wq = register_module("wq", Linear(args.dim, q_width));
+  wk = register_module("wk", Linear(args.dim, kv_width));
+  wv = register_module("wv", Linear(args.dim, kv_width));
+  wo = register_module("wo", Linear(q_width, args.dim));
 }
 
 namespace {
@@ -46,6 +46,13 @@ namespace {
 /// query heads.
 at::Tensor expand_kv(const at::Tensor& x, int64_t n_heads) {
   const auto s = x.sizes();
+  TORCH_CHECK(
+      s[1] > 0 && n_heads % s[1] == 0,
+      "[llama] attention: ",
+      n_heads,
+      " query heads; allowed: a multiple of the ",
+      s[1],
+      " key/value heads this module holds");
   const int64_t repeats = n_heads / s[1];
   if (repeats == 1) {
     return x;
@@ -59,6 +66,8 @@ at::Tensor expand_kv(const at::Tensor& x, int64_t n_heads) {
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope) {
   const int64_t B = x.size(0), T = x.size(1);
+  // Head counts come from the projections this module holds, so a tensor
+  // parallel applier can give it a slice of the heads (and kv heads).
   // On the CPU, blocked attention skips the masked half of the scores and
   // takes q with the 1 / sqrt(D) factor folded into its rotation.
   const bool blocked = x.device().is_cpu();
@@ -66,12 +75,13 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope) {
       blocked ? 1.0 / std::sqrt(static_cast<double>(head_dim_)) : 1.0;
   // (B, T, heads, D) -> (B, heads, T, D), rotated
   auto q = rope_heads_first(
-      wq(x).view({B, T, n_heads_, head_dim_}), rope.cos, rope.sin, q_scale);
-  auto k = rope_heads_first(
-      wk(x).view({B, T, n_kv_heads_, head_dim_}), rope.cos, rope.sin);
-  auto v = wv(x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2);
-  k = expand_kv(k, n_heads_);
-  v = expand_kv(v, n_heads_);
+      wq(x).view({B, T, -1, head_dim_}), rope.cos, rope.sin, q_scale);
+  auto k =
+      rope_heads_first(wk(x).view({B, T, -1, head_dim_}), rope.cos, rope.sin);
+  auto v = wv(x).view({B, T, -1, head_dim_}).transpose(1, 2);
+  const int64_t heads = q.size(1);
+  k = expand_kv(k, heads);
+  v = expand_kv(v, heads);
   at::Tensor out;  // (B, H, T, D)
   if (blocked) {
     out = causal_attention(q, k, v, /*q_scaled=*/true);
@@ -79,7 +89,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope) {
     out = compat::causal_sdpa(q, k, v);
   }
   // (B, H, T, D) -> (B, T, H * D)
-  return wo(out.transpose(1, 2).reshape({B, T, n_heads_ * head_dim_}));
+  return wo(out.transpose(1, 2).reshape({B, T, -1}));
 }
 
 FeedForwardImpl::FeedForwardImpl(const ModelArgs& args) {

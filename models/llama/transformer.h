@@ -38,7 +38,8 @@ struct RopeTables {
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& rope);
 
 /// Causal grouped-query attention: n_heads query heads share n_kv_heads
-/// key/value heads.
+/// key/value heads. The forward reads the head counts from the rows of wq
+/// and wk (head_dim each), so the module may hold a slice of the heads.
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelArgs& args);
@@ -48,8 +49,6 @@ class AttentionImpl : public torch::nn::Module {
   Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
 
  private:
-  int64_t n_heads_;
-  int64_t n_kv_heads_;
   int64_t head_dim_;
 };
 TORCH_MODULE(Attention);

@@ -7,7 +7,10 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "config/job_config.h"
+#include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
+#include "parallel/model_parts.h"
 
 namespace baton {
 
@@ -181,11 +184,6 @@ void GradientReducer::finish() {
   }
 }
 
-void GradientReducer::reduce_now() {
-  prepare(/*sync=*/true);
-  finish();
-}
-
 std::vector<std::vector<int64_t>> GradientReducer::bucket_layout() const {
   std::vector<std::vector<int64_t>> layout;
   for (const auto& b : state_->buckets) {
@@ -227,6 +225,13 @@ void check_replicas_equal(
           "' at start-up; initialisation must not depend on the rank");
     }
   }
+}
+
+void ReplicateApplier::apply(ModelPart& part, const ParallelContext& context) {
+  const auto bucket_bytes = static_cast<int64_t>(
+      context.config.parallelism.data_parallel_bucket_size_mb * 1024 * 1024);
+  part.grad_sync().add(std::make_shared<GradientReducer>(
+      part.module().parameters(), context.mesh.dp(), bucket_bytes));
 }
 
 }  // namespace baton

@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "parallel/applier.h"
+#include "parallel/grad_sync.h"
+
 namespace baton::dist {
 class ProcessGroup;
 }
@@ -25,25 +28,22 @@ namespace baton {
 /// micro-step of gradient accumulation), finish() after the last one. The
 /// train step scales the loss by the global token count, so the summed
 /// gradients equal those of one process running the whole global batch.
-class GradientReducer {
+class GradientReducer final : public GradientSync {
  public:
   GradientReducer(
       std::vector<at::Tensor> parameters,
       std::shared_ptr<dist::ProcessGroup> group,
       int64_t bucket_bytes);
-  ~GradientReducer();
+  ~GradientReducer() override;
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
 
   /// Before a backward: whether its gradients should be reduced.
-  void prepare(bool sync);
+  void prepare(bool sync) override;
   /// After the last backward of the step: starts the buckets no hook
   /// started (parameters without gradients count as zeros), waits for all,
   /// and writes the sums into the gradients. Throws dist::CommError.
-  void finish();
-  /// prepare(true) and finish() at once, after a backward that ran without
-  /// syncing (the pipelined step's REDUCE_GRAD): every bucket starts now.
-  void reduce_now();
+  void finish() override;
 
   /// Parameter indices of each bucket, in start order.
   std::vector<std::vector<int64_t>> bucket_layout() const;
@@ -64,5 +64,13 @@ void check_replicas_equal(
     const std::vector<at::Tensor>& parameters,
     const std::vector<std::string>& names,
     dist::ProcessGroup& group);
+
+/// The `replicate` applier (DDP): attaches a GradientReducer over the
+/// data-parallel group, with parallelism.data_parallel_bucket_size_mb
+/// buckets, to the part.
+class ReplicateApplier final : public Applier {
+ public:
+  void apply(ModelPart& part, const ParallelContext& context) override;
+};
 
 }  // namespace baton

@@ -1,5 +1,6 @@
 #include "parallel/dist/mesh.h"
 
+#include <map>
 #include <stdexcept>
 
 #include "common/text.h"
@@ -17,26 +18,32 @@ std::string ranks_text(const std::vector<int64_t>& ranks) {
   return "[" + join(items, ", ") + "]";
 }
 
-/// The sub-group of `rank` along `dim`, shared with the world group when
-/// it spans the world, a group of one when the degree is 1.
-std::shared_ptr<ProcessGroup> make_group(
-    const ParallelDims& dims,
-    int64_t rank,
-    MeshDim dim,
-    const char* name,
-    const std::shared_ptr<Runtime>& runtime,
-    const std::shared_ptr<ProcessGroup>& world) {
-  const auto ranks = mesh_group(dims, rank, dim);
-  if (ranks.size() == 1) {
-    return ProcessGroup::single(name, rank);
-  }
-  if (static_cast<int64_t>(ranks.size()) == dims.world_size) {
-    return world;
-  }
-  return runtime->new_group(ranks, std::string(name) + ranks_text(ranks));
-}
+/// The order every rank creates its groups in: dp before its two factors,
+/// so that the group they share when one factor is 1 is named "dp".
+constexpr MeshDim kDims[] = {
+    MeshDim::kPp,
+    MeshDim::kDp,
+    MeshDim::kDpReplicate,
+    MeshDim::kDpShard,
+    MeshDim::kTp};
 
 }  // namespace
+
+const char* mesh_dim_name(MeshDim dim) {
+  switch (dim) {
+    case MeshDim::kPp:
+      return "pp";
+    case MeshDim::kDp:
+      return "dp";
+    case MeshDim::kDpReplicate:
+      return "dp_replicate";
+    case MeshDim::kDpShard:
+      return "dp_shard";
+    case MeshDim::kTp:
+      return "tp";
+  }
+  return "?";
+}
 
 MeshCoord mesh_coord(const ParallelDims& d, int64_t rank) {
   if (rank < 0 || rank >= d.world_size) {
@@ -106,17 +113,50 @@ ParallelMesh::ParallelMesh(
         " ranks needs a distributed runtime");
   }
   world_ = runtime ? runtime->world() : ProcessGroup::single("world", rank);
-  // Same order on every rank: pp groups, then dp groups.
-  pp_ = make_group(dims, rank, MeshDim::kPp, "pp", runtime, world_);
-  dp_ = make_group(dims, rank, MeshDim::kDp, "dp", runtime, world_);
+  groups_.resize(std::size(kDims));
+  // Every rank creates its groups in the same order (kDims), each once: a
+  // dimension with the members of an earlier one (or of the world) shares
+  // its group.
+  std::map<std::vector<int64_t>, std::shared_ptr<ProcessGroup>> by_members;
+  for (const MeshDim dim : kDims) {
+    const auto ranks = mesh_group(dims, rank, dim);
+    auto& group = groups_[static_cast<size_t>(dim)];
+    if (ranks.size() == 1) {
+      group = ProcessGroup::single(mesh_dim_name(dim), rank);
+    } else if (static_cast<int64_t>(ranks.size()) == dims.world_size) {
+      group = world_;
+    } else if (const auto it = by_members.find(ranks); it != by_members.end()) {
+      group = it->second;
+    } else {
+      group = runtime->new_group(ranks, mesh_dim_name(dim) + ranks_text(ranks));
+      by_members[ranks] = group;
+    }
+  }
+}
+
+const std::shared_ptr<ProcessGroup>& ParallelMesh::group(MeshDim dim) const {
+  return groups_.at(static_cast<size_t>(dim));
 }
 
 std::string ParallelMesh::to_string() const {
-  return "rank " + std::to_string(rank_) + ": pp " + std::to_string(coord_.pp) +
-         "/" + std::to_string(dims_.pp) + ", dp " +
-         std::to_string(coord_.dp(dims_)) + "/" + std::to_string(dims_.dp()) +
-         " (groups pp " + ranks_text(pp_->global_ranks()) + ", dp " +
-         ranks_text(dp_->global_ranks()) + ")";
+  std::string text =
+      "rank " + std::to_string(rank_) + ": pp " + std::to_string(coord_.pp) +
+      "/" + std::to_string(dims_.pp) + ", dp " +
+      std::to_string(coord_.dp(dims_)) + "/" + std::to_string(dims_.dp());
+  std::string groups = "groups pp " + ranks_text(pp()->global_ranks()) +
+                       ", dp " + ranks_text(dp()->global_ranks());
+  const std::pair<MeshDim, int64_t> more[] = {
+      {MeshDim::kDpShard, dims_.dp_shard}, {MeshDim::kTp, dims_.tp}};
+  for (const auto& [dim, degree] : more) {
+    if (degree > 1) {
+      const auto& g = group(dim);
+      text += std::string(", ") + mesh_dim_name(dim) + " " +
+              std::to_string(g->rank()) + "/" + std::to_string(degree);
+      groups += std::string(", ") + mesh_dim_name(dim) + " " +
+                ranks_text(g->global_ranks());
+    }
+  }
+  return text + " (" + groups + ")";
 }
 
 }  // namespace baton::dist

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/dist/parallel_dims.h"
+#include "config/parallel_dims.h"
 
 namespace baton::dist {
 
@@ -26,8 +26,12 @@ struct MeshCoord {
   }
 };
 
-/// Dimensions a sub-group runs along.
+/// Dimensions a sub-group runs along: the four degrees, and kDp, the
+/// flattened dp_replicate x dp_shard (the ranks that split the batch).
 enum class MeshDim { kPp, kDp, kDpReplicate, kDpShard, kTp };
+
+/// "pp", "dp", "dp_replicate", "dp_shard", "tp".
+const char* mesh_dim_name(MeshDim dim);
 
 /// Rank order, as torchtitan's device mesh: pp outermost, then
 /// dp_replicate, dp_shard, tp innermost, so
@@ -40,9 +44,11 @@ int64_t mesh_rank(const ParallelDims& dims, const MeshCoord& coord);
 std::vector<int64_t> mesh_group(
     const ParallelDims& dims, int64_t rank, MeshDim dim);
 
-/// The process groups of one rank: the world, its pipeline group and its
-/// data-parallel group (which is also the group the loss and token counts
-/// are summed over). A dimension of degree 1 gets a group of one.
+/// The process groups of one rank: the world and one group along each
+/// MeshDim (pp, dp_replicate, dp_shard, tp and the flattened dp, which is
+/// also the group the loss and token counts are summed over). A dimension
+/// of degree 1 gets a group of one; dimensions with the same members share
+/// one group.
 class ParallelMesh {
  public:
   /// Creates the sub-groups (collectively: every rank calls it, in the same
@@ -64,17 +70,23 @@ class ParallelMesh {
   const std::shared_ptr<ProcessGroup>& world() const {
     return world_;
   }
+  /// This rank's group along `dim`.
+  const std::shared_ptr<ProcessGroup>& group(MeshDim dim) const;
+  /// group(MeshDim::kPp).
   const std::shared_ptr<ProcessGroup>& pp() const {
-    return pp_;
+    return group(MeshDim::kPp);
   }
+  /// group(MeshDim::kDp).
   const std::shared_ptr<ProcessGroup>& dp() const {
-    return dp_;
+    return group(MeshDim::kDp);
   }
-  /// The ranks that together train on one global batch.
+  /// The ranks that together train on one global batch (dp: tensor-parallel
+  /// peers see the same batch).
   const std::shared_ptr<ProcessGroup>& loss() const {
-    return dp_;
+    return group(MeshDim::kDp);
   }
-  /// "rank 3: pp 1/2, dp 1/2 (groups pp [1, 3], dp [2, 3])".
+  /// "rank 3: pp 1/2, dp 1/2 (groups pp [1, 3], dp [2, 3])", with the
+  /// dp_shard and tp groups too when their degrees are above 1.
   std::string to_string() const;
 
  private:
@@ -82,8 +94,8 @@ class ParallelMesh {
   int64_t rank_;
   MeshCoord coord_;
   std::shared_ptr<ProcessGroup> world_;
-  std::shared_ptr<ProcessGroup> pp_;
-  std::shared_ptr<ProcessGroup> dp_;
+  /// Indexed by MeshDim.
+  std::vector<std::shared_ptr<ProcessGroup>> groups_;
 };
 
 }  // namespace baton::dist

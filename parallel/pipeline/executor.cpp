@@ -42,9 +42,8 @@ struct PipelineExecutor::State {
   Schedule schedule;
   std::map<int64_t, std::shared_ptr<ModelChunk>> stages;
   std::shared_ptr<dist::ProcessGroup> group;
-  LossFunction loss;
+  LossFn loss;
   ExecutorShapes shapes;
-  std::function<void(int64_t)> reduce_grad;
   int64_t rank = 0;
   int64_t last_stage = 0;
   Clock::time_point epoch = Clock::now();
@@ -209,7 +208,7 @@ struct PipelineExecutor::State {
         break;
       }
       case ActionKind::kReduceGrad:
-        break;  // handled by the caller (it needs `reduce`)
+        break;  // run() calls its reduce_grad
     }
   }
 };
@@ -218,16 +217,14 @@ PipelineExecutor::PipelineExecutor(
     Schedule lowered,
     std::vector<std::pair<int64_t, std::shared_ptr<ModelChunk>>> stages,
     std::shared_ptr<dist::ProcessGroup> group,
-    LossFunction loss,
-    ExecutorShapes shapes,
-    std::function<void(int64_t stage)> reduce_grad)
+    LossFn loss,
+    ExecutorShapes shapes)
     : state_(std::make_unique<State>()) {
   auto& st = *state_;
   st.schedule = std::move(lowered);
   st.group = std::move(group);
   st.loss = std::move(loss);
   st.shapes = shapes;
-  st.reduce_grad = std::move(reduce_grad);
   st.rank = st.group->rank();
   st.last_stage = st.schedule.num_stages - 1;
   if (st.group->size() != st.schedule.pp) {
@@ -274,7 +271,7 @@ ExecutorRun PipelineExecutor::run(
     const at::Tensor& inputs,
     const at::Tensor& labels,
     double loss_scale,
-    bool reduce) {
+    const std::function<void(int64_t stage)>& reduce_grad) {
   auto& st = *state_;
   const auto& sh = st.shapes;
   st.cells.clear();
@@ -325,8 +322,8 @@ ExecutorRun PipelineExecutor::run(
     const double waited_before = st.wait_s;
     try {
       if (a.kind == ActionKind::kReduceGrad) {
-        if (reduce && st.reduce_grad) {
-          st.reduce_grad(a.stage);
+        if (reduce_grad) {
+          reduce_grad(a.stage);
         }
       } else {
         st.execute(a);
@@ -359,24 +356,6 @@ ExecutorRun PipelineExecutor::run(
   st.inputs = at::Tensor();
   st.labels = at::Tensor();
   return out;
-}
-
-std::string executed_trace_json(
-    const std::vector<std::vector<ExecutedAction>>& ranks) {
-  std::string json = "{\"traceEvents\": [\n";
-  bool first = true;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    for (const auto& a : ranks[r]) {
-      json += first ? "" : ",\n";
-      first = false;
-      json += "{\"name\": \"" + a.name + "\", \"cat\": \"" +
-              (a.compute ? "compute" : "comm") +
-              "\", \"ph\": \"X\", \"pid\": " + std::to_string(r) +
-              ", \"tid\": 0, \"ts\": " + std::to_string(a.start_us) +
-              ", \"dur\": " + std::to_string(a.end_us - a.start_us) + "}";
-    }
-  }
-  return json + "\n]}\n";
 }
 
 }  // namespace baton::pipeline

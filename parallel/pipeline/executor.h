@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "models/loss.h"
 #include "models/model_spec.h"
 #include "parallel/pipeline/action.h"
 
@@ -53,39 +54,37 @@ struct ExecutorShapes {
 
 /// Runs this rank's part of a lowered schedule: F / B / I / W / OVERLAP_F_B
 /// on the stages it holds, SEND / RECV through the pipeline group (stages
-/// on the same rank hand tensors over locally), REDUCE_GRAD through a
-/// callback. Labels travel from the rank of stage 0 to the rank of the last
-/// stage once per run. I runs the backward with the stage's linear layers
-/// deferring their weight gradients (models/linear.h); W runs what they
-/// queued.
+/// on the same rank hand tensors over locally), REDUCE_GRAD through the
+/// caller's callback (the train step reaches each part's gradient
+/// synchroniser through the part). Labels travel from the rank of stage 0 to
+/// the rank of the last stage once per run. I runs the backward with the
+/// stage's linear layers deferring their weight gradients (models/linear.h); W
+/// runs what they queued.
 class PipelineExecutor {
  public:
-  using LossFunction = std::function<at::Tensor(
-      const at::Tensor& logits, const at::Tensor& labels)>;
-
   /// `lowered`: the whole lowered schedule (every rank's list). `stages`:
   /// this rank's stage ids and their chunks. `group`: the pipeline group
-  /// (group rank = pipeline rank). `reduce_grad(stage)` reduces a stage's
-  /// gradients across data-parallel replicas (may be empty).
+  /// (group rank = pipeline rank). `loss` is applied on the last stage.
   PipelineExecutor(
       Schedule lowered,
       std::vector<std::pair<int64_t, std::shared_ptr<ModelChunk>>> stages,
       std::shared_ptr<dist::ProcessGroup> group,
-      LossFunction loss,
-      ExecutorShapes shapes,
-      std::function<void(int64_t stage)> reduce_grad = nullptr);
+      LossFn loss,
+      ExecutorShapes shapes);
   ~PipelineExecutor();
 
   /// Runs the schedule once. `inputs` / `labels` are (microbatches *
   /// microbatch_size, seq_len) int64 on the rank that holds stage 0 and
   /// undefined elsewhere. Each microbatch's loss is scaled by `loss_scale`
-  /// before its backward. REDUCE_GRAD actions run only when `reduce`.
+  /// before its backward. Each REDUCE_GRAD action calls `reduce_grad(stage)`
+  /// once that stage's gradients are complete; without one (gradient
+  /// accumulation before the last micro-step) they do nothing.
   /// Throws std::runtime_error (or dist::CommError) naming the action.
   ExecutorRun run(
       const at::Tensor& inputs,
       const at::Tensor& labels,
       double loss_scale,
-      bool reduce);
+      const std::function<void(int64_t stage)>& reduce_grad = nullptr);
 
   int64_t pp_rank() const;
   const Schedule& schedule() const;
@@ -94,10 +93,5 @@ class PipelineExecutor {
   struct State;
   std::unique_ptr<State> state_;
 };
-
-/// Chrome trace JSON ("traceEvents") of executed actions, one process per
-/// rank (`pid` = rank).
-std::string executed_trace_json(
-    const std::vector<std::vector<ExecutedAction>>& ranks);
 
 }  // namespace baton::pipeline

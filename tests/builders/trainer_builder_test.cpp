@@ -21,8 +21,8 @@ class FrozenNormBuilder final : public TrainerBuilder {
 
  protected:
   std::unique_ptr<torch::optim::Optimizer> build_optimizer(
-      ModelChunk& part) override {
-    for (auto& item : part.named_parameters()) {
+      ModelPart& part) override {
+    for (auto& item : part.module().named_parameters()) {
       if (item.key().find("norm") != std::string::npos) {
         item.value().requires_grad_(false);
       }
@@ -94,11 +94,11 @@ TEST(TrainerBuilder, SubclassSelectedFromYamlOverridesOneHook) {
 
   const auto& parts = trainer->components().model_parts;
   std::map<std::string, at::Tensor> before;
-  for (const auto& item : parts[0].named_parameters()) {
+  for (const auto& item : parts[0].module().named_parameters()) {
     before[item.key()] = item.value().clone();
   }
   trainer->train();
-  for (const auto& item : parts[0].named_parameters()) {
+  for (const auto& item : parts[0].module().named_parameters()) {
     const bool is_norm = item.key().find("norm") != std::string::npos;
     EXPECT_EQ(torch::equal(item.value(), before[item.key()]), is_norm)
         << item.key();
@@ -125,7 +125,7 @@ TEST(TrainerBuilder, VocabularyFollowsTheTokenizer) {
     auto trainer = make_trainer_builder(config)->build();
     const auto& c = trainer->components();
     EXPECT_EQ(c.tokenizer->vocab_size(), vocab) << tokenizer;
-    for (const auto& item : c.model_parts[0].named_parameters()) {
+    for (const auto& item : c.model_parts[0].module().named_parameters()) {
       if (item.key() == "tok_embeddings.weight" ||
           item.key() == "output.weight") {
         EXPECT_EQ(item.value().size(0), vocab) << tokenizer << item.key();

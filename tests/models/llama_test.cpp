@@ -238,6 +238,42 @@ TEST(Llama, AttentionMatchesAHandWrittenReference) {
   EXPECT_TRUE(torch::allclose(out, expected, 1e-5, 1e-5));
 }
 
+TEST(Llama, AttentionRunsOnASliceOfItsHeads) {
+  // What a tensor-parallel applier does: split the query and key/value heads
+  // (rows of wq, wk, wv) and the matching columns of wo over two modules.
+  // The head counts come from the tensors, so each slice runs as is, and the
+  // slices' outputs sum to the whole module's.
+  const auto args = tiny_args();  // dim 64, 4 query heads, 2 kv heads
+  const int64_t D = args.head_dim(), T = 7;
+  AttentionImpl whole(args);
+  const auto x = torch::randn({2, T, args.dim});
+  const auto angles = torch::outer(
+      torch::arange(T, torch::kFloat), torch::rand({D / 2}));  // (T, D/2)
+  const RopeTables rope{angles.cos(), angles.sin()};
+  const auto expected = whole.forward(x, rope);
+  at::Tensor sum;
+  for (int64_t r = 0; r < 2; ++r) {
+    AttentionImpl slice(args);
+    torch::NoGradGuard no_grad;
+    // Query heads 2r, 2r+1 share kv head r.
+    slice.wq->weight.set_data(whole.wq->weight.narrow(0, 2 * r * D, 2 * D));
+    slice.wk->weight.set_data(whole.wk->weight.narrow(0, r * D, D));
+    slice.wv->weight.set_data(whole.wv->weight.narrow(0, r * D, D));
+    slice.wo->weight.set_data(whole.wo->weight.narrow(1, 2 * r * D, 2 * D));
+    const auto part = slice.forward(x, rope);
+    sum = sum.defined() ? sum + part : part;
+  }
+  EXPECT_TRUE(torch::allclose(sum, expected, 1e-5, 1e-5))
+      << (sum - expected).abs().max().item<double>();
+  // A slice whose query heads do not group over its kv heads is refused.
+  AttentionImpl odd(args);
+  {
+    torch::NoGradGuard no_grad;
+    odd.wq->weight.set_data(whole.wq->weight.narrow(0, 0, 3 * D));
+  }
+  EXPECT_THROW(odd.forward(x, rope), c10::Error);
+}
+
 TEST(Llama, RopeRotatesPairsByPositionTimesFrequency) {
   // Position 1, pair 0 rotates by 1 radian (frequency theta^0 = 1).
   ModelArgs args = tiny_args();

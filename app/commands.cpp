@@ -1,0 +1,146 @@
+#include "app/commands.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <thread>
+
+#include "app/progress.h"
+#include "common/error.h"
+#include "data/dataset.h"
+#include "data/sentencepiece_tokenizer.h"
+#include "data/token_shards.h"
+#include "data/tokenizer.h"
+#include "parallel/pipeline/schedule_io.h"
+#include "parallel/pipeline/schedules.h"
+#include "parallel/pipeline/simulator.h"
+
+namespace baton {
+
+// Generates (or loads) a schedule, plans it and writes it in the asked
+// format.
+int run_schedule(const ScheduleArgs& args) {
+  namespace pp = pipeline;
+  const pp::Schedule schedule =
+      args.csv_path.empty()
+          ? pp::make_schedule(
+                args.schedule, args.pp, args.stages_per_rank, args.microbatches)
+          : pp::load_schedule_csv(args.csv_path);
+  const auto costs = pp::SimulationCosts()
+                         .forward(args.costs.at("F"))
+                         .backward(args.costs.at("B"))
+                         .backward_input(args.costs.at("I"))
+                         .backward_weight(args.costs.at("W"))
+                         .overlap_f_b(args.costs.at("OVERLAP"))
+                         .p2p_latency(args.costs.at("P2P"));
+  const pp::PlannedSchedule plan = pp::plan_schedule(schedule, costs);
+  const std::string text = pp::format_schedule(
+      args.comms ? plan.lowered : plan.compute, plan.simulation, args.format);
+  if (args.out_path.empty()) {
+    std::cout << text;
+    return 0;
+  }
+  std::ofstream out(args.out_path);
+  out << text;
+  if (!out) {
+    throw std::runtime_error("cannot write '" + args.out_path + "'");
+  }
+  return 0;
+}
+
+namespace {
+
+// The datasets `--dataset` makes of each `--input`, indexed up front so the
+// progress has a total.
+std::vector<std::unique_ptr<Dataset>> open_inputs(
+    const std::vector<std::string>& inputs,
+    const std::string& dataset,
+    const std::string& text_field) {
+  register_builtin_datasets();
+  const auto& creator = dataset_registry().get(dataset, "--dataset");
+  std::vector<std::unique_ptr<Dataset>> datasets;
+  for (const std::string& input : inputs) {
+    DatasetOptions options;
+    options.path = input;
+    options.text_field = text_field;
+    datasets.push_back(creator(options));
+  }
+  return datasets;
+}
+
+}  // namespace
+
+int run_tokenizer_train(const TokenizerTrainArgs& args) {
+  const auto datasets = open_inputs(args.inputs, args.dataset, args.text_field);
+  std::vector<const TextDataset*> texts;
+  int64_t documents = 0;
+  for (const auto& dataset : datasets) {
+    const auto* text = dynamic_cast<const TextDataset*>(dataset.get());
+    if (text == nullptr) {
+      throw ConfigError(
+          "--dataset: '" + args.dataset +
+          "' holds tokens, not text; allowed: a text dataset (jsonl, text)");
+    }
+    texts.push_back(text);
+    documents += text->size();
+  }
+  size_t which = 0;
+  int64_t index = 0;
+  const auto next_text = [&]() -> std::optional<std::string> {
+    while (which < texts.size() && index == texts[which]->size()) {
+      ++which;
+      index = 0;
+    }
+    if (which == texts.size()) {
+      return std::nullopt;
+    }
+    return texts[which]->text(index++);
+  };
+  SentencePieceTrainOptions options(args.vocab_size);
+  options.model_type = args.model_type;
+  options.num_threads = std::max(1u, std::thread::hardware_concurrency());
+  const auto start = std::chrono::steady_clock::now();
+  train_sentencepiece(next_text, options, args.out_path);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  std::cout << "trained a " << args.model_type << " SentencePiece model of "
+            << args.vocab_size << " pieces on " << documents << " documents in "
+            << seconds << " s: " << args.out_path << '\n';
+  return 0;
+}
+
+// Tokenises the inputs into token shards, with a progress report on stderr.
+int run_data_tokenize(const DataTokenizeArgs& args) {
+  register_builtin_tokenizers();
+  const auto tokenizer = tokenizer_registry().get(
+      args.tokenizer, "--tokenizer")(args.tokenizer_path);
+  const auto datasets = open_inputs(args.inputs, args.dataset, args.text_field);
+  int64_t documents = 0;
+  for (const auto& dataset : datasets) {
+    documents += dataset->size();
+  }
+  TokenShardWriter writer(args.out_dir, *tokenizer, args.tokens_per_shard);
+  ProgressReporter progress(std::cerr, ::isatty(STDERR_FILENO) == 1, documents);
+  for (const auto& dataset : datasets) {
+    for (int64_t i = 0; i < dataset->size(); ++i) {
+      const std::vector<int32_t> ids = dataset->tokens(i, *tokenizer);
+      writer.add(ids);
+      progress.add(static_cast<int64_t>(ids.size()));
+    }
+  }
+  progress.finish();
+  const auto shards = writer.finish();
+  std::cout << "wrote " << documents << " documents in " << shards.size()
+            << " shard" << (shards.size() == 1 ? "" : "s") << " to "
+            << args.out_dir << " (vocab " << tokenizer->vocab_size()
+            << "); train on them with training.dataset=tokens, "
+               "training.dataset_path="
+            << args.out_dir << " and the same model.tokenizer\n";
+  return 0;
+}
+
+}  // namespace baton

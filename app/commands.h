@@ -1,0 +1,17 @@
+#pragma once
+
+#include "app/cli.h"
+
+namespace baton {
+
+/// `baton schedule`: generates (or loads) a schedule, plans it and writes it
+/// in the asked format; returns the exit code.
+int run_schedule(const ScheduleArgs& args);
+/// `baton tokenizer train`: trains a SentencePiece model on the inputs'
+/// texts.
+int run_tokenizer_train(const TokenizerTrainArgs& args);
+/// `baton data tokenize`: tokenises the inputs into token shards, with a
+/// progress report on stderr.
+int run_data_tokenize(const DataTokenizeArgs& args);
+
+}  // namespace baton

@@ -1,0 +1,132 @@
+// The `baton` executable: parses the command line, hands the JobConfig to a
+// builder, trains. Exit codes: 0 success, 2 bad usage or config, 1 failure.
+
+#include <c10/util/Exception.h>
+#include <glog/logging.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+
+#include "app/cli.h"
+#include "app/commands.h"
+#include "builders/builder_registry.h"
+#include "common/error.h"
+#include "common/threads.h"
+#include "config/job_config.h"
+#include "parallel/dist/launcher.h"
+#include "parallel/dist/process_group.h"
+#include "trainer/fault_injection.h"
+
+namespace {
+
+/// The exit code and message of an exception: ConfigError 2, else 1.
+std::pair<int, std::string> describe(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const baton::ConfigError& e) {
+    return {2, e.what()};
+  } catch (const c10::Error& e) {
+    return {1, e.what_without_backtrace()};
+  } catch (const std::exception& e) {
+    return {1, e.what()};
+  } catch (...) {
+    return {1, "unknown exception"};
+  }
+}
+
+/// One rank of several failed: print the error, tell the other ranks through
+/// the store, and leave at once. Destructors are skipped on purpose: a Gloo
+/// group still holding work in flight would block in its destructor.
+[[noreturn]] void exit_rank(
+    const std::exception_ptr& error, baton::dist::Runtime& runtime) {
+  const auto [code, message] = describe(error);
+  std::cerr << "error: " << message << std::endl;
+  runtime.report_failure(message);
+  google::FlushLogFiles(google::GLOG_INFO);
+  std::cout.flush();
+  std::_Exit(code);
+}
+
+int run_train(const baton::TrainArgs& args, char** argv) {
+  // Every registry is filled before the config is checked against them.
+  baton::register_builtin_builders();
+  const auto config = baton::load_job_config(args.config_path, args.overrides);
+  // A malformed BATON_INJECT_FAULT fails here, before any rank starts.
+  baton::FaultInjection::get();
+  if (args.print_config) {
+    std::cout << baton::job_config_to_yaml(config);
+    return 0;
+  }
+  if (args.nproc > 0) {
+    // The config is checked once, here, before any rank starts.
+    baton::dist::LocalLaunchOptions launch;
+    launch.nproc = args.nproc;
+    launch.args = {"train", "--config", args.config_path};
+    for (const auto& o : args.overrides) {
+      launch.args.push_back("--" + o);
+    }
+    launch.store_timeout =
+        std::chrono::seconds(config.comm.init_timeout_seconds);
+    return baton::dist::launch_local(launch);
+  }
+  // Several intra-op threads must not spin beside OpenBLAS's
+  // (common/threads.h): start again with OMP_WAIT_POLICY=PASSIVE unless the
+  // user chose a policy, or the config could not be read a second time (a
+  // pipe, /dev/stdin).
+  if (baton::openmp_wait_policy_unset() &&
+      (args.config_path.empty() ||
+       std::filesystem::is_regular_file(args.config_path)) &&
+      baton::resolve_intra_op_threads(
+          config.training.num_threads,
+          baton::dist::detect_launch_env().local_world_size) > 1) {
+    baton::reexec_with_passive_openmp_wait(argv);
+  }
+  // Both live outside the try, so the runtime they hold is still there when
+  // a failure is reported.
+  auto builder = baton::make_trainer_builder(config);
+  std::unique_ptr<baton::Trainer> trainer;
+  try {
+    trainer = builder->build();
+    trainer->train();
+  } catch (...) {
+    if (auto runtime = baton::dist::Runtime::current()) {
+      exit_rank(std::current_exception(), *runtime);
+    }
+    throw;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  try {
+    const auto cli =
+        baton::parse_cli(std::vector<std::string>(argv + 1, argv + argc));
+    if (cli.command == "help") {
+      std::cout << baton::cli_usage();
+      return 0;
+    }
+    if (cli.command == "schedule") {
+      return baton::run_schedule(cli.schedule);
+    }
+    if (cli.command == "tokenizer train") {
+      return baton::run_tokenizer_train(cli.tokenizer_train);
+    }
+    if (cli.command == "data tokenize") {
+      return baton::run_data_tokenize(cli.data_tokenize);
+    }
+    return run_train(cli.train, argv);
+  } catch (...) {
+    const auto [code, message] = describe(std::current_exception());
+    std::cerr << "error: " << message << '\n';
+    return code;
+  }
+}

@@ -1,0 +1,893 @@
+#include "checkpoint/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <glog/logging.h>
+#include <signal.h>
+#include <torch/optim/adamw.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "checkpoint/checkpoint_index.h"
+#include "checkpoint/safetensors.h"
+#include "common/torch_compat.h"
+#include "data/dataloader.h"
+#include "optim/lr_schedulers.h"
+#include "optim/optimizers.h"
+#include "parallel/dist/process_group.h"
+#include "trainer/fault_injection.h"
+
+namespace baton {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+using checkpoint_index::kIndexFile;
+using checkpoint_index::kOptimizerFields;
+using checkpoint_index::optimizer_fqn;
+using checkpoint_index::parse_step_dir;
+using checkpoint_index::rank_file_name;
+using checkpoint_index::step_dir_name;
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+/// Every member's `s`, in group-rank order.
+std::vector<std::string> all_gather_strings(
+    dist::ProcessGroup& group, const std::string& s) {
+  const at::Tensor sizes = group.all_gather(
+      at::full({1}, static_cast<int64_t>(s.size()), at::kLong));
+  const int64_t longest = std::max<int64_t>(1, sizes.max().item<int64_t>());
+  at::Tensor mine = at::zeros({longest}, at::kByte);
+  std::memcpy(mine.data_ptr(), s.data(), s.size());
+  const at::Tensor all =
+      group.all_gather(mine).contiguous();  // (size, longest)
+  std::vector<std::string> out;
+  for (int64_t r = 0; r < group.size(); ++r) {
+    out.emplace_back(
+        static_cast<const char*>(all[r].data_ptr()),
+        static_cast<size_t>(sizes[r][0].item<int64_t>()));
+  }
+  return out;
+}
+
+const std::string kTag = "[checkpoint] ";
+
+[[noreturn]] void fail(const std::string& what) {
+  throw CheckpointError(kTag + what);
+}
+
+/// `message` without a leading "[checkpoint] ".
+std::string untagged(const std::string& message) {
+  return message.rfind(kTag, 0) == 0 ? message.substr(kTag.size()) : message;
+}
+
+/// The first non-empty error of any rank, thrown on every rank (so that no
+/// rank goes on alone and nobody waits for a rank that stopped).
+void throw_any(dist::ProcessGroup& group, const std::string& error) {
+  const auto errors = all_gather_strings(group, error);
+  for (size_t r = 0; r < errors.size(); ++r) {
+    if (errors[r].empty()) {
+      continue;
+    }
+    if (errors.size() == 1 || errors[r] == error) {
+      throw CheckpointError(errors[r]);
+    }
+    throw CheckpointError(
+        kTag + "rank " + std::to_string(r) + ": " + untagged(errors[r]));
+  }
+}
+
+/// The AdamW state of `p` in `optimizer`, or null before its first step.
+torch::optim::AdamWParamState* adam_state(
+    torch::optim::Optimizer& optimizer,
+    const at::Tensor& p,
+    const std::string& fqn) {
+  auto& states = optimizer.state();
+  const auto it = states.find(compat::optimizer_state_key(p));
+  if (it == states.end()) {
+    return nullptr;
+  }
+  auto* adam = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get());
+  if (adam == nullptr) {
+    fail(
+        "the optimizer state of '" + fqn +
+        "' is not AdamW's; only AdamW state can be checkpointed");
+  }
+  return adam;
+}
+
+std::string to_hex(const at::Tensor& bytes) {
+  static const char* kDigits = "0123456789abcdef";
+  const auto* p = bytes.data_ptr<uint8_t>();
+  std::string s;
+  s.reserve(static_cast<size_t>(bytes.numel()) * 2);
+  for (int64_t i = 0; i < bytes.numel(); ++i) {
+    s += kDigits[p[i] >> 4];
+    s += kDigits[p[i] & 15];
+  }
+  return s;
+}
+
+at::Tensor from_hex(const std::string& s) {
+  if (s.size() % 2 != 0) {
+    throw std::invalid_argument("odd number of hex digits");
+  }
+  at::Tensor bytes = at::empty({static_cast<int64_t>(s.size() / 2)}, at::kByte);
+  auto* p = bytes.data_ptr<uint8_t>();
+  for (size_t i = 0; i < s.size(); i += 2) {
+    p[i / 2] = static_cast<uint8_t>(std::stoi(s.substr(i, 2), nullptr, 16));
+  }
+  return bytes;
+}
+
+at::Tensor cpu_rng_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+/// Writes `text` to `path` and fsyncs it.
+void write_synced(const fs::path& path, const std::string& text) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) {
+    fail(path.string() + ": cannot create");
+  }
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() &&
+                  std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  if (std::fclose(f) != 0 || !ok) {
+    fail(path.string() + ": write failed");
+  }
+}
+
+/// Replaces `to` by `from` (both folders) and makes the rename durable.
+void replace_folder(const fs::path& from, const fs::path& to) {
+  if (fs::exists(to)) {
+    const fs::path old = to.string() + ".old";
+    fs::remove_all(old);
+    fs::rename(to, old);
+    fs::rename(from, to);
+    fs::remove_all(old);
+  } else {
+    fs::rename(from, to);
+  }
+  sync_directory(to.parent_path().string());
+}
+
+at::ScalarType export_dtype(const std::string& name) {
+  if (name == "bfloat16") {
+    return at::kBFloat16;
+  }
+  if (name == "float16") {
+    return at::kHalf;
+  }
+  return at::kFloat;
+}
+
+/// The tensor `fqn` of `reader`, checked against what index.json says of
+/// it (dtype, shape, CRC-32).
+at::Tensor read_checked(
+    const SafetensorsReader& reader,
+    const std::string& fqn,
+    at::ScalarType dtype,
+    const std::vector<int64_t>& shape,
+    uint32_t crc32) {
+  const std::string& path = reader.path();
+  const SafetensorsEntry* e = reader.find(fqn);
+  if (e == nullptr) {
+    fail(path + ": has no tensor '" + fqn + "' (index.json says it does)");
+  }
+  if (e->dtype != dtype || e->shape != shape) {
+    fail(
+        path + ": tensor '" + fqn + "' is " + safetensors_dtype(e->dtype) +
+        " " + shape_string(e->shape) + " in the file but " +
+        safetensors_dtype(dtype) + " " + shape_string(shape) +
+        " in index.json");
+  }
+  at::Tensor t = reader.read(fqn);
+  const uint32_t crc = crc32_of(t.data_ptr(), e->end - e->begin);
+  if (crc != crc32) {
+    fail(
+        path + ": tensor '" + fqn + "': checksum mismatch (CRC-32 " +
+        std::to_string(crc) + ", index.json says " + std::to_string(crc32) +
+        "): the file is corrupt");
+  }
+  return t;
+}
+
+}  // namespace
+
+struct CheckpointManager::Snapshot {
+  TrainState state;
+  /// This rank's tensors (empty on DP replicas other than 0).
+  std::vector<SafetensorsItem> items;
+  /// This rank's loader and RNG state and the scheduler's step.
+  json meta;
+};
+
+CheckpointManager::CheckpointManager(
+    const CheckpointConfig& config,
+    const std::string& dump_folder,
+    ModelParts parts,
+    const OptimizersContainer& optimizers,
+    const LRSchedulersContainer& schedulers,
+    DataLoader* dataloader,
+    CheckpointLayout layout,
+    std::shared_ptr<dist::ProcessGroup> group,
+    std::string model_config_json)
+    : config_(config),
+      folder_(fs::path(dump_folder) / config.folder),
+      parts_(std::move(parts)),
+      optimizers_(optimizers),
+      schedulers_(schedulers),
+      dataloader_(dataloader),
+      layout_(std::move(layout)),
+      group_(std::move(group)),
+      model_config_json_(std::move(model_config_json)) {
+  if (parts_.size() != optimizers_.size() ||
+      parts_.size() != schedulers_.size()) {
+    throw std::logic_error(
+        "[checkpoint] needs one optimizer and one LR scheduler per part");
+  }
+}
+
+CheckpointManager::~CheckpointManager() {
+  if (worker_.joinable()) {
+    worker_.join();
+  }
+  if (worker_error_) {
+    try {
+      std::rethrow_exception(worker_error_);
+    } catch (const std::exception& e) {
+      LOG(ERROR) << "checkpoint: the last background save failed: " << e.what();
+    }
+  }
+}
+
+std::vector<int64_t> CheckpointManager::list_steps(const fs::path& folder) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    const std::string name = entry.path().filename().string();
+    const auto step = parse_step_dir(name);
+    if (step && fs::exists(entry.path() / kIndexFile, ec)) {
+      steps.push_back(*step);
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+CheckpointManager::Snapshot CheckpointManager::snapshot(
+    const TrainState& state, bool copy) const {
+  at::NoGradGuard no_grad;
+  Snapshot s;
+  s.state = state;
+  const auto keep = [copy](const at::Tensor& t) {
+    return copy ? t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true)
+                : t.detach();
+  };
+  if (layout_.dp_rank == 0) {
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      const auto named = parts_[i].module().named_parameters();
+      for (const auto& item : named) {
+        s.items.push_back(safetensors_item(item.key(), keep(item.value())));
+      }
+      for (const auto& item : named) {
+        const at::Tensor& p = item.value();
+        const auto* st = adam_state(optimizers_[i], p, item.key());
+        // Before its first step a parameter has no state: zeros and step 0
+        // are what AdamW would start from.
+        const at::Tensor zeros =
+            at::zeros(p.sizes(), p.options().device(at::kCPU));
+        const at::Tensor state_tensors[] = {
+            st ? keep(st->exp_avg()) : zeros,
+            st ? keep(st->exp_avg_sq()) : zeros,
+            at::scalar_tensor(st ? st->step() : 0, at::kLong)};
+        for (size_t f = 0; f < 3; ++f) {
+          s.items.push_back(safetensors_item(
+              optimizer_fqn(item.key(), kOptimizerFields[f]),
+              state_tensors[f]));
+        }
+      }
+    }
+  }
+  s.meta = {
+      {"rank", layout_.rank},
+      {"dp_rank", layout_.dp_rank},
+      {"lr_steps", schedulers_[0].steps_done()},
+      {"rng", to_hex(cpu_rng_state())},
+      {"loader",
+       dataloader_ ? json::parse(dataloader_->state().to_json()) : json()},
+      {"tensors", json::object()},
+      {"error", ""}};
+  return s;
+}
+
+void CheckpointManager::maybe_save(const TrainState& state, bool last) {
+  if (!config_.enable || state.step == last_saved_step_) {
+    return;
+  }
+  if (last || state.step % config_.interval == 0) {
+    save(state);
+  }
+}
+
+void CheckpointManager::wait() {
+  if (worker_.joinable()) {
+    worker_.join();
+  }
+  if (worker_error_) {
+    std::exception_ptr error = worker_error_;
+    worker_error_ = nullptr;
+    std::rethrow_exception(error);
+  }
+}
+
+void CheckpointManager::save(const TrainState& state) {
+  wait();
+  last_saved_step_ = state.step;
+  Snapshot s;
+  try {
+    s = snapshot(state, /*copy=*/config_.async);
+  } catch (const std::exception& e) {
+    // write() still meets the other ranks, and they all fail together.
+    s = Snapshot{state, {}, {{"error", e.what()}}};
+  }
+  if (!config_.async) {
+    write(s);
+    return;
+  }
+  // The copy is taken now; the files are written while training goes on.
+  worker_ = std::thread([this, s = std::move(s)] {
+    try {
+      write(s);
+    } catch (...) {
+      worker_error_ = std::current_exception();
+    }
+  });
+}
+
+void CheckpointManager::write(const Snapshot& s) {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t step = s.state.step;
+  const fs::path tmp = folder_ / (step_dir_name(step) + ".partial");
+  json meta = s.meta;
+  try {
+    if (!meta.value("error", "").empty()) {
+      throw CheckpointError(meta["error"].get<std::string>());
+    }
+    fs::create_directories(tmp);
+    if (!s.items.empty()) {
+      const std::string file = rank_file_name(layout_.rank);
+      SafetensorsWriteOptions options;
+      options.metadata = {{"format", "pt"}, {"step", std::to_string(step)}};
+      if (FaultInjection::get().kill_during_save(layout_.rank, step)) {
+        options.on_progress = [](uint64_t written, uint64_t total) {
+          if (2 * written >= total) {
+            LOG(WARNING) << "injecting fault 'killsave': killed half-way "
+                            "through writing the checkpoint";
+            google::FlushLogFiles(google::GLOG_INFO);
+            ::kill(::getpid(), SIGKILL);
+          }
+        };
+      }
+      for (const auto& e :
+           write_safetensors((tmp / file).string(), s.items, options)) {
+        meta["tensors"][e.name] = {
+            {"file", file},
+            {"dtype", safetensors_dtype(e.dtype)},
+            {"shape", e.shape},
+            {"crc32", e.crc32}};
+      }
+    }
+  } catch (const std::exception& e) {
+    meta["error"] = e.what();
+  }
+  const auto metas = all_gather_strings(*group_, meta.dump());
+  std::string error;
+  for (size_t r = 0; r < metas.size() && error.empty(); ++r) {
+    const std::string e = json::parse(metas[r])["error"];
+    if (!e.empty()) {
+      error = "checkpoint of step " + std::to_string(step) +
+              " not saved: rank " + std::to_string(r) + ": " + e;
+    }
+  }
+  if (!error.empty()) {
+    throw CheckpointError("[checkpoint] " + error);
+  }
+  // Only rank 0 writes the index and renames; its errors reach every rank.
+  error.clear();
+  if (layout_.rank == 0) {
+    try {
+      finish_save(s, metas, tmp, start);
+    } catch (const std::exception& e) {
+      error = "[checkpoint] checkpoint of step " + std::to_string(step) +
+              " not saved: " + untagged(e.what());
+    }
+  }
+  throw_any(*group_, error);
+}
+
+void CheckpointManager::finish_save(
+    const Snapshot& s,
+    const std::vector<std::string>& metas,
+    const fs::path& tmp,
+    std::chrono::steady_clock::time_point start) {
+  const int64_t step = s.state.step;
+  const json index = checkpoint_index::make_index(
+      step, s.state.tokens_seen, s.meta["lr_steps"], layout_, metas);
+  const uint64_t bytes = checkpoint_index::tensor_bytes(index);
+  write_synced(tmp / kIndexFile, index.dump(1));
+  sync_directory(tmp.string());
+  replace_folder(tmp, folder_ / step_dir_name(step));
+  LOG(INFO) << "checkpoint: saved step " << step << " to "
+            << (folder_ / step_dir_name(step)).string() << " ("
+            << bytes / (1 << 20) << " MiB in " << seconds_since(start) << " s"
+            << (config_.async ? ", in the background" : "") << ")";
+  prune();
+}
+
+void CheckpointManager::prune() {
+  if (config_.keep_latest_k <= 0) {
+    return;
+  }
+  const auto steps = list_steps(folder_);
+  const auto excess =
+      static_cast<int64_t>(steps.size()) - config_.keep_latest_k;
+  for (int64_t i = 0; i < excess; ++i) {
+    fs::remove_all(folder_ / step_dir_name(steps[i]));
+    LOG(INFO) << "checkpoint: removed step " << steps[i] << " (keep_latest_k "
+              << config_.keep_latest_k << ")";
+  }
+}
+
+void CheckpointManager::recover_interrupted_saves() const {
+  std::error_code ec;
+  std::vector<fs::path> leftovers;
+  for (const auto& entry : fs::directory_iterator(folder_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.ends_with(".partial") || name.ends_with(".old")) {
+      leftovers.push_back(entry.path());
+    }
+  }
+  // A complete .partial is newer than an .old of the same step: first.
+  std::stable_partition(leftovers.begin(), leftovers.end(), [](const auto& p) {
+    return p.extension() == ".partial";
+  });
+  for (const auto& path : leftovers) {
+    const std::string name = path.filename().string();
+    const fs::path target =
+        path.parent_path() / name.substr(0, name.rfind('.'));
+    // A save that died between writing its index and its rename (.partial)
+    // or inside the swap of an existing folder (.old) is complete: put it
+    // back where it belongs.
+    if (parse_step_dir(target.filename().string()) && !fs::exists(target) &&
+        fs::exists(path / kIndexFile)) {
+      LOG(WARNING) << "checkpoint: " << path.string()
+                   << " is complete; renamed to " << target.string();
+      fs::rename(path, target);
+      continue;
+    }
+    LOG(WARNING) << "checkpoint: removing " << path.string()
+                 << ", left by a save that did not finish";
+    fs::remove_all(path);
+  }
+}
+
+int64_t CheckpointManager::choose_step() const {
+  recover_interrupted_saves();
+  const auto steps = list_steps(folder_);
+  if (config_.load_step < 0) {
+    return steps.empty() ? -1 : steps.back();
+  }
+  if (std::find(steps.begin(), steps.end(), config_.load_step) == steps.end()) {
+    std::string have;
+    for (const int64_t s : steps) {
+      have += (have.empty() ? "" : ", ") + std::to_string(s);
+    }
+    fail(
+        "checkpoint.load_step " + std::to_string(config_.load_step) +
+        ": no step-" + std::to_string(config_.load_step) + " in " +
+        folder_.string() +
+        " (complete checkpoints: " + (have.empty() ? "none" : have) + ")");
+  }
+  // Later checkpoints belong to the run being abandoned: moved aside, so
+  // that neither "latest" nor keep_latest_k picks them up again.
+  for (const int64_t later : steps) {
+    if (later <= config_.load_step) {
+      continue;
+    }
+    const fs::path from = folder_ / step_dir_name(later);
+    fs::path to = from.string() + ".superseded";
+    for (int n = 2; fs::exists(to); ++n) {
+      to = from.string() + ".superseded." + std::to_string(n);
+    }
+    fs::rename(from, to);
+    LOG(WARNING) << "checkpoint: resuming from step " << config_.load_step
+                 << ", so the later " << from.string() << " is moved to "
+                 << to.string() << " (kept, never loaded or pruned)";
+  }
+  return config_.load_step;
+}
+
+struct CheckpointManager::Wanted {
+  std::string fqn;
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+
+struct CheckpointManager::Staged {
+  std::map<std::string, at::Tensor> tensors;
+  std::optional<DataLoaderState> loader;
+  int64_t lr_steps = 0;
+  int64_t tokens_seen = 0;
+  std::optional<at::Tensor> rng;
+};
+
+TrainState CheckpointManager::load() {
+  if (!config_.enable) {
+    return {};
+  }
+  const int64_t step = agree_on_step();
+  if (step < 0) {
+    LOG(INFO) << "checkpoint: none in " << folder_.string()
+              << "; training from step 0";
+    return {};
+  }
+  const fs::path dir = folder_ / step_dir_name(step);
+  const std::string index_path = (dir / kIndexFile).string();
+
+  // Phase 1: read and check everything; change nothing. Every rank takes
+  // part in the collectives, whatever failed before them.
+  std::string error;
+  json index;
+  try {
+    index = checkpoint_index::read_index(dir);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const std::vector<Wanted> wanted = wanted_tensors();
+  const std::vector<std::string> model_fqns = fqns_of_every_rank(wanted);
+  Staged staged;
+  try {
+    if (!error.empty()) {
+      throw CheckpointError(error);
+    }
+    stage_tensors(index, dir, wanted, model_fqns, staged);
+    stage_state(index, index_path, staged);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  throw_any(*group_, error);
+
+  // Phase 2: every rank has checked everything; apply it.
+  apply(staged);
+  LOG(INFO) << "checkpoint: resumed from step " << step << " (" << dir.string()
+            << ", saved under '"
+            << checkpoint_index::describe_layout(index["layout"]) << "')";
+  return {step, staged.tokens_seen};
+}
+
+int64_t CheckpointManager::agree_on_step() const {
+  // Rank 0 tidies the folder and picks the step, so that every rank loads
+  // the same one.
+  json choice = {{"step", -1}, {"error", ""}};
+  if (layout_.rank == 0) {
+    try {
+      choice["step"] = choose_step();
+    } catch (const std::exception& e) {
+      choice["error"] = e.what();
+    }
+  }
+  choice = json::parse(all_gather_strings(*group_, choice.dump()).at(0));
+  if (!choice["error"].get<std::string>().empty()) {
+    throw CheckpointError(choice["error"].get<std::string>());
+  }
+  return choice["step"].get<int64_t>();
+}
+
+std::vector<CheckpointManager::Wanted> CheckpointManager::wanted_tensors()
+    const {
+  std::vector<Wanted> wanted;
+  for (const auto& part : parts_) {
+    for (const auto& item : part->module().named_parameters()) {
+      const at::Tensor& p = item.value();
+      wanted.push_back({item.key(), p.scalar_type(), p.sizes().vec()});
+      for (const char* field : kOptimizerFields) {
+        const bool step_count = std::strcmp(field, "step") == 0;
+        wanted.push_back(
+            {optimizer_fqn(item.key(), field),
+             step_count ? at::kLong : p.scalar_type(),
+             step_count ? std::vector<int64_t>{} : p.sizes().vec()});
+      }
+    }
+  }
+  return wanted;
+}
+
+std::vector<std::string> CheckpointManager::fqns_of_every_rank(
+    const std::vector<Wanted>& wanted) const {
+  std::string names;
+  for (const auto& w : wanted) {
+    names += w.fqn + '\n';
+  }
+  std::set<std::string> fqns;
+  for (const auto& list : all_gather_strings(*group_, names)) {
+    std::istringstream in(list);
+    for (std::string fqn; std::getline(in, fqn);) {
+      fqns.insert(fqn);
+    }
+  }
+  return {fqns.begin(), fqns.end()};
+}
+
+void CheckpointManager::stage_tensors(
+    const json& index,
+    const fs::path& dir,
+    const std::vector<Wanted>& wanted,
+    const std::vector<std::string>& model_fqns,
+    Staged& staged) const {
+  const std::string index_path = (dir / kIndexFile).string();
+  // Missing and extra FQNs are judged against every rank's, the same way
+  // on every rank.
+  const json& tensors = index.at("tensors");
+  for (const auto& fqn : model_fqns) {
+    if (!tensors.contains(fqn)) {
+      fail(
+          index_path + ": tensor '" + fqn +
+          "' is missing (the model has it; was the checkpoint saved from "
+          "another model or flavor?)");
+    }
+  }
+  for (const auto& [fqn, entry] : tensors.items()) {
+    if (!std::binary_search(model_fqns.begin(), model_fqns.end(), fqn)) {
+      fail(
+          index_path + ": tensor '" + fqn + "' (in " +
+          entry.value("file", "?") + ") is not in the model");
+    }
+  }
+  // This rank's tensors by file, so that each file is opened once.
+  std::map<std::string, std::vector<const Wanted*>> by_file;
+  std::map<std::string, uint32_t> crcs;
+  for (const auto& w : wanted) {
+    const auto entry = checkpoint_index::tensor_entry(index, w.fqn, index_path);
+    if (entry.dtype != safetensors_dtype(w.dtype) || entry.shape != w.shape) {
+      fail(
+          (dir / entry.file).string() + ": tensor '" + w.fqn + "' is " +
+          entry.dtype + " " + shape_string(entry.shape) +
+          ", but the model's is " + safetensors_dtype(w.dtype) + " " +
+          shape_string(w.shape));
+    }
+    crcs[w.fqn] = entry.crc32;
+    by_file[entry.file].push_back(&w);
+  }
+  for (const auto& [file, list] : by_file) {
+    const std::string path = (dir / file).string();
+    std::unique_ptr<SafetensorsReader> reader;
+    try {
+      reader = std::make_unique<SafetensorsReader>(path);
+    } catch (const CheckpointError& e) {
+      fail(
+          untagged(e.what()) + " (it holds tensor '" + list.front()->fqn + "'" +
+          (list.size() > 1 ? " and " + std::to_string(list.size() - 1) + " more"
+                           : "") +
+          ")");
+    }
+    for (const Wanted* w : list) {
+      staged.tensors[w->fqn] =
+          read_checked(*reader, w->fqn, w->dtype, w->shape, crcs.at(w->fqn));
+    }
+  }
+}
+
+void CheckpointManager::stage_state(
+    const json& index, const std::string& index_path, Staged& staged) const {
+  if (dataloader_ != nullptr) {
+    const json& loaders = index.at("dataloader");
+    const int64_t saved_dp = loaders.at("dp_size");
+    if (saved_dp == layout_.dp_size) {
+      const std::string key = std::to_string(layout_.dp_rank);
+      if (!loaders.at("states").contains(key)) {
+        fail(index_path + ": no loader state for data-parallel rank " + key);
+      }
+      try {
+        staged.loader =
+            DataLoaderState::from_json(loaders.at("states").at(key).dump());
+        dataloader_->check_state(*staged.loader);
+      } catch (const std::exception& e) {
+        fail(index_path + ": " + e.what());
+      }
+    } else {
+      LOG(WARNING) << "checkpoint: saved with data-parallel degree " << saved_dp
+                   << ", this run has " << layout_.dp_size
+                   << ": the data loader state is not restored (each rank "
+                      "starts its shard from the beginning)";
+    }
+  }
+  const auto count = [&](const char* key) {
+    const json& v = index.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+      fail(index_path + ": '" + key + "' must be an integer >= 0");
+    }
+    return v.get<int64_t>();
+  };
+  staged.lr_steps = count("lr_scheduler_steps");
+  staged.tokens_seen = count("tokens_seen");
+  const std::string rank_key = std::to_string(layout_.rank);
+  const json saved_layout = index.value("layout", json());
+  if (!checkpoint_index::same_layout(saved_layout, layout_) ||
+      !index["rng"].contains(rank_key)) {
+    LOG(INFO) << "checkpoint: saved under '"
+              << checkpoint_index::describe_layout(saved_layout)
+              << "', this run is '"
+              << checkpoint_index::describe_layout(
+                     checkpoint_index::layout_json(layout_))
+              << "': RNG states not restored";
+    return;
+  }
+  try {
+    staged.rng = from_hex(index["rng"][rank_key].get<std::string>());
+  } catch (const std::exception& e) {
+    fail(index_path + ": RNG state of rank " + rank_key + ": " + e.what());
+  }
+  if (staged.rng->numel() != cpu_rng_state().numel()) {
+    fail(
+        index_path + ": RNG state of rank " + rank_key + " has " +
+        std::to_string(staged.rng->numel()) + " bytes, expected " +
+        std::to_string(cpu_rng_state().numel()));
+  }
+}
+
+void CheckpointManager::apply(Staged& staged) const {
+  if (staged.loader) {
+    dataloader_->load_state(*staged.loader);
+  }
+  {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      auto& states = optimizers_[i].state();
+      for (const auto& item : parts_[i].module().named_parameters()) {
+        at::Tensor p = item.value();
+        p.copy_(staged.tensors.at(item.key()));
+        const auto field = [&](const char* name) {
+          return staged.tensors.at(optimizer_fqn(item.key(), name));
+        };
+        auto st = std::make_unique<torch::optim::AdamWParamState>();
+        st->exp_avg(field(kOptimizerFields[0]).to(p.device()));
+        st->exp_avg_sq(field(kOptimizerFields[1]).to(p.device()));
+        st->step(field(kOptimizerFields[2]).item<int64_t>());
+        states[compat::optimizer_state_key(p)] = std::move(st);
+      }
+    }
+  }
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    schedulers_[i].load_state(staged.lr_steps);
+  }
+  if (staged.rng) {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(*staged.rng);
+  }
+}
+
+void CheckpointManager::finish(const TrainState& state) {
+  wait();
+  if (config_.model_only_export) {
+    export_model(state);
+  }
+}
+
+void CheckpointManager::export_model(const TrainState& state) {
+  const auto start = std::chrono::steady_clock::now();
+  const fs::path dir = folder_ / "export";
+  const fs::path tmp = folder_ / "export.partial";
+  const at::ScalarType dtype = export_dtype(config_.export_dtype);
+  std::string error;
+  try {
+    if (layout_.rank == 0) {
+      fs::remove_all(tmp);
+      fs::create_directories(tmp);
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  throw_any(*group_, error);
+  // Each part's weights once (DP rank 0), converted one tensor at a time.
+  try {
+    if (layout_.dp_rank == 0) {
+      std::vector<SafetensorsItem> items;
+      for (const auto& part : parts_) {
+        for (const auto& item : part->module().named_parameters()) {
+          const at::Tensor p = item.value().detach();
+          items.push_back({item.key(), dtype, p.sizes().vec(), [p, dtype] {
+                             return p.to(at::kCPU).to(dtype);
+                           }});
+        }
+      }
+      SafetensorsWriteOptions options;
+      options.sync = false;
+      write_safetensors(
+          (tmp / ("piece-" + rank_file_name(layout_.rank))).string(),
+          items,
+          options);
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  throw_any(*group_, error);
+  if (layout_.rank == 0) {
+    try {
+      merge_export(state, tmp, dir, start);
+    } catch (const std::exception& e) {
+      error = "[checkpoint] model export failed: " + untagged(e.what());
+    }
+  }
+  throw_any(*group_, error);
+}
+
+void CheckpointManager::merge_export(
+    const TrainState& state,
+    const fs::path& tmp,
+    const fs::path& dir,
+    std::chrono::steady_clock::time_point start) const {
+  // The pieces become one file sorted by name, a tensor at a time.
+  std::vector<std::unique_ptr<SafetensorsReader>> pieces;
+  std::map<std::string, std::pair<const SafetensorsReader*, SafetensorsEntry>>
+      by_name;
+  for (const auto& entry : fs::directory_iterator(tmp)) {
+    if (entry.path().filename().string().rfind("piece-", 0) != 0) {
+      continue;
+    }
+    pieces.push_back(
+        std::make_unique<SafetensorsReader>(entry.path().string()));
+    for (const auto& e : pieces.back()->entries()) {
+      by_name[e.name] = {pieces.back().get(), e};
+    }
+  }
+  std::vector<SafetensorsItem> items;
+  for (const auto& [name, source] : by_name) {
+    const auto& [reader, e] = source;
+    items.push_back({name, e.dtype, e.shape, [reader = reader, e = e] {
+                       at::Tensor t = at::empty(e.shape, e.dtype);
+                       reader->read_bytes(e, t.data_ptr());
+                       return t;
+                     }});
+  }
+  SafetensorsWriteOptions options;
+  options.metadata = {{"format", "pt"}, {"step", std::to_string(state.step)}};
+  write_safetensors((tmp / "model.safetensors").string(), items, options);
+  for (const auto& piece : pieces) {
+    fs::remove(piece->path());
+  }
+  pieces.clear();
+  json config = json::parse(model_config_json_);
+  config["torch_dtype"] = config_.export_dtype;
+  config["step"] = state.step;
+  config["tokens_seen"] = state.tokens_seen;
+  write_synced(tmp / "config.json", config.dump(2) + "\n");
+  sync_directory(tmp.string());
+  replace_folder(tmp, dir);
+  LOG(INFO) << "checkpoint: exported " << items.size() << " weights ("
+            << config_.export_dtype << ") to "
+            << (dir / "model.safetensors").string() << " in "
+            << seconds_since(start) << " s";
+}
+
+}  // namespace baton

@@ -1,0 +1,176 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/job_config.h"
+#include "parallel/model_parts.h"
+#include "trainer/checkpointer.h"
+
+namespace baton {
+
+namespace dist {
+class ProcessGroup;
+}
+class DataLoader;
+class LRSchedulersContainer;
+class OptimizersContainer;
+
+/// Where this rank stands in the job, as the checkpoint needs it.
+struct CheckpointLayout {
+  /// Global rank and world size.
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  /// This rank's data-parallel index and degree: the loader state is saved
+  /// per DP rank, and only DP rank 0 writes tensors (replicas hold the same).
+  int64_t dp_rank = 0;
+  int64_t dp_size = 1;
+  /// The parallel layout, recorded in the index; RNG states are restored
+  /// only under the same one.
+  int64_t pp = 1;
+  int64_t stages_per_rank = 1;
+  /// The pipeline schedule ("" without pipelining).
+  std::string schedule;
+  int64_t dp_replicate = 1;
+  int64_t dp_shard = 1;
+  int64_t tp = 1;
+};
+
+/// Saves and restores everything a run needs to continue as if it had not
+/// stopped, in a form that does not depend on the layout. A save at step N
+/// writes `<dump_folder>/<checkpoint.folder>/step-N/`:
+///   - `rank-RRRRR.safetensors` from each rank with DP index 0: its parts'
+///     parameters under their FQNs (`layers.3.attention.wq.weight`) and the
+///     AdamW state as `optimizer.<fqn>.exp_avg`, `.exp_avg_sq`, `.step`;
+///   - `index.json`: every tensor's file, dtype, shape and CRC-32, the train
+///     state, the LR scheduler's step, each DP rank's loader state and each
+///     rank's RNG state.
+/// The folder is written as `step-N.partial`, fsynced, then renamed, so a
+/// crash mid-save leaves the earlier checkpoints whole. Any pp degree,
+/// stage count, schedule or DP degree loads a checkpoint written by any
+/// other: ranks read the FQNs they hold. The loader state is restored when
+/// the DP degree matches and skipped with a warning otherwise.
+///
+/// Loading checks everything before changing anything: a truncated file,
+/// a checksum mismatch, a missing or extra FQN, or a shape or dtype
+/// mismatch throws CheckpointError on every rank, naming the file and the
+/// tensor, and leaves the model, optimizers and loader as they were.
+///
+/// With checkpoint.async the files are written by a background thread from
+/// a copy taken at the step; the next save (and finish()) waits for it.
+/// Saves talk over `group`, a group of every rank used by nothing else (on
+/// Gloo, with a timeout long enough for the slowest writer).
+///
+/// At start-up, rank 0 tidies the folder: a save that died after its index
+/// was written is renamed into place, other leftovers are removed, and with
+/// a load_step older than the latest the later checkpoints (an abandoned
+/// timeline) are renamed `step-M.superseded` so that neither "latest" nor
+/// keep_latest_k sees them again.
+class CheckpointManager final : public Checkpointer {
+ public:
+  /// `dataloader` is null on ranks that load no data. `model_config_json`
+  /// is the model's shape, written beside the model-only export.
+  CheckpointManager(
+      const CheckpointConfig& config,
+      const std::string& dump_folder,
+      ModelParts parts,
+      const OptimizersContainer& optimizers,
+      const LRSchedulersContainer& schedulers,
+      DataLoader* dataloader,
+      CheckpointLayout layout,
+      std::shared_ptr<dist::ProcessGroup> group,
+      std::string model_config_json);
+  /// Waits for a save in flight (its errors are logged, not thrown).
+  ~CheckpointManager() override;
+
+  TrainState load() override;
+  void maybe_save(const TrainState& state, bool last) override;
+  void finish(const TrainState& state) override;
+
+  /// `<dump_folder>/<checkpoint.folder>`.
+  const std::filesystem::path& folder() const {
+    return folder_;
+  }
+  /// The complete checkpoints in `folder`, by step, ascending.
+  static std::vector<int64_t> list_steps(const std::filesystem::path& folder);
+
+ private:
+  /// What one save writes, taken at the step (a copy when async).
+  struct Snapshot;
+
+  void save(const TrainState& state);
+  /// Waits for the background save; rethrows its error.
+  void wait();
+  Snapshot snapshot(const TrainState& state, bool copy) const;
+  /// Writes this rank's file and meets the other ranks (every rank).
+  void write(const Snapshot& snapshot);
+  /// Rank 0: the index, the rename, keep_latest_k.
+  void finish_save(
+      const Snapshot& snapshot,
+      const std::vector<std::string>& rank_metas,
+      const std::filesystem::path& tmp,
+      std::chrono::steady_clock::time_point start);
+  void prune();
+  /// Rank 0: puts complete leftovers of interrupted saves in place and
+  /// removes the others.
+  void recover_interrupted_saves() const;
+  /// Rank 0: the step to resume (-1: none); moves later ones aside when
+  /// load_step is not the latest.
+  int64_t choose_step() const;
+
+  // The steps of load(), in order.
+  /// Rank 0 chooses the step (choose_step) and every rank learns it; its
+  /// error is thrown on every rank.
+  int64_t agree_on_step() const;
+  /// What load() has read and checked, and applies once every rank has.
+  struct Staged;
+  /// The tensors this rank restores: its parts' weights and AdamW state.
+  struct Wanted;
+  std::vector<Wanted> wanted_tensors() const;
+  /// The FQNs every rank restores (collective).
+  std::vector<std::string> fqns_of_every_rank(
+      const std::vector<Wanted>& wanted) const;
+  /// Reads and checks this rank's tensors from the files the index names.
+  void stage_tensors(
+      const nlohmann::json& index,
+      const std::filesystem::path& dir,
+      const std::vector<Wanted>& wanted,
+      const std::vector<std::string>& model_fqns,
+      Staged& staged) const;
+  /// The loader state, the LR step, the token count and the RNG state.
+  void stage_state(
+      const nlohmann::json& index,
+      const std::string& index_path,
+      Staged& staged) const;
+  /// Phase 2: sets the weights, optimizer state, loader, schedulers, RNG.
+  void apply(Staged& staged) const;
+  void export_model(const TrainState& state);
+  /// Rank 0: merges the ranks' pieces into export/model.safetensors.
+  void merge_export(
+      const TrainState& state,
+      const std::filesystem::path& tmp,
+      const std::filesystem::path& dir,
+      std::chrono::steady_clock::time_point start) const;
+
+  CheckpointConfig config_;
+  std::filesystem::path folder_;
+  ModelParts parts_;
+  const OptimizersContainer& optimizers_;
+  const LRSchedulersContainer& schedulers_;
+  DataLoader* dataloader_;
+  CheckpointLayout layout_;
+  std::shared_ptr<dist::ProcessGroup> group_;
+  std::string model_config_json_;
+  std::thread worker_;
+  std::exception_ptr worker_error_;
+  int64_t last_saved_step_ = -1;
+};
+
+}  // namespace baton

@@ -1,0 +1,184 @@
+#include "checkpoint/checkpoint_index.h"
+
+#include <ATen/ATen.h>
+
+#include <charconv>
+#include <fstream>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
+
+namespace baton::checkpoint_index {
+
+using json = nlohmann::json;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what) {
+  throw CheckpointError("[checkpoint] " + what);
+}
+
+}  // namespace
+
+std::string step_dir_name(int64_t step) {
+  return "step-" + std::to_string(step);
+}
+
+std::optional<int64_t> parse_step_dir(const std::string& name) {
+  if (name.rfind("step-", 0) != 0) {
+    return std::nullopt;
+  }
+  int64_t step = -1;
+  const char* first = name.data() + 5;
+  const char* last = name.data() + name.size();
+  const auto [end, ec] = std::from_chars(first, last, step);
+  if (ec != std::errc() || end != last || first == last || *first == '-') {
+    return std::nullopt;
+  }
+  return step;
+}
+
+std::string rank_file_name(int64_t rank) {
+  std::string digits = std::to_string(rank);
+  digits.insert(0, digits.size() < 5 ? 5 - digits.size() : 0, '0');
+  return "rank-" + digits + ".safetensors";
+}
+
+std::string optimizer_fqn(const std::string& param, const char* field) {
+  return "optimizer." + param + "." + field;
+}
+
+json layout_json(const CheckpointLayout& l) {
+  return {
+      {"world_size", l.world_size},
+      {"pp", l.pp},
+      {"stages_per_rank", l.stages_per_rank},
+      {"schedule", l.schedule},
+      {"dp_replicate", l.dp_replicate},
+      {"dp_shard", l.dp_shard},
+      {"tp", l.tp}};
+}
+
+bool same_layout(const json& saved, const CheckpointLayout& layout) {
+  return saved.is_object() && saved == layout_json(layout);
+}
+
+std::string describe_layout(const json& l) {
+  if (l.is_string()) {
+    return l.get<std::string>();  // a version 1 index
+  }
+  if (!l.is_object()) {
+    return "?";
+  }
+  const auto n = [&](const char* key) {
+    return l.contains(key) && l[key].is_number_integer()
+               ? std::to_string(l[key].get<int64_t>())
+               : std::string("?");
+  };
+  std::string text = "pp " + n("pp");
+  if (l.value("pp", 1) > 1) {
+    text += ", " + n("stages_per_rank") + " stages per rank (" +
+            l.value("schedule", "?") + ")";
+  }
+  text += ", dp " + n("dp_replicate");
+  if (l.value("dp_shard", 1) > 1) {
+    text += " x " + n("dp_shard") + " shards";
+  }
+  if (l.value("tp", 1) > 1) {
+    text += ", tp " + n("tp");
+  }
+  return text;
+}
+
+TensorEntry tensor_entry(
+    const json& index, const std::string& fqn, const std::string& index_path) {
+  TensorEntry t;
+  try {
+    const json& entry = index.at("tensors").at(fqn);
+    t.file = entry.at("file").get<std::string>();
+    t.dtype = entry.at("dtype").get<std::string>();
+    t.shape = entry.at("shape").get<std::vector<int64_t>>();
+    const auto crc = entry.at("crc32").get<int64_t>();
+    if (crc < 0 || crc > UINT32_MAX) {
+      throw std::out_of_range("crc32 " + std::to_string(crc));
+    }
+    t.crc32 = static_cast<uint32_t>(crc);
+  } catch (const std::exception& e) {
+    fail(index_path + ": tensor '" + fqn + "': bad entry (" + e.what() + ")");
+  }
+  if (t.file.empty() || t.file.find('/') != std::string::npos) {
+    fail(index_path + ": bad file name '" + t.file + "'");
+  }
+  return t;
+}
+
+json read_index(const std::filesystem::path& dir) {
+  const std::string path = (dir / kIndexFile).string();
+  std::ifstream in(path);
+  if (!in) {
+    fail(path + ": cannot open");
+  }
+  json index;
+  try {
+    index = json::parse(in);
+  } catch (const json::exception& e) {
+    fail(path + ": not valid JSON (" + e.what() + ")");
+  }
+  const int version = index.value("version", 0);
+  if (index.value("format", "") != kFormat || version < 1 ||
+      version > kVersion) {
+    fail(
+        path + ": not a " + kFormat + " index of version 1 to " +
+        std::to_string(kVersion));
+  }
+  return index;
+}
+
+json make_index(
+    int64_t step,
+    int64_t tokens_seen,
+    const json& lr_steps,
+    const CheckpointLayout& layout,
+    const std::vector<std::string>& rank_metas) {
+  json index = {
+      {"format", kFormat},
+      {"version", kVersion},
+      {"step", step},
+      {"tokens_seen", tokens_seen},
+      {"lr_scheduler_steps", lr_steps},
+      {"layout", layout_json(layout)},
+      {"world_size", layout.world_size},
+      {"optimizer", "AdamW"},
+      {"tensors", json::object()},
+      {"dataloader", {{"dp_size", layout.dp_size}, {"states", json::object()}}},
+      {"rng", json::object()}};
+  for (const auto& text : rank_metas) {
+    const json m = json::parse(text);
+    for (const auto& [name, entry] : m["tensors"].items()) {
+      if (index["tensors"].contains(name)) {
+        throw std::logic_error("tensor '" + name + "' written by two ranks");
+      }
+      index["tensors"][name] = entry;
+    }
+    if (!m["loader"].is_null()) {
+      index["dataloader"]["states"]
+           [std::to_string(m["dp_rank"].get<int64_t>())] = m["loader"];
+    }
+    index["rng"][std::to_string(m["rank"].get<int64_t>())] = m["rng"];
+  }
+  return index;
+}
+
+uint64_t tensor_bytes(const json& index) {
+  uint64_t bytes = 0;
+  for (const auto& [name, entry] : index["tensors"].items()) {
+    uint64_t n = at::elementSize(dtype_from_safetensors(entry["dtype"]));
+    for (const int64_t d : entry["shape"].get<std::vector<int64_t>>()) {
+      n *= static_cast<uint64_t>(d);
+    }
+    bytes += n;
+  }
+  return bytes;
+}
+
+}  // namespace baton::checkpoint_index

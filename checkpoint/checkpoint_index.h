@@ -1,0 +1,78 @@
+#pragma once
+
+// The on-disk format of a checkpoint: folder and file names, the tensor
+// names of the optimizer state, and index.json (docs/checkpoints.md).
+// Internal to checkpoint/.
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace baton {
+
+struct CheckpointLayout;
+
+namespace checkpoint_index {
+
+inline constexpr const char* kFormat = "baton-checkpoint";
+/// 2: `layout` is an object (1: a description string).
+inline constexpr int kVersion = 2;
+inline constexpr const char* kIndexFile = "index.json";
+/// AdamW's state of each parameter, saved as `optimizer.<fqn>.<field>`.
+inline constexpr const char* kOptimizerFields[] = {
+    "exp_avg", "exp_avg_sq", "step"};
+
+/// "step-N".
+std::string step_dir_name(int64_t step);
+/// N of a folder named exactly "step-N", else nothing.
+std::optional<int64_t> parse_step_dir(const std::string& name);
+/// "rank-00003.safetensors".
+std::string rank_file_name(int64_t rank);
+/// "optimizer.<param>.<field>".
+std::string optimizer_fqn(const std::string& param, const char* field);
+
+/// The layout as the index records it: the degrees, the pipeline's stages
+/// per rank and schedule, the world size.
+nlohmann::json layout_json(const CheckpointLayout& layout);
+/// True when `saved` (an index's `layout`) is the layout `layout` runs:
+/// the same ranks hold the same things, so RNG states carry over.
+bool same_layout(const nlohmann::json& saved, const CheckpointLayout& layout);
+/// "pp 2, 2 stages per rank (Interleaved1F1B), dp 1" for a log line.
+std::string describe_layout(const nlohmann::json& layout);
+
+/// One tensor's entry in the index.
+struct TensorEntry {
+  std::string file;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint32_t crc32 = 0;
+};
+/// The entry of `fqn` in `index`; throws CheckpointError naming
+/// `index_path` and the tensor when it is missing or malformed.
+TensorEntry tensor_entry(
+    const nlohmann::json& index,
+    const std::string& fqn,
+    const std::string& index_path);
+
+/// The index of the checkpoint in `dir`, its format and version checked;
+/// throws CheckpointError naming the file.
+nlohmann::json read_index(const std::filesystem::path& dir);
+
+/// The index of a save: format, step, counters and layout, and what every
+/// rank reported in `rank_metas` (each one's tensors, loader and RNG
+/// state). Throws std::logic_error when two ranks wrote one tensor.
+nlohmann::json make_index(
+    int64_t step,
+    int64_t tokens_seen,
+    const nlohmann::json& lr_steps,
+    const CheckpointLayout& layout,
+    const std::vector<std::string>& rank_metas);
+
+/// Bytes of the tensors an index lists.
+uint64_t tensor_bytes(const nlohmann::json& index);
+
+}  // namespace checkpoint_index
+}  // namespace baton

@@ -1,0 +1,850 @@
+#include "config/job_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <type_traits>
+#include <utility>
+
+#include "common/error.h"
+#include "common/registry.h"
+#include "common/text.h"
+#include "config/parallel_dims.h"
+
+namespace baton {
+
+std::string JobConfig::origin(const std::string& key_path) const {
+  const auto it = origins.find(key_path);
+  return it == origins.end() ? "" : it->second;
+}
+
+std::string JobConfig::first_origin(
+    std::initializer_list<const char*> keys) const {
+  for (const char* key : keys) {
+    if (const std::string o = origin(key); !o.empty()) {
+      return o;
+    }
+  }
+  return "";
+}
+
+namespace {
+
+using Strings = std::vector<std::string>;
+using StringLists = std::vector<std::vector<std::string>>;
+
+/// The top-level `builder` key has no section, so its spec lives here.
+const FieldSpec& builder_spec() {
+  static const FieldSpec spec(
+      "registered trainer builder (auto: picked from the parallelism)");
+  return spec;
+}
+
+/// One value to decode: the YAML node, where it came from, and its key path.
+struct Input {
+  YAML::Node node;
+  /// Override text; string fields take it verbatim rather than as YAML, so
+  /// `--job.description=a: b` works.
+  std::optional<std::string> raw;
+  /// "file.yaml:12" or "--section.key=value".
+  std::string where;
+  /// "training.steps", or "optimizer.betas[1]" for a list element.
+  std::string key;
+
+  Input element(const YAML::Node& child, size_t index) const {
+    return {
+        child, std::nullopt, where, key + "[" + std::to_string(index) + "]"};
+  }
+};
+
+[[noreturn]] void fail(
+    const Input& in, const std::string& problem, const std::string& allowed) {
+  throw_config_error(
+      in.where, in.key + ": " + problem + "; allowed: " + allowed);
+}
+
+/// `file:line` with the 1-based line of `mark` (yaml-cpp counts from 0).
+std::string file_line(const std::string& file, const YAML::Mark& mark) {
+  return file + ":" + std::to_string(mark.line + 1);
+}
+
+/// How a value appears in "X is not ..." messages.
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar:
+      return "'" + node.Scalar() + "'";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
+    default:
+      return "null";
+  }
+}
+
+// Numbers print in the shortest form that reads back to the same double,
+// fixed-point in the everyday range so 8e-4 shows as 0.0008.
+std::string format_number(double v) {
+  char buf[64];
+  const double a = std::fabs(v);
+  const auto format = (a == 0 || (a >= 1e-4 && a < 1e15))
+                          ? std::chars_format::fixed
+                          : std::chars_format::scientific;
+  const auto result = std::to_chars(buf, buf + sizeof(buf), v, format);
+  return std::string(buf, result.ptr);
+}
+
+/// The range in words: ">= 1", "> 0", "in [0, 1]", ">= 0 and < 1"; "" if none.
+std::string range_words(const FieldSpec& spec) {
+  const std::string lo =
+      spec.min ? (spec.min_exclusive ? "> " : ">= ") + format_number(*spec.min)
+               : "";
+  const std::string hi =
+      spec.max ? (spec.max_exclusive ? "< " : "<= ") + format_number(*spec.max)
+               : "";
+  if (spec.min && spec.max && !spec.min_exclusive && !spec.max_exclusive) {
+    return "in [" + format_number(*spec.min) + ", " + format_number(*spec.max) +
+           "]";
+  }
+  if (!lo.empty() && !hi.empty()) {
+    return lo + " and " + hi;
+  }
+  return lo + hi;
+}
+
+std::string with_range(std::string noun, const FieldSpec& spec) {
+  const std::string range = range_words(spec);
+  return range.empty() ? noun : noun + " " + range;
+}
+
+// What a field accepts, in words; overloaded on the field type like decode.
+std::string allowed_words(const int64_t&, const FieldSpec& spec) {
+  return with_range("an integer", spec);
+}
+std::string allowed_words(const double&, const FieldSpec& spec) {
+  return with_range("a number", spec);
+}
+std::string allowed_words(const bool&, const FieldSpec&) {
+  return "true or false";
+}
+std::string allowed_words(const std::string&, const FieldSpec& spec) {
+  return spec.choices.empty() ? "a string"
+                              : "one of " + join(spec.choices, ", ");
+}
+std::string allowed_words(const std::optional<double>&, const FieldSpec& spec) {
+  return with_range("a number", spec) + ", or null";
+}
+std::string allowed_words(const std::vector<double>&, const FieldSpec& spec) {
+  const std::string count =
+      spec.exact_length ? std::to_string(*spec.exact_length) + " numbers"
+                        : "numbers";
+  const std::string range = range_words(spec);
+  return "a list of " + count + (range.empty() ? "" : " each " + range);
+}
+std::string allowed_words(const Strings&, const FieldSpec&) {
+  return "a list of strings";
+}
+std::string allowed_words(const StringLists&, const FieldSpec&) {
+  return "a list of lists of strings";
+}
+
+/// Fails unless `v` lies in the spec's range; `allowed` describes the field.
+void check_range(
+    const Input& in,
+    double v,
+    const FieldSpec& spec,
+    const std::string& allowed) {
+  const bool low =
+      spec.min && (spec.min_exclusive ? v <= *spec.min : v < *spec.min);
+  const bool high =
+      spec.max && (spec.max_exclusive ? v >= *spec.max : v > *spec.max);
+  if (low || high) {
+    fail(in, in.node.Scalar() + " is out of range", allowed);
+  }
+}
+
+/// Parses a decimal integer (optional sign) or a plain number, requiring the
+/// whole text to be consumed. Throws the field's error on failure.
+template <class T>
+T parse_number(const Input& in, const char* noun, const std::string& allowed) {
+  if (!in.node.IsScalar()) {
+    fail(in, describe(in.node) + " is not " + noun, allowed);
+  }
+  const std::string& text = in.node.Scalar();
+  // from_chars takes no '+' sign; YAML allows one.
+  const char* first = text.data() + (text.rfind('+', 0) == 0 ? 1 : 0);
+  const char* last = text.data() + text.size();
+  T value{};
+  const auto result = std::from_chars(first, last, value);
+  if (result.ec == std::errc::result_out_of_range) {
+    fail(in, text + " is out of range", allowed);
+  }
+  if (result.ec != std::errc() || result.ptr != last || first == last) {
+    fail(in, describe(in.node) + " is not " + noun, allowed);
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    // nan and inf parse, but compare false against every bound.
+    if (!std::isfinite(value)) {
+      fail(in, describe(in.node) + " is not a finite number", allowed);
+    }
+  }
+  return value;
+}
+
+void decode(const Input& in, int64_t& out, const FieldSpec& spec) {
+  const std::string allowed = allowed_words(out, spec);
+  const int64_t v = parse_number<int64_t>(in, "an integer", allowed);
+  check_range(in, static_cast<double>(v), spec, allowed);
+  out = v;
+}
+
+void decode(const Input& in, double& out, const FieldSpec& spec) {
+  const std::string allowed = allowed_words(out, spec);
+  const double v = parse_number<double>(in, "a number", allowed);
+  check_range(in, v, spec, allowed);
+  out = v;
+}
+
+void decode(const Input& in, bool& out, const FieldSpec& spec) {
+  const std::string text = in.node.IsScalar() ? to_lower(in.node.Scalar()) : "";
+  if (text != "true" && text != "false") {
+    fail(in, describe(in.node) + " is not a boolean", allowed_words(out, spec));
+  }
+  out = text == "true";
+}
+
+void decode(const Input& in, std::string& out, const FieldSpec& spec) {
+  std::string text;
+  if (in.raw) {
+    text = *in.raw;
+  } else if (in.node.IsScalar()) {
+    text = in.node.Scalar();
+  } else if (!in.node.IsNull()) {  // `key:` with nothing reads as ""
+    fail(in, describe(in.node) + " is not a string", allowed_words(out, spec));
+  }
+  if (spec.choices.empty()) {
+    out = text;
+    return;
+  }
+  for (const auto& choice : spec.choices) {
+    if (to_lower(choice) == to_lower(text)) {
+      out = choice;
+      return;
+    }
+  }
+  const std::string near = closest_match(text, spec.choices);
+  throw_config_error(
+      in.where,
+      in.key + ": '" + text +
+          "' is not allowed; allowed: " + allowed_words(out, spec) +
+          (near.empty() ? "" : "; did you mean '" + near + "'?"));
+}
+
+void decode(
+    const Input& in, std::optional<double>& out, const FieldSpec& spec) {
+  if (in.node.IsNull()) {
+    out.reset();
+    return;
+  }
+  const std::string allowed = allowed_words(out, spec);
+  const double v = parse_number<double>(in, "a number", allowed);
+  check_range(in, v, spec, allowed);
+  out = v;
+}
+
+void decode(const Input& in, std::vector<double>& out, const FieldSpec& spec) {
+  const std::string allowed = allowed_words(out, spec);
+  if (!in.node.IsSequence()) {
+    fail(in, describe(in.node) + " is not a list", allowed);
+  }
+  if (spec.exact_length && in.node.size() != *spec.exact_length) {
+    fail(
+        in,
+        "a list of " + std::to_string(in.node.size()) +
+            " elements has the wrong length",
+        allowed);
+  }
+  std::vector<double> values;
+  for (size_t i = 0; i < in.node.size(); ++i) {
+    const Input item = in.element(in.node[i], i);
+    values.push_back(parse_number<double>(item, "a number", allowed));
+    check_range(item, values.back(), spec, allowed);
+  }
+  out = std::move(values);
+}
+
+void decode(const Input& in, Strings& out, const FieldSpec& spec) {
+  const std::string allowed = allowed_words(out, spec);
+  if (!in.node.IsSequence()) {
+    fail(in, describe(in.node) + " is not a list", allowed);
+  }
+  Strings values;
+  for (size_t i = 0; i < in.node.size(); ++i) {
+    const Input item = in.element(in.node[i], i);
+    if (!item.node.IsScalar()) {
+      fail(item, describe(item.node) + " is not a string", allowed);
+    }
+    values.push_back(item.node.Scalar());
+  }
+  out = std::move(values);
+}
+
+void decode(const Input& in, StringLists& out, const FieldSpec& spec) {
+  const std::string allowed = allowed_words(out, spec);
+  if (!in.node.IsSequence()) {
+    fail(in, describe(in.node) + " is not a list", allowed);
+  }
+  StringLists lists;
+  for (size_t i = 0; i < in.node.size(); ++i) {
+    const Input list = in.element(in.node[i], i);
+    if (!list.node.IsSequence()) {
+      fail(list, describe(list.node) + " is not a list", allowed);
+    }
+    lists.emplace_back();
+    for (size_t j = 0; j < list.node.size(); ++j) {
+      const Input item = list.element(list.node[j], j);
+      if (!item.node.IsScalar()) {
+        fail(item, describe(item.node) + " is not a string", allowed);
+      }
+      lists.back().push_back(item.node.Scalar());
+    }
+  }
+  out = std::move(lists);
+}
+
+/// Calls `f(field, spec)` on the field named `key`; false if there is none.
+template <class Section, class F>
+bool with_field(Section& section, std::string_view key, F&& f) {
+  bool found = false;
+  section.visit([&](const char* name, auto& field, const FieldSpec& spec) {
+    if (!found && key == name) {
+      found = true;
+      f(field, spec);
+    }
+  });
+  return found;
+}
+
+/// Calls `f(section)` on the section named `name`; false if there is none.
+template <class F>
+bool with_section(JobConfig& config, std::string_view name, F&& f) {
+  bool found = false;
+  config.visit_sections([&](const char* section_name, auto& section) {
+    if (!found && name == section_name) {
+      found = true;
+      f(section);
+    }
+  });
+  return found;
+}
+
+std::vector<std::string> section_names() {
+  std::vector<std::string> names;
+  JobConfig defaults;
+  defaults.visit_sections(
+      [&](const char* name, auto&) { names.emplace_back(name); });
+  return names;
+}
+
+/// Every key as (section, key), in visit order.
+std::vector<std::pair<std::string, std::string>> all_keys() {
+  std::vector<std::pair<std::string, std::string>> keys;
+  JobConfig defaults;
+  defaults.visit_sections([&](const char* section_name, auto& section) {
+    section.visit([&](const char* name, auto&, const FieldSpec&) {
+      keys.emplace_back(section_name, name);
+    });
+  });
+  return keys;
+}
+
+/// The key path `key` most likely meant: a near miss in `section` first,
+/// then the same or a close name in any section (a key put under the wrong
+/// section). "" when nothing is close.
+std::string suggest_key(const std::string& section, const std::string& key) {
+  const auto keys = all_keys();
+  std::vector<std::string> same_section;
+  std::vector<std::string> leaves;
+  for (const auto& [s, k] : keys) {
+    if (s == section) {
+      same_section.push_back(k);
+    }
+    leaves.push_back(k);
+  }
+  if (const auto near = closest_match(key, same_section); !near.empty()) {
+    return section + "." + near;
+  }
+  const auto near = closest_match(key, leaves);
+  for (const auto& [s, k] : keys) {
+    if (!near.empty() && k == near) {
+      return s + "." + k;
+    }
+  }
+  return "";
+}
+
+[[noreturn]] void throw_unknown_key(
+    const std::string& where,
+    const std::string& section,
+    const std::string& key) {
+  const std::string path = section + "." + key;
+  const std::string near = suggest_key(section, key);
+  if (!near.empty()) {
+    throw_config_error(
+        where, "unknown key '" + path + "'; did you mean '" + near + "'?");
+  }
+  std::vector<std::string> names;
+  for (const auto& [s, k] : all_keys()) {
+    if (s == section) {
+      names.push_back(k);
+    }
+  }
+  throw_config_error(
+      where,
+      "unknown key '" + path + "'; allowed: one of " + join(names, ", "));
+}
+
+/// An unknown top-level name: a misspelt section, or a key missing its
+/// section (`steps:` at the top level means `training.steps`).
+[[noreturn]] void throw_unknown_top_level(
+    const std::string& where, const std::string& name) {
+  auto names = section_names();
+  names.insert(names.begin(), "builder");
+  std::string near = closest_match(name, names);
+  if (near.empty()) {
+    near = suggest_key("", name);
+  }
+  throw_config_error(
+      where,
+      "unknown section '" + name + "'" +
+          (near.empty() ? "; allowed: one of " + join(names, ", ")
+                        : "; did you mean '" + near + "'?"));
+}
+
+/// Decodes one `section:` map of the file into `section`.
+template <class Section>
+void decode_section(
+    const std::string& file,
+    const std::string& section_name,
+    const YAML::Node& node,
+    const YAML::Mark& section_mark,
+    Section& section,
+    std::map<std::string, std::string>& origins) {
+  if (node.IsNull()) {
+    return;
+  }
+  if (!node.IsMap()) {
+    throw_config_error(
+        file_line(file, section_mark),
+        section_name + ": " + describe(node) +
+            " is not a map; allowed: a map of " + section_name + " keys");
+  }
+  for (const auto& entry : node) {
+    const std::string key = entry.first.Scalar();
+    const std::string path = section_name + "." + key;
+    const std::string where = file_line(file, entry.first.Mark());
+    // yaml-cpp keeps duplicate keys; the YAML spec forbids them, and the
+    // last one silently winning hides edits.
+    if (const auto first = origins.find(path); first != origins.end()) {
+      throw_config_error(
+          where,
+          "duplicate key '" + path + "' (first set at " + first->second +
+              "); allowed: each key once");
+    }
+    const bool found =
+        with_field(section, key, [&](auto& field, const FieldSpec& spec) {
+          decode(Input{entry.second, std::nullopt, where, path}, field, spec);
+        });
+    if (!found) {
+      throw_unknown_key(where, section_name, key);
+    }
+    origins[path] = where;
+  }
+}
+
+YAML::Node parse_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in || std::filesystem::is_directory(path)) {
+    throw_config_error(
+        path, "cannot read the config file; allowed: a readable YAML file");
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return YAML::Load(text.str());
+  } catch (const YAML::ParserException& e) {
+    throw_config_error(file_line(path, e.mark), "invalid YAML: " + e.msg);
+  }
+}
+
+void decode_file(const std::string& path, JobConfig& config) {
+  const YAML::Node root = parse_file(path);
+  if (root.IsNull()) {
+    return;
+  }
+  if (!root.IsMap()) {
+    auto names = section_names();
+    names.insert(names.begin(), "builder");
+    throw_config_error(
+        file_line(path, root.Mark()),
+        "the top level is " + describe(root) +
+            ", not a map; allowed: a map with keys " + join(names, ", "));
+  }
+  std::map<std::string, std::string> sections_seen;
+  for (const auto& entry : root) {
+    const std::string name = entry.first.Scalar();
+    const std::string where = file_line(path, entry.first.Mark());
+    const auto [seen, fresh] = sections_seen.emplace(name, where);
+    if (!fresh) {
+      throw_config_error(
+          where,
+          "duplicate key '" + name + "' (first set at " + seen->second +
+              "); allowed: each key once");
+    }
+    if (name == "builder") {
+      decode(
+          Input{entry.second, std::nullopt, where, name},
+          config.builder,
+          builder_spec());
+      config.origins[name] = where;
+      continue;
+    }
+    const bool found = with_section(config, name, [&](auto& section) {
+      decode_section(
+          path,
+          name,
+          entry.second,
+          entry.first.Mark(),
+          section,
+          config.origins);
+    });
+    if (!found) {
+      throw_unknown_top_level(where, name);
+    }
+  }
+}
+
+/// Decodes an override value into `field`: verbatim for strings, as YAML
+/// for everything else (so `[0.9,0.95]` and `null` work).
+template <class T>
+void decode_override(
+    const std::string& where,
+    const std::string& path,
+    const std::string& value,
+    T& field,
+    const FieldSpec& spec) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    decode(Input{YAML::Node(value), value, where, path}, field, spec);
+  } else {
+    YAML::Node node;
+    try {
+      node = YAML::Load(value);
+    } catch (const YAML::ParserException& e) {
+      throw_config_error(
+          where,
+          path + ": '" + value + "' is not valid YAML (" + e.msg +
+              "); allowed: " + allowed_words(field, spec));
+    }
+    decode(Input{node, std::nullopt, where, path}, field, spec);
+  }
+}
+
+void apply_override(const std::string& text, JobConfig& config) {
+  // The CLI strips the leading "--"; tolerate callers that do not.
+  const std::string body = text.rfind("--", 0) == 0 ? text.substr(2) : text;
+  const std::string where = "--" + body;
+  const size_t eq = body.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw_config_error(
+        where,
+        std::string("malformed override (") + (eq == 0 ? "no key" : "no '='") +
+            "); allowed: --SECTION.KEY=VALUE");
+  }
+  const std::string path = body.substr(0, eq);
+  const std::string value = body.substr(eq + 1);
+  if (path == "builder") {
+    decode_override(where, path, value, config.builder, builder_spec());
+    config.origins[path] = where;
+    return;
+  }
+  const size_t dot = path.find('.');
+  if (dot == std::string::npos) {
+    const auto names = section_names();
+    if (std::find(names.begin(), names.end(), path) != names.end()) {
+      throw_config_error(
+          where,
+          "malformed override ('" + path + "' is a section); allowed: --" +
+              path + ".KEY=VALUE");
+    }
+    throw_unknown_top_level(where, path);
+  }
+  const std::string section_name = path.substr(0, dot);
+  const std::string key = path.substr(dot + 1);
+  bool key_found = false;
+  const bool section_found =
+      with_section(config, section_name, [&](auto& section) {
+        key_found =
+            with_field(section, key, [&](auto& field, const FieldSpec& spec) {
+              decode_override(where, path, value, field, spec);
+            });
+      });
+  if (!section_found) {
+    throw_unknown_top_level(where, section_name);
+  }
+  if (!key_found) {
+    throw_unknown_key(where, section_name, key);
+  }
+  config.origins[path] = where;
+}
+
+/// Checks that need more than one key.
+void check_consistency(const JobConfig& config) {
+  if (const auto problem =
+          config.lr_scheduler.phases_problem(config.training.steps)) {
+    throw_config_error(
+        config.first_origin(
+            {problem->key.c_str(),
+             "lr_scheduler.warmup_steps",
+             "training.steps"}),
+        problem->message);
+  }
+  const ParallelismConfig& p = config.parallelism;
+  if (const auto problem = degrees_problem(
+          p.data_parallel_replicate_degree,
+          p.data_parallel_shard_degree,
+          p.tensor_parallel_degree,
+          p.pipeline_parallel_degree)) {
+    throw_config_error(config.origin(problem->key), problem->message);
+  }
+}
+
+/// Each value of a field whose spec names a registry must be registered
+/// there (when that registry exists in this process); the value takes the
+/// registered spelling.
+void check_registered(JobConfig& config) {
+  config.visit_sections([&](const char* section_name, auto& section) {
+    section.visit([&](const char* name, auto& field, const FieldSpec& spec) {
+      using T = std::decay_t<decltype(field)>;
+      if constexpr (
+          std::is_same_v<T, std::string> || std::is_same_v<T, Strings>) {
+        if (spec.registry == nullptr) {
+          return;
+        }
+        const auto known = RegistryIndex::names(spec.registry);
+        if (!known) {
+          return;
+        }
+        const std::string key = std::string(section_name) + "." + name;
+        const auto check = [&](std::string& value) {
+          for (const auto& k : *known) {
+            if (to_lower(k) == to_lower(value)) {
+              value = k;
+              return;
+            }
+          }
+          const std::string near = closest_match(value, *known);
+          throw_config_error(
+              config.origin(key),
+              key + ": '" + value + "' is not a registered " + spec.registry +
+                  "; allowed: one of " + join(*known, ", ") +
+                  (near.empty() ? "" : "; did you mean '" + near + "'?"));
+        };
+        if constexpr (std::is_same_v<T, std::string>) {
+          check(field);
+        } else {
+          for (auto& value : field) {
+            check(value);
+          }
+        }
+      }
+    });
+  });
+}
+
+/// Fails with "not supported yet" when `supported` is false.
+void require_supported(
+    const JobConfig& config,
+    const std::string& key,
+    bool supported,
+    const std::string& value,
+    const std::string& allowed) {
+  if (!supported) {
+    throw_config_error(
+        config.origin(key),
+        key + ": " + value + " is not supported yet; allowed: " + allowed);
+  }
+}
+
+/// Values that need a feature Baton does not have yet. Each check goes away
+/// with the change that builds its feature.
+void check_supported(const JobConfig& config) {
+  const ParallelismConfig& p = config.parallelism;
+  const std::pair<const char*, int64_t> degrees[] = {
+      {"parallelism.data_parallel_shard_degree", p.data_parallel_shard_degree},
+      {"parallelism.tensor_parallel_degree", p.tensor_parallel_degree},
+  };
+  for (const auto& [key, degree] : degrees) {
+    require_supported(config, key, degree <= 1, std::to_string(degree), "1");
+  }
+  require_supported(
+      config,
+      "metrics.tensorboard",
+      !config.metrics.tensorboard,
+      "true",
+      "false");
+}
+
+/// True when `s` written plain would read back as something other than a
+/// string (null, a boolean or a number, in YAML 1.1 or 1.2), so it must be
+/// quoted.
+bool needs_quotes(const std::string& s) {
+  static const std::vector<std::string> kSpecial = {
+      "",
+      "~",
+      "null",
+      "true",
+      "false",
+      "yes",
+      "no",
+      "on",
+      "off",
+      ".inf",
+      "-.inf",
+      "+.inf",
+      ".nan"};
+  const std::string lower = to_lower(s);
+  if (std::find(kSpecial.begin(), kSpecial.end(), lower) != kSpecial.end()) {
+    return true;
+  }
+  double ignored = 0;
+  const char* first = s.data() + (s[0] == '+' ? 1 : 0);
+  const char* last = s.data() + s.size();
+  const auto result = std::from_chars(first, last, ignored);
+  return result.ec != std::errc::invalid_argument && result.ptr == last;
+}
+
+// Emits one value; overloaded on the field type like decode.
+void emit(YAML::Emitter& out, int64_t v) {
+  out << v;
+}
+void emit(YAML::Emitter& out, double v) {
+  out << format_number(v);
+}
+void emit(YAML::Emitter& out, bool v) {
+  out << v;
+}
+void emit(YAML::Emitter& out, const std::string& v) {
+  if (needs_quotes(v)) {
+    out << YAML::DoubleQuoted;
+  }
+  out << v;
+}
+void emit(YAML::Emitter& out, const std::optional<double>& v) {
+  if (v) {
+    emit(out, *v);
+  } else {
+    out << YAML::Null;
+  }
+}
+void emit(YAML::Emitter& out, const std::vector<double>& v) {
+  out << YAML::Flow << YAML::BeginSeq;
+  for (double x : v) {
+    emit(out, x);
+  }
+  out << YAML::EndSeq;
+}
+void emit(YAML::Emitter& out, const Strings& v) {
+  out << YAML::Flow << YAML::BeginSeq;
+  for (const auto& x : v) {
+    emit(out, x);
+  }
+  out << YAML::EndSeq;
+}
+void emit(YAML::Emitter& out, const StringLists& v) {
+  out << YAML::BeginSeq;
+  for (const auto& list : v) {
+    out << YAML::Flow << YAML::BeginSeq;
+    for (const auto& s : list) {
+      emit(out, s);
+    }
+    out << YAML::EndSeq;
+  }
+  out << YAML::EndSeq;
+}
+
+}  // namespace
+
+int64_t LRSchedulerConfig::decay_steps(int64_t training_steps) const {
+  return decay_ratio ? static_cast<int64_t>(std::llround(
+                           static_cast<double>(training_steps) * *decay_ratio))
+                     : training_steps - warmup_steps;
+}
+
+std::optional<ConfigProblem> LRSchedulerConfig::phases_problem(
+    int64_t training_steps) const {
+  if (warmup_steps > training_steps) {
+    return ConfigProblem{
+        "lr_scheduler.warmup_steps",
+        "lr_scheduler.warmup_steps: " + std::to_string(warmup_steps) +
+            " exceeds training.steps " + std::to_string(training_steps) +
+            "; allowed: at most training.steps"};
+  }
+  const int64_t decay = decay_steps(training_steps);
+  if (decay_ratio && warmup_steps + decay > training_steps) {
+    return ConfigProblem{
+        "lr_scheduler.decay_ratio",
+        "lr_scheduler.decay_ratio: " + format_number(*decay_ratio) + " gives " +
+            std::to_string(decay) + " decay steps, which with " +
+            std::to_string(warmup_steps) +
+            " warmup steps exceed training.steps " +
+            std::to_string(training_steps) + "; allowed: at most " +
+            format_number(
+                static_cast<double>(training_steps - warmup_steps) /
+                static_cast<double>(training_steps))};
+  }
+  return std::nullopt;
+}
+
+JobConfig load_job_config(
+    const std::string& path, const std::vector<std::string>& overrides) {
+  JobConfig config;
+  if (!path.empty()) {
+    decode_file(path, config);
+  }
+  for (const auto& text : overrides) {
+    apply_override(text, config);
+  }
+  check_consistency(config);
+  check_registered(config);
+  check_supported(config);
+  return config;
+}
+
+std::string job_config_to_yaml(const JobConfig& config) {
+  // visit is non-const (it also decodes), so walk a copy.
+  JobConfig copy = config;
+  YAML::Emitter out;
+  out.SetNullFormat(YAML::LowerNull);
+  out << YAML::BeginMap;
+  out << YAML::Key << "builder" << YAML::Value;
+  emit(out, copy.builder);
+  out << YAML::Comment(builder_spec().help);
+  copy.visit_sections([&](const char* section_name, auto& section) {
+    out << YAML::Key << section_name << YAML::Value << YAML::BeginMap;
+    section.visit([&](const char* name, auto& field, const FieldSpec& spec) {
+      out << YAML::Key << name << YAML::Value;
+      emit(out, field);
+      out << YAML::Comment(spec.help);
+    });
+    out << YAML::EndMap;
+  });
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace baton

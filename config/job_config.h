@@ -1,0 +1,445 @@
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace baton {
+
+/// What a config field accepts. Sections describe their fields with it in
+/// `visit`, so decoding, validation, messages and --print-config share one
+/// table. Chained setters, as in torch::nn options.
+struct FieldSpec {
+  explicit FieldSpec(const char* help) : help(help) {}
+
+  /// Numbers must be >= `v`.
+  FieldSpec& at_least(double v) {
+    min = v;
+    return *this;
+  }
+  /// Numbers must be > `v`.
+  FieldSpec& greater_than(double v) {
+    min = v;
+    min_exclusive = true;
+    return *this;
+  }
+  /// Numbers must be <= `v`.
+  FieldSpec& at_most(double v) {
+    max = v;
+    return *this;
+  }
+  /// Numbers must be < `v`.
+  FieldSpec& less_than(double v) {
+    max = v;
+    max_exclusive = true;
+    return *this;
+  }
+  /// Strings must be one of `values` (matched case-insensitively, stored as
+  /// spelled here).
+  FieldSpec& one_of(std::vector<std::string> values) {
+    choices = std::move(values);
+    return *this;
+  }
+  /// Strings (or each string of a list) must be names in the registry of
+  /// `kind` ("optimizer"), matched case-insensitively: checked when that
+  /// registry exists in the process (the binary registers its built-ins
+  /// before it reads the config; a registry look-up at build time checks
+  /// the rest).
+  FieldSpec& registered_in(const char* kind) {
+    registry = kind;
+    return *this;
+  }
+  /// Lists must have exactly `n` elements.
+  FieldSpec& length(size_t n) {
+    exact_length = n;
+    return *this;
+  }
+
+  /// One line shown by --print-config and in errors.
+  const char* help;
+  std::optional<double> min;
+  bool min_exclusive = false;
+  std::optional<double> max;
+  bool max_exclusive = false;
+  std::vector<std::string> choices;
+  /// A registry kind, or null.
+  const char* registry = nullptr;
+  std::optional<size_t> exact_length;
+};
+
+// Every section is a plain struct with inline defaults and a `visit` that
+// names each field once: `v(name, field, spec)`. Field types are int64_t,
+// double, bool, std::string, std::optional<double>, std::vector<double>,
+// std::vector<std::string> and std::vector<std::vector<std::string>>.
+// ARCHITECTURE.md §4 lists the keys.
+
+/// `job:` section.
+struct JobSection {
+  /// Where metrics.jsonl and checkpoints go.
+  std::string dump_folder = "./outputs";
+  std::string description = "";
+
+  template <class V>
+  void visit(V&& v) {
+    v("dump_folder",
+      dump_folder,
+      FieldSpec("folder for metrics.jsonl and checkpoints"));
+    v("description", description, FieldSpec("free text shown in the log"));
+  }
+};
+
+/// `model:` section.
+struct ModelConfig {
+  std::string name = "llama3";
+  std::string flavor = "debugmodel";
+  std::string tokenizer = "bytes";
+  std::string tokenizer_path = "";
+
+  template <class V>
+  void visit(V&& v) {
+    v("name", name, FieldSpec("registered model name").registered_in("model"));
+    v("flavor", flavor, FieldSpec("model size preset of that model"));
+    v("tokenizer",
+      tokenizer,
+      FieldSpec("registered tokenizer").registered_in("tokenizer"));
+    v("tokenizer_path",
+      tokenizer_path,
+      FieldSpec("tokenizer model file (sentencepiece: .model, tiktoken: "
+                "Llama 3's tokenizer.model; not used by bytes)"));
+  }
+};
+
+/// `optimizer:` section.
+struct OptimizerConfig {
+  std::string name = "AdamW";
+  double lr = 8e-4;
+  std::vector<double> betas = {0.9, 0.95};
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+
+  template <class V>
+  void visit(V&& v) {
+    v("name",
+      name,
+      FieldSpec("registered optimizer").registered_in("optimizer"));
+    v("lr", lr, FieldSpec("peak learning rate").greater_than(0));
+    v("betas",
+      betas,
+      FieldSpec("Adam betas [beta1, beta2]")
+          .at_least(0)
+          .less_than(1)
+          .length(2));
+    v("eps", eps, FieldSpec("Adam epsilon").greater_than(0));
+    v("weight_decay",
+      weight_decay,
+      FieldSpec("decoupled weight decay").at_least(0));
+  }
+};
+
+/// `lr_scheduler:` section: the registered schedule and the parameters of
+/// warmup_stable_decay (linear warmup, optional stable phase, decay).
+struct LRSchedulerConfig {
+  std::string name = "warmup_stable_decay";
+  int64_t warmup_steps = 200;
+  /// Fraction of training.steps spent decaying; unset = every step after
+  /// warmup decays (no stable phase).
+  std::optional<double> decay_ratio;
+  std::string decay_type = "linear";
+  double min_lr_factor = 0.0;
+
+  /// Steps of decay at the end of `training_steps`: decay_ratio of them, or
+  /// every step after warmup when decay_ratio is unset.
+  int64_t decay_steps(int64_t training_steps) const;
+  /// Why warmup and decay do not fit in `training_steps`; nothing when they
+  /// do. The config check and the schedule both ask it.
+  std::optional<ConfigProblem> phases_problem(int64_t training_steps) const;
+
+  template <class V>
+  void visit(V&& v) {
+    v("name",
+      name,
+      FieldSpec("registered LR schedule").registered_in("lr schedule"));
+    v("warmup_steps",
+      warmup_steps,
+      FieldSpec("steps of linear warmup").at_least(0));
+    v("decay_ratio",
+      decay_ratio,
+      FieldSpec("fraction of steps that decay (null: all after warmup)")
+          .at_least(0)
+          .at_most(1));
+    v("decay_type",
+      decay_type,
+      FieldSpec("decay curve").one_of({"linear", "sqrt", "cosine"}));
+    v("min_lr_factor",
+      min_lr_factor,
+      FieldSpec("final lr as a fraction of lr").at_least(0).at_most(1));
+  }
+};
+
+/// `training:` section.
+struct TrainingConfig {
+  std::string dataset = "kjv";
+  std::string dataset_path = "";
+  std::string dataset_text_field = "text";
+  bool dataset_shuffle = false;
+  /// Batches prepared ahead by a background thread; 0 = none.
+  int64_t dataset_prefetch = 2;
+  int64_t local_batch_size = 8;
+  int64_t seq_len = 2048;
+  int64_t steps = 10000;
+  /// Gradient clipping threshold on the global grad norm; 0 disables it.
+  double max_norm = 1.0;
+  int64_t gradient_accumulation_steps = 1;
+  int64_t seed = 0;
+  bool deterministic = false;
+  /// Intra-op threads; 0 = cores / local ranks.
+  int64_t num_threads = 0;
+
+  template <class V>
+  void visit(V&& v) {
+    v("dataset",
+      dataset,
+      FieldSpec("registered dataset name").registered_in("dataset"));
+    v("dataset_path",
+      dataset_path,
+      FieldSpec("dataset file, folder or glob (empty: the dataset's "
+                "default)"));
+    v("dataset_text_field",
+      dataset_text_field,
+      FieldSpec("JSON Lines field holding each document's text"));
+    v("dataset_shuffle",
+      dataset_shuffle,
+      FieldSpec("shuffle each rank's documents per epoch (seeded by seed)"));
+    v("dataset_prefetch",
+      dataset_prefetch,
+      FieldSpec("batches a background thread prepares ahead (0: none)")
+          .at_least(0));
+    v("local_batch_size",
+      local_batch_size,
+      FieldSpec("sequences per rank per micro-step").at_least(1));
+    v("seq_len", seq_len, FieldSpec("tokens per sequence").at_least(1));
+    v("steps", steps, FieldSpec("optimizer steps to train").at_least(1));
+    v("max_norm",
+      max_norm,
+      FieldSpec("gradient clipping norm (0: no clipping)").at_least(0));
+    v("gradient_accumulation_steps",
+      gradient_accumulation_steps,
+      FieldSpec("micro-steps per optimizer step").at_least(1));
+    v("seed",
+      seed,
+      FieldSpec("seed of initialisation and data order").at_least(0));
+    v("deterministic",
+      deterministic,
+      FieldSpec("use deterministic algorithms only"));
+    v("num_threads",
+      num_threads,
+      FieldSpec("intra-op threads (0: cores / local ranks)").at_least(0));
+  }
+};
+
+/// `parallelism:` section.
+struct ParallelismConfig {
+  int64_t data_parallel_replicate_degree = 1;
+  int64_t data_parallel_shard_degree = 1;
+  /// Size of the gradient all-reduce buckets of data parallel, as DDP's
+  /// bucket_cap_mb.
+  double data_parallel_bucket_size_mb = 25.0;
+  int64_t tensor_parallel_degree = 1;
+  int64_t pipeline_parallel_degree = 1;
+  std::string pipeline_parallel_schedule = "1F1B";
+  int64_t pipeline_parallel_stages_per_rank = 1;
+  /// 0 = spread the layers evenly over the stages.
+  int64_t pipeline_parallel_layers_per_stage = 0;
+  std::vector<std::vector<std::string>> pipeline_parallel_module_fqns_per_stage;
+  int64_t pipeline_parallel_microbatch_size = 1;
+  std::string pipeline_parallel_schedule_csv = "";
+  std::string pipeline_parallel_trace = "";
+  /// Registered appliers run on every model part after the built-in
+  /// model-changing steps and before data parallel, in this order.
+  std::vector<std::string> appliers;
+
+  template <class V>
+  void visit(V&& v) {
+    v("data_parallel_replicate_degree",
+      data_parallel_replicate_degree,
+      FieldSpec("DDP replicas (-1: the rest of the world)").at_least(-1));
+    v("data_parallel_shard_degree",
+      data_parallel_shard_degree,
+      FieldSpec("FSDP shards (-1: the rest of the world)").at_least(-1));
+    v("data_parallel_bucket_size_mb",
+      data_parallel_bucket_size_mb,
+      FieldSpec("MiB per gradient all-reduce bucket").greater_than(0));
+    v("tensor_parallel_degree",
+      tensor_parallel_degree,
+      FieldSpec("tensor parallel ranks").at_least(-1));
+    v("pipeline_parallel_degree",
+      pipeline_parallel_degree,
+      FieldSpec("pipeline ranks").at_least(-1));
+    v("pipeline_parallel_schedule",
+      pipeline_parallel_schedule,
+      FieldSpec("pipeline schedule name").registered_in("schedule"));
+    v("pipeline_parallel_stages_per_rank",
+      pipeline_parallel_stages_per_rank,
+      FieldSpec("model chunks per pipeline rank").at_least(1));
+    v("pipeline_parallel_layers_per_stage",
+      pipeline_parallel_layers_per_stage,
+      FieldSpec("transformer layers per stage (0: even split)").at_least(0));
+    v("pipeline_parallel_module_fqns_per_stage",
+      pipeline_parallel_module_fqns_per_stage,
+      FieldSpec("explicit list of module FQNs per stage"));
+    v("pipeline_parallel_microbatch_size",
+      pipeline_parallel_microbatch_size,
+      FieldSpec("sequences per pipeline microbatch").at_least(1));
+    v("pipeline_parallel_schedule_csv",
+      pipeline_parallel_schedule_csv,
+      FieldSpec("CSV file with a custom schedule"));
+    v("pipeline_parallel_trace",
+      pipeline_parallel_trace,
+      FieldSpec("Chrome traces of the executed and simulated schedule: true "
+                "(<dump_folder>/pipeline_trace.*.json) or a path prefix"));
+    v("appliers",
+      appliers,
+      FieldSpec("registered appliers run on every model part before data "
+                "parallel, in order")
+          .registered_in("applier"));
+  }
+};
+
+/// `checkpoint:` section.
+struct CheckpointConfig {
+  bool enable = false;
+  std::string folder = "checkpoint";
+  int64_t interval = 500;
+  /// 0 keeps every checkpoint.
+  int64_t keep_latest_k = 0;
+  /// -1 = the latest.
+  int64_t load_step = -1;
+  bool model_only_export = false;
+  std::string export_dtype = "float32";
+  bool async = false;
+  int64_t timeout_seconds = 1800;
+
+  template <class V>
+  void visit(V&& v) {
+    v("enable", enable, FieldSpec("save and resume checkpoints"));
+    v("folder", folder, FieldSpec("checkpoint folder inside job.dump_folder"));
+    v("interval", interval, FieldSpec("steps between saves").at_least(1));
+    v("keep_latest_k",
+      keep_latest_k,
+      FieldSpec("checkpoints kept (0: all)").at_least(0));
+    v("load_step",
+      load_step,
+      FieldSpec("step to resume (-1: latest)").at_least(-1));
+    v("model_only_export",
+      model_only_export,
+      FieldSpec("export the weights alone at the end"));
+    v("export_dtype",
+      export_dtype,
+      FieldSpec("dtype of the exported weights")
+          .one_of({"float32", "bfloat16", "float16"}));
+    v("async", async, FieldSpec("save in a background thread"));
+    v("timeout_seconds",
+      timeout_seconds,
+      FieldSpec("how long ranks wait for each other during a save or load")
+          .at_least(1));
+  }
+};
+
+/// `metrics:` section.
+struct MetricsConfig {
+  int64_t log_freq = 10;
+  bool jsonl = true;
+  bool tensorboard = false;
+  /// Peak TFLOP/s for MFU; 0 = measure with a matmul probe at start-up.
+  double peak_tflops = 0.0;
+
+  template <class V>
+  void visit(V&& v) {
+    v("log_freq", log_freq, FieldSpec("steps between log lines").at_least(1));
+    v("jsonl", jsonl, FieldSpec("write <dump_folder>/metrics.jsonl"));
+    v("tensorboard", tensorboard, FieldSpec("write TensorBoard event files"));
+    v("peak_tflops",
+      peak_tflops,
+      FieldSpec("peak TFLOP/s for MFU (0: measure at start-up)").at_least(0));
+  }
+};
+
+/// `comm:` section.
+struct CommConfig {
+  std::string backend = "auto";
+  int64_t init_timeout_seconds = 300;
+  int64_t train_timeout_seconds = 100;
+
+  template <class V>
+  void visit(V&& v) {
+    v("backend",
+      backend,
+      FieldSpec("collective backend").one_of({"auto", "gloo", "nccl"}));
+    v("init_timeout_seconds",
+      init_timeout_seconds,
+      FieldSpec("rendezvous timeout").at_least(1));
+    v("train_timeout_seconds",
+      train_timeout_seconds,
+      FieldSpec("collective timeout after the first step").at_least(1));
+  }
+};
+
+/// The whole job: decoded from YAML once, validated, then passed down by
+/// const reference. No YAML types leave trainer/job_config.cpp.
+struct JobConfig {
+  /// Registered trainer builder; "auto" picks one from the parallelism.
+  std::string builder = "auto";
+  JobSection job;
+  ModelConfig model;
+  OptimizerConfig optimizer;
+  LRSchedulerConfig lr_scheduler;
+  TrainingConfig training;
+  ParallelismConfig parallelism;
+  CheckpointConfig checkpoint;
+  MetricsConfig metrics;
+  CommConfig comm;
+
+  /// Where each key was last set: "file.yaml:12" or "--section.key=value".
+  /// Keys left at their default are absent. Lets later checks (registry
+  /// look-ups) point at the line to fix.
+  std::map<std::string, std::string> origins;
+
+  /// The origin of `key_path` ("model.flavor"), or "" when it is a default.
+  std::string origin(const std::string& key_path) const;
+  /// The origin of the first of `keys` that was set, for messages about a
+  /// combination of keys; "" when none was.
+  std::string first_origin(std::initializer_list<const char*> keys) const;
+
+  /// Calls `v(name, section)` for each section in file order.
+  template <class V>
+  void visit_sections(V&& v) {
+    v("job", job);
+    v("model", model);
+    v("optimizer", optimizer);
+    v("lr_scheduler", lr_scheduler);
+    v("training", training);
+    v("parallelism", parallelism);
+    v("checkpoint", checkpoint);
+    v("metrics", metrics);
+    v("comm", comm);
+  }
+};
+
+/// Loads `path` (empty: all defaults), applies `overrides` in order (each
+/// "section.key=value", the value parsed as YAML), then validates. Throws
+/// ConfigError (exit code 2) with one message naming the file and line (or
+/// the override), the key path, the bad value and what is allowed; unknown
+/// keys get a "did you mean" when one is close. A value that needs a feature
+/// Baton does not have yet fails saying so.
+JobConfig load_job_config(
+    const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// The effective config as YAML (every key, defaults included), loadable back.
+std::string job_config_to_yaml(const JobConfig& config);
+
+}  // namespace baton

@@ -1,0 +1,57 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "common/registry.h"
+#include "config/job_config.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace baton {
+
+/// One optimizer per model part, driven together.
+class OptimizersContainer {
+ public:
+  explicit OptimizersContainer(
+      std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers);
+  ~OptimizersContainer();
+
+  /// Steps every optimizer.
+  void step();
+  /// Clears the gradients of every optimizer's parameters.
+  void zero_grad();
+  size_t size() const {
+    return optimizers_.size();
+  }
+  torch::optim::Optimizer& operator[](size_t i) const {
+    return *optimizers_.at(i);
+  }
+  /// Calls `f(optimizer)` for each optimizer, in part order.
+  template <class F>
+  void for_each(F&& f) const {
+    for (const auto& optimizer : optimizers_) {
+      f(*optimizer);
+    }
+  }
+
+ private:
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers_;
+};
+
+/// Makes an optimizer over `params` from the `optimizer:` section.
+using OptimizerCreator = std::function<std::unique_ptr<torch::optim::Optimizer>(
+    std::vector<at::Tensor> params, const OptimizerConfig& config)>;
+
+/// The optimizer registry (`optimizer.name`).
+Registry<OptimizerCreator>& optimizer_registry();
+
+/// Registers the built-in optimizers (AdamW); safe to call more than once.
+void register_builtin_optimizers();
+
+}  // namespace baton

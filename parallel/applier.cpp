@@ -1,0 +1,158 @@
+#include "parallel/applier.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "common/text.h"
+#include "parallel/data_parallel/replicate.h"
+#include "parallel/dist/mesh.h"
+#include "parallel/model_parts.h"
+
+namespace baton {
+
+Registry<ApplierCreator>& applier_registry() {
+  static Registry<ApplierCreator> registry("applier");
+  return registry;
+}
+
+void register_builtin_appliers() {
+  applier_registry().add_builtins_once([](Registry<ApplierCreator>& registry) {
+    registry.add(
+        "to_device",
+        [] { return std::make_unique<ToDeviceApplier>(); },
+        "moves the part to the device and puts it in training mode");
+    registry.add(
+        "check_replicas",
+        [] { return std::make_unique<CheckReplicasApplier>(); },
+        "checks that the data-parallel replicas start from equal weights");
+    registry.add(
+        "replicate",
+        [] { return std::make_unique<ReplicateApplier>(); },
+        "data parallel (DDP): bucketed gradient all-reduce over dp during "
+        "backward");
+  });
+}
+
+ApplierChain::ApplierChain() = default;
+ApplierChain::~ApplierChain() = default;
+ApplierChain::ApplierChain(ApplierChain&&) noexcept = default;
+ApplierChain& ApplierChain::operator=(ApplierChain&&) noexcept = default;
+
+void ApplierChain::append(const std::string& name, const std::string& where) {
+  if (contains(name)) {
+    throw_config_error(
+        where,
+        "applier '" + name + "' is already in the chain (" +
+            join(names(), " -> ") + "); allowed: each step once");
+  }
+  steps_.emplace_back(name, applier_registry().get(name, where)());
+}
+
+void ApplierChain::append(std::string name, std::unique_ptr<Applier> applier) {
+  insert(steps_.end(), std::move(name), std::move(applier));
+}
+
+void ApplierChain::insert_before(
+    const std::string& anchor,
+    std::string name,
+    std::unique_ptr<Applier> applier) {
+  insert(find(anchor), std::move(name), std::move(applier));
+}
+
+void ApplierChain::insert_after(
+    const std::string& anchor,
+    std::string name,
+    std::unique_ptr<Applier> applier) {
+  insert(find(anchor) + 1, std::move(name), std::move(applier));
+}
+
+void ApplierChain::replace(
+    const std::string& name, std::unique_ptr<Applier> applier) {
+  if (!applier) {
+    throw std::logic_error("[ApplierChain] replace '" + name + "': null");
+  }
+  find(name)->second = std::move(applier);
+}
+
+void ApplierChain::remove(const std::string& name) {
+  steps_.erase(find(name));
+}
+
+bool ApplierChain::contains(const std::string& name) const {
+  return std::any_of(steps_.begin(), steps_.end(), [&](const Step& s) {
+    return s.first == name;
+  });
+}
+
+std::vector<std::string> ApplierChain::names() const {
+  std::vector<std::string> out;
+  for (const auto& step : steps_) {
+    out.push_back(step.first);
+  }
+  return out;
+}
+
+void ApplierChain::apply(
+    ModelPart& part, const ParallelContext& context) const {
+  for (const auto& [name, applier] : steps_) {
+    try {
+      applier->apply(part, context);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw std::runtime_error(
+          "[" + name + "] stage " + std::to_string(part.stage()) + ": " +
+          e.what());
+    }
+  }
+}
+
+std::vector<ApplierChain::Step>::iterator ApplierChain::find(
+    const std::string& name) {
+  const auto it =
+      std::find_if(steps_.begin(), steps_.end(), [&](const Step& s) {
+        return s.first == name;
+      });
+  if (it == steps_.end()) {
+    throw std::logic_error(
+        "[ApplierChain] step: '" + name + "' is not in the chain; allowed: " +
+        (steps_.empty() ? std::string("none (the chain is empty)")
+                        : join(names(), ", ")));
+  }
+  return it;
+}
+
+void ApplierChain::insert(
+    std::vector<Step>::iterator at,
+    std::string name,
+    std::unique_ptr<Applier> applier) {
+  if (!applier) {
+    throw std::logic_error("[ApplierChain] step '" + name + "': null applier");
+  }
+  if (contains(name)) {
+    throw std::logic_error(
+        "[ApplierChain] step: '" + name +
+        "' is already in the chain; allowed: each name once");
+  }
+  steps_.emplace(at, std::move(name), std::move(applier));
+}
+
+void ToDeviceApplier::apply(ModelPart& part, const ParallelContext& context) {
+  part.module().to(context.device);
+  part.module().train();
+}
+
+void CheckReplicasApplier::apply(
+    ModelPart& part, const ParallelContext& context) {
+  std::vector<at::Tensor> params;
+  std::vector<std::string> names;
+  for (const auto& item : part.module().named_parameters()) {
+    names.push_back(item.key());
+    params.push_back(item.value());
+  }
+  check_replicas_equal(params, names, *context.mesh.dp());
+}
+
+}  // namespace baton

@@ -1,0 +1,121 @@
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/registry.h"
+
+namespace baton {
+
+struct JobConfig;
+class ModelPart;
+namespace dist {
+class ParallelMesh;
+}
+
+/// What every applier sees besides the part: the job, this rank's groups
+/// and the device the parts train on.
+struct ParallelContext {
+  const JobConfig& config;
+  const dist::ParallelMesh& mesh;
+  c10::Device device;
+};
+
+/// One parallelism (or other per-part transform) applied to one model part,
+/// as each step of torchtitan's parallelize_llama is: it may move or wrap
+/// the part's submodules, replace its parameters (keeping their FQNs),
+/// attach a gradient synchroniser (ModelPart::grad_sync) and mark the
+/// gradients it splits across ranks (ModelPart::mark_grad_split). Each
+/// applier knows only its own dimension of the mesh. The builder runs an
+/// ApplierChain on every part it holds, before the optimizers are built.
+class Applier {
+ public:
+  virtual ~Applier() = default;
+  /// Applies this step to `part`. Collective when the step communicates:
+  /// every rank of the groups it uses applies it to its part of the same
+  /// stage.
+  virtual void apply(ModelPart& part, const ParallelContext& context) = 0;
+};
+
+/// Makes an applier; registered by name in applier_registry().
+using ApplierCreator = std::function<std::unique_ptr<Applier>()>;
+
+/// The applier registry (`parallelism.appliers` and the builders' chains).
+Registry<ApplierCreator>& applier_registry();
+
+/// Registers the built-in appliers: to_device, check_replicas, replicate.
+/// Safe to call more than once.
+void register_builtin_appliers();
+
+/// The ordered steps applied to every model part, each under a name. A
+/// builder's build_appliers() returns one; a subclass calls the base and
+/// inserts, replaces or removes steps by name. Names are unique in a chain.
+class ApplierChain {
+ public:
+  ApplierChain();
+  ~ApplierChain();
+  ApplierChain(ApplierChain&&) noexcept;
+  ApplierChain& operator=(ApplierChain&&) noexcept;
+
+  /// Appends the registered applier `name`. Throws ConfigError for an
+  /// unknown name (listing the known ones; `where` prefixes the message).
+  void append(const std::string& name, const std::string& where = "");
+  /// Appends `applier` as the step `name`.
+  void append(std::string name, std::unique_ptr<Applier> applier);
+  /// Inserts `applier` as `name` just before / after the step `anchor`.
+  void insert_before(
+      const std::string& anchor,
+      std::string name,
+      std::unique_ptr<Applier> applier);
+  void insert_after(
+      const std::string& anchor,
+      std::string name,
+      std::unique_ptr<Applier> applier);
+  /// Replaces the applier of the step `name` (keeping its place).
+  void replace(const std::string& name, std::unique_ptr<Applier> applier);
+  /// Removes the step `name`.
+  void remove(const std::string& name);
+  bool contains(const std::string& name) const;
+  /// The step names, in order.
+  std::vector<std::string> names() const;
+  bool empty() const {
+    return steps_.empty();
+  }
+
+  /// Runs every step on `part`, in order. An error names the step and the
+  /// part's stage.
+  void apply(ModelPart& part, const ParallelContext& context) const;
+
+ private:
+  using Step = std::pair<std::string, std::unique_ptr<Applier>>;
+  /// The step `name`; throws std::logic_error listing the steps otherwise.
+  std::vector<Step>::iterator find(const std::string& name);
+  void insert(
+      std::vector<Step>::iterator at,
+      std::string name,
+      std::unique_ptr<Applier> applier);
+
+  std::vector<Step> steps_;
+};
+
+/// Built-in step: moves the part to the context's device and puts it in
+/// training mode. First in every builder's chain.
+class ToDeviceApplier final : public Applier {
+ public:
+  void apply(ModelPart& part, const ParallelContext& context) override;
+};
+
+/// Built-in step: checks that the part's parameters are equal on every rank
+/// of the data-parallel group (initialisation must not depend on the rank),
+/// naming the first that differs.
+class CheckReplicasApplier final : public Applier {
+ public:
+  void apply(ModelPart& part, const ParallelContext& context) override;
+};
+
+}  // namespace baton

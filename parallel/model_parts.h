@@ -1,0 +1,103 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/model_spec.h"
+#include "parallel/dist/mesh.h"
+#include "parallel/grad_sync.h"
+
+namespace baton {
+
+/// One model part a rank holds: the module that computes it, the pipeline
+/// stage it is, and what parallelizing it left on it. Appliers (see
+/// parallel/applier.h) change the module in place (wrap submodules, replace
+/// parameters, keeping their FQNs), attach gradient synchronisers and mark
+/// the gradients they split across ranks; the train steps, the grad norm
+/// and the checkpoint read it all from here.
+class ModelPart {
+ public:
+  explicit ModelPart(std::shared_ptr<ModelChunk> module, int64_t stage = 0);
+
+  /// The module; its parameters keep the whole model's FQNs.
+  ModelChunk& module() const {
+    return *module_;
+  }
+  const std::shared_ptr<ModelChunk>& module_ptr() const {
+    return module_;
+  }
+  /// The pipeline stage this part is (0 without pipelining).
+  int64_t stage() const {
+    return stage_;
+  }
+  /// What synchronises this part's gradients across ranks (empty: nothing
+  /// does); appliers add to it.
+  GradientSyncChain& grad_sync() {
+    return grad_sync_;
+  }
+  /// Declares that this rank holds only a slice of the gradient of the
+  /// parameter `fqn`, the rest being on the other ranks of its group along
+  /// `dim` (a sharded data-parallel or tensor-parallel split). The grad norm
+  /// sums that parameter's squares over the group.
+  void mark_grad_split(const std::string& fqn, dist::MeshDim dim);
+  /// The dimensions `fqn`'s gradient is split along, in the order marked
+  /// (empty: this rank holds all of it).
+  const std::vector<dist::MeshDim>& grad_split(const std::string& fqn) const;
+
+ private:
+  std::shared_ptr<ModelChunk> module_;
+  int64_t stage_;
+  GradientSyncChain grad_sync_;
+  std::map<std::string, std::vector<dist::MeshDim>> grad_split_;
+};
+
+/// The model parts this rank holds, in increasing stage order: one without
+/// pipelining, several with multi-chunk pipeline schedules. Callers loop with
+/// `for_each` and never special-case one part. Copies share the parts.
+class ModelParts {
+ public:
+  ModelParts() = default;
+
+  /// Appends a part (the next stage this rank holds).
+  void push_back(std::shared_ptr<ModelPart> part);
+  size_t size() const {
+    return parts_.size();
+  }
+  bool empty() const {
+    return parts_.empty();
+  }
+  ModelPart& operator[](size_t i) const {
+    return *parts_.at(i);
+  }
+  /// The part that is pipeline stage `stage`; throws std::out_of_range
+  /// when this rank holds none.
+  ModelPart& at_stage(int64_t stage) const;
+  /// Calls `f(part)` for each part in stage order.
+  template <class F>
+  void for_each(F&& f) const {
+    for (const auto& part : parts_) {
+      f(*part);
+    }
+  }
+  auto begin() const {
+    return parts_.begin();
+  }
+  auto end() const {
+    return parts_.end();
+  }
+
+  /// Parameters of every part, in stage order.
+  std::vector<at::Tensor> parameters() const;
+  /// Number of parameter elements over all parts (this rank's).
+  int64_t num_params() const;
+
+ private:
+  std::vector<std::shared_ptr<ModelPart>> parts_;
+};
+
+}  // namespace baton

@@ -1,0 +1,213 @@
+// The extension story for parallelisms: an applier defined only in this
+// file, registered under a name and selected from YAML, changes training
+// in a way checked numerically, composed with pp 2 x dp 2 (ranks as threads
+// over real Gloo, each building its trainer in process); a builder subclass
+// that edits the base chain; an LR schedule registered here and selected
+// from YAML.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "builders/builder_registry.h"
+#include "parallel/dist/process_group.h"
+#include "tests/parallel/rank_threads.h"
+
+namespace baton {
+namespace {
+
+constexpr double kScale = 2.0;
+
+/// Multiplies every gradient of the part by kScale as backward produces it
+/// (a tensor hook, so before accumulation and before any gradient sync).
+class ScaleGrads final : public Applier {
+ public:
+  void apply(ModelPart& part, const ParallelContext&) override {
+    for (auto& p : part.module().parameters()) {
+      p.register_hook([](const at::Tensor& g) { return g * kScale; });
+    }
+  }
+};
+
+/// Halves the learning rate every step: a schedule of this file's own.
+class Halving final : public LRSchedule {
+ public:
+  double factor(int64_t step) const override {
+    return std::pow(0.5, static_cast<double>(step - 1));
+  }
+};
+
+/// The base chain without check_replicas, with ScaleGrads inserted before
+/// replicate in code rather than from YAML.
+class EditedChainBuilder final : public TrainerBuilder {
+ public:
+  using TrainerBuilder::TrainerBuilder;
+  static std::vector<std::string> last_chain;
+
+ protected:
+  ApplierChain build_appliers() override {
+    ApplierChain chain = TrainerBuilder::build_appliers();
+    chain.remove("check_replicas");
+    chain.insert_before("replicate", "scale", std::make_unique<ScaleGrads>());
+    last_chain = chain.names();
+    return chain;
+  }
+};
+std::vector<std::string> EditedChainBuilder::last_chain;
+
+void register_test_extensions() {
+  register_builtin_builders();
+  if (!applier_registry().contains("scale_grads")) {
+    applier_registry().add(
+        "scale_grads",
+        [] { return std::make_unique<ScaleGrads>(); },
+        "test: gradients times 2");
+    lr_schedule_registry().add(
+        "halving",
+        [](const LRSchedulerConfig&, int64_t) -> std::unique_ptr<LRSchedule> {
+          return std::make_unique<Halving>();
+        },
+        "test: lr halves every step");
+    builder_registry().add(
+        "edited_chain",
+        [](const JobConfig& c) {
+          return std::make_unique<EditedChainBuilder>(c);
+        },
+        "test: base chain edited in code");
+  }
+}
+
+/// A YAML file of the debug model on `name`.out, 4 steps of short
+/// sequences, gradients clipped hard (max_norm 0.05) so that every step
+/// clips; `extra` is appended (more sections).
+std::string write_config(const std::string& name, const std::string& extra) {
+  const auto dir = std::filesystem::path(::testing::TempDir());
+  const auto dump = dir / (name + ".out");
+  std::filesystem::remove_all(dump);
+  const auto path = dir / (name + ".yaml");
+  std::ofstream(path) << "job:\n  dump_folder: " << dump.string() << "\n"
+                      << "model:\n  flavor: debugmodel\n"
+                      << "lr_scheduler:\n  warmup_steps: 1\n"
+                      << "training:\n  steps: 4\n  seq_len: 32\n"
+                      << "  local_batch_size: 2\n  num_threads: 1\n"
+                      << "  max_norm: 0.05\n"
+                      << "metrics:\n  peak_tflops: 1\n  log_freq: 1\n"
+                      << extra;
+  return path.string();
+}
+
+/// Trains `config` on `world` ranks, one thread each, over a store this
+/// function hosts; returns global rank 0's metrics.
+std::vector<StepMetrics> train_ranks(const JobConfig& config, int64_t world) {
+  dist::StoreServer store(0, world, std::chrono::seconds(60));
+  std::vector<std::vector<StepMetrics>> history(world);
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto builder = make_trainer_builder(config);
+        builder->use_launch_env(testing::rank_env(r, world, store.port()));
+        history[r] = builder->build()->train();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  for (int64_t r = 0; r < world; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+  }
+  return history[0];
+}
+
+/// Both runs clip every step to the same norm, so they take the same steps
+/// while the scaled run's gradients (and so its norms) are kScale times.
+void expect_scaled(
+    const std::vector<StepMetrics>& scaled,
+    const std::vector<StepMetrics>& reference) {
+  ASSERT_EQ(scaled.size(), 4u);
+  ASSERT_EQ(reference.size(), 4u);
+  for (size_t i = 0; i < scaled.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i + 1));
+    EXPECT_GT(reference[i].grad_norm, 0.05);  // every step clips
+    EXPECT_NEAR(
+        scaled[i].grad_norm / reference[i].grad_norm, kScale, 1e-4 * kScale);
+    EXPECT_NEAR(scaled[i].loss, reference[i].loss, 1e-4 * reference[i].loss);
+  }
+}
+
+const std::string kPipelineAndDataParallel =
+    "parallelism:\n"
+    "  pipeline_parallel_degree: 2\n"
+    "  data_parallel_replicate_degree: 2\n"
+    "  pipeline_parallel_schedule: 1F1B\n"
+    "  pipeline_parallel_microbatch_size: 1\n";
+
+TEST(ApplierFromYaml, ScalesGradientsOnEveryPartUnderPipelineAndDataParallel) {
+  register_test_extensions();
+  const auto reference = load_job_config(
+      write_config("applier_reference", kPipelineAndDataParallel));
+  const auto scaled = load_job_config(write_config(
+      "applier_scaled",
+      kPipelineAndDataParallel + "  appliers: [scale_grads]\n"));
+  EXPECT_EQ(
+      scaled.parallelism.appliers, (std::vector<std::string>{"scale_grads"}));
+  // pp 2 x dp 2: the pipeline builder, with replicate after the applier.
+  expect_scaled(train_ranks(scaled, 4), train_ranks(reference, 4));
+}
+
+TEST(ApplierFromYaml, AnUnregisteredApplierIsAConfigErrorNamingTheKey) {
+  register_test_extensions();
+  const std::string path = write_config(
+      "applier_unknown", "parallelism:\n  appliers: [scale_grad]\n");
+  try {
+    load_job_config(path);
+    ADD_FAILURE() << "an unknown applier passed the config check";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find(
+            ":17: parallelism.appliers: 'scale_grad' is not a registered "
+            "applier"),
+        std::string::npos)
+        << e.what();
+    EXPECT_NE(
+        std::string(e.what()).find("did you mean 'scale_grads'?"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ApplierChainHook, ASubclassEditsTheBaseChain) {
+  register_test_extensions();
+  const std::string dp = "parallelism:\n  data_parallel_replicate_degree: 2\n";
+  const auto reference = load_job_config(write_config("chain_reference", dp));
+  const auto edited = load_job_config(
+      write_config("chain_edited", "builder: edited_chain\n" + dp));
+  const auto scaled = train_ranks(edited, 2);
+  EXPECT_EQ(
+      EditedChainBuilder::last_chain,
+      (std::vector<std::string>{"to_device", "scale", "replicate"}));
+  expect_scaled(scaled, train_ranks(reference, 2));
+}
+
+TEST(LRScheduleFromYaml, ARegisteredScheduleSetsEveryStepsRate) {
+  register_test_extensions();
+  const auto config = load_job_config(
+      write_config("lr_halving", "optimizer:\n  lr: 0.001\n"),
+      {"lr_scheduler.name=halving"});
+  const auto history = make_trainer_builder(config)->build()->train();
+  ASSERT_EQ(history.size(), 4u);
+  for (size_t i = 0; i < history.size(); ++i) {
+    EXPECT_DOUBLE_EQ(history[i].lr, 0.001 * std::pow(0.5, i)) << i;
+  }
+}
+
+}  // namespace
+}  // namespace baton

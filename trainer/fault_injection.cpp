@@ -1,0 +1,73 @@
+#include "trainer/fault_injection.h"
+
+#include <glog/logging.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <thread>
+
+#include "common/error.h"
+
+namespace baton {
+
+const FaultInjection& FaultInjection::get() {
+  static const FaultInjection faults = [] {
+    FaultInjection f;
+    const char* spec = std::getenv("BATON_INJECT_FAULT");
+    if (spec == nullptr || *spec == '\0') {
+      return f;
+    }
+    const std::string where = std::string("BATON_INJECT_FAULT=") + spec;
+    char kind[16] = {0};
+    long long rank = -1;
+    long long step = -1;
+    char tail = 0;
+    if (std::sscanf(spec, "%15[a-z]:%lld:%lld%c", kind, &rank, &step, &tail) !=
+        3) {
+      throw_config_error(
+          where,
+          "[fault_injection] malformed; allowed: KIND:RANK:STEP with KIND "
+          "throw, kill, hang or killsave");
+    }
+    f.kind_ = kind;
+    if (f.kind_ != "throw" && f.kind_ != "kill" && f.kind_ != "hang" &&
+        f.kind_ != "killsave") {
+      throw_config_error(
+          where,
+          "[fault_injection] KIND: '" + f.kind_ +
+              "'; allowed: throw, kill, hang or killsave");
+    }
+    f.rank_ = rank;
+    f.step_ = step;
+    return f;
+  }();
+  return faults;
+}
+
+bool FaultInjection::kill_during_save(int64_t rank, int64_t step) const {
+  return kind_ == "killsave" && rank_ == rank && step_ == step;
+}
+
+void FaultInjection::at_step_start(int64_t rank, int64_t step) const {
+  if (kind_.empty() || kind_ == "killsave" || rank_ != rank || step_ != step) {
+    return;
+  }
+  LOG(WARNING) << "injecting fault '" << kind_ << "' at step " << step;
+  google::FlushLogFiles(google::GLOG_INFO);
+  if (kind_ == "throw") {
+    throw std::runtime_error(
+        "injected fault (BATON_INJECT_FAULT) at step " + std::to_string(step));
+  }
+  if (kind_ == "kill") {
+    ::kill(::getpid(), SIGKILL);
+  }
+  while (true) {
+    std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+}
+
+}  // namespace baton

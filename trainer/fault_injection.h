@@ -1,0 +1,35 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace baton {
+
+/// Faults the failure tests inject, from the environment variable
+/// BATON_INJECT_FAULT="KIND:RANK:STEP": at the start of step STEP, global
+/// rank RANK throws (KIND throw), kills itself with SIGKILL (kill) or stops
+/// answering (hang); with killsave the checkpoint save of step STEP kills
+/// the process half-way through writing its file. Unset: nothing. Read and
+/// parsed once per process; only the train loop and the checkpoint ask it.
+class FaultInjection {
+ public:
+  /// The process's faults; the first call parses the variable and throws
+  /// ConfigError (exit code 2) when it is malformed.
+  static const FaultInjection& get();
+
+  /// At the start of step `step` on global rank `rank`: throws, kills or
+  /// hangs when asked to; otherwise returns.
+  void at_step_start(int64_t rank, int64_t step) const;
+  /// True when the save of `step` on `rank` is to die half-way.
+  bool kill_during_save(int64_t rank, int64_t step) const;
+
+ private:
+  FaultInjection() = default;
+
+  /// throw, kill, hang or killsave; empty when unset.
+  std::string kind_;
+  int64_t rank_ = -1;
+  int64_t step_ = -1;
+};
+
+}  // namespace baton
