@@ -46,7 +46,8 @@ int run_schedule(const ScheduleArgs& args) {
   std::ofstream out(args.out_path);
   out << text;
   if (!out) {
-    throw std::runtime_error("cannot write '" + args.out_path + "'");
+    throw std::runtime_error(
+        "[schedule] --out: cannot write '" + args.out_path + "'");
   }
   return 0;
 }

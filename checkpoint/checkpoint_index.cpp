@@ -156,7 +156,8 @@ json make_index(
     const json m = json::parse(text);
     for (const auto& [name, entry] : m["tensors"].items()) {
       if (index["tensors"].contains(name)) {
-        throw std::logic_error("tensor '" + name + "' written by two ranks");
+        throw std::logic_error(
+            "[checkpoint] tensor '" + name + "': written by two ranks");
       }
       index["tensors"][name] = entry;
     }

@@ -103,27 +103,39 @@ FusedAdamW::FusedAdamW(
     : Optimizer(
           std::move(param_groups),
           std::make_unique<AdamWOptions>(std::move(defaults))) {
-  const auto& d = static_cast<const AdamWOptions&>(*defaults_);
-  TORCH_CHECK(d.lr() >= 0, "[FusedAdamW] invalid learning rate: ", d.lr());
-  TORCH_CHECK(d.eps() >= 0, "[FusedAdamW] invalid epsilon: ", d.eps());
-  const auto [beta1, beta2] = d.betas();
+  // Groups without options of their own took the defaults above.
+  for (const auto& group : param_groups_) {
+    check_options(static_cast<const AdamWOptions&>(group.options()));
+  }
+}
+
+void FusedAdamW::check_options(const AdamWOptions& o) {
+  TORCH_CHECK(
+      o.lr() >= 0,
+      "[FusedAdamW] lr: ",
+      o.lr(),
+      " is an invalid learning rate; allowed: >= 0");
+  TORCH_CHECK(o.eps() >= 0, "[FusedAdamW] eps: ", o.eps(), "; allowed: >= 0");
+  const auto [beta1, beta2] = o.betas();
   TORCH_CHECK(
       0 <= beta1 && beta1 < 1,
-      "[FusedAdamW] invalid beta1: ",
+      "[FusedAdamW] beta1: ",
       beta1,
       "; allowed: [0, 1)");
   TORCH_CHECK(
       0 <= beta2 && beta2 < 1,
-      "[FusedAdamW] invalid beta2: ",
+      "[FusedAdamW] beta2: ",
       beta2,
       "; allowed: [0, 1)");
   TORCH_CHECK(
-      d.weight_decay() >= 0,
-      "[FusedAdamW] invalid weight decay: ",
-      d.weight_decay());
+      o.weight_decay() >= 0,
+      "[FusedAdamW] weight_decay: ",
+      o.weight_decay(),
+      "; allowed: >= 0");
   TORCH_CHECK(
-      !d.amsgrad(),
-      "[FusedAdamW] amsgrad is not supported; use torch::optim::AdamW");
+      !o.amsgrad(),
+      "[FusedAdamW] amsgrad: true; allowed: false; hint: use "
+      "torch::optim::AdamW");
 }
 
 FusedAdamW::FusedAdamW(std::vector<at::Tensor> params, AdamWOptions defaults)
@@ -140,7 +152,6 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
   }
   for (auto& group : param_groups_) {
     const auto& options = static_cast<const AdamWOptions&>(group.options());
-    TORCH_CHECK(!options.amsgrad(), "[FusedAdamW] amsgrad is not supported");
     const auto [beta1, beta2] = options.betas();
     for (auto& p : group.params()) {
       if (!p.grad().defined()) {

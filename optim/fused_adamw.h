@@ -14,7 +14,8 @@ namespace baton {
 /// same state (torch::optim::AdamWParamState keyed by the parameter's
 /// TensorImpl, as libtorch keys it), same results up to float rounding.
 /// Parameters must be contiguous float32 on the CPU; anything else falls
-/// back to torch::optim::AdamW's arithmetic for that parameter.
+/// back to torch::optim::AdamW's arithmetic for that parameter. The options
+/// of every group are checked once, at construction (throws c10::Error).
 class FusedAdamW final : public torch::optim::Optimizer {
  public:
   explicit FusedAdamW(
@@ -27,6 +28,9 @@ class FusedAdamW final : public torch::optim::Optimizer {
   at::Tensor step(LossClosure closure = nullptr) override;
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
+
+ private:
+  static void check_options(const torch::optim::AdamWOptions& options);
 };
 
 }  // namespace baton

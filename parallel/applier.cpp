@@ -103,8 +103,8 @@ void ApplierChain::apply(
       throw;
     } catch (const std::exception& e) {
       throw std::runtime_error(
-          "[" + name + "] stage " + std::to_string(part.stage()) + ": " +
-          e.what());
+          "[parallelize] stage " + std::to_string(part.stage()) + ", step '" +
+          name + "': " + e.what());
     }
   }
 }

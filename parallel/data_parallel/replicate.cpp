@@ -218,11 +218,11 @@ void check_replicas_equal(
   for (int64_t i = 0; i < differs.size(0); ++i) {
     if (differs[i].item<bool>()) {
       throw std::runtime_error(
-          "data parallel: parameter " +
+          "[data_parallel] parameter " +
           (i < static_cast<int64_t>(names.size()) ? names[i]
                                                   : std::to_string(i)) +
           " differs between the replicas of group '" + group.name() +
-          "' at start-up; initialisation must not depend on the rank");
+          "' at start-up; hint: initialisation must not depend on the rank");
     }
   }
 }

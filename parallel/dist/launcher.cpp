@@ -170,7 +170,8 @@ void spawn(
   int err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
     throw std::runtime_error(
-        std::string("--nproc: cannot create a pipe: ") + std::strerror(errno));
+        std::string("[launcher] --nproc: cannot create a pipe: ") +
+        std::strerror(errno));
   }
   // Everything exec needs is built before fork: a forked child of a
   // threaded process may only call async-signal-safe functions.
@@ -180,7 +181,8 @@ void spawn(
   const pid_t pid = ::fork();
   if (pid < 0) {
     throw std::runtime_error(
-        std::string("--nproc: fork failed: ") + std::strerror(errno));
+        std::string("[launcher] --nproc: fork failed: ") +
+        std::strerror(errno));
   }
   if (pid == 0) {
     // Its own process group, so that signals reach whatever it starts;
@@ -217,11 +219,124 @@ void signal_all(std::vector<Child>& children, int sig) {
   }
 }
 
+/// How the ranks are doing, as the launcher's loop watches them.
+struct Supervision {
+  int64_t running = 0;
+  /// The rank that failed first (-1: none yet), and when.
+  int64_t first_failed = -1;
+  Clock::time_point failed_at;
+  bool termed = false;
+  bool killed = false;
+};
+
+/// Copies what the ranks wrote to our stdout / stderr, waiting up to 100 ms
+/// for output. Returns false once every rank has exited and its pipes are
+/// drained: a stray grandchild holding a pipe open must not keep us.
+bool copy_output(std::vector<Child>& children, const Supervision& s) {
+  std::vector<pollfd> fds;
+  std::vector<std::pair<size_t, int>> owners;
+  for (size_t i = 0; i < children.size(); ++i) {
+    for (int k = 0; k < 2; ++k) {
+      if (children[i].fds[k] >= 0) {
+        fds.push_back({children[i].fds[k], POLLIN, 0});
+        owners.emplace_back(i, k);
+      }
+    }
+  }
+  const bool draining = s.running == 0;
+  if (fds.empty() && draining) {
+    return false;
+  }
+  int ready = 0;
+  if (!fds.empty()) {
+    ready = ::poll(fds.data(), fds.size(), draining ? 0 : 100);
+  } else {
+    ::usleep(100 * 1000);
+  }
+  for (size_t j = 0; j < fds.size(); ++j) {
+    if ((fds[j].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+      auto& [i, k] = owners[j];
+      if (!pump(children[i], k, false)) {
+        ::close(children[i].fds[k]);
+        children[i].fds[k] = -1;
+      }
+    }
+  }
+  if (draining && ready <= 0) {
+    for (auto& c : children) {
+      for (int k = 0; k < 2; ++k) {
+        if (c.fds[k] >= 0) {
+          pump(c, k, /*flush_partial=*/true);
+          ::close(c.fds[k]);
+          c.fds[k] = -1;
+        }
+      }
+    }
+    return false;
+  }
+  return true;
+}
+
+/// Collects the ranks that exited; the first to fail starts the grace
+/// period of the others.
+void reap(
+    std::vector<Child>& children,
+    Supervision& s,
+    const LocalLaunchOptions& options) {
+  for (auto& c : children) {
+    if (!c.running) {
+      continue;
+    }
+    int status = 0;
+    if (::waitpid(c.pid, &status, WNOHANG) != c.pid) {
+      continue;
+    }
+    c.running = false;
+    c.status = status;
+    --s.running;
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (ok || s.first_failed >= 0) {
+      continue;
+    }
+    s.first_failed = c.rank;
+    s.failed_at = Clock::now();
+    std::cerr << "baton: rank " << c.rank << " " << describe_status(status);
+    if (s.running > 0) {
+      std::cerr << "; the other ranks get " << options.grace.count() / 1000
+                << " s to stop on their own";
+    }
+    std::cerr << std::endl;
+  }
+}
+
+/// After a failure and the grace period: SIGTERM to the ranks still
+/// running, SIGKILL 5 s later.
+void stop_stragglers(
+    std::vector<Child>& children,
+    Supervision& s,
+    const LocalLaunchOptions& options) {
+  if (s.first_failed < 0 || s.running == 0) {
+    return;
+  }
+  const auto since = Clock::now() - s.failed_at;
+  if (!s.termed && since > options.grace) {
+    std::cerr << "baton: stopping the " << s.running
+              << " rank(s) still running (SIGTERM)" << std::endl;
+    signal_all(children, SIGTERM);
+    s.termed = true;
+  } else if (!s.killed && since > options.grace + std::chrono::seconds(5)) {
+    signal_all(children, SIGKILL);
+    s.killed = true;
+  }
+}
+
 }  // namespace
 
 int launch_local(const LocalLaunchOptions& options) {
   if (options.nproc < 1) {
-    throw std::invalid_argument("--nproc must be >= 1");
+    throw std::invalid_argument(
+        "[launcher] --nproc: " + std::to_string(options.nproc) +
+        "; allowed: an integer >= 1");
   }
   StoreServer store(/*port=*/0, options.nproc, options.store_timeout);
   const std::string program =
@@ -254,105 +369,26 @@ int launch_local(const LocalLaunchOptions& options) {
         child_environment(r, options.nproc, store.port()));
   }
 
-  int64_t first_failed = -1;
-  Clock::time_point failed_at;
-  bool termed = false;
-  bool killed = false;
-  int64_t running = options.nproc;
+  Supervision s;
+  s.running = options.nproc;
   while (true) {
     if (pending_signal != 0) {
       const int sig = pending_signal;
       pending_signal = 0;
       signal_all(children, sig);
     }
-    // Copy output.
-    std::vector<pollfd> fds;
-    std::vector<std::pair<size_t, int>> owners;
-    for (size_t i = 0; i < children.size(); ++i) {
-      for (int k = 0; k < 2; ++k) {
-        if (children[i].fds[k] >= 0) {
-          fds.push_back({children[i].fds[k], POLLIN, 0});
-          owners.emplace_back(i, k);
-        }
-      }
-    }
-    // Once every rank has exited, only what is already in the pipes is
-    // copied: a stray grandchild holding a pipe open must not keep us.
-    const bool draining = running == 0;
-    if (fds.empty() && draining) {
+    if (!copy_output(children, s)) {
       break;
     }
-    int ready = 0;
-    if (!fds.empty()) {
-      ready = ::poll(fds.data(), fds.size(), draining ? 0 : 100);
-    } else {
-      ::usleep(100 * 1000);
-    }
-    for (size_t j = 0; j < fds.size(); ++j) {
-      if ((fds[j].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
-        auto& [i, k] = owners[j];
-        if (!pump(children[i], k, false)) {
-          ::close(children[i].fds[k]);
-          children[i].fds[k] = -1;
-        }
-      }
-    }
-    if (draining && ready <= 0) {
-      for (auto& c : children) {
-        for (int k = 0; k < 2; ++k) {
-          if (c.fds[k] >= 0) {
-            pump(c, k, /*flush_partial=*/true);
-            ::close(c.fds[k]);
-            c.fds[k] = -1;
-          }
-        }
-      }
-      break;
-    }
-    // Reap.
-    for (auto& c : children) {
-      if (!c.running) {
-        continue;
-      }
-      int status = 0;
-      if (::waitpid(c.pid, &status, WNOHANG) == c.pid) {
-        c.running = false;
-        c.status = status;
-        --running;
-        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok && first_failed < 0) {
-          first_failed = c.rank;
-          failed_at = Clock::now();
-          std::cerr << "baton: rank " << c.rank << " "
-                    << describe_status(status);
-          if (running > 0) {
-            std::cerr << "; the other ranks get "
-                      << options.grace.count() / 1000
-                      << " s to stop on their own";
-          }
-          std::cerr << std::endl;
-        }
-      }
-    }
-    if (first_failed >= 0 && running > 0) {
-      const auto since = Clock::now() - failed_at;
-      if (!termed && since > options.grace) {
-        std::cerr << "baton: stopping the " << running
-                  << " rank(s) still running (SIGTERM)" << std::endl;
-        signal_all(children, SIGTERM);
-        termed = true;
-      } else if (!killed && since > options.grace + std::chrono::seconds(5)) {
-        signal_all(children, SIGKILL);
-        killed = true;
-      }
-    }
+    reap(children, s, options);
+    stop_stragglers(children, s, options);
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
-  if (first_failed < 0) {
+  if (s.first_failed < 0) {
     return 0;
   }
-  return exit_code(children[first_failed].status);
+  return exit_code(children[s.first_failed].status);
 }
 
 }  // namespace baton::dist

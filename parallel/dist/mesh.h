@@ -58,9 +58,6 @@ class ParallelMesh {
       int64_t rank,
       const std::shared_ptr<Runtime>& runtime);
 
-  const ParallelDims& dims() const {
-    return dims_;
-  }
   int64_t rank() const {
     return rank_;
   }

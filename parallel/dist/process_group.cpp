@@ -233,8 +233,8 @@ struct ProcessGroup::Impl {
       return f();
     } catch (const std::exception& e) {
       throw CommError(
-          describe(op) + " could not start: " + error_text(e) + "; " +
-          runtime->diagnose());
+          "[dist] " + describe(op) + " could not start: " + error_text(e) +
+          "; " + runtime->diagnose());
     }
   }
 };
@@ -271,8 +271,9 @@ void Work::wait() {
     if (!error.empty()) {
       impl_->done = true;
       throw CommError(
-          impl_->what + " failed (timeout " + seconds_text(timeout) +
-          "): " + error + "; " + impl_->runtime->diagnose());
+          "[dist] " + impl_->what + " failed (timeout " +
+          seconds_text(timeout) + "): " + error + "; " +
+          impl_->runtime->diagnose());
     }
   }
   impl_->done = true;
@@ -503,7 +504,7 @@ std::shared_ptr<Runtime> Runtime::init(
         env.store_prefix);
   } catch (const std::exception& e) {
     throw CommError(
-        "rendezvous: " + env.to_string() + " could not " +
+        "[dist] rendezvous: " + env.to_string() + " could not " +
         (is_server ? "host" : "reach") + " the store at " + where + " within " +
         seconds_text(options.init_timeout) + ": " + error_text(e));
   }
@@ -595,7 +596,7 @@ std::shared_ptr<ProcessGroup> Runtime::new_group(
     }
   } catch (const std::exception& e) {
     throw CommError(
-        "creating group '" + name + "' of " + std::to_string(size) +
+        "[dist] creating group '" + name + "' of " + std::to_string(size) +
         " ranks (this is global rank " + std::to_string(core.env.rank) +
         ") failed within " + seconds_text(create_timeout) + ": " +
         error_text(e) + "; " + state_->core->diagnose());

@@ -87,7 +87,7 @@ struct PipelineExecutor::State {
         shapes.microbatch_size, shapes.seq_len, shapes.dim};
     if (t.sizes().vec() != want || t.scalar_type() != shapes.dtype) {
       throw std::runtime_error(
-          "pipeline: " + what + " has shape " + c10::str(t.sizes()) + " and " +
+          "[pipeline] " + what + " has shape " + c10::str(t.sizes()) + " and " +
           "dtype " + std::string(c10::toString(t.scalar_type())) +
           ", but the stages agreed on " + c10::str(at::IntArrayRef(want)) +
           " and " + std::string(c10::toString(shapes.dtype)));
@@ -330,12 +330,14 @@ ExecutorRun PipelineExecutor::run(
       }
     } catch (const dist::CommError& e) {
       throw dist::CommError(
+          "[pipeline] " +
           where_in_schedule(st.rank, static_cast<int64_t>(i), a) + ": " +
           e.what());
     } catch (const std::exception& e) {
       throw std::runtime_error(
-          "pipeline " + where_in_schedule(st.rank, static_cast<int64_t>(i), a) +
-          ": " + e.what());
+          "[pipeline] " +
+          where_in_schedule(st.rank, static_cast<int64_t>(i), a) + ": " +
+          e.what());
     }
     const auto t1 = Clock::now();
     const bool compute = is_compute(a.kind);

@@ -18,12 +18,14 @@ std::string key() {
 std::vector<ChunkSpec> split_model(
     int64_t n_layers, int64_t num_stages, int64_t layers_per_stage) {
   if (num_stages < 1) {
-    throw ConfigError("pipeline: need at least one stage");
+    throw ConfigError(
+        "[pipeline] stages: " + std::to_string(num_stages) +
+        "; allowed: at least one stage");
   }
   if (num_stages > n_layers) {
     throw ConfigError(
-        "pipeline: " + std::to_string(num_stages) +
-        " stages but the model has " + std::to_string(n_layers) +
+        "[pipeline] stages: " + std::to_string(num_stages) +
+        ", but the model has " + std::to_string(n_layers) +
         " layers; allowed: at most one stage per layer (lower "
         "pipeline_parallel_degree or pipeline_parallel_stages_per_rank)");
   }

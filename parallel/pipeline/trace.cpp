@@ -44,7 +44,7 @@ void write_pipeline_traces(
     std::ofstream out(path);
     out << text;
     if (!out) {
-      throw std::runtime_error("cannot write the pipeline trace " + path);
+      throw std::runtime_error("[pipeline] trace: cannot write " + path);
     }
   };
   write(

@@ -104,6 +104,21 @@ TEST(FusedAdamW, RejectsAmsgradAndBadOptions) {
     EXPECT_NE(
         std::string(e.what()).find("invalid learning rate"), std::string::npos);
   }
+  // A group with options of its own is checked too, once, at construction.
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(
+      std::vector<at::Tensor>{p},
+      std::make_unique<AdamWOptions>(AdamWOptions(1e-3).amsgrad(true)));
+  try {
+    FusedAdamW fused(std::move(groups));
+    FAIL() << "a group asking for amsgrad was accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "[FusedAdamW] amsgrad: true; allowed: false"),
+        std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

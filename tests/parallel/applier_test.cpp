@@ -84,7 +84,9 @@ TEST(ApplierChain, StepsAreFoundByNameAndRunInOrder) {
     chain.apply(part, ParallelContext{config, mesh, at::kCPU});
     ADD_FAILURE() << "the failing step passed";
   } catch (const std::runtime_error& e) {
-    EXPECT_EQ(std::string(e.what()), "[failing] stage 3: no room");
+    EXPECT_EQ(
+        std::string(e.what()),
+        "[parallelize] stage 3, step 'failing': no room");
   }
 }
 
@@ -200,8 +202,8 @@ TEST(BuiltinAppliers, CheckReplicasNamesTheFirstThatDiffers) {
     } catch (const std::runtime_error& e) {
       EXPECT_NE(
           std::string(e.what()).find(
-              "[check_replicas] stage 0: data parallel: parameter "
-              "tok_embeddings.weight differs"),
+              "[parallelize] stage 0, step 'check_replicas': [data_parallel] "
+              "parameter tok_embeddings.weight differs"),
           std::string::npos)
           << e.what();
     }
