@@ -278,8 +278,8 @@ void decode(const Input& in, std::vector<double>& out, const FieldSpec& spec) {
   out = std::move(values);
 }
 
-void decode(const Input& in, Strings& out, const FieldSpec& spec) {
-  const std::string allowed = allowed_words(out, spec);
+/// The strings of the list `in`; `allowed` words the field's errors.
+Strings decode_strings(const Input& in, const std::string& allowed) {
   if (!in.node.IsSequence()) {
     fail(in, describe(in.node) + " is not a list", allowed);
   }
@@ -291,7 +291,11 @@ void decode(const Input& in, Strings& out, const FieldSpec& spec) {
     }
     values.push_back(item.node.Scalar());
   }
-  out = std::move(values);
+  return values;
+}
+
+void decode(const Input& in, Strings& out, const FieldSpec& spec) {
+  out = decode_strings(in, allowed_words(out, spec));
 }
 
 void decode(const Input& in, StringLists& out, const FieldSpec& spec) {
@@ -301,18 +305,7 @@ void decode(const Input& in, StringLists& out, const FieldSpec& spec) {
   }
   StringLists lists;
   for (size_t i = 0; i < in.node.size(); ++i) {
-    const Input list = in.element(in.node[i], i);
-    if (!list.node.IsSequence()) {
-      fail(list, describe(list.node) + " is not a list", allowed);
-    }
-    lists.emplace_back();
-    for (size_t j = 0; j < list.node.size(); ++j) {
-      const Input item = list.element(list.node[j], j);
-      if (!item.node.IsScalar()) {
-        fail(item, describe(item.node) + " is not a string", allowed);
-      }
-      lists.back().push_back(item.node.Scalar());
-    }
+    lists.push_back(decode_strings(in.element(in.node[i], i), allowed));
   }
   out = std::move(lists);
 }
