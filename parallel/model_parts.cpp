@@ -13,6 +13,12 @@ ModelPart::ModelPart(std::shared_ptr<ModelChunk> module, int64_t stage)
 }
 
 void ModelPart::mark_grad_split(const std::string& fqn, dist::MeshDim dim) {
+  if (dim == dist::MeshDim::kPp) {
+    throw std::invalid_argument(
+        "[ModelPart] mark_grad_split: pp; allowed: dp, dp_replicate, "
+        "dp_shard, tp; hint: every stage's gradients are summed over pp "
+        "already");
+  }
   if (!module_->named_parameters().contains(fqn)) {
     throw std::invalid_argument(
         "[ModelPart] mark_grad_split: '" + fqn +

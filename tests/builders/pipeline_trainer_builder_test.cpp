@@ -41,17 +41,21 @@ std::vector<double> one_stage_losses(const std::string& name) {
 }
 
 /// Runs `config` with --nproc 2 and checks it against the one-stage run;
-/// returns the output.
+/// returns the output. Folders are named after the test too: two tests of
+/// one config run at once under ctest -j.
 std::string expect_matches_one_stage(
     const std::string& config, const std::string& extra = "") {
-  const auto dump = fresh_dir("pp_" + config);
+  const std::string tag =
+      config + "_" +
+      ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  const auto dump = fresh_dir("pp_" + tag);
   const auto r = run_command(
       baton_bin() + " train --nproc 2 --config " +
       source_path("configs/" + config + ".yaml") +
       " --job.dump_folder=" + dump.string() + kShort + extra);
   EXPECT_EQ(r.code, 0) << r.output;
   const auto piped = losses(dump);
-  const auto reference = one_stage_losses(config);
+  const auto reference = one_stage_losses(tag);
   EXPECT_EQ(piped.size(), reference.size());
   for (size_t i = 0; i < std::min(piped.size(), reference.size()); ++i) {
     EXPECT_NEAR(piped[i], reference[i], 2e-3 * reference[i])

@@ -143,6 +143,9 @@ TEST(ModelParts, PartsKeepStageOrderAndMarks) {
   EXPECT_THROW(
       part.mark_grad_split("no.such.weight", dist::MeshDim::kTp),
       std::invalid_argument);
+  EXPECT_THROW(
+      part.mark_grad_split("norm.weight", dist::MeshDim::kPp),
+      std::invalid_argument);
 }
 
 TEST(BuiltinAppliers, ReplicasAreCheckedThenGradientsSummedOverDp) {
