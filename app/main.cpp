@@ -4,8 +4,6 @@
 #include <c10/util/Exception.h>
 #include <glog/logging.h>
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <exception>
