@@ -30,6 +30,19 @@ void register_builtin_models() {
   });
 }
 
+at::Tensor run_wrapped(
+    const std::vector<std::shared_ptr<UnitWrapper>>& wrappers,
+    const std::function<at::Tensor(const at::Tensor&)>& run,
+    const at::Tensor& input) {
+  std::function<at::Tensor(const at::Tensor&)> f = run;
+  for (const auto& w : wrappers) {
+    f = [w, inner = std::move(f)](const at::Tensor& x) {
+      return w->forward(inner, x);
+    };
+  }
+  return f(input);
+}
+
 const llama::ModelArgs& model_flavor(
     const ModelSpec& spec,
     const std::string& flavor,

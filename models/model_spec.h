@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/registry.h"
 #include "models/llama/args.h"
@@ -26,6 +27,21 @@ struct ChunkSpec {
   bool output = true;
 };
 
+/// Runs one unit of a chunk's forward its own way: fully sharded data
+/// parallel gathers the unit's parameters before it and frees them after;
+/// activation checkpointing keeps the input and recomputes in backward.
+/// Appliers add wrappers (ModelChunk::wrap_unit); the model knows nothing of
+/// what they do.
+class UnitWrapper {
+ public:
+  virtual ~UnitWrapper() = default;
+  /// Computes the unit on `input` by calling `run` (once, or again later to
+  /// recompute) and returns its output.
+  virtual at::Tensor forward(
+      const std::function<at::Tensor(const at::Tensor&)>& run,
+      const at::Tensor& input) = 0;
+};
+
 /// A contiguous piece of a model: some layers, with or without the embedding
 /// and the output. Parameter names are those of the whole model
 /// (`layers.4.attention.wq.weight` in any chunk), whatever the split.
@@ -37,7 +53,23 @@ class ModelChunk : public torch::nn::Module {
   virtual at::Tensor forward(const at::Tensor& input) = 0;
   /// What this chunk holds.
   virtual const ChunkSpec& spec() const = 0;
+  /// The units of the forward, in the order it runs them: each block by its
+  /// FQN prefix ("layers.4"), then "" for the root, the whole forward, whose
+  /// own parameters are those outside every block (embedding, norm,
+  /// output).
+  virtual std::vector<std::string> unit_names() const = 0;
+  /// Runs unit `name`'s forward through `wrapper` from now on. Wrappers of
+  /// one unit nest: the first added is innermost. Throws
+  /// std::invalid_argument for a name not in unit_names().
+  virtual void wrap_unit(
+      const std::string& name, std::shared_ptr<UnitWrapper> wrapper) = 0;
 };
+
+/// `run(input)` through `wrappers`, the first innermost (no wrappers: run).
+at::Tensor run_wrapped(
+    const std::vector<std::shared_ptr<UnitWrapper>>& wrappers,
+    const std::function<at::Tensor(const at::Tensor&)>& run,
+    const at::Tensor& input);
 
 /// Everything the framework needs to know about one model architecture.
 struct ModelSpec {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "common/text.h"
 #include "common/torch_compat.h"
 #include "models/llama/fused_ops.h"
 
@@ -144,6 +145,7 @@ TransformerImpl::TransformerImpl(const ModelArgs& args, const ChunkSpec& chunk)
     blocks_.emplace_back(args_);
     layers->update({{std::to_string(i), blocks_.back().ptr()}});
   }
+  block_wrappers_.resize(blocks_.size());
   if (chunk_.output) {
     norm = register_module("norm", RMSNorm(args_.dim, args_.norm_eps));
     output = register_module("output", Linear(args_.dim, args_.vocab_size));
@@ -168,16 +170,60 @@ const RopeTables& TransformerImpl::rope_for(
 }
 
 at::Tensor TransformerImpl::forward(const at::Tensor& input) {
+  return run_wrapped(
+      root_wrappers_,
+      [this](const at::Tensor& x) { return forward_root(x); },
+      input);
+}
+
+at::Tensor TransformerImpl::forward_root(const at::Tensor& input) {
   at::Tensor h =
       chunk_.embedding ? tok_embeddings(input) : input;  // (B, T, dim)
   const auto& rope = rope_for(h.size(1), h.device());
-  for (auto& block : blocks_) {
-    h = block(h, rope);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    auto& block = blocks_[i];
+    h = run_wrapped(
+        block_wrappers_[i],
+        [&block, &rope](const at::Tensor& x) { return block(x, rope); },
+        h);
   }
   if (chunk_.output) {
     h = output(norm(h));  // (B, T, vocab)
   }
   return h;
+}
+
+std::vector<std::string> TransformerImpl::unit_names() const {
+  std::vector<std::string> names;
+  for (int64_t i = chunk_.first_layer; i < chunk_.end_layer; ++i) {
+    names.push_back("layers." + std::to_string(i));
+  }
+  names.emplace_back();
+  return names;
+}
+
+void TransformerImpl::wrap_unit(
+    const std::string& name, std::shared_ptr<UnitWrapper> wrapper) {
+  if (!wrapper) {
+    throw std::invalid_argument("[llama] wrap_unit '" + name + "': null");
+  }
+  if (name.empty()) {
+    root_wrappers_.push_back(std::move(wrapper));
+    return;
+  }
+  const auto names = unit_names();
+  for (size_t i = 0; i + 1 < names.size(); ++i) {
+    if (names[i] == name) {
+      block_wrappers_[i].push_back(std::move(wrapper));
+      return;
+    }
+  }
+  const std::vector<std::string> blocks(names.begin(), names.end() - 1);
+  throw std::invalid_argument(
+      "[llama] wrap_unit: '" + name +
+      "' is not a unit of this chunk; allowed: " +
+      (blocks.empty() ? std::string() : join(blocks, ", ") + ", ") +
+      "\"\" (the root)");
 }
 
 }  // namespace baton::llama

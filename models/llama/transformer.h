@@ -87,6 +87,10 @@ class TransformerImpl final : public ModelChunk {
   const ChunkSpec& spec() const override {
     return chunk_;
   }
+  /// "layers.<i>" for each block held, then "" (embedding, norm, output).
+  std::vector<std::string> unit_names() const override;
+  void wrap_unit(
+      const std::string& name, std::shared_ptr<UnitWrapper> wrapper) override;
   /// Initialises every parameter from a generator seeded by (seed, its
   /// name), so the weights do not depend on how the model is split.
   void init_weights(uint64_t seed);
@@ -103,10 +107,15 @@ class TransformerImpl final : public ModelChunk {
  private:
   /// RoPE tables for length `seq_len` on `device`, cached.
   const RopeTables& rope_for(int64_t seq_len, const at::Device& device);
+  /// The forward without the root's wrappers.
+  at::Tensor forward_root(const at::Tensor& input);
 
   ModelArgs args_;
   ChunkSpec chunk_;
   std::vector<TransformerBlock> blocks_;  // the entries of `layers`, in order
+  /// Wrappers per block (same order as blocks_), and the root's.
+  std::vector<std::vector<std::shared_ptr<UnitWrapper>>> block_wrappers_;
+  std::vector<std::shared_ptr<UnitWrapper>> root_wrappers_;
   RopeTables rope_;
 };
 TORCH_MODULE(Transformer);

@@ -274,6 +274,74 @@ TEST(Llama, AttentionRunsOnASliceOfItsHeads) {
   EXPECT_THROW(odd.forward(x, rope), c10::Error);
 }
 
+/// Logs "<tag> in" and "<tag> out" around the unit; scales the output.
+class LoggingWrapper final : public UnitWrapper {
+ public:
+  LoggingWrapper(std::string tag, std::vector<std::string>& log, double scale)
+      : tag_(std::move(tag)), log_(log), scale_(scale) {}
+  at::Tensor forward(
+      const std::function<at::Tensor(const at::Tensor&)>& run,
+      const at::Tensor& input) override {
+    log_.push_back(tag_ + " in");
+    auto out = run(input) * scale_;
+    log_.push_back(tag_ + " out");
+    return out;
+  }
+
+ private:
+  std::string tag_;
+  std::vector<std::string>& log_;
+  double scale_;
+};
+
+TEST(Llama, UnitsRunThroughTheirWrappersInForwardOrder) {
+  const auto args = tiny_args();
+  TransformerImpl chunk(args, ChunkSpec{1, 3, true, true});
+  chunk.init_weights(4);
+  EXPECT_EQ(
+      chunk.unit_names(),
+      (std::vector<std::string>{"layers.1", "layers.2", ""}));
+  const auto tokens = torch::randint(0, args.vocab_size, {2, 5}, torch::kLong);
+  const auto plain = chunk.forward(tokens);
+  std::vector<std::string> log;
+  for (const std::string name : {"layers.1", "layers.2", ""}) {
+    chunk.wrap_unit(
+        name,
+        std::make_shared<LoggingWrapper>(
+            (name.empty() ? "root" : name) + " inner", log, 1.0));
+  }
+  chunk.wrap_unit(
+      "layers.2",
+      std::make_shared<LoggingWrapper>("layers.2 outer", log, 1.0));
+  const auto wrapped = chunk.forward(tokens);
+  EXPECT_TRUE(torch::allclose(wrapped, plain, 1e-6, 1e-6));
+  EXPECT_EQ(
+      log,
+      (std::vector<std::string>{
+          "root inner in",
+          "layers.1 inner in",
+          "layers.1 inner out",
+          "layers.2 outer in",
+          "layers.2 inner in",
+          "layers.2 inner out",
+          "layers.2 outer out",
+          "root inner out"}));
+  // A wrapper's output is what the next unit gets.
+  TransformerImpl scaled(args, ChunkSpec{1, 3, true, true});
+  scaled.init_weights(4);
+  scaled.wrap_unit("", std::make_shared<LoggingWrapper>("root", log, 2.0));
+  EXPECT_TRUE(torch::allclose(scaled.forward(tokens), 2 * plain, 1e-5, 1e-5));
+  try {
+    chunk.wrap_unit("layers.0", std::make_shared<LoggingWrapper>("", log, 1));
+    ADD_FAILURE() << "a unit the chunk does not hold was wrapped";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(
+        std::string(e.what()),
+        "[llama] wrap_unit: 'layers.0' is not a unit of this chunk; allowed: "
+        "layers.1, layers.2, \"\" (the root)");
+  }
+}
+
 TEST(Llama, RopeRotatesPairsByPositionTimesFrequency) {
   // Position 1, pair 0 rotates by 1 radian (frequency theta^0 = 1).
   ModelArgs args = tiny_args();

@@ -37,6 +37,12 @@ class TwoParams final : public ModelChunk {
   const ChunkSpec& spec() const override {
     return spec_;
   }
+  std::vector<std::string> unit_names() const override {
+    return {""};
+  }
+  void wrap_unit(const std::string&, std::shared_ptr<UnitWrapper>) override {
+    throw std::logic_error("TwoParams runs no wrappers");
+  }
 
   at::Tensor whole, split;
 
