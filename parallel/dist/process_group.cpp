@@ -406,19 +406,131 @@ at::Tensor ProcessGroup::all_gather(const at::Tensor& tensor) {
   return out;
 }
 
+Work ProcessGroup::all_gather_into_async(
+    at::Tensor& output, const at::Tensor& input) {
+  const int64_t n = input.numel();
+  if (output.numel() != n * size() || !output.is_contiguous()) {
+    throw std::invalid_argument(
+        "[ProcessGroup " + name() + "] all_gather_into output: " +
+        std::to_string(output.numel()) + " elements" +
+        (output.is_contiguous() ? "" : ", not contiguous") +
+        "; allowed: contiguous, size (" + std::to_string(size()) +
+        ") x input (" + std::to_string(n) + ")");
+  }
+  const at::Tensor flat_out = output.view({-1});
+  if (impl_->local()) {
+    flat_out.copy_(input.reshape({-1}));
+    return Work();
+  }
+  at::Tensor in = input.contiguous().view({-1});
+#ifdef USE_C10D_NCCL
+  if (impl_->backend == "nccl") {
+    auto work = impl_->start("all_gather_into", [&] {
+      at::Tensor out = flat_out;
+      return impl_->pg->_allgather_base(out, in);
+    });
+    return impl_->make_work("all_gather_into", std::move(work));
+  }
+#endif
+  // 1.13's Gloo has no _allgather_base: gather into views of `output`. It
+  // moves no bf16 either; gathering copies bytes, so bf16 travels as fp16.
+  const bool bf16 = in.scalar_type() == at::kBFloat16;
+  if (bf16) {
+    in = in.view(at::kHalf);
+  }
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int64_t r = 0; r < size(); ++r) {
+    const at::Tensor piece = flat_out.narrow(0, r * n, n);
+    outputs[0].push_back(bf16 ? piece.view(at::kHalf) : piece);
+  }
+  std::vector<at::Tensor> inputs{in};
+  auto work = impl_->start(
+      "all_gather_into", [&] { return impl_->pg->allgather(outputs, inputs); });
+  return impl_->make_work(
+      "all_gather_into", std::move(work), [keep = in, outputs] {});
+}
+
 void ProcessGroup::reduce_scatter(
     at::Tensor& output, const at::Tensor& input, ReduceOp op) {
-  if (input.numel() != output.numel() * size()) {
+  reduce_scatter_async(output, input, op).wait();
+}
+
+Work ProcessGroup::reduce_scatter_async(
+    at::Tensor& output, const at::Tensor& input, ReduceOp op) {
+  const int64_t n = output.numel();
+  if (input.numel() != n * size()) {
     throw std::invalid_argument(
-        "[ProcessGroup " + name() + "] reduce_scatter input has " +
-        std::to_string(input.numel()) + " elements, expected size (" +
-        std::to_string(size()) + ") x output (" +
-        std::to_string(output.numel()) + ")");
+        "[ProcessGroup " + name() + "] reduce_scatter input: " +
+        std::to_string(input.numel()) + " elements; allowed: size (" +
+        std::to_string(size()) + ") x output (" + std::to_string(n) + ")");
   }
-  // Gloo has no reduce-scatter in 1.13: all-reduce a copy, keep our chunk.
-  at::Tensor all = input.contiguous().clone();
-  all_reduce(all, op);
-  output.copy_(all.flatten().chunk(size())[rank()].view(output.sizes()));
+  if (op == ReduceOp::kAvg && !at::isFloatingType(input.scalar_type())) {
+    throw std::invalid_argument(
+        "[ProcessGroup] reduce_scatter AVG needs a floating-point tensor, got " +
+        std::string(c10::toString(input.scalar_type())));
+  }
+  if (impl_->local()) {
+    output.copy_(input.reshape(output.sizes()));
+    return Work();
+  }
+  const int64_t ranks = size();
+#ifdef USE_C10D_NCCL
+  if (impl_->backend == "nccl") {
+    at::Tensor out = output.is_contiguous() ? output : output.contiguous();
+    at::Tensor in = input.contiguous().view({-1});
+    auto work = impl_->start("reduce_scatter", [&] {
+      at::Tensor flat = out.view({-1});
+      c10d::ReduceScatterOptions opts;
+      opts.reduceOp = to_c10d(op == ReduceOp::kAvg ? ReduceOp::kSum : op);
+      return impl_->pg->_reduce_scatter_base(flat, in, opts);
+    });
+    return impl_->make_work(
+        "reduce_scatter", std::move(work), [output, out, in, op, ranks]() mutable {
+          if (op == ReduceOp::kAvg) {
+            out.div_(static_cast<double>(ranks));
+          }
+          if (out.data_ptr() != output.data_ptr()) {
+            output.copy_(out);
+          }
+        });
+  }
+#endif
+  // Gloo: chunk r of every rank to rank r (all-to-all), then a local
+  // reduction of the size() chunks received. Gloo moves bf16 and fp16 as
+  // float32, as its all-reduce does.
+  const bool upcast = input.scalar_type() == at::kBFloat16 ||
+                      input.scalar_type() == at::kHalf;
+  at::Tensor send = (upcast ? input.to(at::kFloat) : input.contiguous())
+                        .view({-1});
+  at::Tensor received = at::empty_like(send);
+  auto work = impl_->start("reduce_scatter", [&] {
+    std::vector<int64_t> equal_splits;
+    c10d::AllToAllOptions opts;
+    return impl_->pg->alltoall_base(
+        received, send, equal_splits, equal_splits, opts);
+  });
+  return impl_->make_work(
+      "reduce_scatter",
+      std::move(work),
+      [output, send, received, op, ranks, n]() mutable {
+        const at::Tensor chunks = received.view({ranks, n});
+        at::Tensor reduced;
+        switch (op) {
+          case ReduceOp::kSum:
+            reduced = chunks.sum(0);
+            break;
+          case ReduceOp::kAvg:
+            reduced = chunks.mean(0);
+            break;
+          case ReduceOp::kMax:
+            reduced = std::get<0>(chunks.max(0));
+            break;
+          case ReduceOp::kMin:
+            reduced = std::get<0>(chunks.min(0));
+            break;
+        }
+        output.copy_(reduced.view(output.sizes()));
+      });
 }
 
 Work ProcessGroup::isend(const at::Tensor& tensor, int64_t dst, int64_t tag) {

@@ -81,9 +81,22 @@ class ProcessGroup {
   void broadcast(at::Tensor& tensor, int64_t root);
   /// Every member's `tensor`, stacked: (size, *tensor.sizes()).
   at::Tensor all_gather(const at::Tensor& tensor);
-  /// `input` is size() equal chunks along dim 0; member r gets the
-  /// reduction of everyone's chunk r in `output`.
+  /// Every member's `input` into the flat, contiguous `output` of size() x
+  /// input.numel() elements, member r's at [r n, (r + 1) n), returning at
+  /// once (fully sharded data parallel gathers a unit's shards this way).
+  Work all_gather_into_async(at::Tensor& output, const at::Tensor& input);
+  /// `input` is size() equal chunks (flat: chunk r at [r n, (r + 1) n) for
+  /// n = output.numel()); member r gets the reduction of everyone's chunk r
+  /// in `output`. Gloo has no reduce-scatter in 1.13: its chunks go
+  /// all-to-all and each rank sums what it received, so a rank sends and
+  /// receives (size - 1) / size of the input, as a ring would; NCCL's own
+  /// on GPUs. bf16 and fp16 are reduced in float32 on Gloo.
   void reduce_scatter(
+      at::Tensor& output,
+      const at::Tensor& input,
+      ReduceOp op = ReduceOp::kSum);
+  /// Same, returning at once; `output` holds the result after wait().
+  Work reduce_scatter_async(
       at::Tensor& output,
       const at::Tensor& input,
       ReduceOp op = ReduceOp::kSum);

@@ -83,6 +83,47 @@ TEST(ProcessGroup, BroadcastGatherScatterBarrier) {
   });
 }
 
+TEST(ProcessGroup, ReduceScatterEqualsSumThenChunkForEveryDtypeAndSize) {
+  // Against the reference: every rank's input summed (or reduced), then
+  // rank r's chunk; chunk sizes that divide nothing, several dtypes, the
+  // async form, and the flat all-gather that is its inverse.
+  run_ranks(3, [](int64_t rank, Runtime& rt) {
+    auto& world = *rt.world();
+    for (const int64_t n : {1, 7, 1000}) {
+      for (const auto dtype :
+           {at::kFloat, at::kDouble, at::kLong, at::kBFloat16}) {
+        SCOPED_TRACE(
+            "n " + std::to_string(n) + " " + std::string(c10::toString(dtype)));
+        const auto input_of = [&](int64_t r) {
+          return (torch::arange(3 * n, torch::kLong) % 13 + r * 5)
+              .to(dtype);  // exact in bf16 too
+        };
+        const auto reference = input_of(0) + input_of(1) + input_of(2);
+        auto out = torch::empty({n}, dtype);
+        world.reduce_scatter(out, input_of(rank));
+        EXPECT_TRUE(torch::equal(out, reference.chunk(3)[rank]));
+        auto max = torch::empty({n}, dtype);
+        auto work = world.reduce_scatter_async(
+            max, input_of(rank), dist::ReduceOp::kMax);
+        work.wait();
+        EXPECT_TRUE(torch::equal(max, input_of(2).chunk(3)[rank]));
+        // The flat all-gather puts each rank's piece at its offset.
+        auto gathered = torch::empty({3 * n}, dtype);
+        world.all_gather_into_async(gathered, out).wait();
+        EXPECT_TRUE(torch::equal(gathered, reference));
+      }
+    }
+    auto avg = torch::empty({2}, torch::kFloat);
+    world.reduce_scatter(
+        avg, torch::full({6}, 3.0 * (rank + 1)), dist::ReduceOp::kAvg);
+    EXPECT_TRUE(torch::equal(avg, torch::full({2}, 6.0)));
+    auto wrong = torch::empty({5}, torch::kFloat);
+    EXPECT_THROW(
+        world.all_gather_into_async(wrong, torch::ones({2})),
+        std::invalid_argument);
+  });
+}
+
 TEST(ProcessGroup, SendRecvMatchByTag) {
   run_ranks(2, [](int64_t rank, Runtime& rt) {
     auto& world = *rt.world();
