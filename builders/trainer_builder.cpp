@@ -197,7 +197,10 @@ ApplierChain TrainerBuilder::build_appliers() {
   if (dims_.dp_enabled()) {
     chain.append("check_replicas");
   }
-  if (dims_.dp_replicate > 1) {
+  // Sharded data parallel reduces over its replicas too (HSDP).
+  if (dims_.dp_shard > 1) {
+    chain.append("fully_shard");
+  } else if (dims_.dp_replicate > 1) {
     chain.append("replicate");
   }
   return chain;

@@ -35,9 +35,8 @@ inline OptimizerStateKey optimizer_state_key(const at::Tensor& p) {
 #endif
 static_assert(
     std::is_same_v<
-        std::remove_cvref_t<
-            decltype(std::declval<torch::optim::Optimizer&>().state())>::
-            key_type,
+        std::remove_cvref_t<decltype(std::declval<torch::optim::Optimizer&>()
+                                         .state())>::key_type,
         OptimizerStateKey>,
     "torch::optim::Optimizer::state() is keyed differently in this libtorch: "
     "update compat::OptimizerStateKey");
@@ -60,6 +59,24 @@ inline at::Tensor causal_sdpa(
       /*need_attn_weights=*/false,
       /*is_causal=*/true));
 #endif
+}
+
+/// Frees the memory of `t`'s storage, keeping its shape and every tensor
+/// that shares the storage (an autograd-saved parameter among them): their
+/// data is gone until refill_storage. Fully sharded data parallel frees an
+/// unsharded parameter this way after its forward.
+inline void free_storage(const at::Tensor& t) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  storage->set_nbytes(0);
+}
+
+/// Gives `t`'s freed storage `bytes` bytes again (contents undefined), from
+/// the allocator it had.
+inline void refill_storage(const at::Tensor& t, size_t bytes) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
 }
 
 }  // namespace baton::compat

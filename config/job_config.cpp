@@ -677,13 +677,12 @@ void require_supported(
 /// with the change that builds its feature.
 void check_supported(const JobConfig& config) {
   const ParallelismConfig& p = config.parallelism;
-  const std::pair<const char*, int64_t> degrees[] = {
-      {"parallelism.data_parallel_shard_degree", p.data_parallel_shard_degree},
-      {"parallelism.tensor_parallel_degree", p.tensor_parallel_degree},
-  };
-  for (const auto& [key, degree] : degrees) {
-    require_supported(config, key, degree <= 1, std::to_string(degree), "1");
-  }
+  require_supported(
+      config,
+      "parallelism.tensor_parallel_degree",
+      p.tensor_parallel_degree <= 1,
+      std::to_string(p.tensor_parallel_degree),
+      "1");
   require_supported(
       config,
       "metrics.tensorboard",

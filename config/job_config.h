@@ -259,6 +259,10 @@ struct ParallelismConfig {
   int64_t pipeline_parallel_microbatch_size = 1;
   std::string pipeline_parallel_schedule_csv = "";
   std::string pipeline_parallel_trace = "";
+  /// When fully sharded data parallel frees a unit's gathered parameters
+  /// after its forward: default (free without pipelining, keep for
+  /// pipeline stages), always, never.
+  std::string fsdp_reshard_after_forward = "default";
   /// Registered appliers run on every model part after the built-in
   /// model-changing steps and before data parallel, in this order.
   std::vector<std::string> appliers;
@@ -302,6 +306,11 @@ struct ParallelismConfig {
       pipeline_parallel_trace,
       FieldSpec("Chrome traces of the executed and simulated schedule: true "
                 "(<dump_folder>/pipeline_trace.*.json) or a path prefix"));
+    v("fsdp_reshard_after_forward",
+      fsdp_reshard_after_forward,
+      FieldSpec("free a unit's gathered parameters after its forward "
+                "(default: without pipelining only)")
+          .one_of({"default", "always", "never"}));
     v("appliers",
       appliers,
       FieldSpec("registered appliers run on every model part before data "

@@ -8,6 +8,7 @@
 #include "common/text.h"
 #include "parallel/data_parallel/replicate.h"
 #include "parallel/dist/mesh.h"
+#include "parallel/fsdp/fully_shard.h"
 #include "parallel/model_parts.h"
 
 namespace baton {
@@ -32,6 +33,12 @@ void register_builtin_appliers() {
         [] { return std::make_unique<ReplicateApplier>(); },
         "data parallel (DDP): bucketed gradient all-reduce over dp during "
         "backward");
+    registry.add(
+        "fully_shard",
+        [] { return std::make_unique<fsdp::FullyShardApplier>(); },
+        "fully sharded data parallel (FSDP, HSDP with replicas): parameters "
+        "sharded over dp_shard, gathered per unit, gradients "
+        "reduce-scattered");
   });
 }
 

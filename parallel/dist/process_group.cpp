@@ -411,9 +411,9 @@ Work ProcessGroup::all_gather_into_async(
   const int64_t n = input.numel();
   if (output.numel() != n * size() || !output.is_contiguous()) {
     throw std::invalid_argument(
-        "[ProcessGroup " + name() + "] all_gather_into output: " +
-        std::to_string(output.numel()) + " elements" +
-        (output.is_contiguous() ? "" : ", not contiguous") +
+        "[ProcessGroup " + name() +
+        "] all_gather_into output: " + std::to_string(output.numel()) +
+        " elements" + (output.is_contiguous() ? "" : ", not contiguous") +
         "; allowed: contiguous, size (" + std::to_string(size()) +
         ") x input (" + std::to_string(n) + ")");
   }
@@ -466,7 +466,8 @@ Work ProcessGroup::reduce_scatter_async(
   }
   if (op == ReduceOp::kAvg && !at::isFloatingType(input.scalar_type())) {
     throw std::invalid_argument(
-        "[ProcessGroup] reduce_scatter AVG needs a floating-point tensor, got " +
+        "[ProcessGroup] reduce_scatter AVG needs a floating-point tensor, "
+        "got " +
         std::string(c10::toString(input.scalar_type())));
   }
   if (impl_->local()) {
@@ -485,7 +486,9 @@ Work ProcessGroup::reduce_scatter_async(
       return impl_->pg->_reduce_scatter_base(flat, in, opts);
     });
     return impl_->make_work(
-        "reduce_scatter", std::move(work), [output, out, in, op, ranks]() mutable {
+        "reduce_scatter",
+        std::move(work),
+        [output, out, in, op, ranks]() mutable {
           if (op == ReduceOp::kAvg) {
             out.div_(static_cast<double>(ranks));
           }
@@ -498,10 +501,10 @@ Work ProcessGroup::reduce_scatter_async(
   // Gloo: chunk r of every rank to rank r (all-to-all), then a local
   // reduction of the size() chunks received. Gloo moves bf16 and fp16 as
   // float32, as its all-reduce does.
-  const bool upcast = input.scalar_type() == at::kBFloat16 ||
-                      input.scalar_type() == at::kHalf;
-  at::Tensor send = (upcast ? input.to(at::kFloat) : input.contiguous())
-                        .view({-1});
+  const bool upcast =
+      input.scalar_type() == at::kBFloat16 || input.scalar_type() == at::kHalf;
+  at::Tensor send =
+      (upcast ? input.to(at::kFloat) : input.contiguous()).view({-1});
   at::Tensor received = at::empty_like(send);
   auto work = impl_->start("reduce_scatter", [&] {
     std::vector<int64_t> equal_splits;

@@ -460,9 +460,7 @@ TEST(JobConfig, RejectsFeaturesNotBuiltYet) {
       load_error(path),
       path +
           ":3: metrics.tensorboard: true is not supported yet; allowed: false");
-  for (const std::string o :
-       {"parallelism.data_parallel_shard_degree=2",
-        "metrics.tensorboard=true"}) {
+  for (const std::string o : {"metrics.tensorboard=true"}) {
     expect_contains(
         load_error("", {o}), {"--" + o + ": ", "not supported yet"});
   }

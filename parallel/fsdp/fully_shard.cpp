@@ -1,0 +1,480 @@
+#include "parallel/fsdp/fully_shard.h"
+
+#include <ATen/ATen.h>
+#include <glog/logging.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <mutex>
+#include <stdexcept>
+
+#include "common/error.h"
+#include "common/torch_compat.h"
+#include "config/job_config.h"
+#include "parallel/dist/mesh.h"
+#include "parallel/model_parts.h"
+
+namespace baton::fsdp {
+
+ReshardAfterForward parse_reshard_after_forward(const std::string& text) {
+  if (text == "default") {
+    return ReshardAfterForward::kDefault;
+  }
+  if (text == "always") {
+    return ReshardAfterForward::kAlways;
+  }
+  if (text == "never") {
+    return ReshardAfterForward::kNever;
+  }
+  throw std::invalid_argument(
+      "[fsdp] reshard_after_forward: '" + text +
+      "'; allowed: default, always, never");
+}
+
+// --- Unit --------------------------------------------------------------------
+
+Unit::Unit(
+    std::string name,
+    std::vector<std::pair<std::string, at::Tensor>> params,
+    ShardGroups groups)
+    : name_(std::move(name)), groups_(std::move(groups)) {
+  ranks_ = groups_.shard->size();
+  rank_ = groups_.shard->rank();
+  for (auto& [fqn, param] : params) {
+    if (param.dim() == 0) {
+      throw std::invalid_argument(
+          "[fsdp] " + fqn +
+          ": a 0-d parameter; allowed: tensors of one "
+          "dimension or more (sharded on dim 0)");
+    }
+    Param p;
+    p.fqn = fqn;
+    p.param = param;
+    p.full_shape = param.sizes().vec();
+    p.rows = param.size(0);
+    p.row_numel = p.rows == 0 ? 0 : param.numel() / p.rows;
+    p.rows_per_rank = (p.rows + ranks_ - 1) / ranks_;
+    p.first_row = std::min(p.rows, rank_ * p.rows_per_rank);
+    p.my_rows = std::min(p.rows_per_rank, p.rows - p.first_row);
+    p.offset = chunk_numel_;
+    chunk_numel_ += p.rows_per_rank * p.row_numel;
+    params_.push_back(std::move(p));
+  }
+  if (params_.empty()) {
+    throw std::invalid_argument("[fsdp] unit '" + name_ + "': no parameters");
+  }
+  const at::Tensor& first = params_.front().param;
+  torch::NoGradGuard no_grad;
+  // Padding stays zero: it is gathered and reduced, never used.
+  shard_flat_ = at::zeros({chunk_numel_}, first.options());
+  for (auto& p : params_) {
+    if (p.param.scalar_type() != first.scalar_type() ||
+        p.param.device() != first.device()) {
+      throw std::invalid_argument(
+          "[fsdp] unit '" + name_ + "': " + p.fqn +
+          " has another dtype or device than " + params_.front().fqn +
+          "; allowed: one dtype and device per unit");
+    }
+    std::vector<int64_t> shape = p.full_shape;
+    shape[0] = p.my_rows;
+    p.shard =
+        shard_flat_.narrow(0, p.offset, p.my_rows * p.row_numel).view(shape);
+    p.shard.copy_(p.param.narrow(0, p.first_row, p.my_rows));
+    p.param.set_data(p.shard);
+  }
+}
+
+Unit::~Unit() = default;
+
+const std::vector<Unit::Param>& Unit::params() const {
+  return params_;
+}
+
+void Unit::unshard() {
+  if (state_ != State::kSharded && state_ != State::kFreed) {
+    return;
+  }
+  gathered_ = at::empty({ranks_ * chunk_numel_}, shard_flat_.options());
+  gather_ = groups_.shard->all_gather_into_async(gathered_, shard_flat_);
+  gathering_from_ = state_;
+  state_ = State::kGathering;
+}
+
+void Unit::wait_for_unshard() {
+  if (state_ == State::kUnsharded) {
+    return;
+  }
+  unshard();
+  gather_.wait();
+  torch::NoGradGuard no_grad;
+  const at::Tensor chunks = gathered_.view({ranks_, chunk_numel_});
+  for (auto& p : params_) {
+    // Rank r's rows of this parameter, one after the other: the whole.
+    const at::Tensor whole =
+        chunks.narrow(1, p.offset, p.rows_per_rank * p.row_numel)
+            .reshape({ranks_ * p.rows_per_rank, p.row_numel})
+            .narrow(0, 0, p.rows)
+            .view(p.full_shape);
+    if (gathering_from_ == State::kSharded) {
+      // First gather of the step: the shard's gradient is set aside, and
+      // the parameter becomes whole (autograd accumulates whole
+      // gradients into it).
+      p.shard_grad = p.param.grad();
+      p.param.mutable_grad() = at::Tensor();
+      p.param.set_data(whole.clone());
+    } else {
+      // Refilled in place, without a version bump: autograd saved this
+      // parameter in the forward and checks its version in backward.
+      compat::refill_storage(
+          p.param,
+          static_cast<size_t>(p.param.numel()) * p.param.element_size());
+      p.param.variable_data().copy_(whole);
+    }
+  }
+  gathered_ = at::Tensor();
+  state_ = State::kUnsharded;
+}
+
+void Unit::reshard() {
+  if (state_ == State::kGathering) {
+    wait_for_unshard();
+  }
+  if (state_ != State::kUnsharded) {
+    return;
+  }
+  for (auto& p : params_) {
+    compat::free_storage(p.param);
+  }
+  state_ = State::kFreed;
+}
+
+void Unit::reduce_grads() {
+  if (state_ == State::kSharded || reducing_) {
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  const at::Tensor& first = params_.front().param;
+  // Rank-major chunks, padded as the shards are: chunk r holds rank r's
+  // rows of every parameter's gradient.
+  reduce_input_ = at::zeros({ranks_ * chunk_numel_}, first.options());
+  const at::Tensor chunks = reduce_input_.view({ranks_, chunk_numel_});
+  for (auto& p : params_) {
+    const at::Tensor& grad = p.param.grad();
+    if (!grad.defined()) {
+      continue;
+    }
+    at::Tensor padded =
+        at::zeros({ranks_ * p.rows_per_rank, p.row_numel}, grad.options());
+    padded.narrow(0, 0, p.rows).copy_(grad.reshape({p.rows, p.row_numel}));
+    chunks.narrow(1, p.offset, p.rows_per_rank * p.row_numel)
+        .copy_(padded.view({ranks_, p.rows_per_rank * p.row_numel}));
+    // The whole gradient is in the reduce buffer now.
+    p.param.mutable_grad() = at::Tensor();
+  }
+  reduced_ = at::empty({chunk_numel_}, first.options());
+  reduce_scatter_ =
+      groups_.shard->reduce_scatter_async(reduced_, reduce_input_);
+  reducing_ = true;
+}
+
+void Unit::to_sharded() {
+  if (state_ == State::kGathering) {
+    wait_for_unshard();
+  }
+  if (reducing_) {
+    reduce_scatter_.wait();
+    reduce_input_ = at::Tensor();
+    if (groups_.replicate->size() > 1) {
+      groups_.replicate->all_reduce(reduced_);
+    }
+  }
+  if (state_ == State::kSharded) {
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& p : params_) {
+    p.param.set_data(p.shard);
+    at::Tensor grad = p.shard_grad;
+    if (reducing_) {
+      // A tensor of its own, not a view: zero_grad detaches it in place.
+      const at::Tensor mine =
+          reduced_.narrow(0, p.offset, p.my_rows * p.row_numel)
+              .view(p.shard.sizes());
+      grad = grad.defined() ? grad + mine : mine.clone();
+    }
+    p.param.mutable_grad() = grad;
+    p.shard_grad = at::Tensor();
+  }
+  reduced_ = at::Tensor();
+  reducing_ = false;
+  state_ = State::kSharded;
+}
+
+// --- FullyShardedPart --------------------------------------------------------
+
+/// What the unit wrappers and the gradient hooks share; they hold it weakly
+/// or by shared pointer, so it outlives the part's modules' use of it.
+struct FullyShardedPart::State {
+  /// Units in the order the forward runs them: the root (whose forward
+  /// encloses the blocks') first, then the blocks.
+  std::vector<Unit*> order;
+  /// Whether order[0] is the root (a part without embedding and output,
+  /// a middle pipeline stage, has none).
+  bool has_root = false;
+  std::vector<bool> reshard_after_forward;
+  bool pipelined = false;
+  /// Without pipelining: gradients are reduced as each unit's backward
+  /// ends (the last of its parameters' gradients accumulated).
+  std::mutex mutex;
+  bool sync = false;
+  std::vector<int64_t> pending;   // gradients still to come, per unit
+  std::vector<int64_t> expected;  // parameters that get gradients
+  std::vector<bool> done;         // post-backward ran this backward
+
+  void before_forward(int64_t i) {
+    order[i]->wait_for_unshard();
+    if (i + 1 < static_cast<int64_t>(order.size())) {
+      order[i + 1]->unshard();  // forward prefetch
+    }
+  }
+
+  void after_forward(int64_t i) {
+    if (reshard_after_forward[i]) {
+      order[i]->reshard();
+    }
+  }
+
+  void before_backward(int64_t i) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      pending[i] = expected[i];
+      done[i] = false;
+    }
+    order[i]->wait_for_unshard();
+    // Backward runs the units in reverse: the root's output first (it is
+    // still whole), then the last block, ..., the first block, and the
+    // root's embedding last.
+    const int64_t last = static_cast<int64_t>(order.size()) - 1;
+    const int64_t next = is_root(i) ? last : i - 1;
+    if (next >= 0 && next != i && !is_root(next)) {
+      order[next]->unshard();  // backward prefetch
+    }
+  }
+
+  bool is_root(int64_t i) const {
+    return has_root && i == 0;
+  }
+
+  /// After the unit's backward (all its gradients accumulated).
+  void post_backward(int64_t i) {
+    done[i] = true;
+    order[i]->reshard();
+    if (sync) {
+      order[i]->reduce_grads();
+    }
+  }
+
+  void on_gradient(int64_t i) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!done[i] && pending[i] > 0 && --pending[i] == 0) {
+      post_backward(i);
+    }
+  }
+};
+
+namespace {
+
+/// Gathers a unit's parameters around its forward, frees them after when
+/// the policy says so, and gathers them again when backward reaches the
+/// unit's output.
+class GatherAround final : public UnitWrapper {
+ public:
+  GatherAround(std::weak_ptr<FullyShardedPart::State> state, int64_t index)
+      : state_(std::move(state)), index_(index) {}
+
+  at::Tensor forward(
+      const std::function<at::Tensor(const at::Tensor&)>& run,
+      const at::Tensor& input) override {
+    auto state = state_.lock();
+    if (!state) {
+      return run(input);
+    }
+    state->before_forward(index_);
+    at::Tensor out = run(input);
+    state->after_forward(index_);
+    if (out.requires_grad()) {
+      out.register_hook([weak = state_, i = index_](const at::Tensor& grad) {
+        if (auto s = weak.lock()) {
+          s->before_backward(i);
+        }
+        return grad;
+      });
+    }
+    return out;
+  }
+
+ private:
+  std::weak_ptr<FullyShardedPart::State> state_;
+  int64_t index_;
+};
+
+/// The unit's parameters: those under `prefix` ("layers.3."), or with an
+/// empty prefix those under no block prefix of `blocks`.
+std::vector<std::pair<std::string, at::Tensor>> unit_params(
+    torch::nn::Module& module,
+    const std::string& prefix,
+    const std::vector<std::string>& blocks) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : module.named_parameters()) {
+    const std::string& fqn = item.key();
+    bool in_block = false;
+    for (const auto& b : blocks) {
+      in_block = in_block || fqn.rfind(b + ".", 0) == 0;
+    }
+    const bool mine =
+        prefix.empty() ? !in_block : fqn.rfind(prefix + ".", 0) == 0;
+    if (mine) {
+      out.emplace_back(fqn, item.value());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+FullyShardedPart::FullyShardedPart(
+    ModelPart& part,
+    ShardGroups groups,
+    ReshardAfterForward policy,
+    bool pipelined)
+    : state_(std::make_shared<State>()) {
+  auto& module = part.module();
+  auto names = module.unit_names();
+  std::vector<std::string> blocks(names.begin(), names.end());
+  blocks.erase(std::remove(blocks.begin(), blocks.end(), ""), blocks.end());
+  // The root first: its forward starts before the blocks' and ends after.
+  std::vector<std::string> order{""};
+  order.insert(order.end(), blocks.begin(), blocks.end());
+  auto& s = *state_;
+  s.pipelined = pipelined;
+  const bool free_after_forward =
+      policy == ReshardAfterForward::kAlways ||
+      (policy == ReshardAfterForward::kDefault && !pipelined);
+  for (const auto& name : order) {
+    auto params = unit_params(module, name, blocks);
+    if (params.empty()) {
+      continue;
+    }
+    // Each gradient accumulator is made (and held) while its parameter is
+    // whole: it checks incoming gradients against the shape it was made
+    // with, and gradients arrive whole.
+    for (const auto& [fqn, p] : params) {
+      auto acc = torch::autograd::impl::grad_accumulator(p);
+      if (!acc) {
+        throw std::invalid_argument(
+            "[fsdp] " + fqn + ": not a leaf that accumulates gradients");
+      }
+      const auto index = static_cast<int64_t>(units_.size());
+      if (!pipelined) {
+        std::weak_ptr<State> weak = state_;
+        acc->add_post_hook(
+            std::make_unique<torch::autograd::utils::LambdaPostHook>(
+                [weak, index](
+                    const torch::autograd::variable_list& outputs,
+                    const torch::autograd::variable_list&) {
+                  if (auto st = weak.lock()) {
+                    st->on_gradient(index);
+                  }
+                  return outputs;
+                }));
+      }
+      accumulators_.push_back(std::move(acc));
+      part.mark_grad_split(fqn, dist::MeshDim::kDpShard);
+    }
+    const auto expected = static_cast<int64_t>(params.size());
+    units_.push_back(std::make_unique<Unit>(name, std::move(params), groups));
+    s.order.push_back(units_.back().get());
+    s.has_root = s.has_root || name.empty();
+    // The root's parameters would be gathered again at once for backward.
+    s.reshard_after_forward.push_back(free_after_forward && !name.empty());
+    s.expected.push_back(expected);
+    s.pending.push_back(0);
+    s.done.push_back(false);
+    module.wrap_unit(
+        name,
+        std::make_shared<GatherAround>(
+            state_, static_cast<int64_t>(units_.size()) - 1));
+  }
+}
+
+FullyShardedPart::~FullyShardedPart() = default;
+
+void FullyShardedPart::prepare(bool sync) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->sync = sync;
+}
+
+void FullyShardedPart::finish() {
+  auto& s = *state_;
+  for (size_t i = 0; i < s.order.size(); ++i) {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.done[i]) {
+      // No hook ended it: a parameter got no gradient this backward.
+      s.post_backward(static_cast<int64_t>(i));
+    }
+  }
+  for (auto* unit : s.order) {
+    unit->to_sharded();
+  }
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.sync = false;
+  std::fill(s.done.begin(), s.done.end(), false);
+}
+
+void FullyShardedPart::reduce_now() {
+  for (auto* unit : state_->order) {
+    unit->reduce_grads();
+  }
+  for (auto* unit : state_->order) {
+    unit->to_sharded();
+  }
+}
+
+// --- the applier -------------------------------------------------------------
+
+void FullyShardApplier::apply(ModelPart& part, const ParallelContext& context) {
+  const auto& p = context.config.parallelism;
+  ShardGroups groups{
+      context.mesh.group(dist::MeshDim::kDpShard),
+      context.mesh.group(dist::MeshDim::kDpReplicate)};
+  const bool pipelined = context.mesh.pp()->size() > 1;
+  auto sharded = std::make_shared<FullyShardedPart>(
+      part,
+      groups,
+      parse_reshard_after_forward(p.fsdp_reshard_after_forward),
+      pipelined);
+  int64_t shard_bytes = 0;
+  int64_t whole_bytes = 0;
+  for (const auto& unit : sharded->units()) {
+    for (const auto& param : unit->params()) {
+      shard_bytes += param.shard.numel() * param.shard.element_size();
+      whole_bytes += param.rows * param.row_numel * param.shard.element_size();
+    }
+  }
+  LOG(INFO) << "fully_shard: stage " << part.stage() << ": "
+            << sharded->units().size() << " units over dp_shard "
+            << groups.shard->size()
+            << (groups.replicate->size() > 1
+                    ? " x " + std::to_string(groups.replicate->size()) +
+                          " replicas"
+                    : std::string())
+            << "; this rank holds " << shard_bytes / (1 << 20)
+            << " MiB of parameters (+ as much for gradients, twice that of "
+               "AdamW state) of "
+            << whole_bytes / (1 << 20) << " MiB";
+  part.grad_sync().add(std::move(sharded));
+}
+
+}  // namespace baton::fsdp
