@@ -278,6 +278,17 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
     return nullptr;
   }
   const auto& p = config_.parallelism;
+  if (dims_.dp_shard > 1) {
+    throw_config_error(
+        config_.first_origin(
+            {"checkpoint.enable",
+             "checkpoint.model_only_export",
+             "parallelism.data_parallel_shard_degree"}),
+        "checkpoint.enable: true with parallelism.data_parallel_shard_degree " +
+            std::to_string(dims_.dp_shard) +
+            " is not supported yet (sharded checkpoints are part of #17); "
+            "allowed: data_parallel_shard_degree 1 when checkpointing");
+  }
   CheckpointLayout layout;
   layout.rank = env_.rank;
   layout.world_size = env_.world_size;
