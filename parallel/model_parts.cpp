@@ -37,6 +37,36 @@ const std::vector<dist::MeshDim>& ModelPart::grad_split(
   return it == grad_split_.end() ? kWhole : it->second;
 }
 
+void ModelPart::set_slice(const std::string& fqn, ParamSlice slice) {
+  const auto params = module_->named_parameters();
+  if (!params.contains(fqn)) {
+    throw std::invalid_argument(
+        "[ModelPart] set_slice: '" + fqn + "' is not a parameter of stage " +
+        std::to_string(stage_));
+  }
+  const at::Tensor& p = params[fqn];
+  bool fits = slice.global_shape.size() == static_cast<size_t>(p.dim()) &&
+              slice.offsets.size() == static_cast<size_t>(p.dim());
+  for (int64_t d = 0; fits && d < p.dim(); ++d) {
+    fits = slice.offsets[d] >= 0 &&
+           slice.offsets[d] + p.size(d) <= slice.global_shape[d];
+  }
+  if (!fits) {
+    throw std::invalid_argument(
+        "[ModelPart] set_slice: " + fqn + " of shape " + c10::str(p.sizes()) +
+        " at offsets " + c10::str(slice.offsets) +
+        "; allowed: a slice "
+        "inside the global shape " +
+        c10::str(slice.global_shape));
+  }
+  slices_[fqn] = std::move(slice);
+}
+
+const ParamSlice* ModelPart::slice(const std::string& fqn) const {
+  const auto it = slices_.find(fqn);
+  return it == slices_.end() ? nullptr : &it->second;
+}
+
 void ModelParts::push_back(std::shared_ptr<ModelPart> part) {
   if (!part) {
     throw std::invalid_argument("[ModelParts] push_back: null part");

@@ -14,6 +14,14 @@
 
 namespace baton {
 
+/// Where a parameter of which this rank holds a slice sits in the whole
+/// tensor (the parameter's own shape is the slice's).
+struct ParamSlice {
+  std::vector<int64_t> global_shape;
+  /// The slice's first index along each dimension.
+  std::vector<int64_t> offsets;
+};
+
 /// One model part a rank holds: the module that computes it, the pipeline
 /// stage it is, and what parallelizing it left on it. Appliers (see
 /// parallel/applier.h) change the module in place (wrap submodules, replace
@@ -48,12 +56,19 @@ class ModelPart {
   /// The dimensions `fqn`'s gradient is split along, in the order marked
   /// (empty: this rank holds all of it).
   const std::vector<dist::MeshDim>& grad_split(const std::string& fqn) const;
+  /// Records that the parameter `fqn` is the slice `slice` of its whole
+  /// tensor (an applier that shards it says so; the checkpoint saves and
+  /// loads slices by it).
+  void set_slice(const std::string& fqn, ParamSlice slice);
+  /// The slice `fqn` is, or null when this rank holds the whole tensor.
+  const ParamSlice* slice(const std::string& fqn) const;
 
  private:
   std::shared_ptr<ModelChunk> module_;
   int64_t stage_;
   GradientSyncChain grad_sync_;
   std::map<std::string, std::vector<dist::MeshDim>> grad_split_;
+  std::map<std::string, ParamSlice> slices_;
 };
 
 /// The model parts this rank holds, in increasing stage order: one without

@@ -474,6 +474,21 @@ void FullyShardApplier::apply(ModelPart& part, const ParallelContext& context) {
             << " MiB of parameters (+ as much for gradients, twice that of "
                "AdamW state) of "
             << whole_bytes / (1 << 20) << " MiB";
+  // What the checkpoint saves of each: its rows of the whole tensor, within
+  // any slice an earlier applier (tensor parallel) made.
+  for (const auto& unit : sharded->units()) {
+    for (const auto& param : unit->params()) {
+      ParamSlice slice;
+      if (const ParamSlice* before = part.slice(param.fqn)) {
+        slice = *before;
+      } else {
+        slice.global_shape = param.full_shape;
+        slice.offsets.assign(param.full_shape.size(), 0);
+      }
+      slice.offsets[0] += param.first_row;
+      part.set_slice(param.fqn, std::move(slice));
+    }
+  }
   part.grad_sync().add(std::move(sharded));
 }
 

@@ -2,7 +2,10 @@
 
 // ModelParts from plain chunks, for tests that build their models by hand.
 
+#include <cmath>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "parallel/model_parts.h"
@@ -18,6 +21,33 @@ inline ModelParts parts_of(
     parts.push_back(std::make_shared<ModelPart>(chunk, first_stage++));
   }
   return parts;
+}
+
+/// Writes each parameter of `parts` into `whole` under its FQN: a copy when
+/// this rank holds all of it, else its slice (ModelPart::slice) of a tensor
+/// of NaNs made the first time, so that the ranks of one replica together
+/// fill it and a slice nobody wrote shows. From rank threads, under a lock.
+inline void collect_whole(
+    const ModelParts& parts, std::map<std::string, at::Tensor>& whole) {
+  parts.for_each([&](ModelPart& part) {
+    for (const auto& item : part.module().named_parameters()) {
+      const at::Tensor p = item.value().detach();
+      const ParamSlice* slice = part.slice(item.key());
+      if (slice == nullptr) {
+        whole[item.key()] = p.clone();
+        continue;
+      }
+      auto& t = whole[item.key()];
+      if (!t.defined()) {
+        t = at::full(slice->global_shape, NAN, p.options());
+      }
+      at::Tensor view = t;
+      for (int64_t d = 0; d < p.dim(); ++d) {
+        view = view.narrow(d, slice->offsets[d], p.size(d));
+      }
+      view.copy_(p);
+    }
+  });
 }
 
 }  // namespace baton::testing

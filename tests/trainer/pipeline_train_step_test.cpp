@@ -9,9 +9,10 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "config/job_config.h"
 #include "models/llama/transformer.h"
 #include "models/loss.h"
-#include "parallel/data_parallel/replicate.h"
+#include "parallel/applier.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/pipeline/executor.h"
@@ -77,22 +78,49 @@ Result train_one_stage(int64_t layers, int64_t rows) {
   return r;
 }
 
+/// The data-parallel side of a pipelined layout.
+struct DataParallel {
+  int64_t replicate = 1;
+  int64_t shard = 1;
+  std::string reshard = "default";
+
+  int64_t degree() const {
+    return replicate * shard;
+  }
+};
+
 /// pp x dp ranks, `accum` micro-steps of `m` microbatches per rank: the
-/// global batch of each step is dp * accum * m rows.
+/// global batch of each step is dp * accum * m rows. Each part goes
+/// through the builder's chain of appliers for `dp`.
 Result train_pipelined_dp(
     const std::string& name,
     int64_t pp,
     int64_t v,
     int64_t m,
-    int64_t dp,
+    const DataParallel& dp,
     int64_t accum,
     int64_t layers) {
   const Schedule schedule = make_schedule(name, pp, v, m);
   const auto chunks = split_model(layers, schedule.num_stages);
+  const int64_t world = pp * dp.degree();
+  JobConfig config;
+  config.parallelism.data_parallel_replicate_degree = dp.replicate;
+  config.parallelism.data_parallel_shard_degree = dp.shard;
+  config.parallelism.pipeline_parallel_degree = pp;
+  config.parallelism.fsdp_reshard_after_forward = dp.reshard;
+  config.parallelism.data_parallel_bucket_size_mb = 1;
+  register_builtin_appliers();
+  ApplierChain chain;
+  chain.append("to_device");
+  if (dp.degree() > 1) {
+    chain.append("check_replicas");
+    chain.append(dp.shard > 1 ? "fully_shard" : "replicate");
+  }
   Result result;
   std::mutex mutex;
-  baton::testing::run_ranks(pp * dp, [&](int64_t rank, dist::Runtime& rt) {
-    const auto dims = ParallelDims::resolve(dp, 1, 1, pp, pp * dp);
+  baton::testing::run_ranks(world, [&](int64_t rank, dist::Runtime& rt) {
+    const auto dims =
+        ParallelDims::resolve(dp.replicate, dp.shard, 1, pp, world);
     dist::ParallelMesh mesh(dims, rank, rt.shared_from_this());
     const int64_t my_pp = mesh.coord().pp;
     std::vector<std::pair<int64_t, std::shared_ptr<ModelChunk>>> stages;
@@ -107,8 +135,7 @@ Result train_pipelined_dp(
       chunk->init_weights(5);
       stages.emplace_back(s, chunk);
       auto part = std::make_shared<ModelPart>(chunk, s);
-      part->grad_sync().add(std::make_shared<GradientReducer>(
-          chunk->parameters(), mesh.dp(), 1 << 20));
+      chain.apply(*part, ParallelContext{config, mesh, at::kCPU});
       parts.push_back(part);
       opts.push_back(adamw(chunk->parameters()));
     }
@@ -134,7 +161,7 @@ Result train_pipelined_dp(
       }
       std::vector<Batch> batches;
       if (schedule.stage_to_rank[0] == my_pp) {
-        const Batch all = step_batch(s, dp * accum * m);
+        const Batch all = step_batch(s, dp.degree() * accum * m);
         const int64_t d = mesh.coord().dp(dims);
         for (int64_t a = 0; a < accum; ++a) {
           const int64_t begin = (d * accum + a) * m;
@@ -154,13 +181,8 @@ Result train_pipelined_dp(
     if (rank == 0) {
       result.losses = losses;
     }
-    if (mesh.coord().dp(dims) == 0) {  // one replica's weights
-      for (const auto& part : parts) {
-        for (const auto& item : part->module().named_parameters()) {
-          EXPECT_EQ(result.params.count(item.key()), 0u) << item.key();
-          result.params[item.key()] = item.value().detach().clone();
-        }
-      }
+    if (mesh.coord().dp_replicate == 0) {  // one replica's weights
+      testing::collect_whole(parts, result.params);
     }
   });
   return result;
@@ -187,10 +209,34 @@ TEST(PipelineWithDataParallel, AccumulationAndReplicasEqualOneStage) {
        {std::tuple<std::string, int64_t, int64_t>{"1F1B", 1, 2},
         {"ZBVZeroBubble", 2, 4}}) {
     SCOPED_TRACE(name);
-    const int64_t pp = 2, dp = 2, accum = 2, layers = pp * v;
-    const Result reference = train_one_stage(layers, dp * accum * m);
+    const int64_t pp = 2, accum = 2, layers = pp * v;
+    const DataParallel dp{2, 1};
+    const Result reference = train_one_stage(layers, dp.degree() * accum * m);
     expect_same(
         train_pipelined_dp(name, pp, v, m, dp, accum, layers), reference);
+  }
+}
+
+TEST(PipelineWithFullyShard, ShardedStagesEqualOneStageUnderEveryPolicy) {
+  // pp 2 x dp_shard 2: 1F1B, and ZBV (two chunks per rank in V, split
+  // backward), with and without accumulation, every reshard policy.
+  at::set_num_threads(1);
+  register_builtin_schedules();
+  for (const auto& [name, v, m] :
+       {std::tuple<std::string, int64_t, int64_t>{"1F1B", 1, 2},
+        {"ZBVZeroBubble", 2, 4}}) {
+    for (const int64_t accum : {1, 2}) {
+      for (const char* policy : {"default", "always", "never"}) {
+        SCOPED_TRACE(
+            name + ", " + std::to_string(accum) + " micro-steps, reshard " +
+            policy);
+        const int64_t pp = 2, layers = pp * v;
+        const DataParallel dp{1, 2, policy};
+        expect_same(
+            train_pipelined_dp(name, pp, v, m, dp, accum, layers),
+            train_one_stage(layers, dp.degree() * accum * m));
+      }
+    }
   }
 }
 
@@ -214,7 +260,7 @@ TEST_P(EverySchedule, EqualsOneStageForEveryLayoutItAccepts) {
         const int64_t layers = pp * v;
         expect_same(
             train_pipelined_dp(
-                GetParam(), pp, v, m, /*dp=*/1, /*accum=*/1, layers),
+                GetParam(), pp, v, m, DataParallel{}, /*accum=*/1, layers),
             train_one_stage(layers, m));
         ++layouts;
       }

@@ -1,0 +1,174 @@
+// Fully sharded data parallel through the local train step, against one
+// process running the same global batch: dp_shard 2 and 4, HSDP 2 x 2, with
+// and without gradient accumulation, under every reshard policy; real Gloo
+// between rank threads.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <mutex>
+
+#include "config/job_config.h"
+#include "parallel/applier.h"
+#include "parallel/dist/mesh.h"
+#include "parallel/dist/process_group.h"
+#include "tests/models/tiny_llama.h"
+#include "tests/parallel/multi_rank.h"
+#include "tests/parallel/test_parts.h"
+#include "trainer/train_step.h"
+
+namespace baton {
+namespace {
+
+constexpr int64_t kVocab = 48;
+constexpr int64_t kSteps = 3;
+
+/// The global batch of step `step`: (rows, 9) tokens.
+Batch global_batch(int64_t step, int64_t rows) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(2000 + step);
+  const auto tokens = at::randint(0, kVocab, {rows, 9}, gen, at::kLong);
+  return {tokens.slice(1, 0, 8), tokens.slice(1, 1, 9)};
+}
+
+Batch rows_of(const Batch& b, int64_t begin, int64_t count) {
+  return {
+      b.inputs.slice(0, begin, begin + count),
+      b.labels.slice(0, begin, begin + count)};
+}
+
+/// A data-parallel layout of the step.
+struct Layout {
+  int64_t replicate = 1;
+  int64_t shard = 1;
+  /// Micro-steps of gradient accumulation per rank.
+  int64_t micro = 1;
+  std::string reshard = "default";
+
+  int64_t world() const {
+    return replicate * shard;
+  }
+  std::string str() const {
+    return "replicate " + std::to_string(replicate) + " x shard " +
+           std::to_string(shard) + ", " + std::to_string(micro) +
+           " micro-steps, reshard " + reshard;
+  }
+};
+
+struct Run {
+  std::vector<double> losses;
+  /// Whole parameters, per replica (each assembled from its shards).
+  std::vector<std::map<std::string, at::Tensor>> replicas;
+};
+
+/// kSteps AdamW steps of `layout` on `world` rank threads (or one process
+/// when `rt` is null): the parts go through the builder's chain of appliers.
+void train_rank(
+    const Layout& layout,
+    int64_t rank,
+    dist::Runtime* rt,
+    int64_t global_rows,
+    Run& run,
+    std::mutex& mutex) {
+  const auto dims = ParallelDims::resolve(
+      layout.replicate, layout.shard, 1, 1, layout.world());
+  const dist::ParallelMesh mesh(
+      dims, rank, rt ? rt->shared_from_this() : nullptr);
+  JobConfig config;
+  config.parallelism.data_parallel_replicate_degree = layout.replicate;
+  config.parallelism.data_parallel_shard_degree = layout.shard;
+  config.parallelism.fsdp_reshard_after_forward = layout.reshard;
+  ModelParts parts = testing::parts_of({testing::tiny_llama(kVocab, 11)});
+  register_builtin_appliers();
+  ApplierChain chain;
+  chain.append("to_device");
+  if (layout.world() > 1) {
+    chain.append("check_replicas");
+    chain.append(layout.shard > 1 ? "fully_shard" : "replicate");
+  }
+  chain.apply(parts[0], ParallelContext{config, mesh, at::kCPU});
+  LocalTrainStep step(cross_entropy_sum, mesh.loss());
+  // eps 1e-6: see data_parallel_step_test.cpp.
+  torch::optim::AdamW opt(
+      parts.parameters(),
+      torch::optim::AdamWOptions(3e-3).weight_decay(0.1).eps(1e-6));
+  const int64_t local_rows = global_rows / layout.world();
+  const int64_t dp_rank = mesh.coord().dp(dims);
+  std::vector<double> losses;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    const Batch mine =
+        rows_of(global_batch(s, global_rows), dp_rank * local_rows, local_rows);
+    std::vector<Batch> batches;
+    const int64_t per = local_rows / layout.micro;
+    for (int64_t m = 0; m < layout.micro; ++m) {
+      batches.push_back(rows_of(mine, m * per, per));
+    }
+    opt.zero_grad();
+    losses.push_back(step.run(parts, batches).loss);
+    opt.step();
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  if (rank == 0) {
+    run.losses = losses;
+  }
+  testing::collect_whole(parts, run.replicas.at(mesh.coord().dp_replicate));
+}
+
+Run train(const Layout& layout, int64_t global_rows) {
+  Run run;
+  run.replicas.resize(layout.replicate);
+  std::mutex mutex;
+  if (layout.world() == 1) {
+    train_rank(layout, 0, nullptr, global_rows, run, mutex);
+    return run;
+  }
+  baton::testing::run_ranks(layout.world(), [&](int64_t r, dist::Runtime& rt) {
+    train_rank(layout, r, &rt, global_rows, run, mutex);
+  });
+  return run;
+}
+
+void expect_equals_one_process(const Layout& layout) {
+  SCOPED_TRACE(layout.str());
+  at::set_num_threads(1);
+  const int64_t global_rows = 4 * layout.world();
+  const Run reference = train(Layout{}, global_rows);
+  const Run sharded = train(layout, global_rows);
+  ASSERT_EQ(sharded.losses.size(), reference.losses.size());
+  for (size_t i = 0; i < reference.losses.size(); ++i) {
+    EXPECT_NEAR(sharded.losses[i], reference.losses[i], 1e-5) << "step " << i;
+  }
+  const auto& whole = reference.replicas.at(0);
+  for (const auto& replica : sharded.replicas) {
+    ASSERT_EQ(replica.size(), whole.size());
+    for (const auto& [fqn, p] : whole) {
+      EXPECT_TRUE(torch::allclose(replica.at(fqn), p, 1e-4, 1e-5))
+          << fqn << " differs by "
+          << (replica.at(fqn) - p).abs().max().item<double>();
+    }
+  }
+}
+
+TEST(FullyShard, TwoAndFourShardsEqualOneProcess) {
+  expect_equals_one_process({1, 2, 1, "default"});
+  expect_equals_one_process({1, 4, 1, "default"});
+}
+
+TEST(FullyShard, AccumulationReducesOncePerStep) {
+  expect_equals_one_process({1, 2, 2, "default"});
+  expect_equals_one_process({1, 4, 2, "always"});
+}
+
+TEST(FullyShard, HybridShardsWithinReplicasAndReducesAcrossThem) {
+  expect_equals_one_process({2, 2, 1, "default"});
+  expect_equals_one_process({2, 2, 2, "never"});
+}
+
+TEST(FullyShard, EveryReshardPolicyGivesTheSameNumbers) {
+  for (const char* policy : {"default", "always", "never"}) {
+    expect_equals_one_process({1, 2, 1, policy});
+  }
+}
+
+}  // namespace
+}  // namespace baton
