@@ -278,22 +278,12 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
     return nullptr;
   }
   const auto& p = config_.parallelism;
-  if (dims_.dp_shard > 1) {
-    throw_config_error(
-        config_.first_origin(
-            {"checkpoint.enable",
-             "checkpoint.model_only_export",
-             "parallelism.data_parallel_shard_degree"}),
-        "checkpoint.enable: true with parallelism.data_parallel_shard_degree " +
-            std::to_string(dims_.dp_shard) +
-            " is not supported yet (sharded checkpoints are part of #17); "
-            "allowed: data_parallel_shard_degree 1 when checkpointing");
-  }
   CheckpointLayout layout;
   layout.rank = env_.rank;
   layout.world_size = env_.world_size;
   layout.dp_rank = mesh().coord().dp(dims_);
   layout.dp_size = dims_.dp();
+  layout.dp_replicate_rank = mesh().coord().dp_replicate;
   layout.pp = dims_.pp;
   if (dims_.pp_enabled()) {
     layout.stages_per_rank = p.pipeline_parallel_stages_per_rank;

@@ -68,6 +68,8 @@ std::vector<std::string> all_gather_strings(
 }
 
 const std::string kTag = "[checkpoint] ";
+/// The export pieces' metadata key of a slice's place: "slice:<fqn>".
+const std::string kSlicePrefix = "slice:";
 
 [[noreturn]] void fail(const std::string& what) {
   throw CheckpointError(kTag + what);
@@ -211,12 +213,54 @@ at::Tensor read_checked(
   return t;
 }
 
+/// Elements in common between the box of `shape` at `offsets` and the
+/// other box (0-d boxes: one).
+int64_t overlap(
+    const std::vector<int64_t>& offsets,
+    const std::vector<int64_t>& shape,
+    const std::vector<int64_t>& other_offsets,
+    const std::vector<int64_t>& other_shape) {
+  int64_t n = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    const int64_t lo = std::max(offsets[d], other_offsets[d]);
+    const int64_t hi =
+        std::min(offsets[d] + shape[d], other_offsets[d] + other_shape[d]);
+    n *= std::max<int64_t>(0, hi - lo);
+  }
+  return n;
+}
+
+/// Copies the part of `src` (a slice at `src_offsets` of the whole tensor)
+/// that falls in `dst` (a slice at `dst_offsets`); returns its elements.
+int64_t copy_overlap(
+    const at::Tensor& src,
+    const std::vector<int64_t>& src_offsets,
+    at::Tensor& dst,
+    const std::vector<int64_t>& dst_offsets) {
+  at::Tensor from = src;
+  at::Tensor to = dst;
+  for (int64_t d = 0; d < src.dim(); ++d) {
+    const int64_t lo = std::max(src_offsets[d], dst_offsets[d]);
+    const int64_t hi =
+        std::min(src_offsets[d] + src.size(d), dst_offsets[d] + dst.size(d));
+    if (hi <= lo) {
+      return 0;
+    }
+    from = from.narrow(d, lo - src_offsets[d], hi - lo);
+    to = to.narrow(d, lo - dst_offsets[d], hi - lo);
+  }
+  to.copy_(from);
+  return from.numel();
+}
+
 }  // namespace
 
 struct CheckpointManager::Snapshot {
   TrainState state;
   /// This rank's tensors (empty on DP replicas other than 0).
   std::vector<SafetensorsItem> items;
+  /// Of those, the slices of tensors sharded across ranks, by name.
+  std::map<std::string, ParamSlice> slices;
   /// This rank's loader and RNG state and the scheduler's step.
   json meta;
 };
@@ -283,28 +327,49 @@ CheckpointManager::Snapshot CheckpointManager::snapshot(
     return copy ? t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true)
                 : t.detach();
   };
-  if (layout_.dp_rank == 0) {
-    for (size_t i = 0; i < parts_.size(); ++i) {
-      const auto named = parts_[i].module().named_parameters();
-      for (const auto& item : named) {
-        s.items.push_back(safetensors_item(item.key(), keep(item.value())));
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    for (const auto& item : parts_[i].module().named_parameters()) {
+      const std::string& fqn = item.key();
+      const at::Tensor& p = item.value();
+      const ParamSlice* slice = parts_[i].slice(fqn);
+      // A whole tensor is the same on every data-parallel rank: DP rank 0
+      // writes it. A slice is this rank's own: every rank of replica 0
+      // writes its (non-empty) slice, and the one at offset 0 the step.
+      const bool write_tensor =
+          slice ? layout_.dp_replicate_rank == 0 && p.numel() > 0
+                : layout_.dp_rank == 0;
+      const bool write_step = slice ? layout_.dp_replicate_rank == 0 &&
+                                          std::all_of(
+                                              slice->offsets.begin(),
+                                              slice->offsets.end(),
+                                              [](int64_t o) { return o == 0; })
+                                    : layout_.dp_rank == 0;
+      if (!write_tensor && !write_step) {
+        continue;
       }
-      for (const auto& item : named) {
-        const at::Tensor& p = item.value();
-        const auto* st = adam_state(optimizers_[i], p, item.key());
-        // Before its first step a parameter has no state: zeros and step 0
-        // are what AdamW would start from.
+      const auto* st = adam_state(optimizers_[i], p, fqn);
+      if (write_tensor) {
+        // Before its first step a parameter has no state: zeros are what
+        // AdamW would start from.
         const at::Tensor zeros =
             at::zeros(p.sizes(), p.options().device(at::kCPU));
-        const at::Tensor state_tensors[] = {
-            st ? keep(st->exp_avg()) : zeros,
-            st ? keep(st->exp_avg_sq()) : zeros,
-            at::scalar_tensor(st ? st->step() : 0, at::kLong)};
-        for (size_t f = 0; f < 3; ++f) {
-          s.items.push_back(safetensors_item(
-              optimizer_fqn(item.key(), kOptimizerFields[f]),
-              state_tensors[f]));
+        const std::pair<std::string, at::Tensor> tensors[] = {
+            {fqn, keep(p)},
+            {optimizer_fqn(fqn, kOptimizerFields[0]),
+             st ? keep(st->exp_avg()) : zeros},
+            {optimizer_fqn(fqn, kOptimizerFields[1]),
+             st ? keep(st->exp_avg_sq()) : zeros}};
+        for (const auto& [name, t] : tensors) {
+          s.items.push_back(safetensors_item(name, t));
+          if (slice) {
+            s.slices[name] = *slice;
+          }
         }
+      }
+      if (write_step) {
+        s.items.push_back(safetensors_item(
+            optimizer_fqn(fqn, kOptimizerFields[2]),
+            at::scalar_tensor(st ? st->step() : 0, at::kLong)));
       }
     }
   }
@@ -348,7 +413,7 @@ void CheckpointManager::save(const TrainState& state) {
     s = snapshot(state, /*copy=*/config_.async);
   } catch (const std::exception& e) {
     // write() still meets the other ranks, and they all fail together.
-    s = Snapshot{state, {}, {{"error", e.what()}}};
+    s = Snapshot{state, {}, {}, {{"error", e.what()}}};
   }
   if (!config_.async) {
     write(s);
@@ -390,11 +455,18 @@ void CheckpointManager::write(const Snapshot& s) {
       }
       for (const auto& e :
            write_safetensors((tmp / file).string(), s.items, options)) {
-        meta["tensors"][e.name] = {
-            {"file", file},
-            {"dtype", safetensors_dtype(e.dtype)},
-            {"shape", e.shape},
-            {"crc32", e.crc32}};
+        const std::string dtype = safetensors_dtype(e.dtype);
+        const auto slice = s.slices.find(e.name);
+        meta["tensors"][e.name] =
+            slice == s.slices.end()
+                ? json{{"file", file}, {"dtype", dtype}, {"shape", e.shape}, {"crc32", e.crc32}}
+                : checkpoint_index::slice_json(
+                      file,
+                      dtype,
+                      slice->second.global_shape,
+                      slice->second.offsets,
+                      e.shape,
+                      e.crc32);
       }
     }
   } catch (const std::exception& e) {
@@ -530,7 +602,10 @@ int64_t CheckpointManager::choose_step() const {
 struct CheckpointManager::Wanted {
   std::string fqn;
   at::ScalarType dtype;
+  /// This rank's shape of it, and where that sits in the whole tensor.
   std::vector<int64_t> shape;
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> offsets;
 };
 
 struct CheckpointManager::Staged {
@@ -609,13 +684,19 @@ std::vector<CheckpointManager::Wanted> CheckpointManager::wanted_tensors()
   for (const auto& part : parts_) {
     for (const auto& item : part->module().named_parameters()) {
       const at::Tensor& p = item.value();
-      wanted.push_back({item.key(), p.scalar_type(), p.sizes().vec()});
+      const ParamSlice* slice = part->slice(item.key());
+      Wanted w{item.key(), p.scalar_type(), p.sizes().vec(), {}, {}};
+      w.global_shape = slice ? slice->global_shape : w.shape;
+      w.offsets =
+          slice ? slice->offsets : std::vector<int64_t>(w.shape.size(), 0);
+      wanted.push_back(w);
       for (const char* field : kOptimizerFields) {
-        const bool step_count = std::strcmp(field, "step") == 0;
-        wanted.push_back(
-            {optimizer_fqn(item.key(), field),
-             step_count ? at::kLong : p.scalar_type(),
-             step_count ? std::vector<int64_t>{} : p.sizes().vec()});
+        Wanted f = w;
+        f.fqn = optimizer_fqn(item.key(), field);
+        if (std::strcmp(field, "step") == 0) {
+          f = {f.fqn, at::kLong, {}, {}, {}};
+        }
+        wanted.push_back(std::move(f));
       }
     }
   }
@@ -663,36 +744,65 @@ void CheckpointManager::stage_tensors(
           entry.value("file", "?") + ") is not in the model");
     }
   }
-  // This rank's tensors by file, so that each file is opened once.
-  std::map<std::string, std::vector<const Wanted*>> by_file;
-  std::map<std::string, uint32_t> crcs;
+  // The saved slices each of this rank's tensors needs (a whole tensor is
+  // one slice), by file, so that each file is opened once.
+  struct Need {
+    const Wanted* wanted;
+    checkpoint_index::TensorSlice slice;
+  };
+  std::map<std::string, std::vector<Need>> by_file;
   for (const auto& w : wanted) {
     const auto entry = checkpoint_index::tensor_entry(index, w.fqn, index_path);
-    if (entry.dtype != safetensors_dtype(w.dtype) || entry.shape != w.shape) {
+    if (entry.dtype != safetensors_dtype(w.dtype) ||
+        entry.shape != w.global_shape) {
+      const bool whole =
+          entry.slices.size() == 1 && entry.slices.front().shape == entry.shape;
       fail(
-          (dir / entry.file).string() + ": tensor '" + w.fqn + "' is " +
-          entry.dtype + " " + shape_string(entry.shape) +
-          ", but the model's is " + safetensors_dtype(w.dtype) + " " +
-          shape_string(w.shape));
+          (whole ? (dir / entry.slices.front().file).string() : index_path) +
+          ": tensor '" + w.fqn + "' is " + entry.dtype + " " +
+          shape_string(entry.shape) + ", but the model's is " +
+          safetensors_dtype(w.dtype) + " " + shape_string(w.global_shape));
     }
-    crcs[w.fqn] = entry.crc32;
-    by_file[entry.file].push_back(&w);
+    staged.tensors[w.fqn] = at::empty(w.shape, w.dtype);
+    for (const auto& slice : entry.slices) {
+      if (overlap(w.offsets, w.shape, slice.offsets, slice.shape) > 0 ||
+          w.shape.empty()) {
+        by_file[slice.file].push_back({&w, slice});
+      }
+    }
   }
-  for (const auto& [file, list] : by_file) {
+  std::map<std::string, int64_t> covered;
+  for (const auto& [file, needs] : by_file) {
     const std::string path = (dir / file).string();
     std::unique_ptr<SafetensorsReader> reader;
     try {
       reader = std::make_unique<SafetensorsReader>(path);
     } catch (const CheckpointError& e) {
       fail(
-          untagged(e.what()) + " (it holds tensor '" + list.front()->fqn + "'" +
-          (list.size() > 1 ? " and " + std::to_string(list.size() - 1) + " more"
-                           : "") +
+          untagged(e.what()) + " (it holds tensor '" +
+          needs.front().wanted->fqn + "'" +
+          (needs.size() > 1
+               ? " and " + std::to_string(needs.size() - 1) + " more"
+               : "") +
           ")");
     }
-    for (const Wanted* w : list) {
-      staged.tensors[w->fqn] =
-          read_checked(*reader, w->fqn, w->dtype, w->shape, crcs.at(w->fqn));
+    for (const auto& [w, slice] : needs) {
+      const at::Tensor t =
+          read_checked(*reader, w->fqn, w->dtype, slice.shape, slice.crc32);
+      covered[w->fqn] +=
+          copy_overlap(t, slice.offsets, staged.tensors.at(w->fqn), w->offsets);
+    }
+  }
+  for (const auto& w : wanted) {
+    int64_t numel = 1;
+    for (const int64_t d : w.shape) {
+      numel *= d;
+    }
+    if (covered[w.fqn] != numel) {
+      fail(
+          index_path + ": tensor '" + w.fqn + "': its slices hold " +
+          std::to_string(covered[w.fqn]) + " of the " + std::to_string(numel) +
+          " elements this rank needs at offsets " + shape_string(w.offsets));
     }
   }
 }
@@ -809,20 +919,32 @@ void CheckpointManager::export_model(const TrainState& state) {
     error = e.what();
   }
   throw_any(*group_, error);
-  // Each part's weights once (DP rank 0), converted one tensor at a time.
+  // Each part's weights once (whole ones from DP rank 0, the slices of
+  // sharded ones from replica 0's ranks, where the piece's metadata says),
+  // converted one tensor at a time.
   try {
-    if (layout_.dp_rank == 0) {
-      std::vector<SafetensorsItem> items;
-      for (const auto& part : parts_) {
-        for (const auto& item : part->module().named_parameters()) {
-          const at::Tensor p = item.value().detach();
-          items.push_back({item.key(), dtype, p.sizes().vec(), [p, dtype] {
-                             return p.to(at::kCPU).to(dtype);
-                           }});
+    std::vector<SafetensorsItem> items;
+    SafetensorsWriteOptions options;
+    options.sync = false;
+    for (const auto& part : parts_) {
+      for (const auto& item : part->module().named_parameters()) {
+        const at::Tensor p = item.value().detach();
+        const ParamSlice* slice = part->slice(item.key());
+        if (slice ? layout_.dp_replicate_rank != 0 || p.numel() == 0
+                  : layout_.dp_rank != 0) {
+          continue;
         }
+        if (slice) {
+          options.metadata[kSlicePrefix + item.key()] = json{
+              {"offsets", slice->offsets},
+              {"shape", slice->global_shape}}.dump();
+        }
+        items.push_back({item.key(), dtype, p.sizes().vec(), [p, dtype] {
+                           return p.to(at::kCPU).to(dtype);
+                         }});
       }
-      SafetensorsWriteOptions options;
-      options.sync = false;
+    }
+    if (!items.empty()) {
       write_safetensors(
           (tmp / ("piece-" + rank_file_name(layout_.rank))).string(),
           items,
@@ -847,28 +969,59 @@ void CheckpointManager::merge_export(
     const fs::path& tmp,
     const fs::path& dir,
     std::chrono::steady_clock::time_point start) const {
-  // The pieces become one file sorted by name, a tensor at a time.
+  // The pieces become one file sorted by name, a tensor at a time, each
+  // sharded one assembled from its slices.
+  struct Piece {
+    const SafetensorsReader* reader;
+    SafetensorsEntry entry;
+    std::vector<int64_t> offsets;
+    std::vector<int64_t> global_shape;
+  };
   std::vector<std::unique_ptr<SafetensorsReader>> pieces;
-  std::map<std::string, std::pair<const SafetensorsReader*, SafetensorsEntry>>
-      by_name;
+  std::map<std::string, std::vector<Piece>> by_name;
   for (const auto& entry : fs::directory_iterator(tmp)) {
     if (entry.path().filename().string().rfind("piece-", 0) != 0) {
       continue;
     }
     pieces.push_back(
         std::make_unique<SafetensorsReader>(entry.path().string()));
-    for (const auto& e : pieces.back()->entries()) {
-      by_name[e.name] = {pieces.back().get(), e};
+    const auto& reader = *pieces.back();
+    for (const auto& e : reader.entries()) {
+      Piece piece{&reader, e, std::vector<int64_t>(e.shape.size(), 0), e.shape};
+      const auto it = reader.metadata().find(kSlicePrefix + e.name);
+      if (it != reader.metadata().end()) {
+        const json where = json::parse(it->second);
+        piece.offsets = where.at("offsets").get<std::vector<int64_t>>();
+        piece.global_shape = where.at("shape").get<std::vector<int64_t>>();
+      }
+      by_name[e.name].push_back(std::move(piece));
     }
   }
   std::vector<SafetensorsItem> items;
-  for (const auto& [name, source] : by_name) {
-    const auto& [reader, e] = source;
-    items.push_back({name, e.dtype, e.shape, [reader = reader, e = e] {
-                       at::Tensor t = at::empty(e.shape, e.dtype);
-                       reader->read_bytes(e, t.data_ptr());
-                       return t;
-                     }});
+  for (const auto& [name, list] : by_name) {
+    const auto& first = list.front();
+    items.push_back(
+        {name, first.entry.dtype, first.global_shape, [list = list] {
+           const auto& head = list.front();
+           at::Tensor whole = at::empty(head.global_shape, head.entry.dtype);
+           int64_t filled = 0;
+           for (const auto& piece : list) {
+             at::Tensor t = at::empty(piece.entry.shape, piece.entry.dtype);
+             piece.reader->read_bytes(piece.entry, t.data_ptr());
+             filled += copy_overlap(
+                 t,
+                 piece.offsets,
+                 whole,
+                 std::vector<int64_t>(head.global_shape.size(), 0));
+           }
+           if (filled != whole.numel()) {
+             throw std::logic_error(
+                 "[checkpoint] export: tensor '" + head.entry.name +
+                 "': its pieces hold " + std::to_string(filled) + " of " +
+                 std::to_string(whole.numel()) + " elements");
+           }
+           return whole;
+         }});
   }
   SafetensorsWriteOptions options;
   options.metadata = {{"format", "pt"}, {"step", std::to_string(state.step)}};

@@ -32,6 +32,9 @@ struct CheckpointLayout {
   /// per DP rank, and only DP rank 0 writes tensors (replicas hold the same).
   int64_t dp_rank = 0;
   int64_t dp_size = 1;
+  /// This rank's index among the replicas: with sharded data parallel the
+  /// ranks of replica 0 each write their slices.
+  int64_t dp_replicate_rank = 0;
   /// The parallel layout, recorded in the index; RNG states are restored
   /// only under the same one.
   int64_t pp = 1;
@@ -46,17 +49,21 @@ struct CheckpointLayout {
 /// Saves and restores everything a run needs to continue as if it had not
 /// stopped, in a form that does not depend on the layout. A save at step N
 /// writes `<dump_folder>/<checkpoint.folder>/step-N/`:
-///   - `rank-RRRRR.safetensors` from each rank with DP index 0: its parts'
-///     parameters under their FQNs (`layers.3.attention.wq.weight`) and the
-///     AdamW state as `optimizer.<fqn>.exp_avg`, `.exp_avg_sq`, `.step`;
+///   - `rank-RRRRR.safetensors` from the ranks of DP index 0 (and, for
+///     tensors sharded across ranks, from every rank of replica 0, each its
+///     slice): its parts' parameters under their FQNs
+///     (`layers.3.attention.wq.weight`) and the AdamW state as
+///     `optimizer.<fqn>.exp_avg`, `.exp_avg_sq`, `.step`;
 ///   - `index.json`: every tensor's file, dtype, shape and CRC-32, the train
 ///     state, the LR scheduler's step, each DP rank's loader state and each
 ///     rank's RNG state.
 /// The folder is written as `step-N.partial`, fsynced, then renamed, so a
 /// crash mid-save leaves the earlier checkpoints whole. Any pp degree,
-/// stage count, schedule or DP degree loads a checkpoint written by any
-/// other: ranks read the FQNs they hold. The loader state is restored when
-/// the DP degree matches and skipped with a warning otherwise.
+/// stage count, schedule, DP degree or dp_shard degree loads a checkpoint
+/// written by any other: ranks read the FQNs they hold, each the part of
+/// every saved slice that falls in its own slice (ModelPart::slice). The loader
+/// state is restored when the DP degree matches and skipped with a warning
+/// otherwise.
 ///
 /// Loading checks everything before changing anything: a truncated file,
 /// a checksum mismatch, a missing or extra FQN, or a shape or dtype

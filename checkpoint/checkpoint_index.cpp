@@ -90,26 +90,75 @@ std::string describe_layout(const json& l) {
   return text;
 }
 
-TensorEntry tensor_entry(
-    const json& index, const std::string& fqn, const std::string& index_path) {
-  TensorEntry t;
-  try {
-    const json& entry = index.at("tensors").at(fqn);
-    t.file = entry.at("file").get<std::string>();
-    t.dtype = entry.at("dtype").get<std::string>();
-    t.shape = entry.at("shape").get<std::vector<int64_t>>();
-    const auto crc = entry.at("crc32").get<int64_t>();
-    if (crc < 0 || crc > UINT32_MAX) {
-      throw std::out_of_range("crc32 " + std::to_string(crc));
-    }
-    t.crc32 = static_cast<uint32_t>(crc);
-  } catch (const std::exception& e) {
-    fail(index_path + ": tensor '" + fqn + "': bad entry (" + e.what() + ")");
+namespace {
+
+TensorSlice parse_slice(
+    const json& j,
+    int64_t dims,
+    const std::string& fqn,
+    const std::string& index_path) {
+  TensorSlice t;
+  t.file = j.at("file").get<std::string>();
+  t.shape = j.at("shape").get<std::vector<int64_t>>();
+  t.offsets = j.contains("offsets")
+                  ? j.at("offsets").get<std::vector<int64_t>>()
+                  : std::vector<int64_t>(t.shape.size(), 0);
+  const auto crc = j.at("crc32").get<int64_t>();
+  if (crc < 0 || crc > UINT32_MAX) {
+    throw std::out_of_range("crc32 " + std::to_string(crc));
+  }
+  t.crc32 = static_cast<uint32_t>(crc);
+  if (static_cast<int64_t>(t.shape.size()) != dims ||
+      static_cast<int64_t>(t.offsets.size()) != dims) {
+    throw std::out_of_range("a slice of another rank than the tensor");
   }
   if (t.file.empty() || t.file.find('/') != std::string::npos) {
     fail(index_path + ": bad file name '" + t.file + "'");
   }
   return t;
+}
+
+}  // namespace
+
+TensorEntry tensor_entry(
+    const json& index, const std::string& fqn, const std::string& index_path) {
+  TensorEntry t;
+  try {
+    const json& entry = index.at("tensors").at(fqn);
+    t.dtype = entry.at("dtype").get<std::string>();
+    t.shape = entry.at("shape").get<std::vector<int64_t>>();
+    const auto dims = static_cast<int64_t>(t.shape.size());
+    if (entry.contains("slices")) {
+      for (const auto& slice : entry.at("slices")) {
+        t.slices.push_back(parse_slice(slice, dims, fqn, index_path));
+      }
+    } else {
+      t.slices.push_back(parse_slice(entry, dims, fqn, index_path));
+    }
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(index_path + ": tensor '" + fqn + "': bad entry (" + e.what() + ")");
+  }
+  return t;
+}
+
+json slice_json(
+    const std::string& file,
+    const std::string& dtype,
+    const std::vector<int64_t>& global_shape,
+    const std::vector<int64_t>& offsets,
+    const std::vector<int64_t>& shape,
+    uint32_t crc32) {
+  return {
+      {"dtype", dtype},
+      {"shape", global_shape},
+      {"slices",
+       json::array(
+           {{{"file", file},
+             {"offsets", offsets},
+             {"shape", shape},
+             {"crc32", crc32}}})}};
 }
 
 json read_index(const std::filesystem::path& dir) {
@@ -155,17 +204,55 @@ json make_index(
   for (const auto& text : rank_metas) {
     const json m = json::parse(text);
     for (const auto& [name, entry] : m["tensors"].items()) {
-      if (index["tensors"].contains(name)) {
+      json& merged = index["tensors"][name];
+      if (merged.is_null()) {
+        merged = entry;
+      } else if (merged.contains("slices") && entry.contains("slices")) {
+        for (const auto& slice : entry["slices"]) {
+          merged["slices"].push_back(slice);
+        }
+      } else {
         throw std::logic_error(
             "[checkpoint] tensor '" + name + "': written by two ranks");
       }
-      index["tensors"][name] = entry;
     }
     if (!m["loader"].is_null()) {
       index["dataloader"]["states"]
            [std::to_string(m["dp_rank"].get<int64_t>())] = m["loader"];
     }
     index["rng"][std::to_string(m["rank"].get<int64_t>())] = m["rng"];
+  }
+  // Every element of a sharded tensor in exactly one slice: inside it, and
+  // the slices' sizes adding up to it.
+  for (const auto& [name, entry] : index["tensors"].items()) {
+    if (!entry.contains("slices")) {
+      continue;
+    }
+    const auto whole = entry["shape"].get<std::vector<int64_t>>();
+    int64_t covered = 0;
+    for (const auto& slice : entry["slices"]) {
+      const auto offsets = slice["offsets"].get<std::vector<int64_t>>();
+      const auto shape = slice["shape"].get<std::vector<int64_t>>();
+      int64_t n = 1;
+      for (size_t d = 0; d < whole.size(); ++d) {
+        if (offsets[d] < 0 || offsets[d] + shape[d] > whole[d]) {
+          throw std::logic_error(
+              "[checkpoint] tensor '" + name + "': a slice outside it");
+        }
+        n *= shape[d];
+      }
+      covered += n;
+    }
+    int64_t numel = 1;
+    for (const int64_t d : whole) {
+      numel *= d;
+    }
+    if (covered != numel) {
+      throw std::logic_error(
+          "[checkpoint] tensor '" + name + "': slices hold " +
+          std::to_string(covered) + " of its " + std::to_string(numel) +
+          " elements");
+    }
   }
   return index;
 }

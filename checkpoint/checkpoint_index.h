@@ -43,12 +43,23 @@ bool same_layout(const nlohmann::json& saved, const CheckpointLayout& layout);
 /// "pp 2, 2 stages per rank (Interleaved1F1B), dp 1" for a log line.
 std::string describe_layout(const nlohmann::json& layout);
 
-/// One tensor's entry in the index.
-struct TensorEntry {
+/// Where one saved piece of a tensor is: its file, its first index along
+/// each dimension of the whole tensor, its own shape, its CRC-32.
+struct TensorSlice {
   std::string file;
-  std::string dtype;
+  std::vector<int64_t> offsets;
   std::vector<int64_t> shape;
   uint32_t crc32 = 0;
+};
+
+/// One tensor's entry in the index: its dtype, whole shape and the slices
+/// that hold it. In the file a tensor saved whole is `{"file", "dtype",
+/// "shape", "crc32"}`; a sharded one is `{"dtype", "shape", "slices":
+/// [{"file", "offsets", "shape", "crc32"}, ...]}`, the slices tiling it.
+struct TensorEntry {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::vector<TensorSlice> slices;
 };
 /// The entry of `fqn` in `index`; throws CheckpointError naming
 /// `index_path` and the tensor when it is missing or malformed.
@@ -57,13 +68,26 @@ TensorEntry tensor_entry(
     const std::string& fqn,
     const std::string& index_path);
 
+/// An index entry for the piece `shape` at `offsets` of a tensor of
+/// `global_shape` that one rank wrote to `file` (make_index merges the
+/// ranks' pieces).
+nlohmann::json slice_json(
+    const std::string& file,
+    const std::string& dtype,
+    const std::vector<int64_t>& global_shape,
+    const std::vector<int64_t>& offsets,
+    const std::vector<int64_t>& shape,
+    uint32_t crc32);
+
 /// The index of the checkpoint in `dir`, its format and version checked;
 /// throws CheckpointError naming the file.
 nlohmann::json read_index(const std::filesystem::path& dir);
 
 /// The index of a save: format, step, counters and layout, and what every
 /// rank reported in `rank_metas` (each one's tensors, loader and RNG
-/// state). Throws std::logic_error when two ranks wrote one tensor.
+/// state), the slices of a sharded tensor merged into its entry. Throws
+/// std::logic_error when two ranks wrote one whole tensor, or when a
+/// tensor's slices do not tile it.
 nlohmann::json make_index(
     int64_t step,
     int64_t tokens_seen,

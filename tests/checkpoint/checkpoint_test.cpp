@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "checkpoint/safetensors.h"
 #include "data/dataloader.h"
@@ -183,6 +184,99 @@ TEST(Checkpoint, PipelinedSaveResumesUnderOtherLayouts) {
           1e-5 * reference[5 + i].second)
           << config << " step " << after[i].first;
     }
+  }
+}
+
+/// Runs `saved` (10 steps, saves at 5 and 10) and resumes its step 5 under
+/// each of `layouts` (config, nproc, extra flags); each must continue the
+/// straight run's losses.
+void expect_resumes_under(
+    const std::string& config,
+    int nproc,
+    const std::string& extra,
+    const std::string& name,
+    const std::vector<std::tuple<std::string, int, std::string>>& layouts) {
+  const auto saved = fresh_dir("ck_" + name);
+  const auto r = train(config, saved, extra, nproc);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto reference = losses(saved);
+  ASSERT_EQ(reference.size(), 10u);
+  for (const auto& [config2, nproc2, extra2] : layouts) {
+    SCOPED_TRACE(config2 + extra2);
+    const auto dump = stopped_at(saved, 5, "ck_" + name + "_resumed");
+    const auto r2 = train(config2, dump, extra2, nproc2);
+    ASSERT_EQ(r2.code, 0) << r2.output;
+    EXPECT_NE(r2.output.find("resumed from step 5"), std::string::npos);
+    const auto after = losses(dump);
+    ASSERT_EQ(after.size(), 5u);
+    for (size_t i = 0; i < 5; ++i) {
+      EXPECT_NEAR(
+          after[i].second,
+          reference[5 + i].second,
+          1e-5 * reference[5 + i].second)
+          << "step " << after[i].first;
+    }
+  }
+}
+
+const std::string kShard2 = " --parallelism.data_parallel_shard_degree=2";
+const std::string kReplicate2 =
+    " --parallelism.data_parallel_replicate_degree=2";
+
+TEST(Checkpoint, ShardedSavesSlicesAndResumesUnderOtherLayouts) {
+  // dp_shard 2 saves each rank's rows; the index tiles each tensor with them.
+  const auto saved = fresh_dir("ck_fsdp_index");
+  ASSERT_EQ(train("debug_model", saved, kShard2, 2).code, 0);
+  const json index = read_json(step_dir(saved, 5) / "index.json");
+  EXPECT_EQ(index["layout"]["dp_shard"], 2);
+  const json& wq = index["tensors"]["layers.0.attention.wq.weight"];
+  EXPECT_EQ(wq["shape"], json::array({256, 256}));
+  ASSERT_EQ(wq["slices"].size(), 2u);
+  EXPECT_EQ(wq["slices"][1]["offsets"], json::array({128, 0}));
+  EXPECT_EQ(wq["slices"][1]["file"], "rank-00001.safetensors");
+  // The steps are scalars, written once.
+  EXPECT_EQ(
+      index["tensors"]["optimizer.norm.weight.step"]["file"],
+      "rank-00000.safetensors");
+  // Same data-parallel degree (so the same data): unsharded, sharded under
+  // a pipeline, and back.
+  expect_resumes_under(
+      "debug_model",
+      2,
+      kShard2,
+      "fsdp_out",
+      {{"debug_model", 2, kReplicate2},
+       {"debug_pp_1f1b",
+        4,
+        kShard2 + " --parallelism.fsdp_reshard_after_"
+                  "forward=always"},
+       {"debug_pp_zbv", 4, kReplicate2}});
+  expect_resumes_under(
+      "debug_pp_zbv",
+      4,
+      kReplicate2,
+      "fsdp_in",
+      {{"debug_model", 2, kShard2}, {"debug_pp_1f1b", 4, kShard2}});
+}
+
+TEST(Checkpoint, AShardedRunExportsWholeTensors) {
+  // The export of dp_shard 2 equals the one of the same run unsharded
+  // (dp_replicate 2): whole tensors, assembled from the ranks' rows.
+  const std::string exported = " --checkpoint.model_only_export=true";
+  const auto sharded = fresh_dir("ck_fsdp_export");
+  ASSERT_EQ(train("debug_model", sharded, kShard2 + exported, 2).code, 0);
+  const auto replicated = fresh_dir("ck_fsdp_export_reference");
+  ASSERT_EQ(
+      train("debug_model", replicated, kReplicate2 + exported, 2).code, 0);
+  const SafetensorsReader a(
+      (sharded / "checkpoint" / "export" / "model.safetensors").string());
+  const SafetensorsReader b(
+      (replicated / "checkpoint" / "export" / "model.safetensors").string());
+  ASSERT_EQ(a.entries().size(), b.entries().size());
+  for (const auto& e : b.entries()) {
+    ASSERT_NE(a.find(e.name), nullptr) << e.name;
+    EXPECT_TRUE(torch::allclose(a.read(e.name), b.read(e.name), 1e-4, 1e-6))
+        << e.name;
   }
 }
 
