@@ -20,6 +20,24 @@ void OptimizersContainer::zero_grad() {
   for_each([](torch::optim::Optimizer& o) { o.zero_grad(); });
 }
 
+int64_t OptimizersContainer::state_bytes() const {
+  const auto bytes = [](const at::Tensor& t) {
+    return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size())
+                       : int64_t{0};
+  };
+  int64_t total = 0;
+  for (const auto& optimizer : optimizers_) {
+    for (const auto& [key, state] : optimizer->state()) {
+      if (const auto* adam =
+              dynamic_cast<const torch::optim::AdamWParamState*>(state.get())) {
+        total += bytes(adam->exp_avg()) + bytes(adam->exp_avg_sq()) +
+                 bytes(adam->max_exp_avg_sq());
+      }
+    }
+  }
+  return total;
+}
+
 Registry<OptimizerCreator>& optimizer_registry() {
   static Registry<OptimizerCreator> registry("optimizer");
   return registry;

@@ -32,6 +32,9 @@ class OptimizersContainer {
   torch::optim::Optimizer& operator[](size_t i) const {
     return *optimizers_.at(i);
   }
+  /// Bytes of the optimizers' per-parameter state tensors on this rank
+  /// (AdamW's moments; other optimizers' states count as 0).
+  int64_t state_bytes() const;
   /// Calls `f(optimizer)` for each optimizer, in part order.
   template <class F>
   void for_each(F&& f) const {

@@ -31,6 +31,22 @@ Trainer::Trainer(const JobConfig& config, TrainerComponents components)
 
 Trainer::~Trainer() = default;
 
+void Trainer::log_memory() const {
+  int64_t params = 0;
+  int64_t grads = 0;
+  for (const auto& p : c_.model_parts.parameters()) {
+    params += p.numel() * static_cast<int64_t>(p.element_size());
+    if (p.grad().defined()) {
+      grads += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
+    }
+  }
+  const auto mib = [](int64_t b) { return static_cast<double>(b) / (1 << 20); };
+  LOG(INFO) << "memory: this rank holds " << mib(params)
+            << " MiB of parameters, " << mib(grads) << " MiB of gradients and "
+            << mib(c_.optimizers->state_bytes())
+            << " MiB of optimizer state after the first step";
+}
+
 StepMetrics Trainer::train_step() {
   ++step_;
   FaultInjection::get().at_step_start(c_.rank, step_);
@@ -60,6 +76,9 @@ StepMetrics Trainer::train_step() {
                  << "; skipping the optimizer step";
   }
   c_.lr_schedulers->step();
+  if (!first_step_done_) {
+    log_memory();
+  }
   if (c_.runtime && !first_step_done_) {
     // The first step may compile, allocate and warm up; later ones get the
     // (shorter) training timeout.

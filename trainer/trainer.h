@@ -76,6 +76,10 @@ class Trainer {
   }
 
  private:
+  /// The start-up log's line of this rank's parameter, gradient and
+  /// optimizer-state bytes.
+  void log_memory() const;
+
   JobConfig config_;
   TrainerComponents c_;
   int64_t step_ = 0;

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <deque>
 #include <mutex>
 #include <stdexcept>
 
@@ -108,29 +109,38 @@ void Unit::wait_for_unshard() {
   }
   unshard();
   gather_.wait();
+  gather_ = dist::Work();  // it holds views of the gather buffer
   torch::NoGradGuard no_grad;
   const at::Tensor chunks = gathered_.view({ranks_, chunk_numel_});
   for (auto& p : params_) {
-    // Rank r's rows of this parameter, one after the other: the whole.
-    const at::Tensor whole =
-        chunks.narrow(1, p.offset, p.rows_per_rank * p.row_numel)
-            .reshape({ranks_ * p.rows_per_rank, p.row_numel})
-            .narrow(0, 0, p.rows)
-            .view(p.full_shape);
+    at::Tensor whole;
     if (gathering_from_ == State::kSharded) {
       // First gather of the step: the shard's gradient is set aside, and
       // the parameter becomes whole (autograd accumulates whole
       // gradients into it).
       p.shard_grad = p.param.grad();
       p.param.mutable_grad() = at::Tensor();
-      p.param.set_data(whole.clone());
+      p.param.set_data(at::empty(p.full_shape, shard_flat_.options()));
+      whole = p.param.variable_data();
     } else {
       // Refilled in place, without a version bump: autograd saved this
       // parameter in the forward and checks its version in backward.
       compat::refill_storage(
           p.param,
           static_cast<size_t>(p.param.numel()) * p.param.element_size());
-      p.param.variable_data().copy_(whole);
+      whole = p.param.variable_data();
+    }
+    // Rank r's rows, straight from its chunk.
+    const at::Tensor rows = whole.view({p.rows, p.row_numel});
+    for (int64_t r = 0; r < ranks_; ++r) {
+      const int64_t first = std::min(p.rows, r * p.rows_per_rank);
+      const int64_t n = std::min(p.rows_per_rank, p.rows - first);
+      if (n > 0) {
+        rows.narrow(0, first, n)
+            .copy_(chunks[r]
+                       .narrow(0, p.offset, n * p.row_numel)
+                       .view({n, p.row_numel}));
+      }
     }
   }
   gathered_ = at::Tensor();
@@ -165,11 +175,16 @@ void Unit::reduce_grads() {
     if (!grad.defined()) {
       continue;
     }
-    at::Tensor padded =
-        at::zeros({ranks_ * p.rows_per_rank, p.row_numel}, grad.options());
-    padded.narrow(0, 0, p.rows).copy_(grad.reshape({p.rows, p.row_numel}));
-    chunks.narrow(1, p.offset, p.rows_per_rank * p.row_numel)
-        .copy_(padded.view({ranks_, p.rows_per_rank * p.row_numel}));
+    const at::Tensor rows = grad.reshape({p.rows, p.row_numel});
+    for (int64_t r = 0; r < ranks_; ++r) {
+      const int64_t first = std::min(p.rows, r * p.rows_per_rank);
+      const int64_t n = std::min(p.rows_per_rank, p.rows - first);
+      if (n > 0) {
+        chunks[r]
+            .narrow(0, p.offset, n * p.row_numel)
+            .copy_(rows.narrow(0, first, n).reshape({-1}));
+      }
+    }
     // The whole gradient is in the reduce buffer now.
     p.param.mutable_grad() = at::Tensor();
   }
@@ -185,6 +200,7 @@ void Unit::to_sharded() {
   }
   if (reducing_) {
     reduce_scatter_.wait();
+    reduce_scatter_ = dist::Work();  // it holds the exchange's buffers
     reduce_input_ = at::Tensor();
     if (groups_.replicate->size() > 1) {
       groups_.replicate->all_reduce(reduced_);
@@ -272,9 +288,33 @@ struct FullyShardedPart::State {
     done[i] = true;
     order[i]->reshard();
     if (sync) {
-      order[i]->reduce_grads();
+      reduce(i);
     }
   }
+
+  /// Starts unit i's reduce-scatter, and finishes the oldest in flight once
+  /// more than kReducing are: each holds buffers of the unit's whole size.
+  void reduce(int64_t i) {
+    order[i]->reduce_grads();
+    reducing.push_back(i);
+    while (static_cast<int64_t>(reducing.size()) > kReducing) {
+      order[reducing.front()]->to_sharded();
+      reducing.pop_front();
+    }
+  }
+
+  /// Finishes every reduce-scatter and returns every unit to its shards.
+  void finish_all() {
+    reducing.clear();
+    for (auto* unit : order) {
+      unit->to_sharded();
+    }
+  }
+
+  /// Reduce-scatters in flight at once: one overlaps the next unit's
+  /// backward.
+  static constexpr int64_t kReducing = 2;
+  std::deque<int64_t> reducing;
 
   void on_gradient(int64_t i) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -425,21 +465,20 @@ void FullyShardedPart::finish() {
       s.post_backward(static_cast<int64_t>(i));
     }
   }
-  for (auto* unit : s.order) {
-    unit->to_sharded();
-  }
   std::lock_guard<std::mutex> lock(s.mutex);
+  s.finish_all();
   s.sync = false;
   std::fill(s.done.begin(), s.done.end(), false);
 }
 
 void FullyShardedPart::reduce_now() {
-  for (auto* unit : state_->order) {
-    unit->reduce_grads();
+  auto& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  // The last units first, as a backward would have finished them.
+  for (int64_t i = static_cast<int64_t>(s.order.size()) - 1; i >= 0; --i) {
+    s.reduce(i);
   }
-  for (auto* unit : state_->order) {
-    unit->to_sharded();
-  }
+  s.finish_all();
 }
 
 // --- the applier -------------------------------------------------------------
