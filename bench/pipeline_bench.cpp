@@ -348,6 +348,72 @@ BENCHMARK(BM_P2P)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+/// One collective of fully sharded and replicated data parallel between
+/// two rank threads, on a float buffer of `bytes` (the all-reduced buffer,
+/// the gathered output, the reduce-scattered input): the median time and
+/// the bus bandwidth, as nccl-tests count it (the bytes each rank sends:
+/// 2 (n-1)/n of the buffer for an all-reduce, (n-1)/n for the others).
+void BM_Collective(benchmark::State& state, int op) {
+  const int64_t bytes = state.range(0);
+  constexpr int kRuns = 10;
+  constexpr int64_t kRanks = 2;
+  std::vector<double> seconds;
+  for (auto _ : state) {
+    run_ranks([&](int64_t rank, baton::dist::Runtime& runtime) {
+      auto& group = *runtime.world();
+      const int64_t n = std::max<int64_t>(kRanks, bytes / 4) / kRanks * kRanks;
+      auto whole = torch::ones({n});
+      auto part = torch::ones({n / kRanks});
+      for (int i = 0; i < kRuns + 2; ++i) {
+        group.barrier();
+        const auto start = std::chrono::steady_clock::now();
+        if (op == 0) {
+          group.all_reduce(whole);
+        } else if (op == 1) {
+          group.all_gather_into_async(whole, part).wait();
+        } else {
+          group.reduce_scatter(part, whole);
+        }
+        if (rank == 0 && i >= 2) {
+          seconds.push_back(std::chrono::duration<double>(
+                                std::chrono::steady_clock::now() - start)
+                                .count());
+        }
+      }
+    });
+    state.SetIterationTime(median(seconds));
+  }
+  const double t = median(seconds);
+  const double factor = (op == 0 ? 2.0 : 1.0) * (kRanks - 1) / kRanks;
+  state.counters["time_ms"] = t * 1e3;
+  state.counters["bus_GBps"] = factor * static_cast<double>(bytes) / t / 1e9;
+}
+// A debug block's parameters (3 MiB) and a small one's (12.5 MiB), and 50.
+BENCHMARK_CAPTURE(BM_Collective, all_reduce, 0)
+    ->ArgName("bytes")
+    ->Arg(3 << 20)
+    ->Arg(25 << 19)
+    ->Arg(50 << 20)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Collective, all_gather, 1)
+    ->ArgName("bytes")
+    ->Arg(3 << 20)
+    ->Arg(25 << 19)
+    ->Arg(50 << 20)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Collective, reduce_scatter, 2)
+    ->ArgName("bytes")
+    ->Arg(3 << 20)
+    ->Arg(25 << 19)
+    ->Arg(50 << 20)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -383,6 +383,74 @@ def p2p_section(pipe):
     return lines + [""]
 
 
+def collectives_section(pipe):
+    meds = gbench_medians(pipe)
+    rows = [(name, e) for name, e in meds.items() if name.startswith("BM_Collective")]
+    if not rows:
+        return []
+    lines = ["## Collectives of data parallel over Gloo (loopback, two rank threads)", "",
+             "`pipeline_bench` `BM_Collective`: median of 10 of one buffer "
+             "(the all-reduced buffer; the all-gather's output; the "
+             "reduce-scatter's input). Bus bandwidth as nccl-tests count it: "
+             "the bytes each rank sends, 2 (n-1)/n of the buffer for the "
+             "all-reduce, (n-1)/n for the others. Gloo in libtorch 1.13 has no "
+             "reduce-scatter: Baton's exchanges the chunks all-to-all and sums "
+             "locally.", "",
+             "| collective | bytes | time | bus bandwidth |", "|---|---|---|---|"]
+    for name, e in rows:
+        op = name.split("/")[1]
+        b = int(name.split("bytes:")[1].split("/")[0])
+        lines.append(f"| {op} | {b / 2**20:.1f} MiB | {e['time_ms']:.2f} ms | "
+                     f"{e['bus_GBps']:.2f} GB/s |")
+    return lines + [""]
+
+
+def fsdp_section(fsdp, targets):
+    """Fully sharded against replicated data parallel, process runs."""
+    if not fsdp:
+        return []
+    names = [r["name"] for r in fsdp["rounds"][0]]
+    med = {}
+    for name in names:
+        runs = [r for rnd in fsdp["rounds"] for r in rnd if r["name"] == name]
+        m = {k: statistics.median(r[k] for r in runs)
+             for k in ("step_s", "tokens_per_sec", "param_mib", "grad_mib",
+                       "optimizer_mib")}
+        m["rss"] = [statistics.median(r["peak_rss_mib_per_rank"][i] for r in runs)
+                    for i in range(2)]
+        if "gather_wait_s" in runs[0]:
+            m["waited"] = statistics.median(
+                (r["gather_wait_s"] + r["reduce_wait_s"]) / fsdp["steps"] for r in runs)
+        med[name] = m
+    base = med["dp_replicate2"]
+    lines = ["## Fully sharded data parallel (process runs)", "",
+             "`bench/fsdp_runs.py`: the small flavor (about 25M parameters) on two "
+             "ranks, one ATen and one OpenBLAS thread each, 4 x 256 tokens per rank "
+             f"and step, {fsdp['steps']} steps, medians of steps 3.. and of "
+             f"{len(fsdp['rounds'])} rounds (the three runs interleaved). State: "
+             "each rank's parameter + gradient + AdamW bytes (its log after the "
+             "first step). Waited: the seconds per step rank 0 spent blocked on "
+             "gathers and reduce-scatters, the communication that computation "
+             "did not hide.", "",
+             "| run | tokens/s | vs dp_replicate 2 | state per rank | vs dp_replicate 2 "
+             "| peak RSS per rank | waited per step |", "|---|---|---|---|---|---|---|"]
+    for name in names:
+        m = med[name]
+        state = m["param_mib"] + m["grad_mib"] + m["optimizer_mib"]
+        base_state = base["param_mib"] + base["grad_mib"] + base["optimizer_mib"]
+        waited = f"{m['waited'] * 1e3:.0f} ms" if "waited" in m else "-"
+        lines.append(
+            f"| {name} | {m['tokens_per_sec']:,.0f} | "
+            f"{m['tokens_per_sec'] / base['tokens_per_sec']:.2f}x | {state:.0f} MiB | "
+            f"{state / base_state:.2f}x | {m['rss'][0]:.0f} / {m['rss'][1]:.0f} MiB | "
+            f"{waited} |")
+    shard = med["dp_shard2"]
+    targets["fsdp_speed"] = shard["tokens_per_sec"] / base["tokens_per_sec"]
+    targets["fsdp_state"] = ((shard["param_mib"] + shard["grad_mib"] + shard["optimizer_mib"]) /
+                             (base["param_mib"] + base["grad_mib"] + base["optimizer_mib"]))
+    return lines + [""]
+
+
 def schedule_section(sched):
     lines = ["## Pipeline schedules as data", "",
              "`schedule_bench`: generate + lower + validate + simulate, p = 64, "
@@ -431,7 +499,7 @@ def busy_fraction(results):
 
 
 def targets_section(t):
-    lines = ["## Targets (issue #8)", ""]
+    lines = ["## Targets (issues #8 and #17)", ""]
     if t.get("busy", 0.0) > 0.25:
         lines += [
             f"Other builds ran beside this run for {100 * t['busy']:.0f} % of it "
@@ -465,6 +533,11 @@ def targets_section(t):
         lines.append("| measured bubble within 5 pp of the simulator fed each stage's "
                      "mean cost per kind of action (a prediction), every schedule | "
                      f"worst gap {gap_mean:.1f} pp | {verdict(gap_mean <= 5)} |")
+    if t.get("fsdp_state") is not None:
+        lines.append("| FSDP (#17): state per rank at dp_shard 2 <= 0.55x of dp_replicate 2 | "
+                     f"{t['fsdp_state']:.2f}x | {verdict(t['fsdp_state'] <= 0.55)} |")
+        lines.append("| FSDP (#17): tokens/s at dp_shard 2 >= 0.9x of dp_replicate 2 | "
+                     f"{t['fsdp_speed']:.2f}x | {verdict(t['fsdp_speed'] >= 0.9)} |")
     gpu = t.get("gpu")
     if gpu:
         lines.append("| GPU: `bench/gpu.sh` (Llama 3 8B-shaped layers, bf16) | "
@@ -580,6 +653,8 @@ def main():
     body += step_section(step_runs, peers, docs, targets, results)
     body += pipeline_section(pipe, runs, docs, targets)
     body += p2p_section(pipe)
+    body += fsdp_section(load(results, "fsdp_runs.json"), targets)
+    body += collectives_section(pipe)
     body += schedule_section(load(results, "schedule.json"))
     body += loader_section(load(results, "dataloader.json"))
     gpu_text = ("\n".join(gpu_section(gpu)) if gpu else

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <mutex>
 #include <stdexcept>
@@ -18,6 +19,16 @@
 #include "parallel/model_parts.h"
 
 namespace baton::fsdp {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
 
 ReshardAfterForward parse_reshard_after_forward(const std::string& text) {
   if (text == "default") {
@@ -108,7 +119,9 @@ void Unit::wait_for_unshard() {
     return;
   }
   unshard();
+  const auto start = Clock::now();
   gather_.wait();
+  gather_wait_s_ += seconds_since(start);
   gather_ = dist::Work();  // it holds views of the gather buffer
   torch::NoGradGuard no_grad;
   const at::Tensor chunks = gathered_.view({ranks_, chunk_numel_});
@@ -199,12 +212,14 @@ void Unit::to_sharded() {
     wait_for_unshard();
   }
   if (reducing_) {
+    const auto start = Clock::now();
     reduce_scatter_.wait();
     reduce_scatter_ = dist::Work();  // it holds the exchange's buffers
     reduce_input_ = at::Tensor();
     if (groups_.replicate->size() > 1) {
       groups_.replicate->all_reduce(reduced_);
     }
+    reduce_wait_s_ += seconds_since(start);
   }
   if (state_ == State::kSharded) {
     return;
@@ -449,7 +464,17 @@ FullyShardedPart::FullyShardedPart(
   }
 }
 
-FullyShardedPart::~FullyShardedPart() = default;
+FullyShardedPart::~FullyShardedPart() {
+  double gathers = 0.0;
+  double reduces = 0.0;
+  for (const auto& unit : units_) {
+    gathers += unit->gather_wait_s();
+    reduces += unit->reduce_wait_s();
+  }
+  // What communication the computation did not hide, for the benchmarks.
+  LOG(INFO) << "fully_shard: waited " << gathers << " s for gathers and "
+            << reduces << " s for reduce-scatters in all";
+}
 
 void FullyShardedPart::prepare(bool sync) {
   std::lock_guard<std::mutex> lock(state_->mutex);

@@ -87,6 +87,14 @@ class Unit {
   /// The parameters and where each lives, for the checkpoint and tests.
   struct Param;
   const std::vector<Param>& params() const;
+  /// Seconds spent blocked on this unit's gathers and reduce-scatters: the
+  /// communication that computation did not hide.
+  double gather_wait_s() const {
+    return gather_wait_s_;
+  }
+  double reduce_wait_s() const {
+    return reduce_wait_s_;
+  }
 
  private:
   enum class State { kSharded, kGathering, kUnsharded, kFreed };
@@ -109,6 +117,8 @@ class Unit {
   at::Tensor reduced_;
   dist::Work reduce_scatter_;
   bool reducing_ = false;
+  double gather_wait_s_ = 0.0;
+  double reduce_wait_s_ = 0.0;
 };
 
 struct Unit::Param {
