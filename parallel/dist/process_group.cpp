@@ -217,6 +217,16 @@ struct ProcessGroup::Impl {
   /// This group's own timeout (0: the runtime's current one).
   Millis timeout{0};
 
+  ~Impl() {
+#if defined(USE_C10D_NCCL) && BATON_TORCH_AT_LEAST(2, 4)
+    // From 2.4 an NCCL group destroyed without shutdown() warns that
+    // pending operations may be cut off; this is its only owner.
+    if (pg && backend == "nccl") {
+      static_cast<c10d::ProcessGroupNCCL&>(*pg).shutdown();
+    }
+#endif
+  }
+
   bool local() const {
     return !pg;
   }
