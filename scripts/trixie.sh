@@ -77,8 +77,9 @@ build_and_test() {
   local jobs=${JOBS:-$(nproc)}
   t0=$(date +%s)
   if [ ! -f "$build/Makefile" ]; then
+    mkdir -p "$build"
     cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release \
-      2>&1 | tee "$build.configure.log"
+      2>&1 | tee "$build/configure.log"
   fi
   cmake --build "$build" -j"$jobs"
   t1=$(date +%s)
