@@ -14,8 +14,10 @@
 # mark (an interrupted debootstrap) is made again. Every run installs what
 # scripts/setup.sh lists that the root lacks, so the package list has one
 # home. The source tree is bind-mounted at /src and built into
-# build-trixie-MODE/ (git-ignored); every mount lives in a mount namespace of
-# the script's own, so none outlives it, whatever way it ends.
+# build-trixie-MODE/ (git-ignored). The mounts live in a mount namespace of
+# the script's own, so none outlives it whatever way it ends; where none can
+# be made (inside a chroot, whose / is no mount point), an EXIT trap unmounts
+# them. One run at a time per cache folder (the .debs are shared).
 # Needs root (debootstrap, chroot, mounts); installs debootstrap if missing.
 set -euo pipefail
 
@@ -272,9 +274,7 @@ main() {
     *) usage ;;
   esac
   need_root
-  # Every mount below belongs to this namespace and goes with it; where
-  # none can be made (a container without CAP_SYS_ADMIN), the EXIT trap
-  # unmounts them.
+  # Every mount below belongs to this namespace and goes with it.
   if [ -z "${BATON_TRIXIE_NAMESPACE:-}" ]; then
     export BATON_TRIXIE_NAMESPACE=1
     if unshare --mount --propagation private true 2>/dev/null; then
@@ -287,9 +287,9 @@ main() {
   mkdir -p "$cache"
   cache=$(cd "$cache" && pwd)
   local root=$cache/trixie-$mode
-  exec 9> "$cache/trixie-$mode.lock"
+  exec 9> "$cache/lock"
   if ! flock -n 9; then
-    echo "trixie: another run holds $root; waiting for it"
+    echo "trixie: another trixie.sh run holds $cache; waiting for it"
     flock 9
   fi
   local start
