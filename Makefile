@@ -4,7 +4,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CONFIG ?= configs/debug_model.yaml
 
-.PHONY: all setup configure build run test bench clean
+.PHONY: all setup configure build run test bench clean test-trixie test-trixie-cuda
 
 all: build
 
@@ -26,6 +26,14 @@ test: build
 
 bench: build
 	bash scripts/bench.sh $(BUILD_DIR)
+
+# The suite against Debian 13's libtorch 2.6, in a cached Debian 13 root
+# (needs root): CPU with Gloo, and the CUDA build with NCCL (CPU tests only).
+test-trixie:
+	bash scripts/trixie.sh cpu
+
+test-trixie-cuda:
+	bash scripts/trixie.sh cuda
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -3,11 +3,15 @@
 # Idempotent: when everything is present it prints one line and returns at once.
 # `setup.sh bench` adds what `make bench` needs: Debian's python3-torch (the
 # same libtorch 1.13) for the Python peer of the step benchmark.
+# BATON_TORCH_PACKAGES replaces the libtorch and Gloo packages (empty: none,
+# for a libtorch from elsewhere); scripts/trixie.sh sets it for the CUDA root.
 set -euo pipefail
 
+# shellcheck disable=SC2206  # a list of package names, split on purpose
+torch_packages=(${BATON_TORCH_PACKAGES-libtorch-dev libgloo-dev})
 packages=(
   g++ cmake make ccache pkg-config
-  libtorch-dev libgloo-dev
+  "${torch_packages[@]}"
   libyaml-cpp-dev
   libgoogle-glog-dev
   libgtest-dev libgmock-dev

@@ -26,12 +26,13 @@
 #include <thread>
 
 #include "common/text.h"
+#include "common/torch_compat.h"
 
 namespace baton::dist {
 
 namespace {
 
-#if TORCH_VERSION_MAJOR >= 2
+#if BATON_TORCH_AT_LEAST(2, 0)
 // 2.x: the backends derive from c10d::Backend; c10d::ProcessGroup is a
 // dispatching front end we never construct.
 using BackendBase = c10d::Backend;
@@ -91,9 +92,21 @@ std::string failure_key(int64_t rank) {
   return "baton/failed/" + std::to_string(rank);
 }
 
+/// TCPStore options with the classic server. 2.4 made the libuv one the
+/// default, and a libtorch built without libuv (Debian's 2.6) then fails
+/// every rendezvous with "use_libuv was requested but PyTorch was build
+/// without libuv support".
+c10d::TCPStoreOptions store_options() {
+  c10d::TCPStoreOptions opts;
+#if BATON_TORCH_AT_LEAST(2, 4)
+  opts.useLibUV = false;
+#endif
+  return opts;
+}
+
 c10::intrusive_ptr<c10d::TCPStore> connect_store(
     const LaunchEnv& env, bool is_server, Millis timeout) {
-  c10d::TCPStoreOptions opts;
+  c10d::TCPStoreOptions opts = store_options();
   opts.port = static_cast<uint16_t>(env.master_port);
   opts.isServer = is_server;
   opts.waitWorkers = false;
@@ -203,6 +216,16 @@ struct ProcessGroup::Impl {
   std::shared_ptr<Core> runtime;       // null for a group of one
   /// This group's own timeout (0: the runtime's current one).
   Millis timeout{0};
+
+  ~Impl() {
+#if defined(USE_C10D_NCCL) && BATON_TORCH_AT_LEAST(2, 4)
+    // From 2.4 an NCCL group destroyed without shutdown() warns that
+    // pending operations may be cut off; this is its only owner.
+    if (pg && backend == "nccl") {
+      static_cast<c10d::ProcessGroupNCCL&>(*pg).shutdown();
+    }
+#endif
+  }
 
   bool local() const {
     return !pg;
@@ -820,7 +843,7 @@ struct StoreServer::Impl {
 StoreServer::StoreServer(
     int64_t port, int64_t world_size, std::chrono::milliseconds timeout)
     : impl_(std::make_unique<Impl>()) {
-  c10d::TCPStoreOptions opts;
+  c10d::TCPStoreOptions opts = store_options();
   opts.port = static_cast<uint16_t>(port);
   opts.isServer = true;
   opts.waitWorkers = false;
