@@ -20,13 +20,10 @@ Usage: fsdp_runs.py BUILD_DIR OUT.json [--steps N] [--rounds R]
 
 import argparse
 import json
-import os
 import re
-import socket
-import statistics
-import subprocess
-import sys
 import tempfile
+
+import process_runs
 
 COMMON = [
     "--config", "configs/debug_model.yaml", "--model.flavor=small",
@@ -46,42 +43,13 @@ WAITED = re.compile(r"fully_shard: waited ([0-9.e+-]+) s for gathers and "
                     r"([0-9.e+-]+) s for reduce-scatters")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(build, name, extra, steps, tmp):
-    world = 2
-    dump = os.path.join(tmp, name)
-    port = free_port()
-    procs, logs = [], []
-    for rank in range(world):
-        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-                   RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                   LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port))
-        path = os.path.join(tmp, f"{name}.rank{rank}.log")
-        logs.append(path)
-        cmd = [os.path.join(build, "baton"), "train", *COMMON,
-               f"--training.steps={steps}", f"--job.dump_folder={dump}", *extra]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=open(path, "w"),
-                                      stderr=subprocess.STDOUT))
-    rss_mib = []
-    for p in procs:
-        _, status, usage = os.wait4(p.pid, 0)
-        p.returncode = os.waitstatus_to_exitcode(status)
-        rss_mib.append(usage.ru_maxrss / 1024.0)  # ru_maxrss is in KiB
-    text = [open(path).read() for path in logs]
-    if any(p.returncode != 0 for p in procs):
-        sys.exit(f"fsdp_runs: {name} failed:\n" + "\n".join(t[-2000:] for t in text))
-    rows = [json.loads(l) for l in open(os.path.join(dump, "metrics.jsonl"))][2:]
+    rows, rss_mib, text = process_runs.train(
+        build, name, 2, COMMON + [f"--training.steps={steps}", *extra], tmp)
     mem = MEMORY.search(text[0])
     result = {
         "name": name,
-        "step_s": statistics.median(r["step_time_s"] for r in rows),
-        "tokens_per_sec": statistics.median(r["tokens_per_sec"] for r in rows),
+        **process_runs.speed(rows),
         "steps_timed": len(rows),
         "param_mib": float(mem.group(1)),
         "grad_mib": float(mem.group(2)),

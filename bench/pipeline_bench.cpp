@@ -389,30 +389,19 @@ void BM_Collective(benchmark::State& state, int op) {
   state.counters["bus_GBps"] = factor * static_cast<double>(bytes) / t / 1e9;
 }
 // A debug block's parameters (3 MiB) and a small one's (12.5 MiB), and 50.
-BENCHMARK_CAPTURE(BM_Collective, all_reduce, 0)
-    ->ArgName("bytes")
-    ->Arg(3 << 20)
-    ->Arg(25 << 19)
-    ->Arg(50 << 20)
-    ->Iterations(1)
-    ->UseManualTime()
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Collective, all_gather, 1)
-    ->ArgName("bytes")
-    ->Arg(3 << 20)
-    ->Arg(25 << 19)
-    ->Arg(50 << 20)
-    ->Iterations(1)
-    ->UseManualTime()
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Collective, reduce_scatter, 2)
-    ->ArgName("bytes")
-    ->Arg(3 << 20)
-    ->Arg(25 << 19)
-    ->Arg(50 << 20)
-    ->Iterations(1)
-    ->UseManualTime()
-    ->Unit(benchmark::kMillisecond);
+#define BATON_COLLECTIVE_BENCH(label, op)     \
+  BENCHMARK_CAPTURE(BM_Collective, label, op) \
+      ->ArgName("bytes")                      \
+      ->Arg(3 << 20)                          \
+      ->Arg(25 << 19)                         \
+      ->Arg(50 << 20)                         \
+      ->Iterations(1)                         \
+      ->UseManualTime()                       \
+      ->Unit(benchmark::kMillisecond)
+
+BATON_COLLECTIVE_BENCH(all_reduce, 0);
+BATON_COLLECTIVE_BENCH(all_gather, 1);
+BATON_COLLECTIVE_BENCH(reduce_scatter, 2);
 
 }  // namespace
 

@@ -16,12 +16,10 @@ Usage: pipeline_runs.py BUILD_DIR OUT.json [--steps N] [--microbatches M]
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
+
+import process_runs
 
 COMMON = [
     "--config", "configs/debug_model.yaml",
@@ -31,45 +29,12 @@ COMMON = [
 ]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(build, name, world, blas_threads, extra, steps, tmp):
-    dump = os.path.join(tmp, name)
-    port = free_port()
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, OMP_NUM_THREADS="1",
-                   OPENBLAS_NUM_THREADS=str(blas_threads))
-        if world > 1:
-            env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                       LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(port))
-        log = open(os.path.join(tmp, f"{name}.rank{rank}.log"), "w")
-        cmd = [os.path.join(build, "baton"), "train", *COMMON,
-               f"--training.steps={steps}", f"--job.dump_folder={dump}", *extra]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
-    rss_mib = []
-    for p in procs:
-        _, status, usage = os.wait4(p.pid, 0)
-        p.returncode = os.waitstatus_to_exitcode(status)
-        rss_mib.append(usage.ru_maxrss / 1024.0)  # ru_maxrss is in KiB
-    if any(p.returncode != 0 for p in procs):
-        logs = [open(os.path.join(tmp, f"{name}.rank{r}.log")).read()[-2000:]
-                for r in range(world)]
-        sys.exit(f"pipeline_runs: {name} failed:\n" + "\n".join(logs))
-    rows = [json.loads(l) for l in open(os.path.join(dump, "metrics.jsonl"))][2:]
-    result = {
-        "name": name,
-        "ranks": world,
-        "blas_threads_per_rank": blas_threads,
-        "step_s": statistics.median(r["step_time_s"] for r in rows),
-        "tokens_per_sec": statistics.median(r["tokens_per_sec"] for r in rows),
-        "peak_rss_mib_per_rank": rss_mib,
-    }
+    rows, rss_mib, _ = process_runs.train(
+        build, name, world, COMMON + [f"--training.steps={steps}", *extra], tmp,
+        blas_threads)
+    result = {"name": name, "ranks": world, "blas_threads_per_rank": blas_threads,
+              **process_runs.speed(rows), "peak_rss_mib_per_rank": rss_mib}
     if "pipeline_bubble_pct" in rows[0]:
         result["bubble_pct_per_rank"] = [
             statistics.median(r["pipeline_bubble_pct"][i] for r in rows)

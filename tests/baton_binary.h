@@ -65,4 +65,13 @@ inline std::vector<nlohmann::json> read_metrics(
   return lines;
 }
 
+/// The `loss` of every line of a metrics.jsonl file, in order.
+inline std::vector<double> read_losses(const std::filesystem::path& dump) {
+  std::vector<double> out;
+  for (const auto& j : read_metrics(dump)) {
+    out.push_back(j["loss"].get<double>());
+  }
+  return out;
+}
+
 }  // namespace baton::testing

@@ -11,21 +11,13 @@ namespace {
 
 using testing::baton_bin;
 using testing::fresh_dir;
-using testing::read_metrics;
+using testing::read_losses;
 using testing::run_command;
 using testing::source_path;
 
 const std::string kRun =
     " --training.steps=20 --training.seq_len=64 --lr_scheduler.warmup_steps=4"
     " --metrics.log_freq=1 --metrics.peak_tflops=1";
-
-std::vector<double> losses(const std::filesystem::path& dump) {
-  std::vector<double> out;
-  for (const auto& j : read_metrics(dump)) {
-    out.push_back(j["loss"].get<double>());
-  }
-  return out;
-}
 
 TEST(FullyShardRun, TwoShardsFollowTheOneProcessRun) {
   const std::string config = source_path("configs/debug_model.yaml");
@@ -49,8 +41,8 @@ TEST(FullyShardRun, TwoShardsFollowTheOneProcessRun) {
       std::string::npos)
       << r2.output;
   EXPECT_NE(r2.output.find("MiB of optimizer state"), std::string::npos);
-  const auto a = losses(one);
-  const auto b = losses(sharded);
+  const auto a = read_losses(one);
+  const auto b = read_losses(sharded);
   ASSERT_EQ(a.size(), 20u);
   ASSERT_EQ(b.size(), 20u);
   // Each rank reads its own share of the documents (a global batch twice

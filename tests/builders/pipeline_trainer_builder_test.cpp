@@ -12,6 +12,7 @@ namespace {
 
 using testing::baton_bin;
 using testing::fresh_dir;
+using testing::read_losses;
 using testing::read_metrics;
 using testing::run_command;
 using testing::source_path;
@@ -19,14 +20,6 @@ using testing::source_path;
 const std::string kShort =
     " --training.steps=6 --training.seq_len=32 --lr_scheduler.warmup_steps=2"
     " --metrics.log_freq=1 --metrics.peak_tflops=1";
-
-std::vector<double> losses(const std::filesystem::path& dump) {
-  std::vector<double> out;
-  for (const auto& j : read_metrics(dump)) {
-    out.push_back(j["loss"].get<double>());
-  }
-  return out;
-}
 
 /// The one-stage run of the same steps. ctest runs each test in its own
 /// process, several at once: each gets its own folder.
@@ -37,7 +30,7 @@ std::vector<double> one_stage_losses(const std::string& name) {
       source_path("configs/debug_model.yaml") +
       " --job.dump_folder=" + dump.string() + kShort);
   EXPECT_EQ(r.code, 0) << r.output;
-  return losses(dump);
+  return read_losses(dump);
 }
 
 /// Runs `config` with --nproc 2 and checks it against the one-stage run;
@@ -54,7 +47,7 @@ std::string expect_matches_one_stage(
       source_path("configs/" + config + ".yaml") +
       " --job.dump_folder=" + dump.string() + kShort + extra);
   EXPECT_EQ(r.code, 0) << r.output;
-  const auto piped = losses(dump);
+  const auto piped = read_losses(dump);
   const auto reference = one_stage_losses(tag);
   EXPECT_EQ(piped.size(), reference.size());
   for (size_t i = 0; i < std::min(piped.size(), reference.size()); ++i) {
@@ -178,7 +171,7 @@ TEST(PipelineTrainerBuilder, PipelineWithDataParallel) {
   EXPECT_NE(r.output.find("[rank0]: I"), std::string::npos);
   EXPECT_NE(r.output.find("data: kjv shard 1 of 2"), std::string::npos)
       << r.output;
-  const auto l = losses(dump);
+  const auto l = read_losses(dump);
   ASSERT_EQ(l.size(), 6u);
   EXPECT_LT(l.back(), l.front());
 }
