@@ -99,17 +99,10 @@ void run_rank(
   config.parallelism.data_parallel_replicate_degree = layout.replicate;
   config.parallelism.data_parallel_shard_degree = layout.shard;
   config.checkpoint.enable = true;
-  register_builtin_appliers();
   register_builtin_optimizers();
   ModelParts parts = testing::parts_of({testing::tiny_llama(kVocab, seed)});
-  ApplierChain chain;
-  chain.append("to_device");
-  if (layout.shard > 1) {
-    chain.append("fully_shard");
-  } else if (layout.replicate > 1) {
-    chain.append("replicate");
-  }
-  chain.apply(parts[0], ParallelContext{config, mesh, at::kCPU});
+  testing::data_parallel_chain(layout.replicate, layout.shard)
+      .apply(parts[0], ParallelContext{config, mesh, at::kCPU});
   std::vector<std::unique_ptr<torch::optim::Optimizer>> opts;
   opts.push_back(optimizer_registry().get("AdamW")(
       parts[0].module().parameters(), config.optimizer));

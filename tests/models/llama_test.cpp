@@ -311,8 +311,7 @@ TEST(Llama, UnitsRunThroughTheirWrappersInForwardOrder) {
             (name.empty() ? "root" : name) + " inner", log, 1.0));
   }
   chunk.wrap_unit(
-      "layers.2",
-      std::make_shared<LoggingWrapper>("layers.2 outer", log, 1.0));
+      "layers.2", std::make_shared<LoggingWrapper>("layers.2 outer", log, 1.0));
   const auto wrapped = chunk.forward(tokens);
   EXPECT_TRUE(torch::allclose(wrapped, plain, 1e-6, 1e-6));
   EXPECT_EQ(

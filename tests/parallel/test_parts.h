@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/applier.h"
 #include "parallel/model_parts.h"
 
 namespace baton::testing {
@@ -21,6 +22,20 @@ inline ModelParts parts_of(
     parts.push_back(std::make_shared<ModelPart>(chunk, first_stage++));
   }
   return parts;
+}
+
+/// The chain the builder gives data parallel of these degrees: to_device,
+/// then with data parallel check_replicas and fully_shard (dp_shard above
+/// 1) or replicate.
+inline ApplierChain data_parallel_chain(int64_t replicate, int64_t shard) {
+  register_builtin_appliers();
+  ApplierChain chain;
+  chain.append("to_device");
+  if (replicate * shard > 1) {
+    chain.append("check_replicas");
+    chain.append(shard > 1 ? "fully_shard" : "replicate");
+  }
+  return chain;
 }
 
 /// Writes each parameter of `parts` into `whole` under its FQN: a copy when

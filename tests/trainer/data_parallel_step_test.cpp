@@ -12,6 +12,7 @@
 #include "tests/models/tiny_llama.h"
 #include "tests/parallel/multi_rank.h"
 #include "tests/parallel/test_parts.h"
+#include "tests/trainer/step_batches.h"
 #include "trainer/train_step.h"
 
 namespace baton {
@@ -25,18 +26,10 @@ std::shared_ptr<llama::TransformerImpl> tiny_model() {
   return testing::tiny_llama(kVocab, /*seed=*/11);
 }
 
-/// The global batch of step `step`: (rows, 9) tokens, the same on every
-/// thread that asks.
-Batch global_batch(int64_t step, int64_t rows) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
-  const auto tokens = at::randint(0, kVocab, {rows, 9}, gen, at::kLong);
-  return {tokens.slice(1, 0, 8), tokens.slice(1, 1, 9)};
-}
+using testing::rows_of;
 
-Batch rows_of(const Batch& b, int64_t begin, int64_t count) {
-  return {
-      b.inputs.slice(0, begin, begin + count),
-      b.labels.slice(0, begin, begin + count)};
+Batch global_batch(int64_t step, int64_t rows) {
+  return testing::global_batch(step, rows, kVocab, /*seed=*/1000);
 }
 
 struct TrainRun {

@@ -16,6 +16,7 @@
 #include "tests/models/tiny_llama.h"
 #include "tests/parallel/multi_rank.h"
 #include "tests/parallel/test_parts.h"
+#include "tests/trainer/step_batches.h"
 #include "trainer/train_step.h"
 
 namespace baton {
@@ -24,17 +25,10 @@ namespace {
 constexpr int64_t kVocab = 48;
 constexpr int64_t kSteps = 3;
 
-/// The global batch of step `step`: (rows, 9) tokens.
-Batch global_batch(int64_t step, int64_t rows) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(2000 + step);
-  const auto tokens = at::randint(0, kVocab, {rows, 9}, gen, at::kLong);
-  return {tokens.slice(1, 0, 8), tokens.slice(1, 1, 9)};
-}
+using testing::rows_of;
 
-Batch rows_of(const Batch& b, int64_t begin, int64_t count) {
-  return {
-      b.inputs.slice(0, begin, begin + count),
-      b.labels.slice(0, begin, begin + count)};
+Batch global_batch(int64_t step, int64_t rows) {
+  return testing::global_batch(step, rows, kVocab, /*seed=*/2000);
 }
 
 /// A data-parallel layout of the step.
@@ -79,14 +73,8 @@ void train_rank(
   config.parallelism.data_parallel_shard_degree = layout.shard;
   config.parallelism.fsdp_reshard_after_forward = layout.reshard;
   ModelParts parts = testing::parts_of({testing::tiny_llama(kVocab, 11)});
-  register_builtin_appliers();
-  ApplierChain chain;
-  chain.append("to_device");
-  if (layout.world() > 1) {
-    chain.append("check_replicas");
-    chain.append(layout.shard > 1 ? "fully_shard" : "replicate");
-  }
-  chain.apply(parts[0], ParallelContext{config, mesh, at::kCPU});
+  testing::data_parallel_chain(layout.replicate, layout.shard)
+      .apply(parts[0], ParallelContext{config, mesh, at::kCPU});
   LocalTrainStep step(cross_entropy_sum, mesh.loss());
   // eps 1e-6: see data_parallel_step_test.cpp.
   torch::optim::AdamW opt(

@@ -109,13 +109,8 @@ Result train_pipelined_dp(
   config.parallelism.pipeline_parallel_degree = pp;
   config.parallelism.fsdp_reshard_after_forward = dp.reshard;
   config.parallelism.data_parallel_bucket_size_mb = 1;
-  register_builtin_appliers();
-  ApplierChain chain;
-  chain.append("to_device");
-  if (dp.degree() > 1) {
-    chain.append("check_replicas");
-    chain.append(dp.shard > 1 ? "fully_shard" : "replicate");
-  }
+  const ApplierChain chain =
+      testing::data_parallel_chain(dp.replicate, dp.shard);
   Result result;
   std::mutex mutex;
   baton::testing::run_ranks(world, [&](int64_t rank, dist::Runtime& rt) {
