@@ -91,6 +91,102 @@ bool pread_all(int fd, void* dst, size_t n, uint64_t offset) {
   return true;
 }
 
+/// A safetensors file's JSON header and where its data begins.
+struct Header {
+  nlohmann::json json;
+  uint64_t data_start = 0;
+  uint64_t file_size = 0;
+};
+
+Header read_header(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    fail(path, "cannot stat: " + errno_text());
+  }
+  Header header;
+  header.file_size = static_cast<uint64_t>(st.st_size);
+  uint64_t header_size = 0;
+  if (!pread_all(fd, &header_size, sizeof(header_size), 0)) {
+    fail(path, "truncated: too short for a safetensors header");
+  }
+  if (header_size > kMaxHeaderBytes) {
+    fail(
+        path,
+        "header length " + std::to_string(header_size) +
+            " exceeds the format's limit of 100 MiB: not a safetensors "
+            "file, or a corrupt one");
+  }
+  if (header_size > header.file_size - sizeof(header_size)) {
+    fail(
+        path,
+        "truncated: the header says " + std::to_string(header_size) +
+            " bytes of JSON but the file has " +
+            std::to_string(header.file_size) + " bytes");
+  }
+  std::string text(header_size, '\0');
+  if (!pread_all(fd, text.data(), header_size, sizeof(header_size))) {
+    fail(path, "truncated header");
+  }
+  header.data_start = sizeof(header_size) + header_size;
+  try {
+    header.json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!header.json.is_object()) {
+    fail(path, "header is not a JSON object");
+  }
+  return header;
+}
+
+/// The header entry of tensor `name`, checked against the file's size.
+SafetensorsEntry parse_entry(
+    const std::string& path,
+    const std::string& name,
+    const nlohmann::json& value,
+    const Header& header) {
+  SafetensorsEntry e;
+  e.name = name;
+  try {
+    e.dtype = dtype_from_safetensors(value.at("dtype").get<std::string>());
+    e.shape = value.at("shape").get<std::vector<int64_t>>();
+    const auto offsets = value.at("data_offsets").get<std::vector<uint64_t>>();
+    if (offsets.size() != 2) {
+      throw std::invalid_argument("data_offsets needs two numbers");
+    }
+    e.begin = offsets[0];
+    e.end = offsets[1];
+  } catch (const std::exception& ex) {
+    fail(path, "tensor '" + name + "': bad header entry: " + ex.what());
+  }
+  for (const int64_t d : e.shape) {
+    if (d < 0) {
+      fail(path, "tensor '" + name + "': negative dimension");
+    }
+  }
+  const auto bytes = bytes_of(e.shape, e.dtype);
+  if (!bytes) {
+    fail(path, "tensor '" + name + "': shape too large");
+  }
+  const uint64_t need = *bytes;
+  if (e.end < e.begin || e.end - e.begin != need) {
+    fail(
+        path,
+        "tensor '" + name + "': data_offsets [" + std::to_string(e.begin) +
+            ", " + std::to_string(e.end) + ") do not hold " +
+            std::to_string(need) + " bytes for " + safetensors_dtype(e.dtype) +
+            " " + shape_string(e.shape));
+  }
+  if (e.end > header.file_size - header.data_start) {
+    fail(
+        path,
+        "truncated: tensor '" + name + "' ends at byte " +
+            std::to_string(header.data_start + e.end) + " but the file has " +
+            std::to_string(header.file_size) + " bytes");
+  }
+  return e;
+}
+
 }  // namespace
 
 std::string safetensors_dtype(at::ScalarType dtype) {
@@ -229,94 +325,18 @@ SafetensorsReader::SafetensorsReader(std::string path)
     fail(path_, "cannot open: " + errno_text());
   }
   try {
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) {
-      fail(path_, "cannot stat: " + errno_text());
-    }
-    const auto file_size = static_cast<uint64_t>(st.st_size);
-    uint64_t header_size = 0;
-    if (!pread_all(fd_, &header_size, sizeof(header_size), 0)) {
-      fail(path_, "truncated: too short for a safetensors header");
-    }
-    if (header_size > kMaxHeaderBytes) {
-      fail(
-          path_,
-          "header length " + std::to_string(header_size) +
-              " exceeds the format's limit of 100 MiB: not a safetensors "
-              "file, or a corrupt one");
-    }
-    if (header_size > file_size - sizeof(header_size)) {
-      fail(
-          path_,
-          "truncated: the header says " + std::to_string(header_size) +
-              " bytes of JSON but the file has " + std::to_string(file_size) +
-              " bytes");
-    }
-    std::string text(header_size, '\0');
-    if (!pread_all(fd_, text.data(), header_size, sizeof(header_size))) {
-      fail(path_, "truncated header");
-    }
-    data_start_ = sizeof(header_size) + header_size;
-    const uint64_t data_size = file_size - data_start_;
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-      fail(path_, std::string("header is not valid JSON: ") + e.what());
-    }
-    if (!header.is_object()) {
-      fail(path_, "header is not a JSON object");
-    }
-    for (const auto& [name, value] : header.items()) {
-      if (name == "__metadata__") {
-        try {
-          metadata_ = value.get<std::map<std::string, std::string>>();
-        } catch (const nlohmann::json::exception&) {
-          fail(path_, "__metadata__ must map strings to strings");
-        }
+    const Header header = read_header(fd_, path_);
+    data_start_ = header.data_start;
+    for (const auto& [name, value] : header.json.items()) {
+      if (name != "__metadata__") {
+        entries_.push_back(parse_entry(path_, name, value, header));
         continue;
       }
-      SafetensorsEntry e;
-      e.name = name;
       try {
-        e.dtype = dtype_from_safetensors(value.at("dtype").get<std::string>());
-        e.shape = value.at("shape").get<std::vector<int64_t>>();
-        const auto offsets =
-            value.at("data_offsets").get<std::vector<uint64_t>>();
-        if (offsets.size() != 2) {
-          throw std::invalid_argument("data_offsets needs two numbers");
-        }
-        e.begin = offsets[0];
-        e.end = offsets[1];
-      } catch (const std::exception& ex) {
-        fail(path_, "tensor '" + name + "': bad header entry: " + ex.what());
+        metadata_ = value.get<std::map<std::string, std::string>>();
+      } catch (const nlohmann::json::exception&) {
+        fail(path_, "__metadata__ must map strings to strings");
       }
-      for (const int64_t d : e.shape) {
-        if (d < 0) {
-          fail(path_, "tensor '" + name + "': negative dimension");
-        }
-      }
-      const auto bytes = bytes_of(e.shape, e.dtype);
-      if (!bytes) {
-        fail(path_, "tensor '" + name + "': shape too large");
-      }
-      const uint64_t need = *bytes;
-      if (e.end < e.begin || e.end - e.begin != need) {
-        fail(
-            path_,
-            "tensor '" + name + "': data_offsets [" + std::to_string(e.begin) +
-                ", " + std::to_string(e.end) + ") do not hold " +
-                std::to_string(need) + " bytes for " +
-                safetensors_dtype(e.dtype) + " " + shape_string(e.shape));
-      }
-      if (e.end > data_size) {
-        fail(
-            path_,
-            "truncated: tensor '" + name + "' ends at byte " +
-                std::to_string(data_start_ + e.end) + " but the file has " +
-                std::to_string(file_size) + " bytes");
-      }
-      entries_.push_back(std::move(e));
     }
     std::sort(
         entries_.begin(), entries_.end(), [](const auto& a, const auto& b) {

@@ -174,6 +174,32 @@ struct StringHash {
   }
 };
 
+/// The rank on a '<base64 token> <rank>' line, with the token's bytes put
+/// in `bytes`; throws naming `where` when the line is not of that form.
+int64_t parse_rank_line(
+    const std::string& line, const std::string& where, std::string& bytes) {
+  const size_t space = line.find(' ');
+  int64_t rank = -1;
+  try {
+    size_t used = 0;
+    if (space != std::string::npos) {
+      rank = std::stoll(line.substr(space + 1), &used);
+      if (used != line.size() - space - 1) {
+        rank = -1;
+      }
+    }
+  } catch (const std::exception&) {
+    rank = -1;
+  }
+  if (space == std::string::npos || rank < 0 ||
+      !base64_decode(std::string_view(line).substr(0, space), bytes)) {
+    throw std::runtime_error(
+        where + ": expected '<base64 token> <rank>', got '" +
+        line.substr(0, 80) + "'");
+  }
+  return rank;
+}
+
 }  // namespace
 
 std::vector<std::string_view> llama3_pretokenize(std::string_view text) {
@@ -260,25 +286,7 @@ TiktokenTokenizer::TiktokenTokenizer(const std::string& path)
     }
     const std::string where =
         "[TiktokenTokenizer] " + path + ":" + std::to_string(line_number);
-    const size_t space = line.find(' ');
-    int64_t rank = -1;
-    try {
-      size_t used = 0;
-      if (space != std::string::npos) {
-        rank = std::stoll(line.substr(space + 1), &used);
-        if (used != line.size() - space - 1) {
-          rank = -1;
-        }
-      }
-    } catch (const std::exception&) {
-      rank = -1;
-    }
-    if (space == std::string::npos || rank < 0 ||
-        !base64_decode(std::string_view(line).substr(0, space), bytes)) {
-      throw std::runtime_error(
-          where + ": expected '<base64 token> <rank>', got '" +
-          line.substr(0, 80) + "'");
-    }
+    const int64_t rank = parse_rank_line(line, where, bytes);
     if (rank > std::numeric_limits<int32_t>::max() - kNumSpecialTokens) {
       throw std::runtime_error(
           where + ": rank " + std::to_string(rank) + " is too large");

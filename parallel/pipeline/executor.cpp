@@ -208,7 +208,55 @@ struct PipelineExecutor::State {
         break;
       }
       case ActionKind::kReduceGrad:
-        break;  // run() calls its reduce_grad
+        break;  // run_action calls the run's reduce_grad
+    }
+  }
+
+  /// Runs action `i` of this rank's list, naming it in any error.
+  void run_action(
+      int64_t i,
+      const Action& a,
+      const std::function<void(int64_t stage)>& reduce_grad) {
+    try {
+      if (a.kind == ActionKind::kReduceGrad) {
+        if (reduce_grad) {
+          reduce_grad(a.stage);
+        }
+      } else {
+        execute(a);
+      }
+    } catch (const dist::CommError& e) {
+      throw dist::CommError(
+          "[pipeline] " + where_in_schedule(rank, i, a) + ": " + e.what());
+    } catch (const std::exception& e) {
+      throw std::runtime_error(
+          "[pipeline] " + where_in_schedule(rank, i, a) + ": " + e.what());
+    }
+  }
+
+  /// Labels, from the rank with the data to the rank with the loss (once
+  /// per run); checks the first stage's batch shapes.
+  void exchange_labels() {
+    const int64_t first_rank = rank_of(0);
+    const int64_t last_rank = rank_of(last_stage);
+    const std::vector<int64_t> batch_shape{
+        shapes.microbatches * shapes.microbatch_size, shapes.seq_len};
+    if (rank == first_rank) {
+      if (!inputs.defined() || inputs.sizes().vec() != batch_shape ||
+          labels.sizes().vec() != batch_shape) {
+        throw std::invalid_argument(
+            "[PipelineExecutor] the first stage needs inputs and labels of "
+            "shape " +
+            c10::str(at::IntArrayRef(batch_shape)) +
+            " (microbatches x microbatch_size, seq_len)");
+      }
+      if (last_rank != first_rank) {
+        sends.push_back(group->isend(
+            labels.to(at::kLong).contiguous(), last_rank, kLabelsTag));
+      }
+    } else if (rank == last_rank) {
+      labels = at::empty(batch_shape, at::kLong);
+      group->recv(labels, first_rank, kLabelsTag);
     }
   }
 };
@@ -283,34 +331,12 @@ ExecutorRun PipelineExecutor::run(
   st.loss_scale = loss_scale;
   st.inputs = inputs;
   st.labels = labels;
-  const int64_t first_rank = st.rank_of(0);
-  const int64_t last_rank = st.rank_of(st.last_stage);
-  const std::vector<int64_t> batch_shape{
-      sh.microbatches * sh.microbatch_size, sh.seq_len};
-
   ExecutorRun out;
   const auto start = Clock::now();
   auto us = [&](Clock::time_point t) {
     return std::chrono::duration<double, std::micro>(t - st.epoch).count();
   };
-  // Labels: from the rank with the data to the rank with the loss.
-  if (st.rank == first_rank) {
-    if (!inputs.defined() || inputs.sizes().vec() != batch_shape ||
-        labels.sizes().vec() != batch_shape) {
-      throw std::invalid_argument(
-          "[PipelineExecutor] the first stage needs inputs and labels of "
-          "shape " +
-          c10::str(at::IntArrayRef(batch_shape)) +
-          " (microbatches x microbatch_size, seq_len)");
-    }
-    if (last_rank != first_rank) {
-      st.sends.push_back(st.group->isend(
-          labels.to(at::kLong).contiguous(), last_rank, kLabelsTag));
-    }
-  } else if (st.rank == last_rank) {
-    st.labels = at::empty(batch_shape, at::kLong);
-    st.group->recv(st.labels, first_rank, kLabelsTag);
-  }
+  st.exchange_labels();
 
   const auto& actions = st.schedule.ranks.at(st.rank);
   for (size_t i = 0; i < actions.size(); ++i) {
@@ -320,25 +346,7 @@ ExecutorRun PipelineExecutor::run(
     const Action& a = *actions[i];
     const auto t0 = Clock::now();
     const double waited_before = st.wait_s;
-    try {
-      if (a.kind == ActionKind::kReduceGrad) {
-        if (reduce_grad) {
-          reduce_grad(a.stage);
-        }
-      } else {
-        st.execute(a);
-      }
-    } catch (const dist::CommError& e) {
-      throw dist::CommError(
-          "[pipeline] " +
-          where_in_schedule(st.rank, static_cast<int64_t>(i), a) + ": " +
-          e.what());
-    } catch (const std::exception& e) {
-      throw std::runtime_error(
-          "[pipeline] " +
-          where_in_schedule(st.rank, static_cast<int64_t>(i), a) + ": " +
-          e.what());
-    }
+    st.run_action(static_cast<int64_t>(i), a, reduce_grad);
     const auto t1 = Clock::now();
     const bool compute = is_compute(a.kind);
     const double waited = compute ? st.wait_s - waited_before : 0.0;

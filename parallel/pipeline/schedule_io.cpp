@@ -343,107 +343,142 @@ std::string schedule_to_chrome_trace(
   return out.dump() + "\n";
 }
 
-std::string schedule_to_svg(
-    const Schedule& schedule, const SimulationResult& simulation) {
-  const double makespan = std::max(simulation.makespan, 1e-9);
-  const double left = 64.0;
-  const double top = 44.0;
-  const double row_height = 30.0;
-  const double row_gap = 6.0;
-  const double unit = std::clamp(1400.0 / makespan, 1.0, 48.0);
-  const double plot_width = makespan * unit;
-  const double rows_bottom =
-      top + static_cast<double>(schedule.pp) * (row_height + row_gap);
-  const double width = left + plot_width + 24.0;
-  const double height = rows_bottom + 70.0;
-  const auto chunk = chunk_of_stage(schedule);
+namespace {
+
+/// Where things go in the SVG timeline: one row per rank under a title, a
+/// time axis and a legend below.
+struct SvgLayout {
+  double makespan = 1.0;
+  double left = 64.0;
+  double top = 44.0;
+  double row_height = 30.0;
+  double row_gap = 6.0;
+  /// Pixels per unit of simulated time.
+  double unit = 1.0;
+  double plot_width = 0.0;
+  double rows_bottom = 0.0;
+  double width = 0.0;
+  double height = 0.0;
+  /// Chunks on the busiest rank; later ones are drawn lighter.
   int64_t max_chunks = 1;
-  for (int64_t r = 0; r < schedule.pp; ++r) {
-    max_chunks = std::max<int64_t>(
-        max_chunks, stages_of_rank(schedule.stage_to_rank, r).size());
+  std::vector<int64_t> chunk;
+
+  SvgLayout(const Schedule& schedule, const SimulationResult& simulation)
+      : makespan(std::max(simulation.makespan, 1e-9)),
+        chunk(chunk_of_stage(schedule)) {
+    unit = std::clamp(1400.0 / makespan, 1.0, 48.0);
+    plot_width = makespan * unit;
+    rows_bottom =
+        top + static_cast<double>(schedule.pp) * (row_height + row_gap);
+    width = left + plot_width + 24.0;
+    height = rows_bottom + 70.0;
+    for (int64_t r = 0; r < schedule.pp; ++r) {
+      max_chunks = std::max<int64_t>(
+          max_chunks, stages_of_rank(schedule.stage_to_rank, r).size());
+    }
   }
-  const auto shade = [&](int64_t stage) {
+  double shade(int64_t stage) const {
     return max_chunks > 1 ? 0.55 * static_cast<double>(chunk[stage]) /
                                 static_cast<double>(max_chunks - 1)
                           : 0.0;
-  };
+  }
+};
 
-  std::ostringstream svg;
-  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << number(width)
-      << "\" height=\"" << number(height) << "\" viewBox=\"0 0 "
-      << number(width) << ' ' << number(height)
+void svg_title(
+    std::ostream& svg,
+    const SvgLayout& l,
+    const Schedule& schedule,
+    const SimulationResult& simulation) {
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << number(l.width)
+      << "\" height=\"" << number(l.height) << "\" viewBox=\"0 0 "
+      << number(l.width) << ' ' << number(l.height)
       << "\" font-family=\"Helvetica, Arial, sans-serif\">\n";
   svg << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg << "<text x=\"" << number(left) << "\" y=\"24\" font-size=\"15\" "
+  svg << "<text x=\"" << number(l.left) << "\" y=\"24\" font-size=\"15\" "
       << "font-weight=\"bold\">"
       << xml_escape(
              schedule.name + "  p=" + std::to_string(schedule.pp) +
              " v=" + std::to_string(schedule.stages_per_rank) +
              " m=" + std::to_string(schedule.microbatches))
       << "</text>\n";
-  svg << "<text x=\"" << number(width - 24.0) << "\" y=\"24\" font-size=\"12\" "
+  svg << "<text x=\"" << number(l.width - 24.0)
+      << "\" y=\"24\" font-size=\"12\" "
       << "text-anchor=\"end\">makespan " << number(simulation.makespan)
       << ", max bubble " << fixed(100.0 * simulation.max_bubble_fraction(), 1)
       << "%</text>\n";
+}
 
+/// One action's box (an overlap: its forward over its backward) with its
+/// microbatch where it fits.
+void svg_action(
+    std::ostream& svg, const SvgLayout& l, const TimedAction& t, double y) {
+  const double x = l.left + t.start * l.unit;
+  const double w = (t.end - t.start) * l.unit;
+  std::vector<std::pair<Action, std::pair<double, double>>> parts;
+  if (t.action.kind == ActionKind::kOverlapFB) {
+    parts.push_back({t.action.forward_part(), {y, l.row_height / 2.0}});
+    parts.push_back(
+        {t.action.backward_part(),
+         {y + l.row_height / 2.0, l.row_height / 2.0}});
+  } else {
+    parts.push_back({t.action, {y, l.row_height}});
+  }
+  for (const auto& [part, band] : parts) {
+    const double amount = l.shade(part.stage);
+    svg << "<rect x=\"" << number(x) << "\" y=\"" << number(band.first)
+        << "\" width=\"" << number(w) << "\" height=\"" << number(band.second)
+        << "\" fill=\"" << css(kind_colour(part.kind), amount)
+        << "\" stroke=\"white\" stroke-width=\"0.8\"><title>"
+        << xml_escape(part.str()) << " [" << number(t.start) << ", "
+        << number(t.end) << ")</title></rect>\n";
+    const std::string label = std::to_string(part.microbatch);
+    const double font = std::min(12.0, band.second * 0.6);
+    if (w >= font * 0.62 * static_cast<double>(label.size()) + 2.0) {
+      svg << "<text x=\"" << number(x + w / 2.0) << "\" y=\""
+          << number(band.first + band.second / 2.0 + font * 0.36)
+          << "\" font-size=\"" << number(font)
+          << "\" text-anchor=\"middle\" fill=\""
+          << (amount > 0.3 ? "#111111" : "white") << "\">" << label
+          << "</text>\n";
+    }
+  }
+}
+
+/// The ranks' rows; returns the kinds of action drawn.
+std::map<ActionKind, bool> svg_rows(
+    std::ostream& svg,
+    const SvgLayout& l,
+    const Schedule& schedule,
+    const SimulationResult& simulation) {
   std::map<ActionKind, bool> used;
   for (int64_t r = 0; r < schedule.pp; ++r) {
-    const double y = top + static_cast<double>(r) * (row_height + row_gap);
-    svg << "<text x=\"" << number(left - 8.0) << "\" y=\""
-        << number(y + row_height / 2.0 + 4.0)
+    const double y =
+        l.top + static_cast<double>(r) * (l.row_height + l.row_gap);
+    svg << "<text x=\"" << number(l.left - 8.0) << "\" y=\""
+        << number(y + l.row_height / 2.0 + 4.0)
         << "\" font-size=\"12\" text-anchor=\"end\">rank " << r << "</text>\n";
     // The row background is what idle time looks like.
-    svg << "<rect x=\"" << number(left) << "\" y=\"" << number(y)
-        << "\" width=\"" << number(plot_width) << "\" height=\""
-        << number(row_height) << "\" fill=\"#e6e6e6\"/>\n";
+    svg << "<rect x=\"" << number(l.left) << "\" y=\"" << number(y)
+        << "\" width=\"" << number(l.plot_width) << "\" height=\""
+        << number(l.row_height) << "\" fill=\"#e6e6e6\"/>\n";
     for (const auto& t : simulation.timeline[r]) {
-      if (!is_compute(t.action.kind) || t.end <= t.start) {
-        continue;
-      }
-      used[t.action.kind] = true;
-      const double x = left + t.start * unit;
-      const double w = (t.end - t.start) * unit;
-      // An overlap is drawn as its forward (top) over its backward (bottom).
-      std::vector<std::pair<Action, std::pair<double, double>>> parts;
-      if (t.action.kind == ActionKind::kOverlapFB) {
-        parts.push_back({t.action.forward_part(), {y, row_height / 2.0}});
-        parts.push_back(
-            {t.action.backward_part(),
-             {y + row_height / 2.0, row_height / 2.0}});
-      } else {
-        parts.push_back({t.action, {y, row_height}});
-      }
-      for (const auto& [part, band] : parts) {
-        const double amount = shade(part.stage);
-        svg << "<rect x=\"" << number(x) << "\" y=\"" << number(band.first)
-            << "\" width=\"" << number(w) << "\" height=\""
-            << number(band.second) << "\" fill=\""
-            << css(kind_colour(part.kind), amount)
-            << "\" stroke=\"white\" stroke-width=\"0.8\"><title>"
-            << xml_escape(part.str()) << " [" << number(t.start) << ", "
-            << number(t.end) << ")</title></rect>\n";
-        const std::string label = std::to_string(part.microbatch);
-        const double font = std::min(12.0, band.second * 0.6);
-        if (w >= font * 0.62 * static_cast<double>(label.size()) + 2.0) {
-          svg << "<text x=\"" << number(x + w / 2.0) << "\" y=\""
-              << number(band.first + band.second / 2.0 + font * 0.36)
-              << "\" font-size=\"" << number(font)
-              << "\" text-anchor=\"middle\" fill=\""
-              << (amount > 0.3 ? "#111111" : "white") << "\">" << label
-              << "</text>\n";
-        }
+      if (is_compute(t.action.kind) && t.end > t.start) {
+        used[t.action.kind] = true;
+        svg_action(svg, l, t, y);
       }
     }
   }
+  return used;
+}
 
-  // Time axis.
-  const double axis_y = rows_bottom + 2.0;
-  const double step = tick_step(makespan);
-  svg << "<line x1=\"" << number(left) << "\" y1=\"" << number(axis_y)
-      << "\" x2=\"" << number(left + plot_width) << "\" y2=\"" << number(axis_y)
-      << "\" stroke=\"#444\"/>\n";
-  for (double t = 0.0; t <= makespan + 1e-9; t += step) {
-    const double x = left + t * unit;
+void svg_axis(std::ostream& svg, const SvgLayout& l) {
+  const double axis_y = l.rows_bottom + 2.0;
+  const double step = tick_step(l.makespan);
+  svg << "<line x1=\"" << number(l.left) << "\" y1=\"" << number(axis_y)
+      << "\" x2=\"" << number(l.left + l.plot_width) << "\" y2=\""
+      << number(axis_y) << "\" stroke=\"#444\"/>\n";
+  for (double t = 0.0; t <= l.makespan + 1e-9; t += step) {
+    const double x = l.left + t * l.unit;
     svg << "<line x1=\"" << number(x) << "\" y1=\"" << number(axis_y)
         << "\" x2=\"" << number(x) << "\" y2=\"" << number(axis_y + 4.0)
         << "\" stroke=\"#444\"/><text x=\"" << number(x) << "\" y=\""
@@ -451,8 +486,12 @@ std::string schedule_to_svg(
         << "\" font-size=\"10\" text-anchor=\"middle\" fill=\"#444\">"
         << number(t) << "</text>\n";
   }
+}
 
-  // Legend.
+void svg_legend(
+    std::ostream& svg,
+    const SvgLayout& l,
+    const std::map<ActionKind, bool>& used) {
   struct Entry {
     ActionKind kind;
     const char* label;
@@ -464,10 +503,10 @@ std::string schedule_to_svg(
       {ActionKind::kW, "W backward (weight)"},
       {ActionKind::kOverlapFB, "F over B: overlapped"},
   };
-  double lx = left;
-  const double ly = axis_y + 32.0;
+  double lx = l.left;
+  const double ly = l.rows_bottom + 2.0 + 32.0;
   for (const auto& e : entries) {
-    if (!used[e.kind]) {
+    if (!used.count(e.kind)) {
       continue;
     }
     if (e.kind == ActionKind::kOverlapFB) {
@@ -491,14 +530,24 @@ std::string schedule_to_svg(
       << number(lx + 19.0) << "\" y=\"" << number(ly + 11.0)
       << "\" font-size=\"12\">idle</text>\n";
   lx += 60.0;
-  if (max_chunks > 1) {
-    svg << "<text x=\"" << number(lx) << "\" y=\"" << number(ly + 11.0)
-        << "\" font-size=\"12\" fill=\"#444\">lighter = later stage on the "
-        << "rank; number = microbatch</text>\n";
-  } else {
-    svg << "<text x=\"" << number(lx) << "\" y=\"" << number(ly + 11.0)
-        << "\" font-size=\"12\" fill=\"#444\">number = microbatch</text>\n";
-  }
+  svg << "<text x=\"" << number(lx) << "\" y=\"" << number(ly + 11.0)
+      << "\" font-size=\"12\" fill=\"#444\">"
+      << (l.max_chunks > 1 ? "lighter = later stage on the rank; number = "
+                             "microbatch"
+                           : "number = microbatch")
+      << "</text>\n";
+}
+
+}  // namespace
+
+std::string schedule_to_svg(
+    const Schedule& schedule, const SimulationResult& simulation) {
+  const SvgLayout layout(schedule, simulation);
+  std::ostringstream svg;
+  svg_title(svg, layout, schedule, simulation);
+  const auto used = svg_rows(svg, layout, schedule, simulation);
+  svg_axis(svg, layout);
+  svg_legend(svg, layout, used);
   svg << "</svg>\n";
   return svg.str();
 }
