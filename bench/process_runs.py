@@ -22,7 +22,7 @@ def train(build, name, world, args, tmp, blas_threads=1):
     rank, each rank's log); exits naming the run if a rank fails."""
     dump = os.path.join(tmp, name)
     port = free_port()
-    procs, logs = [], []
+    procs, logs, files = [], [], []
     for rank in range(world):
         env = dict(os.environ, OMP_NUM_THREADS="1",
                    OPENBLAS_NUM_THREADS=str(blas_threads))
@@ -34,14 +34,20 @@ def train(build, name, world, args, tmp, blas_threads=1):
         logs.append(path)
         cmd = [os.path.join(build, "baton"), "train", *args,
                f"--job.dump_folder={dump}"]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=open(path, "w"),
+        files.append(open(path, "w"))
+        procs.append(subprocess.Popen(cmd, env=env, stdout=files[-1],
                                       stderr=subprocess.STDOUT))
     rss_mib = []
     for p in procs:
         _, status, usage = os.wait4(p.pid, 0)
         p.returncode = os.waitstatus_to_exitcode(status)
         rss_mib.append(usage.ru_maxrss / 1024.0)  # ru_maxrss is in KiB
-    text = [open(path).read() for path in logs]
+    for f in files:
+        f.close()
+    text = []
+    for path in logs:
+        with open(path) as f:
+            text.append(f.read())
     if any(p.returncode != 0 for p in procs):
         sys.exit(f"{name} failed:\n" + "\n".join(t[-2000:] for t in text))
     rows = [json.loads(l) for l in open(os.path.join(dump, "metrics.jsonl"))][2:]

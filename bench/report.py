@@ -416,8 +416,9 @@ def fsdp_section(fsdp, targets):
         m = {k: statistics.median(r[k] for r in runs)
              for k in ("step_s", "tokens_per_sec", "param_mib", "grad_mib",
                        "optimizer_mib")}
+        ranks = len(runs[0]["peak_rss_mib_per_rank"])
         m["rss"] = [statistics.median(r["peak_rss_mib_per_rank"][i] for r in runs)
-                    for i in range(2)]
+                    for i in range(ranks)]
         if "gather_wait_s" in runs[0]:
             m["waited"] = statistics.median(
                 (r["gather_wait_s"] + r["reduce_wait_s"]) / fsdp["steps"] for r in runs)
@@ -431,14 +432,13 @@ def fsdp_section(fsdp, targets):
              "each rank's parameter + gradient + AdamW bytes (its log after the "
              "first step). Waited: the seconds per step rank 0 spent blocked on "
              "gathers and reduce-scatters, the communication that computation "
-             "did not hide. Peak RSS is not where sharding shows at this size: it "
+             "did not hide, as the mean over all the run's steps (the first two "
+             "included). Peak RSS is not where sharding shows at this size: it "
              "counts libtorch's libraries and the activations, which sharding "
              "leaves alone, and glibc keeps freed memory in the process "
-             "(`common/allocator.h`); by hand with heaptrack (2026-12-01, same "
-             "shapes, 4 steps) the heap's peak was 687 MiB at dp_shard 2 against "
-             "949 MiB at dp_replicate 2.", "",
+             "(`common/allocator.h`; bench/notes.md has the heap's peaks).", "",
              "| run | tokens/s | vs dp_replicate 2 | state per rank | vs dp_replicate 2 "
-             "| peak RSS per rank | waited per step |", "|---|---|---|---|---|---|---|"]
+             "| peak RSS per rank | waited per step (mean) |", "|---|---|---|---|---|---|---|"]
     for name in names:
         m = med[name]
         state = m["param_mib"] + m["grad_mib"] + m["optimizer_mib"]
@@ -447,7 +447,7 @@ def fsdp_section(fsdp, targets):
         lines.append(
             f"| {name} | {m['tokens_per_sec']:,.0f} | "
             f"{m['tokens_per_sec'] / base['tokens_per_sec']:.2f}x | {state:.0f} MiB | "
-            f"{state / base_state:.2f}x | {m['rss'][0]:.0f} / {m['rss'][1]:.0f} MiB | "
+            f"{state / base_state:.2f}x | {' / '.join(f'{x:.0f}' for x in m['rss'])} MiB | "
             f"{waited} |")
     shard = med["dp_shard2"]
     targets["fsdp_speed"] = shard["tokens_per_sec"] / base["tokens_per_sec"]

@@ -35,6 +35,10 @@ class PipelineTrainerBuilder : public TrainerBuilder {
   /// The PipelinedTrainStep over this rank's parts.
   std::unique_ptr<TrainStep> build_train_step(
       const ModelParts& parts, LossFn loss) override;
+  /// Yes: the parts are stages.
+  bool pipelined() const override {
+    return true;
+  }
 
  private:
   /// The compute-only schedule (set by init_runtime).

@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -122,7 +123,7 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
 
 void TrainerBuilder::parallelize(ModelParts& parts, const ApplierChain& chain) {
   check_built(!chain.empty(), "build_appliers returned an empty chain");
-  const ParallelContext context{config_, mesh(), device_};
+  const ParallelContext context{config_, mesh(), device_, pipelined()};
   parts.for_each([&](ModelPart& part) { chain.apply(part, context); });
   LOG(INFO) << "parallelize: " << join(chain.names(), " -> ") << " on "
             << parts.size() << (parts.size() == 1 ? " part" : " parts");
@@ -139,12 +140,23 @@ void TrainerBuilder::init_runtime() {
   keep_freed_memory_in_process();
   env_ = env_override_ ? *env_override_ : dist::detect_launch_env();
   const auto& p = config_.parallelism;
-  dims_ = ParallelDims::resolve(
-      p.data_parallel_replicate_degree,
-      p.data_parallel_shard_degree,
-      p.tensor_parallel_degree,
-      p.pipeline_parallel_degree,
-      env_.world_size);
+  try {
+    dims_ = ParallelDims::resolve(
+        p.data_parallel_replicate_degree,
+        p.data_parallel_shard_degree,
+        p.tensor_parallel_degree,
+        p.pipeline_parallel_degree,
+        env_.world_size);
+  } catch (const ConfigError& e) {
+    // The degrees meet the world size only here: name where they were set.
+    throw_config_error(
+        config_.first_origin(
+            {"parallelism.data_parallel_replicate_degree",
+             "parallelism.data_parallel_shard_degree",
+             "parallelism.tensor_parallel_degree",
+             "parallelism.pipeline_parallel_degree"}),
+        std::string(e.what()) + " (" + env_.to_string() + ")");
+  }
   device_ = torch::cuda::is_available()
                 ? at::Device(at::kCUDA, static_cast<int>(env_.local_rank))
                 : at::Device(at::kCPU);
@@ -191,18 +203,20 @@ ModelParts TrainerBuilder::build_model(const llama::ModelArgs& args) {
 ApplierChain TrainerBuilder::build_appliers() {
   ApplierChain chain;
   chain.append("to_device");
+  const std::string where = config_.origin("parallelism.appliers");
   for (const auto& name : config_.parallelism.appliers) {
-    chain.append(name, config_.origin("parallelism.appliers"));
+    const auto& placed = builder_placed_appliers();
+    if (std::find(placed.begin(), placed.end(), name) != placed.end()) {
+      throw_config_error(
+          where,
+          "parallelism.appliers: '" + name +
+              "' is a step the builder places itself, from the parallelism "
+              "degrees; allowed: other registered appliers; hint: set the "
+              "data-parallel degrees instead");
+    }
+    chain.append(name, where);
   }
-  if (dims_.dp_enabled()) {
-    chain.append("check_replicas");
-  }
-  // Sharded data parallel reduces over its replicas too (HSDP).
-  if (dims_.dp_shard > 1) {
-    chain.append("fully_shard");
-  } else if (dims_.dp_replicate > 1) {
-    chain.append("replicate");
-  }
+  append_data_parallel(chain, dims_);
   return chain;
 }
 

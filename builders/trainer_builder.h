@@ -80,11 +80,16 @@ class TrainerBuilder {
   virtual ModelParts build_model(const llama::ModelArgs& args);
   /// The steps applied to every part, in order. The base chain: to_device;
   /// then the registered appliers `parallelism.appliers` lists, in order;
-  /// then, with data parallel, check_replicas and replicate. (Tensor
-  /// parallel, activation checkpointing and mixed precision come before the
-  /// listed ones, and fully_shard replaces replicate, as they land.) A
+  /// then the data-parallel steps (append_data_parallel: check_replicas,
+  /// then fully_shard or replicate). (Tensor parallel, activation
+  /// checkpointing and mixed precision will come before the listed ones.) A
   /// subclass calls the base and inserts, replaces or removes steps.
   virtual ApplierChain build_appliers();
+  /// Whether the parts are pipeline stages trained by the schedule executor
+  /// (the appliers see it in ParallelContext::pipelined); the base: no.
+  virtual bool pipelined() const {
+    return false;
+  }
   /// The optimizer of one part (`optimizer.name`).
   virtual std::unique_ptr<torch::optim::Optimizer> build_optimizer(
       ModelPart& part);

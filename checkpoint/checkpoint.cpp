@@ -213,23 +213,6 @@ at::Tensor read_checked(
   return t;
 }
 
-/// Elements in common between the box of `shape` at `offsets` and the
-/// other box (0-d boxes: one).
-int64_t overlap(
-    const std::vector<int64_t>& offsets,
-    const std::vector<int64_t>& shape,
-    const std::vector<int64_t>& other_offsets,
-    const std::vector<int64_t>& other_shape) {
-  int64_t n = 1;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    const int64_t lo = std::max(offsets[d], other_offsets[d]);
-    const int64_t hi =
-        std::min(offsets[d] + shape[d], other_offsets[d] + other_shape[d]);
-    n *= std::max<int64_t>(0, hi - lo);
-  }
-  return n;
-}
-
 /// Copies the part of `src` (a slice at `src_offsets` of the whole tensor)
 /// that falls in `dst` (a slice at `dst_offsets`); returns its elements.
 int64_t copy_overlap(
@@ -251,6 +234,38 @@ int64_t copy_overlap(
   }
   to.copy_(from);
   return from.numel();
+}
+
+/// Fails when a tensor every rank's model has is missing from `index`, or
+/// `index` has one that none has: judged against every rank's FQNs, the
+/// same way on every rank.
+void check_fqns(
+    const json& index,
+    const std::string& index_path,
+    const std::vector<std::string>& model_fqns) {
+  const json& tensors = index.at("tensors");
+  for (const auto& fqn : model_fqns) {
+    if (!tensors.contains(fqn)) {
+      fail(
+          index_path + ": tensor '" + fqn +
+          "' is missing (the model has it; was the checkpoint saved from "
+          "another model or flavor?)");
+    }
+  }
+  for (const auto& [fqn, entry] : tensors.items()) {
+    if (std::binary_search(model_fqns.begin(), model_fqns.end(), fqn)) {
+      continue;
+    }
+    std::string files = entry.value("file", "");
+    if (entry.contains("slices") && entry["slices"].is_array()) {
+      for (const auto& slice : entry["slices"]) {
+        files += (files.empty() ? "" : ", ") + slice.value("file", "?");
+      }
+    }
+    fail(
+        index_path + ": tensor '" + fqn + "' (in " +
+        (files.empty() ? std::string("?") : files) + ") is not in the model");
+  }
 }
 
 }  // namespace
@@ -656,7 +671,8 @@ TrainState CheckpointManager::load() {
   apply(staged);
   LOG(INFO) << "checkpoint: resumed from step " << step << " (" << dir.string()
             << ", saved under '"
-            << checkpoint_index::describe_layout(index["layout"]) << "')";
+            << checkpoint_index::describe_layout(index.value("layout", json()))
+            << "')";
   return {step, staged.tokens_seen};
 }
 
@@ -726,24 +742,7 @@ void CheckpointManager::stage_tensors(
     const std::vector<std::string>& model_fqns,
     Staged& staged) const {
   const std::string index_path = (dir / kIndexFile).string();
-  // Missing and extra FQNs are judged against every rank's, the same way
-  // on every rank.
-  const json& tensors = index.at("tensors");
-  for (const auto& fqn : model_fqns) {
-    if (!tensors.contains(fqn)) {
-      fail(
-          index_path + ": tensor '" + fqn +
-          "' is missing (the model has it; was the checkpoint saved from "
-          "another model or flavor?)");
-    }
-  }
-  for (const auto& [fqn, entry] : tensors.items()) {
-    if (!std::binary_search(model_fqns.begin(), model_fqns.end(), fqn)) {
-      fail(
-          index_path + ": tensor '" + fqn + "' (in " +
-          entry.value("file", "?") + ") is not in the model");
-    }
-  }
+  check_fqns(index, index_path, model_fqns);
   // The saved slices each of this rank's tensors needs (a whole tensor is
   // one slice), by file, so that each file is opened once.
   struct Need {
@@ -765,13 +764,14 @@ void CheckpointManager::stage_tensors(
     }
     staged.tensors[w.fqn] = at::empty(w.shape, w.dtype);
     for (const auto& slice : entry.slices) {
-      if (overlap(w.offsets, w.shape, slice.offsets, slice.shape) > 0 ||
-          w.shape.empty()) {
+      if (checkpoint_index::overlap(
+              w.offsets, w.shape, slice.offsets, slice.shape) > 0) {
         by_file[slice.file].push_back({&w, slice});
       }
     }
   }
-  std::map<std::string, int64_t> covered;
+  // The slices tile each tensor (tensor_entry checked), so they cover the
+  // rank's own slice too.
   for (const auto& [file, needs] : by_file) {
     const std::string path = (dir / file).string();
     std::unique_ptr<SafetensorsReader> reader;
@@ -789,20 +789,7 @@ void CheckpointManager::stage_tensors(
     for (const auto& [w, slice] : needs) {
       const at::Tensor t =
           read_checked(*reader, w->fqn, w->dtype, slice.shape, slice.crc32);
-      covered[w->fqn] +=
-          copy_overlap(t, slice.offsets, staged.tensors.at(w->fqn), w->offsets);
-    }
-  }
-  for (const auto& w : wanted) {
-    int64_t numel = 1;
-    for (const int64_t d : w.shape) {
-      numel *= d;
-    }
-    if (covered[w.fqn] != numel) {
-      fail(
-          index_path + ": tensor '" + w.fqn + "': its slices hold " +
-          std::to_string(covered[w.fqn]) + " of the " + std::to_string(numel) +
-          " elements this rank needs at offsets " + shape_string(w.offsets));
+      copy_overlap(t, slice.offsets, staged.tensors.at(w->fqn), w->offsets);
     }
   }
 }
@@ -843,7 +830,7 @@ void CheckpointManager::stage_state(
   const std::string rank_key = std::to_string(layout_.rank);
   const json saved_layout = index.value("layout", json());
   if (!checkpoint_index::same_layout(saved_layout, layout_) ||
-      !index["rng"].contains(rank_key)) {
+      !index.contains("rng") || !index.at("rng").contains(rank_key)) {
     LOG(INFO) << "checkpoint: saved under '"
               << checkpoint_index::describe_layout(saved_layout)
               << "', this run is '"
@@ -853,7 +840,7 @@ void CheckpointManager::stage_state(
     return;
   }
   try {
-    staged.rng = from_hex(index["rng"][rank_key].get<std::string>());
+    staged.rng = from_hex(index.at("rng").at(rank_key).get<std::string>());
   } catch (const std::exception& e) {
     fail(index_path + ": RNG state of rank " + rank_key + ": " + e.what());
   }

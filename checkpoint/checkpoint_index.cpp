@@ -120,6 +120,56 @@ TensorSlice parse_slice(
 
 }  // namespace
 
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (const int64_t d : shape) {
+    n *= d;
+  }
+  return n;
+}
+
+int64_t overlap(
+    const std::vector<int64_t>& offsets,
+    const std::vector<int64_t>& shape,
+    const std::vector<int64_t>& other_offsets,
+    const std::vector<int64_t>& other_shape) {
+  int64_t n = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    const int64_t lo = std::max(offsets[d], other_offsets[d]);
+    const int64_t hi =
+        std::min(offsets[d] + shape[d], other_offsets[d] + other_shape[d]);
+    n *= std::max<int64_t>(0, hi - lo);
+  }
+  return n;
+}
+
+std::string tiling_problem(
+    const std::vector<int64_t>& shape, const std::vector<TensorSlice>& slices) {
+  int64_t covered = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const auto& s = slices[i];
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (s.offsets[d] < 0 || s.shape[d] < 0 ||
+          s.offsets[d] + s.shape[d] > shape[d]) {
+        return "a slice at " + shape_string(s.offsets) + " of shape " +
+               shape_string(s.shape) + " lies outside it";
+      }
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (overlap(s.offsets, s.shape, slices[j].offsets, slices[j].shape) > 0) {
+        return "the slices at " + shape_string(slices[j].offsets) + " and " +
+               shape_string(s.offsets) + " overlap";
+      }
+    }
+    covered += numel_of(s.shape);
+  }
+  if (covered != numel_of(shape)) {
+    return "its slices hold " + std::to_string(covered) + " of its " +
+           std::to_string(numel_of(shape)) + " elements";
+  }
+  return "";
+}
+
 TensorEntry tensor_entry(
     const json& index, const std::string& fqn, const std::string& index_path) {
   TensorEntry t;
@@ -139,6 +189,10 @@ TensorEntry tensor_entry(
     throw;
   } catch (const std::exception& e) {
     fail(index_path + ": tensor '" + fqn + "': bad entry (" + e.what() + ")");
+  }
+  if (const std::string problem = tiling_problem(t.shape, t.slices);
+      !problem.empty()) {
+    fail(index_path + ": tensor '" + fqn + "': " + problem);
   }
   return t;
 }
@@ -222,36 +276,20 @@ json make_index(
     }
     index["rng"][std::to_string(m["rank"].get<int64_t>())] = m["rng"];
   }
-  // Every element of a sharded tensor in exactly one slice: inside it, and
-  // the slices' sizes adding up to it.
+  // Every element of a sharded tensor in exactly one slice.
   for (const auto& [name, entry] : index["tensors"].items()) {
     if (!entry.contains("slices")) {
       continue;
     }
-    const auto whole = entry["shape"].get<std::vector<int64_t>>();
-    int64_t covered = 0;
+    std::vector<TensorSlice> slices;
     for (const auto& slice : entry["slices"]) {
-      const auto offsets = slice["offsets"].get<std::vector<int64_t>>();
-      const auto shape = slice["shape"].get<std::vector<int64_t>>();
-      int64_t n = 1;
-      for (size_t d = 0; d < whole.size(); ++d) {
-        if (offsets[d] < 0 || offsets[d] + shape[d] > whole[d]) {
-          throw std::logic_error(
-              "[checkpoint] tensor '" + name + "': a slice outside it");
-        }
-        n *= shape[d];
-      }
-      covered += n;
+      slices.push_back(
+          {slice["file"], slice["offsets"], slice["shape"], slice["crc32"]});
     }
-    int64_t numel = 1;
-    for (const int64_t d : whole) {
-      numel *= d;
-    }
-    if (covered != numel) {
-      throw std::logic_error(
-          "[checkpoint] tensor '" + name + "': slices hold " +
-          std::to_string(covered) + " of its " + std::to_string(numel) +
-          " elements");
+    if (const std::string problem =
+            tiling_problem(entry["shape"].get<std::vector<int64_t>>(), slices);
+        !problem.empty()) {
+      throw std::logic_error("[checkpoint] tensor '" + name + "': " + problem);
     }
   }
   return index;
@@ -260,11 +298,9 @@ json make_index(
 uint64_t tensor_bytes(const json& index) {
   uint64_t bytes = 0;
   for (const auto& [name, entry] : index["tensors"].items()) {
-    uint64_t n = at::elementSize(dtype_from_safetensors(entry["dtype"]));
-    for (const int64_t d : entry["shape"].get<std::vector<int64_t>>()) {
-      n *= static_cast<uint64_t>(d);
-    }
-    bytes += n;
+    bytes += at::elementSize(dtype_from_safetensors(entry["dtype"])) *
+             static_cast<uint64_t>(
+                 numel_of(entry["shape"].get<std::vector<int64_t>>()));
   }
   return bytes;
 }

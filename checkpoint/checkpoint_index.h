@@ -61,8 +61,22 @@ struct TensorEntry {
   std::vector<int64_t> shape;
   std::vector<TensorSlice> slices;
 };
-/// The entry of `fqn` in `index`; throws CheckpointError naming
-/// `index_path` and the tensor when it is missing or malformed.
+/// Elements of a tensor of `shape` (1 for a scalar).
+int64_t numel_of(const std::vector<int64_t>& shape);
+/// Elements the box of `shape` at `offsets` shares with the other box.
+int64_t overlap(
+    const std::vector<int64_t>& offsets,
+    const std::vector<int64_t>& shape,
+    const std::vector<int64_t>& other_offsets,
+    const std::vector<int64_t>& other_shape);
+/// Why `slices` do not tile a tensor of `shape` exactly (one inside it,
+/// two overlapping, some elements in none); "" when they do.
+std::string tiling_problem(
+    const std::vector<int64_t>& shape, const std::vector<TensorSlice>& slices);
+
+/// The entry of `fqn` in `index`, its slices checked to tile it; throws
+/// CheckpointError naming `index_path` and the tensor when it is missing or
+/// malformed.
 TensorEntry tensor_entry(
     const nlohmann::json& index,
     const std::string& fqn,

@@ -1,5 +1,7 @@
 #include "common/registry.h"
 
+#include <algorithm>
+
 namespace baton {
 
 namespace {
@@ -11,7 +13,8 @@ struct Entry {
 
 struct Index {
   std::mutex mutex;
-  std::map<std::string, Entry> kinds;
+  /// Per kind, every live registry, the latest last.
+  std::map<std::string, std::vector<Entry>> kinds;
 };
 
 Index& index() {
@@ -27,14 +30,24 @@ void RegistryIndex::add(
     std::function<std::vector<std::string>()> names) {
   auto& i = index();
   std::lock_guard<std::mutex> lock(i.mutex);
-  i.kinds[kind] = Entry{owner, std::move(names)};
+  i.kinds[kind].push_back(Entry{owner, std::move(names)});
 }
 
 void RegistryIndex::remove(const std::string& kind, const void* owner) {
   auto& i = index();
   std::lock_guard<std::mutex> lock(i.mutex);
   const auto it = i.kinds.find(kind);
-  if (it != i.kinds.end() && it->second.owner == owner) {
+  if (it == i.kinds.end()) {
+    return;
+  }
+  auto& live = it->second;
+  live.erase(
+      std::remove_if(
+          live.begin(),
+          live.end(),
+          [owner](const Entry& e) { return e.owner == owner; }),
+      live.end());
+  if (live.empty()) {
     i.kinds.erase(it);
   }
 }
@@ -49,7 +62,7 @@ std::optional<std::vector<std::string>> RegistryIndex::names(
     if (it == i.kinds.end()) {
       return std::nullopt;
     }
-    names = it->second.names;
+    names = it->second.back().names;
   }
   return names();
 }

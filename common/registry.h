@@ -20,13 +20,13 @@ namespace baton {
 class RegistryIndex {
  public:
   /// Registers `owner`, the registry of `kind`; `names` lists its entries.
-  /// A later registry of the same kind replaces it.
+  /// A later registry of the same kind shadows it until that one goes.
   static void add(
       const std::string& kind,
       const void* owner,
       std::function<std::vector<std::string>()> names);
-  /// Forgets `owner` (a registry being destroyed), if it is still the one
-  /// registered under `kind`.
+  /// Forgets `owner` (a registry being destroyed); the one it shadowed, if
+  /// any, is the kind's again.
   static void remove(const std::string& kind, const void* owner);
   /// The names registered under `kind`, or nothing when no registry of that
   /// kind exists in this process (its folder is not linked or not used).

@@ -3,7 +3,9 @@
 // Every difference between the libtorch versions Baton builds against
 // (Debian 12's 1.13, Debian 13's 2.6, a pip PyTorch's) lives here or in the
 // dist facade (parallel/dist/process_group.cpp, c10d's Backend split); no
-// other file names a version.
+// other file names a version. So does every use of libtorch internals below
+// its public API (the storage surgery of fully sharded data parallel), where
+// a new version would show first.
 
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>

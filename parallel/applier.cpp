@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "common/text.h"
+#include "config/parallel_dims.h"
 #include "parallel/data_parallel/replicate.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/fsdp/fully_shard.h"
@@ -144,6 +145,23 @@ void ApplierChain::insert(
         "' is already in the chain; allowed: each name once");
   }
   steps_.emplace(at, std::move(name), std::move(applier));
+}
+
+void append_data_parallel(ApplierChain& chain, const ParallelDims& dims) {
+  if (dims.dp_enabled()) {
+    chain.append("check_replicas");
+  }
+  if (dims.dp_shard > 1) {
+    chain.append("fully_shard");
+  } else if (dims.dp_replicate > 1) {
+    chain.append("replicate");
+  }
+}
+
+const std::vector<std::string>& builder_placed_appliers() {
+  static const std::vector<std::string> kNames = {
+      "to_device", "check_replicas", "replicate", "fully_shard"};
+  return kNames;
 }
 
 void ToDeviceApplier::apply(ModelPart& part, const ParallelContext& context) {

@@ -13,17 +13,20 @@
 namespace baton {
 
 struct JobConfig;
+struct ParallelDims;
 class ModelPart;
 namespace dist {
 class ParallelMesh;
 }
 
-/// What every applier sees besides the part: the job, this rank's groups
-/// and the device the parts train on.
+/// What every applier sees besides the part: the job, this rank's groups,
+/// the device the parts train on, and whether the parts are pipeline stages
+/// (trained by the schedule executor, several microbatches per step).
 struct ParallelContext {
   const JobConfig& config;
   const dist::ParallelMesh& mesh;
   c10::Device device;
+  bool pipelined = false;
 };
 
 /// One parallelism (or other per-part transform) applied to one model part,
@@ -48,8 +51,8 @@ using ApplierCreator = std::function<std::unique_ptr<Applier>()>;
 /// The applier registry (`parallelism.appliers` and the builders' chains).
 Registry<ApplierCreator>& applier_registry();
 
-/// Registers the built-in appliers: to_device, check_replicas, replicate.
-/// Safe to call more than once.
+/// Registers the built-in appliers: to_device, check_replicas, replicate,
+/// fully_shard. Safe to call more than once.
 void register_builtin_appliers();
 
 /// The ordered steps applied to every model part, each under a name. A
@@ -102,6 +105,17 @@ class ApplierChain {
 
   std::vector<Step> steps_;
 };
+
+/// Appends the data-parallel steps of `dims` to `chain`, as every builder
+/// does last: check_replicas with a data-parallel degree above 1, then
+/// fully_shard with dp_shard above 1 (it reduces across replicas too:
+/// HSDP), else replicate with dp_replicate above 1.
+void append_data_parallel(ApplierChain& chain, const ParallelDims& dims);
+
+/// The steps the builders place themselves, from the parallelism degrees:
+/// to_device and the data-parallel ones. `parallelism.appliers` may not
+/// name them.
+const std::vector<std::string>& builder_placed_appliers();
 
 /// Built-in step: moves the part to the context's device and puts it in
 /// training mode. First in every builder's chain.

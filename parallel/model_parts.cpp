@@ -22,7 +22,8 @@ void ModelPart::mark_grad_split(const std::string& fqn, dist::MeshDim dim) {
   if (!module_->named_parameters().contains(fqn)) {
     throw std::invalid_argument(
         "[ModelPart] mark_grad_split: '" + fqn +
-        "' is not a parameter of stage " + std::to_string(stage_));
+        "' is not a parameter of stage " + std::to_string(stage_) +
+        "; allowed: the FQN of one of its parameters");
   }
   auto& dims = grad_split_[fqn];
   if (std::find(dims.begin(), dims.end(), dim) == dims.end()) {
@@ -42,7 +43,9 @@ void ModelPart::set_slice(const std::string& fqn, ParamSlice slice) {
   if (!params.contains(fqn)) {
     throw std::invalid_argument(
         "[ModelPart] set_slice: '" + fqn + "' is not a parameter of stage " +
-        std::to_string(stage_));
+        std::to_string(stage_) +
+        "; allowed: the FQN of one of its "
+        "parameters");
   }
   const at::Tensor& p = params[fqn];
   bool fits = slice.global_shape.size() == static_cast<size_t>(p.dim()) &&

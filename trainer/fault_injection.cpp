@@ -30,16 +30,15 @@ const FaultInjection& FaultInjection::get() {
         3) {
       throw_config_error(
           where,
-          "[fault_injection] malformed; allowed: KIND:RANK:STEP with KIND "
-          "throw, kill, hang or killsave");
+          "malformed; allowed: KIND:RANK:STEP with KIND throw, kill, hang or "
+          "killsave");
     }
     f.kind_ = kind;
     if (f.kind_ != "throw" && f.kind_ != "kill" && f.kind_ != "hang" &&
         f.kind_ != "killsave") {
       throw_config_error(
           where,
-          "[fault_injection] KIND: '" + f.kind_ +
-              "'; allowed: throw, kill, hang or killsave");
+          "KIND: '" + f.kind_ + "'; allowed: throw, kill, hang or killsave");
     }
     f.rank_ = rank;
     f.step_ = step;

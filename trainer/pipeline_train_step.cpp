@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "parallel/dist/process_group.h"
@@ -59,6 +60,7 @@ StepOutput PipelinedTrainStep::run(
   const int64_t tokens =
       tokens_per_micro_step_ * accumulation_steps_ * dp_group_->size();
   double loss_sum = 0.0;
+  std::vector<int64_t> reduced;
   double wall = 0.0;
   double compute = 0.0;
   last_actions_.clear();
@@ -73,8 +75,9 @@ StepOutput PipelinedTrainStep::run(
     // says a stage's are complete.
     std::function<void(int64_t)> reduce_grad;
     if (last) {
-      reduce_grad = [&parts](int64_t stage) {
+      reduce_grad = [&parts, &reduced](int64_t stage) {
         parts.at_stage(stage).grad_sync().reduce_now();
+        reduced.push_back(stage);
       };
     }
     auto run = executor_->run(
@@ -85,6 +88,15 @@ StepOutput PipelinedTrainStep::run(
     last_actions_.insert(
         last_actions_.end(), run.actions.begin(), run.actions.end());
   }
+  // A custom schedule (a lowered CSV) may have no REDUCE_GRAD for a stage:
+  // its gradients are synchronised after the last micro-step, so that no
+  // replica or shard is left out.
+  parts.for_each([&](ModelPart& part) {
+    if (std::find(reduced.begin(), reduced.end(), part.stage()) ==
+        reduced.end()) {
+      part.grad_sync().reduce_now();
+    }
+  });
   loss_sum = sum_over(dp_group_, sum_over(pp_group_, loss_sum));
   StepOutput out;
   out.loss = loss_sum / static_cast<double>(tokens);

@@ -16,7 +16,8 @@ namespace baton {
 /// is summed over the pipeline group (only the last stage has it) and the
 /// data-parallel group, so every rank returns the global loss. On the last
 /// micro-step each REDUCE_GRAD of the schedule synchronises that stage's
-/// part through its grad_sync().
+/// part through its grad_sync(), and a part the schedule has no REDUCE_GRAD
+/// for (a custom CSV schedule's) is synchronised after it.
 class PipelinedTrainStep final : public TrainStep {
  public:
   PipelinedTrainStep(

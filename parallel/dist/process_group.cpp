@@ -353,8 +353,9 @@ std::string ProcessGroup::backend() const {
 Work ProcessGroup::all_reduce_async(at::Tensor& tensor, ReduceOp op) {
   if (op == ReduceOp::kAvg && !at::isFloatingType(tensor.scalar_type())) {
     throw std::invalid_argument(
-        "[ProcessGroup] all_reduce AVG needs a floating-point tensor, got " +
-        std::string(c10::toString(tensor.scalar_type())));
+        "[ProcessGroup] all_reduce AVG: a " +
+        std::string(c10::toString(tensor.scalar_type())) +
+        " tensor; allowed: floating-point tensors (or SUM, MIN, MAX)");
   }
   if (impl_->local()) {
     return Work();
@@ -489,9 +490,9 @@ Work ProcessGroup::reduce_scatter_async(
   }
   if (op == ReduceOp::kAvg && !at::isFloatingType(input.scalar_type())) {
     throw std::invalid_argument(
-        "[ProcessGroup] reduce_scatter AVG needs a floating-point tensor, "
-        "got " +
-        std::string(c10::toString(input.scalar_type())));
+        "[ProcessGroup] reduce_scatter AVG: a " +
+        std::string(c10::toString(input.scalar_type())) +
+        " tensor; allowed: floating-point tensors (or SUM, MIN, MAX)");
   }
   if (impl_->local()) {
     output.copy_(input.reshape(output.sizes()));

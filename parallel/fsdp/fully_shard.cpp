@@ -30,6 +30,11 @@ double seconds_since(Clock::time_point start) {
 
 }  // namespace
 
+std::pair<int64_t, int64_t> Unit::rows_of_rank(const Param& p, int64_t r) {
+  const int64_t first = std::min(p.rows, r * p.rows_per_rank);
+  return {first, std::min(p.rows_per_rank, p.rows - first)};
+}
+
 ReshardAfterForward parse_reshard_after_forward(const std::string& text) {
   if (text == "default") {
     return ReshardAfterForward::kDefault;
@@ -54,13 +59,9 @@ Unit::Unit(
     : name_(std::move(name)), groups_(std::move(groups)) {
   ranks_ = groups_.shard->size();
   rank_ = groups_.shard->rank();
+  // Everything is checked before any parameter changes.
+  check(name_, params);
   for (auto& [fqn, param] : params) {
-    if (param.dim() == 0) {
-      throw std::invalid_argument(
-          "[fsdp] " + fqn +
-          ": a 0-d parameter; allowed: tensors of one "
-          "dimension or more (sharded on dim 0)");
-    }
     Param p;
     p.fqn = fqn;
     p.param = param;
@@ -68,27 +69,16 @@ Unit::Unit(
     p.rows = param.size(0);
     p.row_numel = p.rows == 0 ? 0 : param.numel() / p.rows;
     p.rows_per_rank = (p.rows + ranks_ - 1) / ranks_;
-    p.first_row = std::min(p.rows, rank_ * p.rows_per_rank);
-    p.my_rows = std::min(p.rows_per_rank, p.rows - p.first_row);
+    std::tie(p.first_row, p.my_rows) = rows_of_rank(p, rank_);
     p.offset = chunk_numel_;
     chunk_numel_ += p.rows_per_rank * p.row_numel;
     params_.push_back(std::move(p));
-  }
-  if (params_.empty()) {
-    throw std::invalid_argument("[fsdp] unit '" + name_ + "': no parameters");
   }
   const at::Tensor& first = params_.front().param;
   torch::NoGradGuard no_grad;
   // Padding stays zero: it is gathered and reduced, never used.
   shard_flat_ = at::zeros({chunk_numel_}, first.options());
   for (auto& p : params_) {
-    if (p.param.scalar_type() != first.scalar_type() ||
-        p.param.device() != first.device()) {
-      throw std::invalid_argument(
-          "[fsdp] unit '" + name_ + "': " + p.fqn +
-          " has another dtype or device than " + params_.front().fqn +
-          "; allowed: one dtype and device per unit");
-    }
     std::vector<int64_t> shape = p.full_shape;
     shape[0] = p.my_rows;
     p.shard =
@@ -99,6 +89,38 @@ Unit::Unit(
 }
 
 Unit::~Unit() = default;
+
+void Unit::check(
+    const std::string& name,
+    const std::vector<std::pair<std::string, at::Tensor>>& params) {
+  if (params.empty()) {
+    throw std::invalid_argument("[fsdp] unit '" + name + "': no parameters");
+  }
+  const auto& [first_fqn, first] = params.front();
+  for (const auto& [fqn, param] : params) {
+    if (param.dim() == 0) {
+      throw std::invalid_argument(
+          "[fsdp] " + fqn +
+          ": a 0-d parameter; allowed: tensors of one dimension or more "
+          "(sharded on dim 0)");
+    }
+    if (!param.requires_grad()) {
+      throw std::invalid_argument(
+          "[fsdp] " + fqn +
+          ": does not require gradients; allowed: parameters that require "
+          "gradients (fully_shard shards no frozen ones)");
+    }
+    if (param.scalar_type() != first.scalar_type() ||
+        param.device() != first.device()) {
+      throw std::invalid_argument(
+          "[fsdp] unit '" + name + "': " + fqn + " is " +
+          std::string(c10::toString(param.scalar_type())) + " on " +
+          param.device().str() + ", " + first_fqn + " " +
+          std::string(c10::toString(first.scalar_type())) + " on " +
+          first.device().str() + "; allowed: one dtype and device per unit");
+    }
+  }
+}
 
 const std::vector<Unit::Param>& Unit::params() const {
   return params_;
@@ -146,8 +168,7 @@ void Unit::wait_for_unshard() {
     // Rank r's rows, straight from its chunk.
     const at::Tensor rows = whole.view({p.rows, p.row_numel});
     for (int64_t r = 0; r < ranks_; ++r) {
-      const int64_t first = std::min(p.rows, r * p.rows_per_rank);
-      const int64_t n = std::min(p.rows_per_rank, p.rows - first);
+      const auto [first, n] = rows_of_rank(p, r);
       if (n > 0) {
         rows.narrow(0, first, n)
             .copy_(chunks[r]
@@ -190,8 +211,7 @@ void Unit::reduce_grads() {
     }
     const at::Tensor rows = grad.reshape({p.rows, p.row_numel});
     for (int64_t r = 0; r < ranks_; ++r) {
-      const int64_t first = std::min(p.rows, r * p.rows_per_rank);
-      const int64_t n = std::min(p.rows_per_rank, p.rows - first);
+      const auto [first, n] = rows_of_rank(p, r);
       if (n > 0) {
         chunks[r]
             .narrow(0, p.offset, n * p.row_numel)
@@ -247,6 +267,9 @@ void Unit::to_sharded() {
 
 /// What the unit wrappers and the gradient hooks share; they hold it weakly
 /// or by shared pointer, so it outlives the part's modules' use of it.
+/// Autograd runs one device's hooks on one thread, so the units' states
+/// change on one thread at a time; the mutex guards the counters the
+/// gradient hooks and finish() share.
 struct FullyShardedPart::State {
   /// Units in the order the forward runs them: the root (whose forward
   /// encloses the blocks') first, then the blocks.
@@ -255,7 +278,6 @@ struct FullyShardedPart::State {
   /// a middle pipeline stage, has none).
   bool has_root = false;
   std::vector<bool> reshard_after_forward;
-  bool pipelined = false;
   /// Without pipelining: gradients are reduced as each unit's backward
   /// ends (the last of its parameters' gradients accumulated).
   std::mutex mutex;
@@ -307,15 +329,15 @@ struct FullyShardedPart::State {
     }
   }
 
-  /// Starts unit i's reduce-scatter, and finishes the oldest in flight once
-  /// more than kReducing are: each holds buffers of the unit's whole size.
+  /// Starts unit i's reduce-scatter, first finishing the oldest in flight
+  /// when kReducing are: each holds buffers of twice the unit's size.
   void reduce(int64_t i) {
-    order[i]->reduce_grads();
-    reducing.push_back(i);
-    while (static_cast<int64_t>(reducing.size()) > kReducing) {
+    while (static_cast<int64_t>(reducing.size()) >= kReducing) {
       order[reducing.front()]->to_sharded();
       reducing.pop_front();
     }
+    order[i]->reduce_grads();
+    reducing.push_back(i);
   }
 
   /// Finishes every reduce-scatter and returns every unit to its shards.
@@ -413,15 +435,21 @@ FullyShardedPart::FullyShardedPart(
   std::vector<std::string> order{""};
   order.insert(order.end(), blocks.begin(), blocks.end());
   auto& s = *state_;
-  s.pipelined = pipelined;
   const bool free_after_forward =
       policy == ReshardAfterForward::kAlways ||
       (policy == ReshardAfterForward::kDefault && !pipelined);
+  // Every unit is checked before any is changed.
+  std::vector<
+      std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>>
+      units;
   for (const auto& name : order) {
     auto params = unit_params(module, name, blocks);
-    if (params.empty()) {
-      continue;
+    if (!params.empty()) {
+      Unit::check(name, params);
+      units.emplace_back(name, std::move(params));
     }
+  }
+  for (auto& [name, params] : units) {
     // Each gradient accumulator is made (and held) while its parameter is
     // whole: it checks incoming gradients against the shape it was made
     // with, and gradients arrive whole.
@@ -429,7 +457,9 @@ FullyShardedPart::FullyShardedPart(
       auto acc = torch::autograd::impl::grad_accumulator(p);
       if (!acc) {
         throw std::invalid_argument(
-            "[fsdp] " + fqn + ": not a leaf that accumulates gradients");
+            "[fsdp] " + fqn +
+            ": not a leaf that accumulates gradients; allowed: the module's "
+            "own parameters");
       }
       const auto index = static_cast<int64_t>(units_.size());
       if (!pipelined) {
@@ -513,12 +543,11 @@ void FullyShardApplier::apply(ModelPart& part, const ParallelContext& context) {
   ShardGroups groups{
       context.mesh.group(dist::MeshDim::kDpShard),
       context.mesh.group(dist::MeshDim::kDpReplicate)};
-  const bool pipelined = context.mesh.pp()->size() > 1;
   auto sharded = std::make_shared<FullyShardedPart>(
       part,
       groups,
       parse_reshard_after_forward(p.fsdp_reshard_after_forward),
-      pipelined);
+      context.pipelined);
   int64_t shard_bytes = 0;
   int64_t whole_bytes = 0;
   for (const auto& unit : sharded->units()) {

@@ -95,9 +95,16 @@ class Unit {
   double reduce_wait_s() const {
     return reduce_wait_s_;
   }
+  /// Throws std::invalid_argument unless `params` can make a unit: some,
+  /// none 0-d or frozen, one dtype and device.
+  static void check(
+      const std::string& name,
+      const std::vector<std::pair<std::string, at::Tensor>>& params);
 
  private:
   enum class State { kSharded, kGathering, kUnsharded, kFreed };
+  /// Rank r's first row of `p` and its row count.
+  static std::pair<int64_t, int64_t> rows_of_rank(const Param& p, int64_t r);
 
   std::string name_;
   ShardGroups groups_;

@@ -184,6 +184,29 @@ TEST(ApplierFromYaml, AnUnregisteredApplierIsAConfigErrorNamingTheKey) {
   }
 }
 
+TEST(ApplierFromYaml, TheBuildersOwnStepsAreRefused) {
+  // They come from the degrees; listed again they would reduce twice.
+  register_test_extensions();
+  for (const char* name : {"replicate", "fully_shard", "to_device"}) {
+    const auto config = load_job_config(
+        write_config("applier_builtin", ""),
+        {"parallelism.appliers=[" + std::string(name) + "]",
+         "parallelism.data_parallel_replicate_degree=1"});
+    try {
+      make_trainer_builder(config)->build();
+      ADD_FAILURE() << name << " was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(
+          std::string(e.what()).find(
+              "--parallelism.appliers=[" + std::string(name) +
+              "]: parallelism.appliers: '" + name +
+              "' is a step the builder places itself"),
+          std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(ApplierChainHook, ASubclassEditsTheBaseChain) {
   register_test_extensions();
   const std::string dp = "parallelism:\n  data_parallel_replicate_degree: 2\n";

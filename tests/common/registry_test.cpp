@@ -78,3 +78,30 @@ TEST(Registry, UnknownNameListsTheKnownOnesAndSuggests) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+TEST(RegistryIndex, NamesByKindWhileARegistryLives) {
+  EXPECT_FALSE(RegistryIndex::names("gadget").has_value());
+  {
+    Registry<int> gadgets("gadget");
+    gadgets.add("b", 1, "");
+    gadgets.add("a", 2, "");
+    EXPECT_EQ(
+        RegistryIndex::names("gadget"), (std::vector<std::string>{"a", "b"}));
+    {
+      // A stand-in shadows it while it lives, then the first is back.
+      Registry<int> stand_in("gadget");
+      stand_in.add("z", 0, "");
+      EXPECT_EQ(
+          RegistryIndex::names("gadget"), (std::vector<std::string>{"z"}));
+    }
+    EXPECT_EQ(
+        RegistryIndex::names("gadget"), (std::vector<std::string>{"a", "b"}));
+  }
+  EXPECT_FALSE(RegistryIndex::names("gadget").has_value());
+}
+
+}  // namespace
+}  // namespace baton

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "config/parallel_dims.h"
 #include "parallel/applier.h"
 #include "parallel/model_parts.h"
 
@@ -24,17 +25,14 @@ inline ModelParts parts_of(
   return parts;
 }
 
-/// The chain the builder gives data parallel of these degrees: to_device,
-/// then with data parallel check_replicas and fully_shard (dp_shard above
-/// 1) or replicate.
+/// The chain the builders give data parallel of these degrees: to_device,
+/// then append_data_parallel's steps.
 inline ApplierChain data_parallel_chain(int64_t replicate, int64_t shard) {
   register_builtin_appliers();
   ApplierChain chain;
   chain.append("to_device");
-  if (replicate * shard > 1) {
-    chain.append("check_replicas");
-    chain.append(shard > 1 ? "fully_shard" : "replicate");
-  }
+  append_data_parallel(
+      chain, ParallelDims::resolve(replicate, shard, 1, 1, replicate * shard));
   return chain;
 }
 

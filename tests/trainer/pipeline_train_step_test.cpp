@@ -130,7 +130,8 @@ Result train_pipelined_dp(
       chunk->init_weights(5);
       stages.emplace_back(s, chunk);
       auto part = std::make_shared<ModelPart>(chunk, s);
-      chain.apply(*part, ParallelContext{config, mesh, at::kCPU});
+      chain.apply(
+          *part, ParallelContext{config, mesh, at::kCPU, /*pipelined=*/true});
       parts.push_back(part);
       opts.push_back(adamw(chunk->parameters()));
     }
