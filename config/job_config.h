@@ -319,6 +319,37 @@ struct ParallelismConfig {
   }
 };
 
+/// `activation_checkpoint:` section: which transformer blocks keep only
+/// their input and recompute their forward in backward.
+struct ActivationCheckpointConfig {
+  /// none, full (every block) or selective (see `selective`).
+  std::string mode = "none";
+  /// With mode selective: layer (every selective_every-th block, fully) or
+  /// op (every block keeps its matmul and attention outputs and recomputes
+  /// the cheap ops between them).
+  std::string selective = "layer";
+  /// With selective layer: checkpoint blocks whose index in the model is a
+  /// multiple of this minus one (1: every block, 2: every other block).
+  int64_t selective_every = 2;
+
+  template <class V>
+  void visit(V&& v) {
+    v("mode",
+      mode,
+      FieldSpec("activation checkpointing of the transformer blocks")
+          .one_of({"none", "full", "selective"}));
+    v("selective",
+      selective,
+      FieldSpec("with mode selective: whole blocks every selective_every "
+                "(layer) or the cheap ops of every block (op)")
+          .one_of({"layer", "op"}));
+    v("selective_every",
+      selective_every,
+      FieldSpec("with selective layer: checkpoint every k-th block")
+          .at_least(1));
+  }
+};
+
 /// `checkpoint:` section.
 struct CheckpointConfig {
   bool enable = false;
@@ -409,6 +440,7 @@ struct JobConfig {
   LRSchedulerConfig lr_scheduler;
   TrainingConfig training;
   ParallelismConfig parallelism;
+  ActivationCheckpointConfig activation_checkpoint;
   CheckpointConfig checkpoint;
   MetricsConfig metrics;
   CommConfig comm;
@@ -433,6 +465,7 @@ struct JobConfig {
     v("lr_scheduler", lr_scheduler);
     v("training", training);
     v("parallelism", parallelism);
+    v("activation_checkpoint", activation_checkpoint);
     v("checkpoint", checkpoint);
     v("metrics", metrics);
     v("comm", comm);

@@ -2,11 +2,11 @@
 
 #include <torch/torch.h>
 
+#include "models/forward_state.h"
+
 namespace baton {
 
 namespace {
-
-thread_local WeightGradSlot* current_slot = nullptr;
 
 /// x W^T whose backward consults the slot current at forward time.
 class LinearFunction : public torch::autograd::Function<LinearFunction> {
@@ -16,7 +16,7 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
       const at::Tensor& x,
       const at::Tensor& weight) {
     ctx->save_for_backward({x, weight});
-    ctx->saved_data["slot"] = reinterpret_cast<int64_t>(current_slot);
+    ctx->saved_data["slot"] = reinterpret_cast<int64_t>(forward_state().slot);
     return at::matmul(x, weight.t());
   }
 
@@ -67,12 +67,12 @@ void WeightGradSlot::run() {
 }
 
 WeightGradSlotGuard::WeightGradSlotGuard(WeightGradSlot* slot)
-    : previous_(current_slot) {
-  current_slot = slot;
+    : previous_(forward_state().slot) {
+  forward_state().slot = slot;
 }
 
 WeightGradSlotGuard::~WeightGradSlotGuard() {
-  current_slot = previous_;
+  forward_state().slot = previous_;
 }
 
 LinearImpl::LinearImpl(int64_t in_features, int64_t out_features) {

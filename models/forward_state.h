@@ -1,0 +1,36 @@
+#pragma once
+
+// The thread-local state a model's forward reads besides its inputs and
+// parameters. Whoever sets a field does so with a guard around the forward;
+// activation checkpointing captures the whole state at the forward and puts
+// it back while it recomputes that forward during backward, so a recomputed
+// unit behaves as it did the first time.
+
+namespace baton {
+
+struct WeightGradSlot;  // models/linear.h
+class SavedOps;         // models/recompute.h
+
+struct ForwardState {
+  /// The pipeline stage's slot for deferred weight gradients (Linear).
+  WeightGradSlot* slot = nullptr;
+  /// Selective checkpointing's record of the outputs it keeps.
+  SavedOps* saved_ops = nullptr;
+};
+
+/// This thread's state (read and written in place by the guards).
+ForwardState& forward_state();
+
+/// Sets this thread's state to `state` while alive, then restores it.
+class ForwardStateGuard {
+ public:
+  explicit ForwardStateGuard(const ForwardState& state);
+  ~ForwardStateGuard();
+  ForwardStateGuard(const ForwardStateGuard&) = delete;
+  ForwardStateGuard& operator=(const ForwardStateGuard&) = delete;
+
+ private:
+  ForwardState previous_;
+};
+
+}  // namespace baton
