@@ -203,6 +203,9 @@ ModelParts TrainerBuilder::build_model(const llama::ModelArgs& args) {
 ApplierChain TrainerBuilder::build_appliers() {
   ApplierChain chain;
   chain.append("to_device");
+  if (config_.activation_checkpoint.mode != "none") {
+    chain.append("activation_checkpoint");
+  }
   const std::string where = config_.origin("parallelism.appliers");
   for (const auto& name : config_.parallelism.appliers) {
     const auto& placed = builder_placed_appliers();
@@ -210,9 +213,11 @@ ApplierChain TrainerBuilder::build_appliers() {
       throw_config_error(
           where,
           "parallelism.appliers: '" + name +
-              "' is a step the builder places itself, from the parallelism "
-              "degrees; allowed: other registered appliers; hint: set the "
-              "data-parallel degrees instead");
+              "' is a step the builder places itself, from the config; "
+              "allowed: other registered appliers; hint: " +
+              (name == "activation_checkpoint"
+                   ? "set activation_checkpoint.mode instead"
+                   : "set the data-parallel degrees instead"));
     }
     chain.append(name, where);
   }

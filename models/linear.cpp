@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "models/forward_state.h"
+#include "models/recompute.h"
 
 namespace baton {
 
@@ -17,7 +18,17 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
       const at::Tensor& weight) {
     ctx->save_for_backward({x, weight});
     ctx->saved_data["slot"] = reinterpret_cast<int64_t>(forward_state().slot);
-    return at::matmul(x, weight.t());
+    // Under an op-selective checkpoint the product is kept by the first
+    // forward and handed back to the recomputation.
+    SavedOps* ops = saved_ops();
+    if (ops != nullptr && ops->mode() == SavedOps::Mode::kReplay) {
+      return ops->take().at(0);
+    }
+    auto y = at::matmul(x, weight.t());
+    if (ops != nullptr) {
+      ops->keep({y});
+    }
+    return y;
   }
 
   static torch::autograd::variable_list backward(

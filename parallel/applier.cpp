@@ -6,7 +6,9 @@
 #include <stdexcept>
 
 #include "common/text.h"
+#include "config/job_config.h"
 #include "config/parallel_dims.h"
+#include "parallel/activation_checkpoint.h"
 #include "parallel/data_parallel/replicate.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/fsdp/fully_shard.h"
@@ -25,6 +27,12 @@ void register_builtin_appliers() {
         "to_device",
         [] { return std::make_unique<ToDeviceApplier>(); },
         "moves the part to the device and puts it in training mode");
+    registry.add(
+        "activation_checkpoint",
+        [] { return std::make_unique<ActivationCheckpointApplier>(); },
+        "activation checkpointing of the transformer blocks "
+        "(activation_checkpoint.mode): recompute in backward what was not "
+        "kept");
     registry.add(
         "check_replicas",
         [] { return std::make_unique<CheckReplicasApplier>(); },
@@ -160,7 +168,11 @@ void append_data_parallel(ApplierChain& chain, const ParallelDims& dims) {
 
 const std::vector<std::string>& builder_placed_appliers() {
   static const std::vector<std::string> kNames = {
-      "to_device", "check_replicas", "replicate", "fully_shard"};
+      "to_device",
+      "activation_checkpoint",
+      "check_replicas",
+      "replicate",
+      "fully_shard"};
   return kNames;
 }
 

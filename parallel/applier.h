@@ -51,8 +51,8 @@ using ApplierCreator = std::function<std::unique_ptr<Applier>()>;
 /// The applier registry (`parallelism.appliers` and the builders' chains).
 Registry<ApplierCreator>& applier_registry();
 
-/// Registers the built-in appliers: to_device, check_replicas, replicate,
-/// fully_shard. Safe to call more than once.
+/// Registers the built-in appliers: to_device, activation_checkpoint,
+/// check_replicas, replicate, fully_shard. Safe to call more than once.
 void register_builtin_appliers();
 
 /// The ordered steps applied to every model part, each under a name. A
@@ -112,9 +112,9 @@ class ApplierChain {
 /// HSDP), else replicate with dp_replicate above 1.
 void append_data_parallel(ApplierChain& chain, const ParallelDims& dims);
 
-/// The steps the builders place themselves, from the parallelism degrees:
-/// to_device and the data-parallel ones. `parallelism.appliers` may not
-/// name them.
+/// The steps the builders place themselves, from the parallelism degrees
+/// and sections: to_device, activation_checkpoint and the data-parallel
+/// ones. `parallelism.appliers` may not name them.
 const std::vector<std::string>& builder_placed_appliers();
 
 /// Built-in step: moves the part to the context's device and puts it in

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "models/llama/transformer.h"
+#include "models/recompute.h"
 
 namespace baton::llama {
 
@@ -204,6 +205,21 @@ void for_heads(
   }
 }
 
+/// The attention probabilities of query rows t0 .. t0 + bt against keys
+/// 0 .. t0 + bt. q, k: (n, T, D), q carrying the 1 / sqrt(D) factor;
+/// mask: diagonal_mask(block) -> (n, bt, t0 + bt).
+at::Tensor block_probs(
+    const at::Tensor& q,
+    const at::Tensor& k,
+    int64_t t0,
+    int64_t bt,
+    const at::Tensor& mask) {
+  auto scores =
+      at::bmm(q.narrow(1, t0, bt), k.narrow(1, 0, t0 + bt).transpose(1, 2));
+  scores.narrow(-1, t0, bt).add_(mask.narrow(0, 0, bt).narrow(1, 0, bt));
+  return at::_softmax(scores, -1, false);
+}
+
 class BlockedCausalAttention
     : public torch::autograd::Function<BlockedCausalAttention> {
  public:
@@ -219,6 +235,17 @@ class BlockedCausalAttention
     const auto qs = q_scaled ? q.contiguous() : (q * scale).contiguous();
     const auto kc = k.contiguous();
     const auto vc = v.contiguous();
+    ctx->save_for_backward({qs, kc, vc});
+    ctx->saved_data["q_scaled"] = q_scaled;
+    ctx->saved_data["block"] = block;
+    ctx->saved_data["scale"] = scale;
+    // Under an op-selective checkpoint the first forward keeps the output
+    // only; the recomputation takes it back, and the backward recomputes
+    // each block's probabilities as it reaches it.
+    SavedOps* ops = saved_ops();
+    if (ops != nullptr && ops->mode() == SavedOps::Mode::kReplay) {
+      return ops->take().at(0);
+    }
     const auto mask = diagonal_mask(block, qs.options());
     auto out = at::empty_like(qs);  // (B, H, T, D)
     // Heads flattened: (B * H, T, D) views.
@@ -249,11 +276,11 @@ class BlockedCausalAttention
             at::bmm(p, vh.narrow(1, 0, t1)));
       }
     });
-    ctx->save_for_backward({qs, kc, vc});
-    ctx->saved_data["probs"] = c10::List<at::Tensor>(p_blocks);
-    ctx->saved_data["q_scaled"] = q_scaled;
-    ctx->saved_data["block"] = block;
-    ctx->saved_data["scale"] = scale;
+    if (ops != nullptr) {
+      ops->keep({out});
+    } else {
+      ctx->saved_data["probs"] = c10::List<at::Tensor>(p_blocks);
+    }
     return out;
   }
 
@@ -264,7 +291,11 @@ class BlockedCausalAttention
     const auto q3 = qs.view({BH, T, D});
     const auto k3 = saved[1].view({BH, T, D});
     const auto v3 = saved[2].view({BH, T, D});
-    const auto probs = ctx->saved_data["probs"].toTensorList();
+    // Kept by the forward, or (after an op-selective checkpoint's replay)
+    // recomputed block by block below.
+    const bool kept = ctx->saved_data.count("probs") != 0;
+    const auto probs = kept ? ctx->saved_data["probs"].toTensorList()
+                            : c10::List<at::Tensor>();
     const bool q_scaled = ctx->saved_data["q_scaled"].toBool();
     const int64_t block = ctx->saved_data["block"].toInt();
     const double scale = ctx->saved_data["scale"].toDouble();
@@ -272,6 +303,8 @@ class BlockedCausalAttention
     auto gq = at::empty_like(qs);
     auto gk = at::zeros_like(qs);
     auto gv = at::zeros_like(qs);
+    const auto mask =
+        kept ? at::Tensor() : diagonal_mask(block, qs.options());
     auto gq3 = gq.view({BH, T, D});
     auto gk3 = gk.view({BH, T, D});
     auto gv3 = gv.view({BH, T, D});
@@ -286,7 +319,9 @@ class BlockedCausalAttention
       int64_t i = 0;
       for (int64_t t0 = 0; t0 < T; t0 += block, ++i) {
         const int64_t bt = std::min(block, T - t0), t1 = t0 + bt;
-        const at::Tensor p = probs.get(i).slice(0, h0, h1);  // (n, bt, t1)
+        const at::Tensor p = kept  // (n, bt, t1)
+            ? probs.get(i).slice(0, h0, h1)
+            : block_probs(qh, kh, t0, bt, mask);
         const auto go = gh.narrow(1, t0, bt);                // (n, bt, D)
         gvh.narrow(1, 0, t1).add_(at::bmm(p.transpose(1, 2), go));
         const auto gp = at::bmm(go, vh.narrow(1, 0, t1).transpose(1, 2));

@@ -184,7 +184,8 @@ at::Tensor TransformerImpl::forward_root(const at::Tensor& input) {
     auto& block = blocks_[i];
     h = run_wrapped(
         block_wrappers_[i],
-        [&block, &rope](const at::Tensor& x) { return block(x, rope); },
+        // By value: activation checkpointing reruns this in backward.
+        [block, rope](const at::Tensor& x) mutable { return block(x, rope); },
         h);
   }
   if (chunk_.output) {

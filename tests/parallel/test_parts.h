@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "config/job_config.h"
 #include "config/parallel_dims.h"
+#include "parallel/activation_checkpoint.h"
 #include "parallel/applier.h"
 #include "parallel/model_parts.h"
 
@@ -33,6 +35,20 @@ inline ApplierChain data_parallel_chain(int64_t replicate, int64_t shard) {
   chain.append("to_device");
   append_data_parallel(
       chain, ParallelDims::resolve(replicate, shard, 1, 1, replicate * shard));
+  return chain;
+}
+
+/// `chain` with the activation_checkpoint step after to_device, as the
+/// builders place it, when `config`'s activation_checkpoint.mode is not
+/// none.
+inline ApplierChain with_activation_checkpoint(
+    ApplierChain chain, const JobConfig& config) {
+  if (config.activation_checkpoint.mode != "none") {
+    chain.insert_after(
+        "to_device",
+        "activation_checkpoint",
+        std::make_unique<ActivationCheckpointApplier>());
+  }
   return chain;
 }
 

@@ -8,6 +8,8 @@
 
 #include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "config/job_config.h"
 #include "parallel/applier.h"
@@ -38,6 +40,9 @@ struct Layout {
   /// Micro-steps of gradient accumulation per rank.
   int64_t micro = 1;
   std::string reshard = "default";
+  /// activation_checkpoint.mode, and with "selective" its kind.
+  std::string ac = "none";
+  std::string ac_selective = "layer";
 
   int64_t world() const {
     return replicate * shard;
@@ -45,11 +50,12 @@ struct Layout {
   std::string str() const {
     return "replicate " + std::to_string(replicate) + " x shard " +
            std::to_string(shard) + ", " + std::to_string(micro) +
-           " micro-steps, reshard " + reshard;
+           " micro-steps, reshard " + reshard + ", activation checkpoint " +
+           ac + (ac == "selective" ? " " + ac_selective : "");
   }
 };
 
-struct Run {
+struct ShardedRun {
   std::vector<double> losses;
   /// Whole parameters, per replica (each assembled from its shards).
   std::vector<std::map<std::string, at::Tensor>> replicas;
@@ -62,7 +68,7 @@ void train_rank(
     int64_t rank,
     dist::Runtime* rt,
     int64_t global_rows,
-    Run& run,
+    ShardedRun& run,
     std::mutex& mutex) {
   const auto dims = ParallelDims::resolve(
       layout.replicate, layout.shard, 1, 1, layout.world());
@@ -72,8 +78,12 @@ void train_rank(
   config.parallelism.data_parallel_replicate_degree = layout.replicate;
   config.parallelism.data_parallel_shard_degree = layout.shard;
   config.parallelism.fsdp_reshard_after_forward = layout.reshard;
+  config.activation_checkpoint.mode = layout.ac;
+  config.activation_checkpoint.selective = layout.ac_selective;
+  config.activation_checkpoint.selective_every = 2;
   ModelParts parts = testing::parts_of({testing::tiny_llama(kVocab, 11)});
-  testing::data_parallel_chain(layout.replicate, layout.shard)
+  testing::with_activation_checkpoint(
+      testing::data_parallel_chain(layout.replicate, layout.shard), config)
       .apply(parts[0], ParallelContext{config, mesh, at::kCPU});
   LocalTrainStep step(cross_entropy_sum, mesh.loss());
   // eps 1e-6: see data_parallel_step_test.cpp.
@@ -102,8 +112,8 @@ void train_rank(
   testing::collect_whole(parts, run.replicas.at(mesh.coord().dp_replicate));
 }
 
-Run train(const Layout& layout, int64_t global_rows) {
-  Run run;
+ShardedRun train(const Layout& layout, int64_t global_rows) {
+  ShardedRun run;
   run.replicas.resize(layout.replicate);
   std::mutex mutex;
   if (layout.world() == 1) {
@@ -120,8 +130,8 @@ void expect_equals_one_process(const Layout& layout) {
   SCOPED_TRACE(layout.str());
   at::set_num_threads(1);
   const int64_t global_rows = 4 * layout.world();
-  const Run reference = train(Layout{}, global_rows);
-  const Run sharded = train(layout, global_rows);
+  const ShardedRun reference = train(Layout{}, global_rows);
+  const ShardedRun sharded = train(layout, global_rows);
   ASSERT_EQ(sharded.losses.size(), reference.losses.size());
   for (size_t i = 0; i < reference.losses.size(); ++i) {
     EXPECT_NEAR(sharded.losses[i], reference.losses[i], 1e-5) << "step " << i;
@@ -156,6 +166,36 @@ TEST(FullyShard, EveryReshardPolicyGivesTheSameNumbers) {
   for (const char* policy : {"default", "always", "never"}) {
     expect_equals_one_process({1, 2, 1, policy});
   }
+}
+
+TEST(FullyShard, ActivationCheckpointingTrainsAsWithout) {
+  // The recomputation runs on parameters gathered again for backward (the
+  // reshard policy decides whether they were freed after the forward):
+  // every mode gives the numbers of the same layout without it.
+  at::set_num_threads(1);
+  for (const char* policy : {"default", "always", "never"}) {
+    const Layout plain{1, 2, 2, policy};
+    const ShardedRun reference = train(plain, 8);
+    for (const auto& [mode, selective] :
+         std::vector<std::pair<std::string, std::string>>{
+             {"full", "layer"}, {"selective", "layer"}, {"selective", "op"}}) {
+      Layout layout = plain;
+      layout.ac = mode;
+      layout.ac_selective = selective;
+      SCOPED_TRACE(layout.str());
+      const ShardedRun run = train(layout, 8);
+      ASSERT_EQ(run.losses.size(), reference.losses.size());
+      for (size_t i = 0; i < reference.losses.size(); ++i) {
+        EXPECT_NEAR(run.losses[i], reference.losses[i], 1e-6) << "step " << i;
+      }
+      for (const auto& [fqn, p] : reference.replicas.at(0)) {
+        EXPECT_LE((run.replicas.at(0).at(fqn) - p).abs().max().item<double>(),
+                  1e-6)
+            << fqn;
+      }
+    }
+  }
+  expect_equals_one_process({1, 2, 2, "always", "full"});
 }
 
 }  // namespace

@@ -1,0 +1,94 @@
+#include "parallel/activation_checkpoint.h"
+
+#include <memory>
+
+#include "config/job_config.h"
+#include "models/model_spec.h"
+#include "models/recompute.h"
+#include "parallel/model_parts.h"
+
+namespace baton {
+
+CheckpointPlan CheckpointPlan::from(const ActivationCheckpointConfig& config) {
+  CheckpointPlan plan;
+  if (config.mode == "full") {
+    plan.kind = Kind::kFull;
+  } else if (config.mode == "selective") {
+    plan.kind = config.selective == "op" ? Kind::kOp : Kind::kLayer;
+    plan.every = config.selective_every;
+  }
+  return plan;
+}
+
+bool CheckpointPlan::checkpoints(int64_t layer) const {
+  switch (kind) {
+    case Kind::kNone:
+      return false;
+    case Kind::kLayer:
+      return (layer + 1) % every == 0;
+    default:
+      return true;
+  }
+}
+
+std::string CheckpointPlan::describe() const {
+  switch (kind) {
+    case Kind::kNone:
+      return "none";
+    case Kind::kFull:
+      return "full (every block recomputed)";
+    case Kind::kLayer:
+      return every == 1 ? "selective (every block recomputed)"
+                        : "selective (every " + std::to_string(every) +
+              (every == 2 ? "nd" : every == 3 ? "rd" : "th") +
+              " block recomputed)";
+    case Kind::kOp:
+      return "selective (op: matmul and attention outputs kept, the rest "
+             "recomputed)";
+  }
+  return "none";
+}
+
+namespace {
+
+class CheckpointUnit final : public UnitWrapper {
+ public:
+  explicit CheckpointUnit(CheckpointPolicy policy) : policy_(policy) {}
+
+  at::Tensor forward(
+      const std::function<at::Tensor(const at::Tensor&)>& run,
+      const at::Tensor& input) override {
+    return checkpoint(run, input, policy_);
+  }
+
+ private:
+  CheckpointPolicy policy_;
+};
+
+/// The global index of unit "layers.<i>", or -1 for another unit.
+int64_t layer_index(const std::string& unit) {
+  const std::string prefix = "layers.";
+  if (unit.compare(0, prefix.size(), prefix) != 0) {
+    return -1;
+  }
+  return std::stoll(unit.substr(prefix.size()));
+}
+
+}  // namespace
+
+void ActivationCheckpointApplier::apply(
+    ModelPart& part, const ParallelContext& context) {
+  const auto plan = CheckpointPlan::from(context.config.activation_checkpoint);
+  const auto policy = plan.kind == CheckpointPlan::Kind::kOp
+      ? CheckpointPolicy::kKeepExpensiveOps
+      : CheckpointPolicy::kFull;
+  auto& chunk = part.module();
+  for (const auto& unit : chunk.unit_names()) {
+    const int64_t layer = layer_index(unit);
+    if (layer >= 0 && plan.checkpoints(layer)) {
+      chunk.wrap_unit(unit, std::make_shared<CheckpointUnit>(policy));
+    }
+  }
+}
+
+}  // namespace baton

@@ -1,0 +1,40 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "parallel/applier.h"
+
+namespace baton {
+
+struct ActivationCheckpointConfig;
+
+/// Which blocks a part checkpoints, and how (the `activation_checkpoint`
+/// section, parsed).
+struct CheckpointPlan {
+  enum class Kind { kNone, kFull, kLayer, kOp };
+  Kind kind = Kind::kNone;
+  /// With kLayer: blocks whose global index i has (i + 1) % every == 0,
+  /// torchtitan's count, so the choice does not depend on the split.
+  int64_t every = 1;
+
+  static CheckpointPlan from(const ActivationCheckpointConfig& config);
+  /// Whether the block with global index `layer` is checkpointed.
+  bool checkpoints(int64_t layer) const;
+  /// "full", "selective (every 2nd block)", "selective (op: matmul and
+  /// attention outputs kept)" or "none", for the log.
+  std::string describe() const;
+};
+
+/// The `activation_checkpoint` applier: wraps each transformer block the
+/// plan names so that it keeps only its input (full, selective by layer)
+/// or its input and its matmul and attention outputs (selective by op) and
+/// recomputes the rest in backward (models/recompute.h). The builder places
+/// it before data parallel, so fully sharded data parallel's gather wraps
+/// the recomputation too.
+class ActivationCheckpointApplier final : public Applier {
+ public:
+  void apply(ModelPart& part, const ParallelContext& context) override;
+};
+
+}  // namespace baton
