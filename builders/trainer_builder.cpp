@@ -14,6 +14,7 @@
 #include "common/text.h"
 #include "common/threads.h"
 #include "data/dataset.h"
+#include "parallel/activation_checkpoint.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 
@@ -127,6 +128,10 @@ void TrainerBuilder::parallelize(ModelParts& parts, const ApplierChain& chain) {
   parts.for_each([&](ModelPart& part) { chain.apply(part, context); });
   LOG(INFO) << "parallelize: " << join(chain.names(), " -> ") << " on "
             << parts.size() << (parts.size() == 1 ? " part" : " parts");
+  if (chain.contains("activation_checkpoint")) {
+    LOG(INFO) << "activation checkpoint: "
+              << CheckpointPlan::from(config_.activation_checkpoint).describe();
+  }
 }
 
 dist::ParallelMesh& TrainerBuilder::mesh() const {
@@ -138,6 +143,7 @@ dist::ParallelMesh& TrainerBuilder::mesh() const {
 
 void TrainerBuilder::init_runtime() {
   keep_freed_memory_in_process();
+  track_cpu_tensor_memory();
   env_ = env_override_ ? *env_override_ : dist::detect_launch_env();
   const auto& p = config_.parallelism;
   try {

@@ -20,6 +20,14 @@
   (TORCH_VERSION_MAJOR > (major) ||        \
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
+/// c10::Allocator::allocate is const up to 2.2 and not from 2.3, which also
+/// makes copy_data pure virtual (common/allocator.cpp overrides both).
+#if BATON_TORCH_AT_LEAST(2, 3)
+#define BATON_ALLOCATOR_ALLOCATE_CONST
+#else
+#define BATON_ALLOCATOR_ALLOCATE_CONST const
+#endif
+
 namespace baton::compat {
 
 /// The key of torch::optim::Optimizer::state(): the parameter's TensorImpl

@@ -90,6 +90,8 @@ std::string metrics_to_json(const StepMetrics& m) {
       {"step_time_s", m.step_time_s},
       {"data_time_s", m.data_time_s},
       {"peak_rss_mib", m.peak_rss_mib},
+      {"tensor_peak_mib", m.tensor_peak_mib},
+      {"activation_peak_mib", m.activation_peak_mib},
   };
   if (!m.pipeline_bubble_pct.empty()) {
     j["pipeline_bubble_pct"] = m.pipeline_bubble_pct;

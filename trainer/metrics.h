@@ -21,6 +21,12 @@ struct StepMetrics {
   double step_time_s = 0.0;
   double data_time_s = 0.0;
   double peak_rss_mib = 0.0;
+  /// The most CPU tensor memory held at once during the step, and that
+  /// peak less what was held when the step began: the step's activations
+  /// and other transient tensors (gradients included). CPU tensors only
+  /// (common/allocator.h); 0 when not tracked.
+  double tensor_peak_mib = 0.0;
+  double activation_peak_mib = 0.0;
   /// Pipelined runs: each pipeline rank's bubble (idle %) in the step, in
   /// pipeline-rank order (Trainer::train_step alone gives this rank's;
   /// train() gathers the others' for the steps it logs); empty otherwise.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "common/allocator.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/grad_norm.h"
@@ -63,6 +64,8 @@ StepMetrics Trainer::train_step() {
   m.step = step_;
   m.lr = c_.lr_schedulers->lr();
   c_.optimizers->zero_grad();
+  const int64_t held_at_start = cpu_tensor_bytes();
+  reset_cpu_tensor_peak();
   const StepOutput out = c_.train_step->run(c_.model_parts, batches);
   m.loss = out.loss;
   tokens_seen_ += out.tokens;
@@ -95,6 +98,10 @@ StepMetrics Trainer::train_step() {
              static_cast<double>(c_.world_size) / 1e12;
   m.mfu_pct = c_.peak_tflops > 0.0 ? 100.0 * m.tflops / c_.peak_tflops : 0.0;
   m.peak_rss_mib = peak_rss_mib();
+  constexpr double kMiB = 1 << 20;
+  m.tensor_peak_mib = static_cast<double>(cpu_tensor_peak_bytes()) / kMiB;
+  m.activation_peak_mib =
+      static_cast<double>(cpu_tensor_peak_bytes() - held_at_start) / kMiB;
   if (out.bubble >= 0.0) {
     // This rank's; train() gathers every pipeline rank's for logged steps.
     m.pipeline_bubble_pct = {100.0 * out.bubble};

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -175,13 +176,19 @@ TEST(Cli, TrainsTheDebugModelAndWritesEveryMetricsKey) {
           "mfu_pct",
           "step_time_s",
           "data_time_s",
-          "peak_rss_mib"}) {
+          "peak_rss_mib",
+          "tensor_peak_mib",
+          "activation_peak_mib"}) {
       ASSERT_TRUE(j.contains(key)) << key;
       EXPECT_TRUE(j[key].is_number()) << key;
     }
     EXPECT_GT(j["tokens_per_sec"].get<double>(), 0.0);
     EXPECT_GT(j["mfu_pct"].get<double>(), 0.0);
     EXPECT_GT(j["peak_rss_mib"].get<double>(), 0.0);
+    EXPECT_GT(j["activation_peak_mib"].get<double>(), 0.0);
+    EXPECT_GT(
+        j["tensor_peak_mib"].get<double>(),
+        j["activation_peak_mib"].get<double>());
   }
   EXPECT_EQ(lines.front()["step"], 1);
   EXPECT_EQ(lines.back()["step"], 30);
@@ -194,6 +201,39 @@ TEST(Cli, TrainsTheDebugModelAndWritesEveryMetricsKey) {
 // starts itself again with PASSIVE (common/threads.h). libgomp reports what
 // it read at load time (OMP_DISPLAY_ENV): GOMP_SPINCOUNT 300000 for the
 // unset default, 0 for PASSIVE.
+TEST(Cli, ActivationCheckpointingLowersTheActivationPeak) {
+  // One process per mode, as a rank is: the same losses, and full
+  // checkpointing holds well under half of the activations (the debug
+  // model at seq 256: the blocks' activations dominate the step's).
+  std::map<std::string, nlohmann::json> last;
+  for (const std::string mode : {"none", "full"}) {
+    const fs::path dump = fs::path(::testing::TempDir()) / ("cli_ac_" + mode);
+    fs::remove_all(dump);
+    const auto r = run_baton(
+        "train --config " + debug_config() + " --job.dump_folder=" +
+        dump.string() +
+        " --training.steps=2 --lr_scheduler.warmup_steps=1"
+        " --training.seq_len=256 --training.local_batch_size=2"
+        " --metrics.log_freq=1 --metrics.peak_tflops=1"
+        " --training.num_threads=1 --activation_checkpoint.mode=" +
+        mode);
+    ASSERT_EQ(r.code, 0) << r.output;
+    std::ifstream in(dump / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      last[mode] = nlohmann::json::parse(line);
+    }
+    if (mode == "full") {
+      EXPECT_NE(
+          r.output.find("activation checkpoint: full"), std::string::npos)
+          << r.output;
+    }
+  }
+  EXPECT_EQ(last["full"]["loss"], last["none"]["loss"]);
+  EXPECT_LT(
+      last["full"]["activation_peak_mib"].get<double>(),
+      0.5 * last["none"]["activation_peak_mib"].get<double>());
+}
+
 TEST(Cli, RestartsWithOpenMpPassiveWaitUnlessTheUserChose) {
   const std::string train =
       " train --config " + debug_config() +

@@ -187,7 +187,8 @@ TEST(ApplierFromYaml, AnUnregisteredApplierIsAConfigErrorNamingTheKey) {
 TEST(ApplierFromYaml, TheBuildersOwnStepsAreRefused) {
   // They come from the degrees; listed again they would reduce twice.
   register_test_extensions();
-  for (const char* name : {"replicate", "fully_shard", "to_device"}) {
+  for (const char* name :
+       {"replicate", "fully_shard", "to_device", "activation_checkpoint"}) {
     const auto config = load_job_config(
         write_config("applier_builtin", ""),
         {"parallelism.appliers=[" + std::string(name) + "]",
@@ -203,6 +204,37 @@ TEST(ApplierFromYaml, TheBuildersOwnStepsAreRefused) {
               "' is a step the builder places itself"),
           std::string::npos)
           << e.what();
+      const bool ac = std::string(name) == "activation_checkpoint";
+      EXPECT_NE(
+          std::string(e.what()).find(
+              ac ? "hint: set activation_checkpoint.mode instead"
+                 : "hint: set the data-parallel degrees instead"),
+          std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(ActivationCheckpointFromYaml, EveryModeTrainsAsNoneUnderPipelineAndDp) {
+  // pp 2 x dp 2 from YAML: the builder places activation_checkpoint after
+  // to_device on every stage; losses and grad norms are those of none.
+  register_test_extensions();
+  const auto reference = train_ranks(
+      load_job_config(write_config("ac_none", kPipelineAndDataParallel)), 4);
+  ASSERT_EQ(reference.size(), 4u);
+  for (const char* section :
+       {"activation_checkpoint:\n  mode: full\n",
+        "activation_checkpoint:\n  mode: selective\n  selective: op\n",
+        "activation_checkpoint:\n  mode: selective\n  selective_every: 1\n"}) {
+    SCOPED_TRACE(section);
+    const auto run = train_ranks(
+        load_job_config(
+            write_config("ac_mode", kPipelineAndDataParallel + section)),
+        4);
+    ASSERT_EQ(run.size(), 4u);
+    for (size_t i = 0; i < run.size(); ++i) {
+      EXPECT_NEAR(run[i].loss, reference[i].loss, 1e-6) << i;
+      EXPECT_NEAR(run[i].grad_norm, reference[i].grad_norm, 1e-6) << i;
     }
   }
 }
