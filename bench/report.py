@@ -456,6 +456,51 @@ def fsdp_section(fsdp, targets):
     return lines + [""]
 
 
+def memory_section(mem, targets):
+    """Activation checkpointing against none, process runs."""
+    if not mem:
+        return []
+    names = [r["name"] for r in mem["rounds"][0]]
+    med = {}
+    for name in names:
+        runs = [r for rnd in mem["rounds"] for r in rnd if r["name"] == name]
+        med[name] = {k: statistics.median(r[k] for r in runs)
+                     for k in ("step_s", "tokens_per_sec", "activation_peak_mib",
+                               "tensor_peak_mib", "peak_rss_mib")}
+        med[name]["same_losses"] = all(r["losses"] == runs[0]["losses"] for r in runs)
+    base = med["none"]
+    same = all(m["same_losses"] for m in med.values()) and all(
+        r["losses"] == mem["rounds"][0][0]["losses"]
+        for rnd in mem["rounds"] for r in rnd)
+    lines = ["## Activation checkpointing (process runs)", "",
+             "`bench/memory_runs.py`: the small flavor (about 25M parameters) in one "
+             f"process, {mem['threads']} ATen and OpenBLAS threads, 2 x "
+             f"{mem['seq_len']} tokens per step, {mem['steps']} steps, medians of "
+             f"steps 3.. and of {len(mem['rounds'])} rounds (the modes interleaved). "
+             "Activation peak: the most CPU tensor memory the step held at once "
+             "beyond what it began with (activations, and the gradients and "
+             "buffers the step makes; `activation_peak_mib`); tensor peak: with "
+             "the parameters and optimizer state. Peak RSS adds libtorch's "
+             "libraries and what glibc keeps of freed memory "
+             "(`common/allocator.h`). "
+             + ("Every run's losses are bitwise those of none." if same else
+                "Losses differ between runs: see the JSON."), "",
+             "| mode | step | vs none | activation peak | vs none | tensor peak "
+             "| peak RSS | vs none |", "|---|---|---|---|---|---|---|---|"]
+    for name in names:
+        m = med[name]
+        lines.append(
+            f"| {name} | {m['step_s']:.2f} s | {m['step_s'] / base['step_s']:.2f}x | "
+            f"{m['activation_peak_mib']:.0f} MiB | "
+            f"{m['activation_peak_mib'] / base['activation_peak_mib']:.2f}x | "
+            f"{m['tensor_peak_mib']:.0f} MiB | {m['peak_rss_mib']:.0f} MiB | "
+            f"{m['peak_rss_mib'] / base['peak_rss_mib']:.2f}x |")
+    ratio = {name: (med[name]["activation_peak_mib"] / base["activation_peak_mib"],
+                    med[name]["step_s"] / base["step_s"]) for name in names}
+    targets["ac"] = ratio
+    return lines + [""]
+
+
 def schedule_section(sched):
     lines = ["## Pipeline schedules as data", "",
              "`schedule_bench`: generate + lower + validate + simulate, p = 64, "
@@ -504,7 +549,7 @@ def busy_fraction(results):
 
 
 def targets_section(t):
-    lines = ["## Targets (issues #8 and #17)", ""]
+    lines = ["## Targets (issues #8, #17 and #19)", ""]
     if t.get("busy", 0.0) > 0.25:
         lines += [
             f"Other builds ran beside this run for {100 * t['busy']:.0f} % of it "
@@ -543,6 +588,20 @@ def targets_section(t):
                      f"{t['fsdp_state']:.2f}x | {verdict(t['fsdp_state'] <= 0.55)} |")
         lines.append("| FSDP (#17): tokens/s at dp_shard 2 >= 0.9x of dp_replicate 2 | "
                      f"{t['fsdp_speed']:.2f}x | {verdict(t['fsdp_speed'] >= 0.9)} |")
+    ac = t.get("ac")
+    if ac:
+        mem, time = ac["full"]
+        lines.append("| activation checkpointing (#19): full at most 0.3x the activation "
+                     f"peak of none | {mem:.2f}x | {verdict(mem <= 0.3)} |")
+        lines.append("| activation checkpointing (#19): full at most 1.4x the step time "
+                     f"of none | {time:.2f}x | {verdict(time <= 1.4)} |")
+        for name in ("selective_op", "selective_layer2"):
+            if name in ac:
+                m, s = ac[name]
+                ok = mem <= m <= 1.0 and 1.0 <= s * 1.02 and s <= time * 1.02
+                lines.append(f"| activation checkpointing (#19): {name} between none and "
+                             f"full on both axes | {m:.2f}x memory, {s:.2f}x time | "
+                             f"{verdict(ok)} |")
     gpu = t.get("gpu")
     if gpu:
         lines.append("| GPU: `bench/gpu.sh` (Llama 3 8B-shaped layers, bf16) | "
@@ -659,6 +718,7 @@ def main():
     body += pipeline_section(pipe, runs, docs, targets)
     body += p2p_section(pipe)
     body += fsdp_section(load(results, "fsdp_runs.json"), targets)
+    body += memory_section(load(results, "memory_runs.json"), targets)
     body += collectives_section(pipe)
     body += schedule_section(load(results, "schedule.json"))
     body += loader_section(load(results, "dataloader.json"))
