@@ -60,6 +60,7 @@ class CheckpointFunction
   static at::Tensor forward(
       AutogradContext* ctx,
       const at::Tensor& input,
+      const at::Tensor& /*anchor*/,
       c10::intrusive_ptr<Recompute> recompute) {
     ForwardState state = recompute->state;
     state.saved_ops = recompute->ops.get();
@@ -81,7 +82,11 @@ class CheckpointFunction
           "[recompute] backward through a checkpointed unit twice: its "
           "recomputation is used up (retain_graph is not supported)");
     }
-    const auto x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    auto x = ctx->get_saved_variables()[0].detach();
+    const bool differentiable = at::isFloatingType(x.scalar_type());
+    if (differentiable) {
+      x.requires_grad_(true);
+    }
     ForwardState state = recompute->state;
     if (recompute->ops) {
       recompute->ops->set_mode(SavedOps::Mode::kReplay);
@@ -105,7 +110,7 @@ class CheckpointFunction
     if (grads[0].defined() && out.requires_grad()) {
       torch::autograd::backward({out}, {grads[0]});
     }
-    return {x.grad(), at::Tensor()};
+    return {differentiable ? x.grad() : at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -126,13 +131,12 @@ at::Tensor checkpoint(
     recompute->ops = std::make_unique<SavedOps>();
   }
   // The unit's parameters get their gradients from the recomputation, which
-  // backward reaches only through this node: it must be on the graph even
-  // when the input needs no gradient (a stage's token ids, frozen layers).
-  const at::Tensor in =
-      input.requires_grad() || !at::isFloatingType(input.scalar_type())
-      ? input
-      : input.detach().requires_grad_(true);
-  return CheckpointFunction::apply(in, std::move(recompute));
+  // backward reaches only through this node: an input that needs a gradient
+  // puts it on the graph, and so does the anchor, for an input that needs
+  // none (token ids, the output of frozen layers).
+  static thread_local const at::Tensor anchor =
+      at::empty({0}).requires_grad_(true);
+  return CheckpointFunction::apply(input, anchor, std::move(recompute));
 }
 
 }  // namespace baton

@@ -116,6 +116,19 @@ TEST(Checkpoint, ParametersGetGradientsWhenTheInputNeedsNone) {
   EXPECT_TRUE(torch::allclose(w.grad(), x.sum(0).unsqueeze(1).expand({4, 4})));
 }
 
+TEST(Checkpoint, AUnitThatTakesTokenIdsStillTrains) {
+  torch::manual_seed(2);
+  auto table = torch::randn({10, 4}).requires_grad_(true);
+  auto run = [table](const at::Tensor& ids) { return table.index_select(0, ids); };
+  const auto ids = torch::tensor({1, 3, 3}, torch::kLong);
+  checkpoint(run, ids, CheckpointPolicy::kFull).pow(2).sum().backward();
+  ASSERT_TRUE(table.grad().defined());
+  auto expected = torch::zeros({10, 4});
+  expected[1] = 2 * table[1].detach();
+  expected[3] = 4 * table[3].detach();
+  EXPECT_TRUE(torch::allclose(table.grad(), expected));
+}
+
 TEST(Checkpoint, KeepsTheSlotOfItsForwardSoTheWeightPassUsesTheRecompute) {
   // As a pipeline stage's split backward: the input pass defers the linear
   // layers' weight gradients into the slot the forward ran under; the

@@ -113,8 +113,9 @@ TEST(ApplierChain, BadNamesAreRefusedListingTheSteps) {
   } catch (const ConfigError& e) {
     EXPECT_EQ(
         std::string(e.what()),
-        "cfg.yaml:4: unknown applier 'replicat'; known: check_replicas, "
-        "fully_shard, replicate, to_device; did you mean 'replicate'?");
+        "cfg.yaml:4: unknown applier 'replicat'; known: "
+        "activation_checkpoint, check_replicas, fully_shard, replicate, "
+        "to_device; did you mean 'replicate'?");
   }
   chain.append("to_device");
   EXPECT_THROW(chain.append("to_device", "cfg.yaml:5"), ConfigError);
