@@ -501,6 +501,33 @@ def memory_section(mem, targets):
     return lines + [""]
 
 
+def precision_section(prec, machine, targets):
+    """bf16 mixed precision against fp32, process runs."""
+    if not prec:
+        return []
+    runs = {r["name"]: r for r in prec["runs"]}
+    base = runs["float32"]
+    cpu = machine.get("cpu", "this CPU") if machine else "this CPU"
+    lines = ["## Mixed precision (process runs)", "",
+             f"`bench/precision_runs.py`: the debug model for {prec['steps']} steps in "
+             f"one process, {prec['threads']} threads, on {cpu}, with "
+             "`training.mixed_precision_param` float32 and bfloat16 (fp32 master "
+             "weights, optimizer state and loss). Step: median of steps 3..; final "
+             "loss: the mean of the last 10 steps' losses (the last step's in "
+             "brackets).", "",
+             "| param dtype | step | vs float32 | tokens/s | final loss | vs float32 "
+             "| start-up log |", "|---|---|---|---|---|---|---|"]
+    for name, r in runs.items():
+        lines.append(
+            f"| {name} | {r['step_s'] * 1e3:.0f} ms | {r['step_s'] / base['step_s']:.2f}x | "
+            f"{r['tokens_per_sec']:,.0f} | {r['final_loss']:.4f} ({r['losses'][-1]:.4f}) | "
+            f"{(r['final_loss'] / base['final_loss'] - 1) * 100:+.2f} % | {r['log']} |")
+    if "bfloat16" in runs:
+        targets["bf16_loss"] = abs(runs["bfloat16"]["final_loss"] / base["final_loss"] - 1)
+        targets["bf16_speed"] = runs["bfloat16"]["step_s"] / base["step_s"]
+    return lines + [""]
+
+
 def schedule_section(sched):
     lines = ["## Pipeline schedules as data", "",
              "`schedule_bench`: generate + lower + validate + simulate, p = 64, "
@@ -602,6 +629,12 @@ def targets_section(t):
                 lines.append(f"| activation checkpointing (#19): {name} between none and "
                              f"full on both axes | {m:.2f}x memory, {s:.2f}x time | "
                              f"{verdict(ok)} |")
+    if t.get("bf16_loss") is not None:
+        lines.append("| mixed precision (#19): bf16's final loss within 2 % of fp32's, "
+                     f"debug model | {100 * t['bf16_loss']:.2f} % | "
+                     f"{'yes' if t['bf16_loss'] <= 0.02 else 'no'} |")
+        lines.append("| mixed precision (#19): bf16's step against fp32's on this CPU | "
+                     f"{t['bf16_speed']:.2f}x | measured |")
     gpu = t.get("gpu")
     if gpu:
         lines.append("| GPU: `bench/gpu.sh` (Llama 3 8B-shaped layers, bf16) | "
@@ -719,6 +752,7 @@ def main():
     body += p2p_section(pipe)
     body += fsdp_section(load(results, "fsdp_runs.json"), targets)
     body += memory_section(load(results, "memory_runs.json"), targets)
+    body += precision_section(load(results, "precision_runs.json"), machine, targets)
     body += collectives_section(pipe)
     body += schedule_section(load(results, "schedule.json"))
     body += loader_section(load(results, "dataloader.json"))
