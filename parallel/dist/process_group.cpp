@@ -17,6 +17,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <csignal>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -614,8 +616,29 @@ Runtime::Runtime(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 Runtime::~Runtime() = default;
 
+namespace {
+
+/// A peer that is gone makes Gloo's next write to it raise SIGPIPE, whose
+/// default action ends the process silently (exit status 141) before the
+/// failure can be diagnosed and named. Ignored, the write fails with EPIPE
+/// and Gloo throws, as under Python (which ignores SIGPIPE). A handler the
+/// program installed itself is kept.
+void ignore_sigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
+        current.sa_handler == SIG_DFL) {
+      std::signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
+
+}  // namespace
+
 std::shared_ptr<Runtime> Runtime::init(
     const LaunchEnv& env, const RuntimeOptions& options) {
+  ignore_sigpipe();
   auto state = std::make_unique<State>();
   state->core = std::make_shared<Core>();
   auto& core = *state->core;

@@ -2,6 +2,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <csignal>
 
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
@@ -261,6 +262,10 @@ TEST(ProcessGroup, FailedRankIsNamedByTheOthers) {
   run_ranks(
       3,
       [](int64_t rank, Runtime& rt) {
+        // Every rank past start-up first: a rank that left during another's
+        // connecting would fail that one's start-up instead (named too, but
+        // not what this test is about).
+        rt.world()->barrier();
         if (rank == 2) {
           // What main() does when a rank throws: report, then leave (its
           // groups close their connections when the runtime goes).
@@ -282,6 +287,16 @@ TEST(ProcessGroup, FailedRankIsNamedByTheOthers) {
         }
       },
       std::chrono::seconds(20));
+}
+
+TEST(ProcessGroup, StartingARuntimeIgnoresSigpipe) {
+  // Else a write to a peer that is gone ends the process (status 141)
+  // before the failed rank can be named (FailedRankIsNamedByTheOthers).
+  run_ranks(1, [](int64_t, Runtime&) {
+    struct sigaction current {};
+    ASSERT_EQ(sigaction(SIGPIPE, nullptr, &current), 0);
+    EXPECT_EQ(current.sa_handler, SIG_IGN);
+  });
 }
 
 /// A port that was free a moment ago.
