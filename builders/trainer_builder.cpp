@@ -16,6 +16,7 @@
 #include "data/dataset.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
+#include "parallel/mixed_precision.h"
 
 namespace baton {
 
@@ -123,7 +124,8 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
 
 void TrainerBuilder::parallelize(ModelParts& parts, const ApplierChain& chain) {
   check_built(!chain.empty(), "build_appliers returned an empty chain");
-  const ParallelContext context{config_, mesh(), device_, pipelined()};
+  const ParallelContext context{
+      config_, mesh(), device_, pipelined(), mixed_precision_};
   parts.for_each([&](ModelPart& part) { chain.apply(part, context); });
   LOG(INFO) << "parallelize: " << join(chain.names(), " -> ") << " on "
             << parts.size() << (parts.size() == 1 ? " part" : " parts");
@@ -178,6 +180,19 @@ void TrainerBuilder::init_runtime() {
   if (config_.training.deterministic) {
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   }
+  // After the threads are set: auto's CPU probe measures with them. Every
+  // rank measures and all take the slowest rank's figure, so they agree.
+  const MixedPrecisionChoice mp =
+      resolve_mixed_precision(config_.training, device_, [this] {
+        auto speed = torch::tensor({measure_bf16_matmul_speed()});
+        mesh_->world()->all_reduce(speed, dist::ReduceOp::kMin);
+        return speed.item<double>();
+      });
+  mixed_precision_ = mp.dtypes;
+  LOG(INFO) << "mixed precision: compute "
+            << mixed_precision_name(mp.dtypes.param) << " (" << mp.why
+            << "), reduce " << mixed_precision_name(mp.dtypes.reduce)
+            << "; weights, gradients and optimizer state float32";
   LOG(INFO) << "runtime: " << env_.to_string() << "; " << dims_.to_string()
             << "; " << mesh_->to_string() << "; " << threads
             << " intra-op threads (OMP_WAIT_POLICY="
@@ -203,6 +218,11 @@ ModelParts TrainerBuilder::build_model(const llama::ModelArgs& args) {
 ApplierChain TrainerBuilder::build_appliers() {
   ApplierChain chain;
   chain.append("to_device");
+  if (mixed_precision_.param_cast()) {
+    // Under fully_shard too: the gathered weights are then already in the
+    // param dtype, and the casts return them as they are.
+    chain.append("mixed_precision");
+  }
   const std::string where = config_.origin("parallelism.appliers");
   for (const auto& name : config_.parallelism.appliers) {
     const auto& placed = builder_placed_appliers();

@@ -10,6 +10,7 @@
 #include "parallel/data_parallel/replicate.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/fsdp/fully_shard.h"
+#include "parallel/mixed_precision.h"
 #include "parallel/model_parts.h"
 
 namespace baton {
@@ -25,6 +26,11 @@ void register_builtin_appliers() {
         "to_device",
         [] { return std::make_unique<ToDeviceApplier>(); },
         "moves the part to the device and puts it in training mode");
+    registry.add(
+        "mixed_precision",
+        [] { return std::make_unique<MixedPrecisionApplier>(); },
+        "bf16 compute over float32 master weights: the weights cast once "
+        "per step (training.mixed_precision_param)");
     registry.add(
         "check_replicas",
         [] { return std::make_unique<CheckReplicasApplier>(); },
@@ -160,7 +166,11 @@ void append_data_parallel(ApplierChain& chain, const ParallelDims& dims) {
 
 const std::vector<std::string>& builder_placed_appliers() {
   static const std::vector<std::string> kNames = {
-      "to_device", "check_replicas", "replicate", "fully_shard"};
+      "to_device",
+      "mixed_precision",
+      "check_replicas",
+      "replicate",
+      "fully_shard"};
   return kNames;
 }
 

@@ -96,6 +96,15 @@ TEST(Cli, BadOverrideExitsTwo) {
       " --parallelism.tensor_parallel_degree=2");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("not supported yet"), std::string::npos) << r.output;
+  r = run_baton(
+      "train --config " + debug_config() +
+      " --training.mixed_precision_param=half");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(
+      r.output.find("error: --training.mixed_precision_param=half: "
+                    "training.mixed_precision_param: 'half' is not allowed"),
+      std::string::npos)
+      << r.output;
 }
 
 TEST(Cli, NcclWithoutCudaIsAConfigError) {

@@ -259,6 +259,52 @@ TEST(Checkpoint, ShardedSavesSlicesAndResumesUnderOtherLayouts) {
       {{"debug_model", 2, kShard2}, {"debug_pp_1f1b", 4, kShard2}});
 }
 
+TEST(Checkpoint, Bf16RunsSaveFloat32WeightsAndOptimizerState) {
+  // Mixed precision computes in bf16 over float32 masters: what a save
+  // writes is the masters and AdamW's float32 state, unsharded or sharded,
+  // and a float32 run resumes from it.
+  for (const auto& [nproc, extra] :
+       {std::pair<int, std::string>{1, ""},
+        {2,
+         kShard2 + " --training.mixed_precision_reduce=bfloat16"}}) {
+    SCOPED_TRACE(extra);
+    const auto dump = fresh_dir("ck_bf16_" + std::to_string(nproc));
+    const auto r = train(
+        "debug_model",
+        dump,
+        extra + " --training.mixed_precision_param=bfloat16",
+        nproc);
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("mixed precision: compute bfloat16"),
+              std::string::npos)
+        << r.output;
+    const json index = read_json(step_dir(dump, 5) / "index.json");
+    int64_t floats = 0;
+    for (const auto& [fqn, entry] : index["tensors"].items()) {
+      if (fqn.size() > 5 && fqn.substr(fqn.size() - 5) == ".step") {
+        continue;  // AdamW's step counts
+      }
+      EXPECT_EQ(entry["dtype"], "F32") << fqn;
+      ++floats;
+    }
+    EXPECT_GT(floats, 0);
+    for (const auto& [fqn, t] : checkpoint_tensors(step_dir(dump, 5))) {
+      if (fqn.find(".step") == std::string::npos) {
+        EXPECT_EQ(t.scalar_type(), at::kFloat) << fqn;
+      }
+    }
+    if (nproc == 1) {
+      const auto resumed = stopped_at(dump, 5, "ck_bf16_resumed");
+      const auto r2 = train(
+          "debug_model",
+          resumed,
+          " --training.mixed_precision_param=float32");
+      ASSERT_EQ(r2.code, 0) << r2.output;
+      EXPECT_NE(r2.output.find("resumed from step 5"), std::string::npos);
+    }
+  }
+}
+
 TEST(Checkpoint, AShardedRunExportsWholeTensors) {
   // The export of dp_shard 2 equals the one of the same run unsharded
   // (dp_replicate 2): whole tensors, assembled from the ranks' rows.

@@ -15,6 +15,7 @@
 #include "parallel/applier.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
+#include "parallel/mixed_precision.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/lowering.h"
 #include "parallel/pipeline/schedules.h"
@@ -60,10 +61,29 @@ struct Result {
   std::map<std::string, at::Tensor> params;
 };
 
-Result train_one_stage(int64_t layers, int64_t rows) {
+/// `mp`'s applier, where the builder places it: after to_device.
+void add_mixed_precision(ApplierChain& chain, const MixedPrecision& mp) {
+  if (mp.param_cast()) {
+    chain.insert_after(
+        "to_device",
+        "mixed_precision",
+        std::make_unique<MixedPrecisionApplier>());
+  }
+}
+
+Result train_one_stage(
+    int64_t layers, int64_t rows, const MixedPrecision& mp = {}) {
   auto model = std::make_shared<llama::TransformerImpl>(tiny_args(layers));
   model->init_weights(5);
   ModelParts parts = testing::parts_of({model});
+  ApplierChain chain = testing::data_parallel_chain(1, 1);
+  add_mixed_precision(chain, mp);
+  const JobConfig config;
+  const dist::ParallelMesh mesh(
+      ParallelDims::resolve(1, 1, 1, 1, 1), 0, nullptr);
+  chain.apply(
+      parts[0],
+      ParallelContext{config, mesh, at::kCPU, /*pipelined=*/false, mp});
   LocalTrainStep step(cross_entropy_sum);
   auto opt = adamw(model->parameters());
   Result r;
@@ -99,7 +119,8 @@ Result train_pipelined_dp(
     int64_t m,
     const DataParallel& dp,
     int64_t accum,
-    int64_t layers) {
+    int64_t layers,
+    const MixedPrecision& mp = {}) {
   const Schedule schedule = make_schedule(name, pp, v, m);
   const auto chunks = split_model(layers, schedule.num_stages);
   const int64_t world = pp * dp.degree();
@@ -109,8 +130,8 @@ Result train_pipelined_dp(
   config.parallelism.pipeline_parallel_degree = pp;
   config.parallelism.fsdp_reshard_after_forward = dp.reshard;
   config.parallelism.data_parallel_bucket_size_mb = 1;
-  const ApplierChain chain =
-      testing::data_parallel_chain(dp.replicate, dp.shard);
+  ApplierChain chain = testing::data_parallel_chain(dp.replicate, dp.shard);
+  add_mixed_precision(chain, mp);
   Result result;
   std::mutex mutex;
   baton::testing::run_ranks(world, [&](int64_t rank, dist::Runtime& rt) {
@@ -131,7 +152,8 @@ Result train_pipelined_dp(
       stages.emplace_back(s, chunk);
       auto part = std::make_shared<ModelPart>(chunk, s);
       chain.apply(
-          *part, ParallelContext{config, mesh, at::kCPU, /*pipelined=*/true});
+          *part,
+          ParallelContext{config, mesh, at::kCPU, /*pipelined=*/true, mp});
       parts.push_back(part);
       opts.push_back(adamw(chunk->parameters()));
     }
@@ -139,6 +161,7 @@ Result train_pipelined_dp(
     shapes.microbatches = m;
     shapes.seq_len = kSeq;
     shapes.dim = 16;
+    shapes.dtype = mp.param;
     PipelinedTrainStep step(
         std::make_unique<PipelineExecutor>(
             lower_schedule(schedule),
@@ -184,15 +207,21 @@ Result train_pipelined_dp(
   return result;
 }
 
-void expect_same(const Result& piped, const Result& reference) {
+void expect_same(
+    const Result& piped,
+    const Result& reference,
+    double loss_atol = 1e-5,
+    double rtol = 1e-4,
+    double atol = 1e-5) {
   ASSERT_EQ(piped.losses.size(), reference.losses.size());
   for (size_t i = 0; i < reference.losses.size(); ++i) {
-    EXPECT_NEAR(piped.losses[i], reference.losses[i], 1e-5) << i;
+    EXPECT_NEAR(piped.losses[i], reference.losses[i], loss_atol) << i;
   }
   ASSERT_EQ(piped.params.size(), reference.params.size());
   for (const auto& [fqn, p] : reference.params) {
     ASSERT_EQ(piped.params.count(fqn), 1u) << fqn;
-    EXPECT_TRUE(torch::allclose(piped.params.at(fqn), p, 1e-4, 1e-5))
+    EXPECT_EQ(piped.params.at(fqn).scalar_type(), at::kFloat) << fqn;
+    EXPECT_TRUE(torch::allclose(piped.params.at(fqn), p, rtol, atol))
         << fqn << " differs by "
         << (piped.params.at(fqn) - p).abs().max().item<double>();
   }
@@ -232,6 +261,30 @@ TEST(PipelineWithFullyShard, ShardedStagesEqualOneStageUnderEveryPolicy) {
             train_pipelined_dp(name, pp, v, m, dp, accum, layers),
             train_one_stage(layers, dp.degree() * accum * m));
       }
+    }
+  }
+}
+
+TEST(PipelineMixedPrecision, Bf16StagesEqualOneStageInBf16) {
+  // 1F1B, and ZBV's split backward (dW deferred through the casts, or into
+  // the gathered bf16 parameters under fully_shard), against one stage in
+  // bf16 with the same global batch; activations move between stages in
+  // bf16.
+  at::set_num_threads(1);
+  register_builtin_schedules();
+  const MixedPrecision mp{at::kBFloat16, at::kBFloat16};
+  for (const auto& [name, v, m] :
+       {std::tuple<std::string, int64_t, int64_t>{"1F1B", 1, 2},
+        {"ZBVZeroBubble", 2, 4}}) {
+    for (const DataParallel& dp : {DataParallel{}, DataParallel{1, 2}}) {
+      SCOPED_TRACE(name + ", dp_shard " + std::to_string(dp.shard));
+      const int64_t pp = 2, accum = 2, layers = pp * v;
+      expect_same(
+          train_pipelined_dp(name, pp, v, m, dp, accum, layers, mp),
+          train_one_stage(layers, dp.degree() * accum * m, mp),
+          2e-2,
+          0.0,
+          1e-2);
     }
   }
 }
