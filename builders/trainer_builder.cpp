@@ -231,8 +231,8 @@ ApplierChain TrainerBuilder::build_appliers() {
           where,
           "parallelism.appliers: '" + name +
               "' is a step the builder places itself, from the parallelism "
-              "degrees; allowed: other registered appliers; hint: set the "
-              "data-parallel degrees instead");
+              "degrees and training.mixed_precision_param; allowed: other "
+              "registered appliers; hint: set those instead");
     }
     chain.append(name, where);
   }

@@ -10,7 +10,7 @@ at::Tensor cross_entropy_sum(
   // the log-softmax over the vocabulary and the sum over tokens need it.
   return torch::nn::functional::cross_entropy(
       logits.to(at::kFloat).flatten(0, 1),  // (B * T, vocab)
-      labels.flatten(),      // (B * T)
+      labels.flatten(),                     // (B * T)
       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
 }
 

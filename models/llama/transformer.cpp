@@ -180,9 +180,10 @@ at::Tensor TransformerImpl::forward(const at::Tensor& input) {
 at::Tensor TransformerImpl::forward_root(const at::Tensor& input) {
   // The embedding reads its weight as every module does (compute_param),
   // so a mixed-precision forward starts in the compute dtype.
-  at::Tensor h = chunk_.embedding
-                     ? F::embedding(input, compute_param(tok_embeddings->weight))
-                     : input;  // (B, T, dim)
+  at::Tensor h =
+      chunk_.embedding
+          ? F::embedding(input, compute_param(tok_embeddings->weight))
+          : input;  // (B, T, dim)
   const auto& rope = rope_for(h.size(1), h.device());
   for (size_t i = 0; i < blocks_.size(); ++i) {
     auto& block = blocks_[i];

@@ -113,7 +113,8 @@ GradientReducer::GradientReducer(
     }
     const auto& options = s.params[b.params.front()].options();
     b.flat = at::zeros(
-        {numel}, options.dtype(reduce_dtype.value_or(options.dtype().toScalarType())));
+        {numel},
+        options.dtype(reduce_dtype.value_or(options.dtype().toScalarType())));
   }
   std::weak_ptr<State> weak = state_;
   for (size_t i = 0; i < s.params.size(); ++i) {

@@ -203,9 +203,8 @@ void Unit::reduce_grads() {
     return;
   }
   torch::NoGradGuard no_grad;
-  const auto options =
-      shard_flat_.options().dtype(dtypes_.reduce_cast().value_or(
-          shard_flat_.scalar_type()));
+  const auto options = shard_flat_.options().dtype(
+      dtypes_.reduce_cast().value_or(shard_flat_.scalar_type()));
   // Rank-major chunks, padded as the shards are: chunk r holds rank r's
   // rows of every parameter's gradient, in the reduce dtype.
   reduce_input_ = at::zeros({ranks_ * chunk_numel_}, options);
@@ -260,7 +259,8 @@ void Unit::to_sharded() {
       const at::Tensor mine =
           reduced_.narrow(0, p.offset, p.my_rows * p.row_numel)
               .view(p.shard.sizes())
-              .to(p.shard.scalar_type(), /*non_blocking=*/false,
+              .to(p.shard.scalar_type(),
+                  /*non_blocking=*/false,
                   /*copy=*/true);
       grad = grad.defined() ? grad + mine : mine;
     }

@@ -57,9 +57,10 @@ struct ShardGroups {
 /// fewer (or none); the communication buffers are padded to equal chunks.
 /// Mixed precision (`dtypes`): the shards stay in the parameters' dtype
 /// (float32 masters); the gather moves, and the whole parameters hold, the
-/// param dtype; the whole gradients (which autograd accumulates in the
-/// dtype of the accumulators, made from the masters) are reduced in the
-/// reduce dtype and added to the shards' gradients in the masters' dtype.
+/// param dtype, and so do the whole gradients autograd accumulates into
+/// them (over a step's micro-steps or a stage's microbatches); those are
+/// reduced in the reduce dtype and added to the shards' gradients in the
+/// masters' dtype.
 class Unit {
  public:
   /// `params`: the unit's (FQN, parameter) pairs, whole. Shards them.

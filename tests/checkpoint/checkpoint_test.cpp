@@ -37,8 +37,11 @@ using testing::read_metrics;
 using testing::run_command;
 using testing::source_path;
 
-/// Small shapes, 10 steps, a checkpoint every 5.
+/// Small shapes, 10 steps, a checkpoint every 5; float32 compute, whatever
+/// `auto` picks on this machine, so that other layouts resume to the same
+/// numbers (bf16 is not layout-exact; a test below sets it).
 const std::string kRun =
+    " --training.mixed_precision_param=float32"
     " --training.seq_len=32 --training.local_batch_size=4"
     " --parallelism.pipeline_parallel_microbatch_size=1"
     " --lr_scheduler.warmup_steps=2 --metrics.log_freq=1"
@@ -265,8 +268,7 @@ TEST(Checkpoint, Bf16RunsSaveFloat32WeightsAndOptimizerState) {
   // and a float32 run resumes from it.
   for (const auto& [nproc, extra] :
        {std::pair<int, std::string>{1, ""},
-        {2,
-         kShard2 + " --training.mixed_precision_reduce=bfloat16"}}) {
+        {2, kShard2 + " --training.mixed_precision_reduce=bfloat16"}}) {
     SCOPED_TRACE(extra);
     const auto dump = fresh_dir("ck_bf16_" + std::to_string(nproc));
     const auto r = train(
@@ -275,8 +277,8 @@ TEST(Checkpoint, Bf16RunsSaveFloat32WeightsAndOptimizerState) {
         extra + " --training.mixed_precision_param=bfloat16",
         nproc);
     ASSERT_EQ(r.code, 0) << r.output;
-    EXPECT_NE(r.output.find("mixed precision: compute bfloat16"),
-              std::string::npos)
+    EXPECT_NE(
+        r.output.find("mixed precision: compute bfloat16"), std::string::npos)
         << r.output;
     const json index = read_json(step_dir(dump, 5) / "index.json");
     int64_t floats = 0;
@@ -296,9 +298,7 @@ TEST(Checkpoint, Bf16RunsSaveFloat32WeightsAndOptimizerState) {
     if (nproc == 1) {
       const auto resumed = stopped_at(dump, 5, "ck_bf16_resumed");
       const auto r2 = train(
-          "debug_model",
-          resumed,
-          " --training.mixed_precision_param=float32");
+          "debug_model", resumed, " --training.mixed_precision_param=float32");
       ASSERT_EQ(r2.code, 0) << r2.output;
       EXPECT_NE(r2.output.find("resumed from step 5"), std::string::npos);
     }

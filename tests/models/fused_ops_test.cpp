@@ -195,8 +195,8 @@ TEST(FusedOps, Bf16RopeAndRmsNormComputeInFloat32) {
   const auto y = rope_heads_first(xb, rope.cos, rope.sin, 0.5);
   EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
   // Rotated in float32 from the bf16 input: only the output's rounding.
-  const auto want = rope_heads_first(xb.detach().to(torch::kFloat), rope.cos,
-                                     rope.sin, 0.5);
+  const auto want =
+      rope_heads_first(xb.detach().to(torch::kFloat), rope.cos, rope.sin, 0.5);
   EXPECT_TRUE(torch::allclose(y.to(torch::kFloat), want, 1e-2, 1e-2));
   y.sum().backward();
   EXPECT_EQ(xb.grad().scalar_type(), torch::kBFloat16);

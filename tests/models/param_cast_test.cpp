@@ -92,10 +92,11 @@ TEST(ParamCast, ANoGradCastIsNeverReusedForTraining) {
 TEST(ParamCast, AnInPlaceUpdateOfTheMasterMakesANewCast) {
   Linear layer(4, 3);
   ParamCast cast(at::kBFloat16);
-  const auto first = with_cast(&cast, [&] { return compute_param(layer->weight); });
-  EXPECT_TRUE(
-      with_cast(&cast, [&] { return compute_param(layer->weight); })
-          .is_same(first));
+  const auto first =
+      with_cast(&cast, [&] { return compute_param(layer->weight); });
+  EXPECT_TRUE(with_cast(&cast, [&] {
+                return compute_param(layer->weight);
+              }).is_same(first));
   {
     torch::NoGradGuard no_grad;
     layer->weight.add_(1.0);  // the optimizer's step, without clear()

@@ -114,7 +114,8 @@ TEST(ApplierChain, BadNamesAreRefusedListingTheSteps) {
     EXPECT_EQ(
         std::string(e.what()),
         "cfg.yaml:4: unknown applier 'replicat'; known: check_replicas, "
-        "fully_shard, replicate, to_device; did you mean 'replicate'?");
+        "fully_shard, mixed_precision, replicate, to_device; did you mean "
+        "'replicate'?");
   }
   chain.append("to_device");
   EXPECT_THROW(chain.append("to_device", "cfg.yaml:5"), ConfigError);

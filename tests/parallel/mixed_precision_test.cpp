@@ -33,7 +33,8 @@ TEST(MixedPrecision, AutoIsBf16OnCudaAndOnTheCpuOnlyWhereMeasuredFaster) {
     return 1.8;
   };
   const auto cpu = c10::Device(at::kCPU);
-  const auto on_slow = resolve_mixed_precision(training("auto", "float32"), cpu, slow);
+  const auto on_slow =
+      resolve_mixed_precision(training("auto", "float32"), cpu, slow);
   EXPECT_EQ(on_slow.dtypes.param, at::kFloat);
   EXPECT_NE(on_slow.why.find("0.30x fp32's speed"), std::string::npos)
       << on_slow.why;

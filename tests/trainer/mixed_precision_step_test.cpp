@@ -113,7 +113,8 @@ void train_rank(
           model->named_parameters()[kProbe], &computed_with));
   ModelParts parts = testing::parts_of({model});
   // The builder's chain: mixed_precision after to_device when bf16.
-  ApplierChain chain = testing::data_parallel_chain(layout.replicate, layout.shard);
+  ApplierChain chain =
+      testing::data_parallel_chain(layout.replicate, layout.shard);
   if (layout.mp.param_cast()) {
     chain.insert_after(
         "to_device",
@@ -166,7 +167,10 @@ TrainRun train(const Layout& layout, int64_t global_rows) {
 }
 
 void expect_close(
-    const TrainRun& got, const TrainRun& want, double loss_rel, double param_atol) {
+    const TrainRun& got,
+    const TrainRun& want,
+    double loss_rel,
+    double param_atol) {
   ASSERT_EQ(got.losses.size(), want.losses.size());
   for (size_t i = 0; i < want.losses.size(); ++i) {
     EXPECT_NEAR(got.losses[i], want.losses[i], loss_rel * want.losses[i])
