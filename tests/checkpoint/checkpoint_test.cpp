@@ -264,15 +264,20 @@ TEST(Checkpoint, ShardedSavesSlicesAndResumesUnderOtherLayouts) {
 
 TEST(Checkpoint, Bf16RunsSaveFloat32WeightsAndOptimizerState) {
   // Mixed precision computes in bf16 over float32 masters: what a save
-  // writes is the masters and AdamW's float32 state, unsharded or sharded,
-  // and a float32 run resumes from it.
-  for (const auto& [nproc, extra] :
-       {std::pair<int, std::string>{1, ""},
-        {2, kShard2 + " --training.mixed_precision_reduce=bfloat16"}}) {
-    SCOPED_TRACE(extra);
-    const auto dump = fresh_dir("ck_bf16_" + std::to_string(nproc));
+  // writes is the masters and AdamW's float32 state, unsharded, sharded or
+  // pipelined (ZBV: split backward, bf16 activations between stages), and a
+  // float32 run resumes from it.
+  for (const auto& [config, nproc, extra] :
+       {std::tuple<std::string, int, std::string>{"debug_model", 1, ""},
+        {"debug_model",
+         2,
+         kShard2 + " --training.mixed_precision_reduce=bfloat16"},
+        {"debug_pp_zbv", 2, ""}}) {
+    SCOPED_TRACE(config + extra);
+    const auto dump =
+        fresh_dir("ck_bf16_" + config + "_" + std::to_string(nproc));
     const auto r = train(
-        "debug_model",
+        config,
         dump,
         extra + " --training.mixed_precision_param=bfloat16",
         nproc);
