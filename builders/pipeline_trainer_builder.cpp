@@ -120,6 +120,8 @@ std::unique_ptr<TrainStep> PipelineTrainerBuilder::build_train_step(
   shapes.seq_len = config().training.seq_len;
   shapes.dim = model_args().dim;
   shapes.device = device();
+  // Stages hand over activations in the compute dtype.
+  shapes.dtype = mixed_precision().param;
   auto executor = std::make_unique<pipeline::PipelineExecutor>(
       std::move(lowered),
       std::move(stages),

@@ -17,6 +17,7 @@
 #include "parallel/activation_checkpoint.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
+#include "parallel/mixed_precision.h"
 
 namespace baton {
 
@@ -113,9 +114,10 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   c.mesh = mesh_;
   c.peak_tflops = config_.metrics.peak_tflops;
   if (c.peak_tflops <= 0.0) {
-    c.peak_tflops = measure_peak_tflops();
-    LOG(INFO) << "peak " << c.peak_tflops
-              << " TFLOP/s, measured by a 1024x1024 fp32 matmul probe on "
+    c.peak_tflops = measure_peak_tflops(1024, 0.3, mixed_precision_.param);
+    LOG(INFO) << "peak " << c.peak_tflops << " TFLOP/s, measured by a 1024x1024 "
+              << mixed_precision_name(mixed_precision_.param)
+              << " matmul probe on "
               << at::get_num_threads()
               << " threads (set metrics.peak_tflops to skip the probe)";
   }
@@ -124,7 +126,8 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
 
 void TrainerBuilder::parallelize(ModelParts& parts, const ApplierChain& chain) {
   check_built(!chain.empty(), "build_appliers returned an empty chain");
-  const ParallelContext context{config_, mesh(), device_, pipelined()};
+  const ParallelContext context{
+      config_, mesh(), device_, pipelined(), mixed_precision_};
   parts.for_each([&](ModelPart& part) { chain.apply(part, context); });
   LOG(INFO) << "parallelize: " << join(chain.names(), " -> ") << " on "
             << parts.size() << (parts.size() == 1 ? " part" : " parts");
@@ -184,6 +187,19 @@ void TrainerBuilder::init_runtime() {
   if (config_.training.deterministic) {
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   }
+  // After the threads are set: auto's CPU probe measures with them. Every
+  // rank measures and all take the slowest rank's figure, so they agree.
+  const MixedPrecisionChoice mp =
+      resolve_mixed_precision(config_.training, device_, [this] {
+        auto speed = torch::tensor({measure_bf16_matmul_speed()});
+        mesh_->world()->all_reduce(speed, dist::ReduceOp::kMin);
+        return speed.item<double>();
+      });
+  mixed_precision_ = mp.dtypes;
+  LOG(INFO) << "mixed precision: compute "
+            << mixed_precision_name(mp.dtypes.param) << " (" << mp.why
+            << "), reduce " << mixed_precision_name(mp.dtypes.reduce)
+            << "; weights, gradients and optimizer state float32";
   LOG(INFO) << "runtime: " << env_.to_string() << "; " << dims_.to_string()
             << "; " << mesh_->to_string() << "; " << threads
             << " intra-op threads (OMP_WAIT_POLICY="
@@ -212,6 +228,11 @@ ApplierChain TrainerBuilder::build_appliers() {
   if (config_.activation_checkpoint.mode != "none") {
     chain.append("activation_checkpoint");
   }
+  if (mixed_precision_.param_cast()) {
+    // Under fully_shard too: the gathered weights are then already in the
+    // param dtype, and the casts return them as they are.
+    chain.append("mixed_precision");
+  }
   const std::string where = config_.origin("parallelism.appliers");
   for (const auto& name : config_.parallelism.appliers) {
     const auto& placed = builder_placed_appliers();
@@ -223,6 +244,8 @@ ApplierChain TrainerBuilder::build_appliers() {
               "allowed: other registered appliers; hint: " +
               (name == "activation_checkpoint"
                    ? "set activation_checkpoint.mode instead"
+                   : name == "mixed_precision"
+                   ? "set training.mixed_precision_param instead"
                    : "set the data-parallel degrees instead"));
     }
     chain.append(name, where);

@@ -63,6 +63,11 @@ class TrainerBuilder {
   at::Device device() const {
     return device_;
   }
+  /// The mixed-precision dtypes (training.mixed_precision_*, `auto`
+  /// resolved for the device); set by init_runtime.
+  const MixedPrecision& mixed_precision() const {
+    return mixed_precision_;
+  }
   /// The model's shape (the flavor with the tokenizer's vocabulary); set
   /// before build_model.
   const llama::ModelArgs& model_args() const {
@@ -71,7 +76,7 @@ class TrainerBuilder {
 
   /// Threads, seeds, determinism, the launch environment, the distributed
   /// runtime (store and process groups, when there are several ranks), the
-  /// parallel layout and the device.
+  /// parallel layout, the device and the mixed-precision dtypes.
   virtual void init_runtime();
   /// The tokenizer of `model.tokenizer`.
   virtual std::shared_ptr<const Tokenizer> build_tokenizer();
@@ -79,11 +84,12 @@ class TrainerBuilder {
   /// parallelized); the base: the whole model as one part, stage 0.
   virtual ModelParts build_model(const llama::ModelArgs& args);
   /// The steps applied to every part, in order. The base chain: to_device;
-  /// then the registered appliers `parallelism.appliers` lists, in order;
-  /// then the data-parallel steps (append_data_parallel: check_replicas,
-  /// then fully_shard or replicate). (Tensor parallel, activation
-  /// checkpointing and mixed precision will come before the listed ones.) A
-  /// subclass calls the base and inserts, replaces or removes steps.
+  /// mixed_precision when the param dtype is not float32; then the
+  /// registered appliers `parallelism.appliers` lists, in order; then the
+  /// data-parallel steps (append_data_parallel: check_replicas, then
+  /// fully_shard or replicate). (Tensor parallel and activation
+  /// checkpointing will come before mixed_precision.) A subclass calls the
+  /// base and inserts, replaces or removes steps.
   virtual ApplierChain build_appliers();
   /// Whether the parts are pipeline stages trained by the schedule executor
   /// (the appliers see it in ParallelContext::pipelined); the base: no.
@@ -136,6 +142,7 @@ class TrainerBuilder {
   std::shared_ptr<dist::Runtime> runtime_;
   std::shared_ptr<dist::ParallelMesh> mesh_;
   at::Device device_{at::kCPU};
+  MixedPrecision mixed_precision_;
 };
 
 }  // namespace baton

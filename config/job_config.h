@@ -199,6 +199,13 @@ struct TrainingConfig {
   bool deterministic = false;
   /// Intra-op threads; 0 = cores / local ranks.
   int64_t num_threads = 0;
+  /// Mixed precision: the dtype forward and backward compute in (the
+  /// master weights and optimizer state stay float32). auto: bfloat16 on
+  /// CUDA; on the CPU bfloat16 only where a start-up probe measures its
+  /// matmul faster than float32's.
+  std::string mixed_precision_param = "auto";
+  /// The dtype gradients are reduced in across data-parallel ranks.
+  std::string mixed_precision_reduce = "float32";
 
   template <class V>
   void visit(V&& v) {
@@ -239,6 +246,16 @@ struct TrainingConfig {
     v("num_threads",
       num_threads,
       FieldSpec("intra-op threads (0: cores / local ranks)").at_least(0));
+    v("mixed_precision_param",
+      mixed_precision_param,
+      FieldSpec("dtype of forward and backward compute, weights kept "
+                "float32 (auto: bfloat16 on CUDA, on the CPU where measured "
+                "faster)")
+          .one_of({"auto", "bfloat16", "float32"}));
+    v("mixed_precision_reduce",
+      mixed_precision_reduce,
+      FieldSpec("dtype of the data-parallel gradient reductions")
+          .one_of({"float32", "bfloat16"}));
   }
 };
 

@@ -10,12 +10,15 @@ namespace baton {
 
 struct WeightGradSlot;  // models/linear.h
 class SavedOps;         // models/recompute.h
+class ParamCast;        // models/param_cast.h
 
 struct ForwardState {
   /// The pipeline stage's slot for deferred weight gradients (Linear).
   WeightGradSlot* slot = nullptr;
   /// Selective checkpointing's record of the outputs it keeps.
   SavedOps* saved_ops = nullptr;
+  /// Mixed precision's casts of the parameters (compute_param).
+  ParamCast* cast = nullptr;
 };
 
 /// This thread's state (read and written in place by the guards).

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "models/forward_state.h"
+#include "models/param_cast.h"
 #include "models/recompute.h"
 
 namespace baton {
@@ -51,15 +52,18 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
     auto* slot =
         reinterpret_cast<WeightGradSlot*>(ctx->saved_data["slot"].toInt());
     if (slot != nullptr && slot->defer) {
-      // `weight` is the parameter itself (a saved leaf unpacks to it).
-      slot->work.push_back([weight, gy, x, weight_grad]() mutable {
-        torch::NoGradGuard no_grad;
-        auto g = weight_grad(gy, x);
-        if (weight.grad().defined()) {
-          weight.mutable_grad().add_(g);
-        } else {
-          weight.mutable_grad() = std::move(g);
+      // `weight` is the parameter itself (a saved leaf unpacks to it) or,
+      // under mixed precision, its cast (ParamCast): the queued gradient
+      // goes through autograd from `weight`, so it reaches the parameter's
+      // .grad as this backward's would have (through the cast, in the
+      // accumulator's dtype, past the accumulator's hooks).
+      slot->work.push_back([weight, gy, x, weight_grad]() {
+        at::Tensor g;
+        {
+          torch::NoGradGuard no_grad;
+          g = weight_grad(gy, x);
         }
+        torch::autograd::backward({weight}, {g});
       });
       return {gx, at::Tensor()};
     }
@@ -94,7 +98,7 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features) {
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
-  return LinearFunction::apply(x, weight);
+  return LinearFunction::apply(x, compute_param(weight));
 }
 
 }  // namespace baton

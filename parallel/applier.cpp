@@ -12,6 +12,7 @@
 #include "parallel/data_parallel/replicate.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/fsdp/fully_shard.h"
+#include "parallel/mixed_precision.h"
 #include "parallel/model_parts.h"
 
 namespace baton {
@@ -33,6 +34,11 @@ void register_builtin_appliers() {
         "activation checkpointing of the transformer blocks "
         "(activation_checkpoint.mode): recompute in backward what was not "
         "kept");
+    registry.add(
+        "mixed_precision",
+        [] { return std::make_unique<MixedPrecisionApplier>(); },
+        "bf16 compute over float32 master weights: the weights cast once "
+        "per step (training.mixed_precision_param)");
     registry.add(
         "check_replicas",
         [] { return std::make_unique<CheckReplicasApplier>(); },
@@ -170,6 +176,7 @@ const std::vector<std::string>& builder_placed_appliers() {
   static const std::vector<std::string> kNames = {
       "to_device",
       "activation_checkpoint",
+      "mixed_precision",
       "check_replicas",
       "replicate",
       "fully_shard"};

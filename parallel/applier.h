@@ -1,9 +1,11 @@
 #pragma once
 
 #include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,14 +21,37 @@ namespace dist {
 class ParallelMesh;
 }
 
+/// The dtypes of mixed precision (training.mixed_precision_param and
+/// _reduce, `auto` resolved; parallel/mixed_precision.h): the master
+/// weights, their gradients and the optimizer state are float32 whatever
+/// these say.
+struct MixedPrecision {
+  /// What forward and backward compute in: the mixed_precision applier
+  /// casts the weights to it once per step, fully_shard gathers them in it.
+  at::ScalarType param = at::kFloat;
+  /// What data-parallel reductions move the gradients in.
+  at::ScalarType reduce = at::kFloat;
+
+  /// `param` as a cast to make, or none when the weights compute as kept.
+  std::optional<at::ScalarType> param_cast() const {
+    return param == at::kFloat ? std::nullopt : std::optional(param);
+  }
+  /// `reduce` as a cast to make, or none when gradients move as kept.
+  std::optional<at::ScalarType> reduce_cast() const {
+    return reduce == at::kFloat ? std::nullopt : std::optional(reduce);
+  }
+};
+
 /// What every applier sees besides the part: the job, this rank's groups,
-/// the device the parts train on, and whether the parts are pipeline stages
-/// (trained by the schedule executor, several microbatches per step).
+/// the device the parts train on, whether the parts are pipeline stages
+/// (trained by the schedule executor, several microbatches per step), and
+/// the mixed-precision dtypes the builder resolved.
 struct ParallelContext {
   const JobConfig& config;
   const dist::ParallelMesh& mesh;
   c10::Device device;
   bool pipelined = false;
+  MixedPrecision mixed_precision = {};
 };
 
 /// One parallelism (or other per-part transform) applied to one model part,
@@ -52,7 +77,8 @@ using ApplierCreator = std::function<std::unique_ptr<Applier>()>;
 Registry<ApplierCreator>& applier_registry();
 
 /// Registers the built-in appliers: to_device, activation_checkpoint,
-/// check_replicas, replicate, fully_shard. Safe to call more than once.
+/// mixed_precision, check_replicas, replicate, fully_shard. Safe to call
+/// more than once.
 void register_builtin_appliers();
 
 /// The ordered steps applied to every model part, each under a name. A
@@ -112,9 +138,9 @@ class ApplierChain {
 /// HSDP), else replicate with dp_replicate above 1.
 void append_data_parallel(ApplierChain& chain, const ParallelDims& dims);
 
-/// The steps the builders place themselves, from the parallelism degrees
-/// and sections: to_device, activation_checkpoint and the data-parallel
-/// ones. `parallelism.appliers` may not name them.
+/// The steps the builders place themselves, from the config: to_device,
+/// activation_checkpoint, mixed_precision and the data-parallel ones.
+/// `parallelism.appliers` may not name them.
 const std::vector<std::string>& builder_placed_appliers();
 
 /// Built-in step: moves the part to the context's device and puts it in

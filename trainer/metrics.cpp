@@ -129,11 +129,11 @@ void MetricsLogger::log(const StepMetrics& m) {
   }
 }
 
-double measure_peak_tflops(int64_t n, double seconds) {
+double measure_peak_tflops(int64_t n, double seconds, at::ScalarType dtype) {
   torch::NoGradGuard no_grad;
-  const auto a = torch::randn({n, n});
-  const auto b = torch::randn({n, n});
-  auto c = torch::empty({n, n});
+  const auto a = torch::randn({n, n}).to(dtype);
+  const auto b = torch::randn({n, n}).to(dtype);
+  auto c = torch::empty({n, n}, a.options());
   at::mm_out(c, a, b);  // warm up threads and BLAS buffers
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + std::chrono::duration<double>(seconds);

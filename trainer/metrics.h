@@ -1,5 +1,7 @@
 #pragma once
 
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -63,9 +65,12 @@ class MetricsLogger {
 /// The JSON object of `m`, one line, as written to metrics.jsonl.
 std::string metrics_to_json(const StepMetrics& m);
 
-/// Peak fp32 TFLOP/s of this process's threads, measured by timing square
-/// matmuls of size `n` for about `seconds` (the best repetition counts).
-double measure_peak_tflops(int64_t n = 1024, double seconds = 0.3);
+/// Peak TFLOP/s of this process's threads in `dtype` (the compute dtype:
+/// MFU is against the peak of what the step computes in), measured by
+/// timing square matmuls of size `n` for about `seconds` (the best
+/// repetition counts).
+double measure_peak_tflops(
+    int64_t n = 1024, double seconds = 0.3, at::ScalarType dtype = at::kFloat);
 
 /// Peak resident set size of this process so far, in MiB.
 double peak_rss_mib();

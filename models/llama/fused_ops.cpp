@@ -93,6 +93,11 @@ bool cpu_float(const at::Tensor& t) {
   return t.device().is_cpu() && t.scalar_type() == at::kFloat;
 }
 
+/// bf16 or fp16: computed in float32 by the ops below.
+bool reduced_float(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
+}
+
 class RMSNormFunction : public torch::autograd::Function<RMSNormFunction> {
  public:
   static at::Tensor forward(
@@ -353,9 +358,16 @@ at::Tensor rope_heads_first(
       x.sizes(),
       " and tables ",
       cos.sizes());
+  if (reduced_float(x)) {
+    // Lower precision (bf16 under mixed precision): rotated in float32 with
+    // the float32 tables, as Meta's Llama does, and cast back.
+    return rope_heads_first(x.to(at::kFloat), cos, sin, scale)
+        .to(x.scalar_type());
+  }
   if (!x.device().is_cpu() || x.scalar_type() != at::kFloat ||
       cos.scalar_type() != at::kFloat) {
-    // The composite formula, for devices and dtypes the kernel does not cover.
+    // The composite formula, for devices and dtypes the kernel does not
+    // cover.
     auto out = apply_rope(x, RopeTables{cos.to(x.dtype()), sin.to(x.dtype())});
     return (scale == 1.0 ? out : out * scale).transpose(1, 2).contiguous();
   }
@@ -369,6 +381,13 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
       x.sizes(),
       " and ",
       weight.sizes());
+  if (reduced_float(x)) {
+    // Lower precision (bf16 under mixed precision): normalised in float32
+    // and cast back before the scale, as Meta's Llama does.
+    const auto xf = x.to(at::kFloat);
+    const auto ones = at::ones({x.size(-1)}, xf.options());
+    return rms_norm(xf, ones, eps).to(x.scalar_type()) * weight;
+  }
   if (!cpu_float(x) || !cpu_float(weight)) {
     return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight;
   }

@@ -12,7 +12,8 @@ namespace baton::llama {
 
 /// Rotates the pairs (x[2i], x[2i+1]) of each head by the angles of `cos` /
 /// `sin` (T, D/2), Meta's layout, multiplies by `scale`, and returns the
-/// result heads first. x: (B, T, H, D) -> (B, H, T, D), contiguous.
+/// result heads first. x: (B, T, H, D) -> (B, H, T, D), contiguous. A
+/// lower-precision x (bf16) is rotated in float32 and returned in its dtype.
 at::Tensor rope_heads_first(
     const at::Tensor& x,
     const at::Tensor& cos,
@@ -20,7 +21,9 @@ at::Tensor rope_heads_first(
     double scale = 1.0);
 
 /// x / sqrt(mean(x^2, -1) + eps) * weight in one pass per row, with a
-/// one-pass backward. x: (..., dim), weight: (dim) -> (..., dim).
+/// one-pass backward. x: (..., dim), weight: (dim) -> (..., dim). A
+/// lower-precision x (bf16) is normalised in float32, cast back, then
+/// scaled by weight (Meta's Llama's order).
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 /// softmax(q k^T / sqrt(D) + causal mask) v, computed in blocks of

@@ -8,6 +8,7 @@
 #include "common/text.h"
 #include "common/torch_compat.h"
 #include "models/llama/fused_ops.h"
+#include "models/param_cast.h"
 
 namespace baton::llama {
 
@@ -18,7 +19,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
-  return rms_norm(x, weight, eps_);
+  return rms_norm(x, compute_param(weight), eps_);
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& rope) {
@@ -177,8 +178,12 @@ at::Tensor TransformerImpl::forward(const at::Tensor& input) {
 }
 
 at::Tensor TransformerImpl::forward_root(const at::Tensor& input) {
+  // The embedding reads its weight as every module does (compute_param),
+  // so a mixed-precision forward starts in the compute dtype.
   at::Tensor h =
-      chunk_.embedding ? tok_embeddings(input) : input;  // (B, T, dim)
+      chunk_.embedding
+          ? F::embedding(input, compute_param(tok_embeddings->weight))
+          : input;  // (B, T, dim)
   const auto& rope = rope_for(h.size(1), h.device());
   for (size_t i = 0; i < blocks_.size(); ++i) {
     auto& block = blocks_[i];

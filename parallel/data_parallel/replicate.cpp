@@ -74,7 +74,8 @@ struct GradientReducer::State {
 GradientReducer::GradientReducer(
     std::vector<at::Tensor> parameters,
     std::shared_ptr<dist::ProcessGroup> group,
-    int64_t bucket_bytes)
+    int64_t bucket_bytes,
+    std::optional<at::ScalarType> reduce_dtype)
     : state_(std::make_shared<State>()) {
   auto& s = *state_;
   s.params = std::move(parameters);
@@ -110,7 +111,10 @@ GradientReducer::GradientReducer(
       b.offsets.push_back(numel);
       numel += s.params[j].numel();
     }
-    b.flat = at::zeros({numel}, s.params[b.params.front()].options());
+    const auto& options = s.params[b.params.front()].options();
+    b.flat = at::zeros(
+        {numel},
+        options.dtype(reduce_dtype.value_or(options.dtype().toScalarType())));
   }
   std::weak_ptr<State> weak = state_;
   for (size_t i = 0; i < s.params.size(); ++i) {
@@ -178,7 +182,8 @@ void GradientReducer::finish() {
       if (p.grad().defined()) {
         p.mutable_grad().copy_(sum);
       } else {
-        p.mutable_grad() = sum.clone();
+        p.mutable_grad() =
+            sum.to(p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
       }
     }
   }
@@ -231,7 +236,10 @@ void ReplicateApplier::apply(ModelPart& part, const ParallelContext& context) {
   const auto bucket_bytes = static_cast<int64_t>(
       context.config.parallelism.data_parallel_bucket_size_mb * 1024 * 1024);
   part.grad_sync().add(std::make_shared<GradientReducer>(
-      part.module().parameters(), context.mesh.dp(), bucket_bytes));
+      part.module().parameters(),
+      context.mesh.dp(),
+      bucket_bytes,
+      context.mixed_precision.reduce_cast()));
 }
 
 }  // namespace baton

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,12 +29,17 @@ namespace baton {
 /// micro-step of gradient accumulation), finish() after the last one. The
 /// train step scales the loss by the global token count, so the summed
 /// gradients equal those of one process running the whole global batch.
+///
+/// With `reduce_dtype` (mixed_precision_reduce: bfloat16) the buckets hold
+/// the gradients in that dtype for the all-reduce and the sums are written
+/// back in the gradients' own dtype.
 class GradientReducer final : public GradientSync {
  public:
   GradientReducer(
       std::vector<at::Tensor> parameters,
       std::shared_ptr<dist::ProcessGroup> group,
-      int64_t bucket_bytes);
+      int64_t bucket_bytes,
+      std::optional<at::ScalarType> reduce_dtype = std::nullopt);
   ~GradientReducer() override;
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -67,7 +73,8 @@ void check_replicas_equal(
 
 /// The `replicate` applier (DDP): attaches a GradientReducer over the
 /// data-parallel group, with parallelism.data_parallel_bucket_size_mb
-/// buckets, to the part.
+/// buckets reduced in the context's mixed-precision reduce dtype, to the
+/// part.
 class ReplicateApplier final : public Applier {
  public:
   void apply(ModelPart& part, const ParallelContext& context) override;

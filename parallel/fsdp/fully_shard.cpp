@@ -55,8 +55,9 @@ ReshardAfterForward parse_reshard_after_forward(const std::string& text) {
 Unit::Unit(
     std::string name,
     std::vector<std::pair<std::string, at::Tensor>> params,
-    ShardGroups groups)
-    : name_(std::move(name)), groups_(std::move(groups)) {
+    ShardGroups groups,
+    MixedPrecision dtypes)
+    : name_(std::move(name)), groups_(std::move(groups)), dtypes_(dtypes) {
   ranks_ = groups_.shard->size();
   rank_ = groups_.shard->rank();
   // Everything is checked before any parameter changes.
@@ -130,8 +131,10 @@ void Unit::unshard() {
   if (state_ != State::kSharded && state_ != State::kFreed) {
     return;
   }
-  gathered_ = at::empty({ranks_ * chunk_numel_}, shard_flat_.options());
-  gather_ = groups_.shard->all_gather_into_async(gathered_, shard_flat_);
+  const auto cast = dtypes_.param_cast();
+  gather_send_ = cast ? shard_flat_.to(*cast) : shard_flat_;
+  gathered_ = at::empty({ranks_ * chunk_numel_}, gather_send_.options());
+  gather_ = groups_.shard->all_gather_into_async(gathered_, gather_send_);
   gathering_from_ = state_;
   state_ = State::kGathering;
 }
@@ -145,6 +148,7 @@ void Unit::wait_for_unshard() {
   gather_.wait();
   gather_wait_s_ += seconds_since(start);
   gather_ = dist::Work();  // it holds views of the gather buffer
+  gather_send_ = at::Tensor();
   torch::NoGradGuard no_grad;
   const at::Tensor chunks = gathered_.view({ranks_, chunk_numel_});
   for (auto& p : params_) {
@@ -155,7 +159,7 @@ void Unit::wait_for_unshard() {
       // gradients into it).
       p.shard_grad = p.param.grad();
       p.param.mutable_grad() = at::Tensor();
-      p.param.set_data(at::empty(p.full_shape, shard_flat_.options()));
+      p.param.set_data(at::empty(p.full_shape, gathered_.options()));
       whole = p.param.variable_data();
     } else {
       // Refilled in place, without a version bump: autograd saved this
@@ -199,10 +203,11 @@ void Unit::reduce_grads() {
     return;
   }
   torch::NoGradGuard no_grad;
-  const at::Tensor& first = params_.front().param;
+  const auto options = shard_flat_.options().dtype(
+      dtypes_.reduce_cast().value_or(shard_flat_.scalar_type()));
   // Rank-major chunks, padded as the shards are: chunk r holds rank r's
-  // rows of every parameter's gradient.
-  reduce_input_ = at::zeros({ranks_ * chunk_numel_}, first.options());
+  // rows of every parameter's gradient, in the reduce dtype.
+  reduce_input_ = at::zeros({ranks_ * chunk_numel_}, options);
   const at::Tensor chunks = reduce_input_.view({ranks_, chunk_numel_});
   for (auto& p : params_) {
     const at::Tensor& grad = p.param.grad();
@@ -221,7 +226,7 @@ void Unit::reduce_grads() {
     // The whole gradient is in the reduce buffer now.
     p.param.mutable_grad() = at::Tensor();
   }
-  reduced_ = at::empty({chunk_numel_}, first.options());
+  reduced_ = at::empty({chunk_numel_}, options);
   reduce_scatter_ =
       groups_.shard->reduce_scatter_async(reduced_, reduce_input_);
   reducing_ = true;
@@ -249,11 +254,15 @@ void Unit::to_sharded() {
     p.param.set_data(p.shard);
     at::Tensor grad = p.shard_grad;
     if (reducing_) {
-      // A tensor of its own, not a view: zero_grad detaches it in place.
+      // A tensor of its own, not a view (zero_grad detaches it in place),
+      // in the master's dtype.
       const at::Tensor mine =
           reduced_.narrow(0, p.offset, p.my_rows * p.row_numel)
-              .view(p.shard.sizes());
-      grad = grad.defined() ? grad + mine : mine.clone();
+              .view(p.shard.sizes())
+              .to(p.shard.scalar_type(),
+                  /*non_blocking=*/false,
+                  /*copy=*/true);
+      grad = grad.defined() ? grad + mine : mine;
     }
     p.param.mutable_grad() = grad;
     p.shard_grad = at::Tensor();
@@ -425,7 +434,8 @@ FullyShardedPart::FullyShardedPart(
     ModelPart& part,
     ShardGroups groups,
     ReshardAfterForward policy,
-    bool pipelined)
+    bool pipelined,
+    MixedPrecision dtypes)
     : state_(std::make_shared<State>()) {
   auto& module = part.module();
   auto names = module.unit_names();
@@ -479,7 +489,8 @@ FullyShardedPart::FullyShardedPart(
       part.mark_grad_split(fqn, dist::MeshDim::kDpShard);
     }
     const auto expected = static_cast<int64_t>(params.size());
-    units_.push_back(std::make_unique<Unit>(name, std::move(params), groups));
+    units_.push_back(
+        std::make_unique<Unit>(name, std::move(params), groups, dtypes));
     s.order.push_back(units_.back().get());
     s.has_root = s.has_root || name.empty();
     // The root's parameters would be gathered again at once for backward.
@@ -547,7 +558,8 @@ void FullyShardApplier::apply(ModelPart& part, const ParallelContext& context) {
       part,
       groups,
       parse_reshard_after_forward(p.fsdp_reshard_after_forward),
-      context.pipelined);
+      context.pipelined,
+      context.mixed_precision);
   int64_t shard_bytes = 0;
   int64_t whole_bytes = 0;
   for (const auto& unit : sharded->units()) {
@@ -566,7 +578,9 @@ void FullyShardApplier::apply(ModelPart& part, const ParallelContext& context) {
             << "; this rank holds " << shard_bytes / (1 << 20)
             << " MiB of parameters (+ as much for gradients, twice that of "
                "AdamW state) of "
-            << whole_bytes / (1 << 20) << " MiB";
+            << whole_bytes / (1 << 20) << " MiB; gathers "
+            << c10::toString(context.mixed_precision.param) << ", reduces "
+            << c10::toString(context.mixed_precision.reduce);
   // What the checkpoint saves of each: its rows of the whole tensor, within
   // any slice an earlier applier (tensor parallel) made.
   for (const auto& unit : sharded->units()) {

@@ -55,13 +55,20 @@ struct ShardGroups {
 ///     storage released until a gather refills it before backward.
 /// Rows are split as ceil(rows / ranks) per rank, the last ranks holding
 /// fewer (or none); the communication buffers are padded to equal chunks.
+/// Mixed precision (`dtypes`): the shards stay in the parameters' dtype
+/// (float32 masters); the gather moves, and the whole parameters hold, the
+/// param dtype, and so do the whole gradients autograd accumulates into
+/// them (over a step's micro-steps or a stage's microbatches); those are
+/// reduced in the reduce dtype and added to the shards' gradients in the
+/// masters' dtype.
 class Unit {
  public:
   /// `params`: the unit's (FQN, parameter) pairs, whole. Shards them.
   Unit(
       std::string name,
       std::vector<std::pair<std::string, at::Tensor>> params,
-      ShardGroups groups);
+      ShardGroups groups,
+      MixedPrecision dtypes = {});
   ~Unit();
   Unit(const Unit&) = delete;
   Unit& operator=(const Unit&) = delete;
@@ -108,6 +115,7 @@ class Unit {
 
   std::string name_;
   ShardGroups groups_;
+  MixedPrecision dtypes_;
   std::vector<Param> params_;
   int64_t ranks_ = 1;
   int64_t rank_ = 0;
@@ -118,6 +126,7 @@ class Unit {
   State state_ = State::kSharded;
   /// The state unshard() started from (kSharded or kFreed).
   State gathering_from_ = State::kSharded;
+  at::Tensor gather_send_;  // the shards in the param dtype, while gathering
   at::Tensor gathered_;
   dist::Work gather_;
   at::Tensor reduce_input_;
@@ -159,7 +168,8 @@ class FullyShardedPart final : public GradientSync {
       ModelPart& part,
       ShardGroups groups,
       ReshardAfterForward policy,
-      bool pipelined);
+      bool pipelined,
+      MixedPrecision dtypes = {});
   ~FullyShardedPart() override;
 
   void prepare(bool sync) override;
@@ -184,7 +194,8 @@ class FullyShardedPart final : public GradientSync {
 /// is above 1 too): shards every parameter of the part across the dp_shard
 /// group, wraps each unit to gather its parameters, marks the gradients
 /// split along dp_shard and attaches the reduce-scatter as the part's
-/// gradient sync.
+/// gradient sync; gathers and reduces in the context's mixed-precision
+/// dtypes.
 class FullyShardApplier final : public Applier {
  public:
   void apply(ModelPart& part, const ParallelContext& context) override;

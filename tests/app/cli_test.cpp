@@ -97,6 +97,15 @@ TEST(Cli, BadOverrideExitsTwo) {
       " --parallelism.tensor_parallel_degree=2");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("not supported yet"), std::string::npos) << r.output;
+  r = run_baton(
+      "train --config " + debug_config() +
+      " --training.mixed_precision_param=half");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(
+      r.output.find("error: --training.mixed_precision_param=half: "
+                    "training.mixed_precision_param: 'half' is not allowed"),
+      std::string::npos)
+      << r.output;
 }
 
 TEST(Cli, NcclWithoutCudaIsAConfigError) {
@@ -154,10 +163,11 @@ TEST(Cli, TrainsTheDebugModelAndWritesEveryMetricsKey) {
       "train --config " + debug_config() +
       " --job.dump_folder=" + dump.string() +
       " --training.steps=30 --training.seq_len=64 --training.local_batch_size=4"
-      " --metrics.log_freq=5 --training.num_threads=1");
+      " --metrics.log_freq=5 --training.num_threads=1"
+      " --training.mixed_precision_param=float32");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(
-      r.output.find("measured by a 1024x1024 fp32 matmul probe"),
+      r.output.find("measured by a 1024x1024 float32 matmul probe"),
       std::string::npos);
   std::ifstream in(dump / "metrics.jsonl");
   std::vector<nlohmann::json> lines;

@@ -83,7 +83,8 @@ void register_test_extensions() {
 
 /// A YAML file of the debug model on `name`.out, 4 steps of short
 /// sequences, gradients clipped hard (max_norm 0.05) so that every step
-/// clips; `extra` is appended (more sections).
+/// clips; float32 compute whatever `auto` picks here (the chains checked
+/// have no mixed_precision step); `extra` is appended (more sections).
 std::string write_config(const std::string& name, const std::string& extra) {
   const auto dir = std::filesystem::path(::testing::TempDir());
   const auto dump = dir / (name + ".out");
@@ -95,6 +96,7 @@ std::string write_config(const std::string& name, const std::string& extra) {
                       << "training:\n  steps: 4\n  seq_len: 32\n"
                       << "  local_batch_size: 2\n  num_threads: 1\n"
                       << "  max_norm: 0.05\n"
+                      << "  mixed_precision_param: float32\n"
                       << "metrics:\n  peak_tflops: 1\n  log_freq: 1\n"
                       << extra;
   return path.string();
@@ -173,7 +175,7 @@ TEST(ApplierFromYaml, AnUnregisteredApplierIsAConfigErrorNamingTheKey) {
   } catch (const ConfigError& e) {
     EXPECT_NE(
         std::string(e.what()).find(
-            ":17: parallelism.appliers: 'scale_grad' is not a registered "
+            ":18: parallelism.appliers: 'scale_grad' is not a registered "
             "applier"),
         std::string::npos)
         << e.what();
@@ -185,10 +187,15 @@ TEST(ApplierFromYaml, AnUnregisteredApplierIsAConfigErrorNamingTheKey) {
 }
 
 TEST(ApplierFromYaml, TheBuildersOwnStepsAreRefused) {
-  // They come from the degrees; listed again they would reduce twice.
+  // They come from the degrees and the training dtypes; listed again they
+  // would reduce (or cast) twice.
   register_test_extensions();
   for (const char* name :
-       {"replicate", "fully_shard", "to_device", "activation_checkpoint"}) {
+       {"replicate",
+        "fully_shard",
+        "to_device",
+        "activation_checkpoint",
+        "mixed_precision"}) {
     const auto config = load_job_config(
         write_config("applier_builtin", ""),
         {"parallelism.appliers=[" + std::string(name) + "]",
@@ -204,11 +211,14 @@ TEST(ApplierFromYaml, TheBuildersOwnStepsAreRefused) {
               "' is a step the builder places itself"),
           std::string::npos)
           << e.what();
-      const bool ac = std::string(name) == "activation_checkpoint";
+      const std::string n = name;
       EXPECT_NE(
           std::string(e.what()).find(
-              ac ? "hint: set activation_checkpoint.mode instead"
-                 : "hint: set the data-parallel degrees instead"),
+              n == "activation_checkpoint"
+                  ? "hint: set activation_checkpoint.mode instead"
+                  : n == "mixed_precision"
+                  ? "hint: set training.mixed_precision_param instead"
+                  : "hint: set the data-parallel degrees instead"),
           std::string::npos)
           << e.what();
     }

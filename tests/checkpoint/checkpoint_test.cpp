@@ -37,8 +37,11 @@ using testing::read_metrics;
 using testing::run_command;
 using testing::source_path;
 
-/// Small shapes, 10 steps, a checkpoint every 5.
+/// Small shapes, 10 steps, a checkpoint every 5; float32 compute, whatever
+/// `auto` picks on this machine, so that other layouts resume to the same
+/// numbers (bf16 is not layout-exact; a test below sets it).
 const std::string kRun =
+    " --training.mixed_precision_param=float32"
     " --training.seq_len=32 --training.local_batch_size=4"
     " --parallelism.pipeline_parallel_microbatch_size=1"
     " --lr_scheduler.warmup_steps=2 --metrics.log_freq=1"
@@ -257,6 +260,54 @@ TEST(Checkpoint, ShardedSavesSlicesAndResumesUnderOtherLayouts) {
       kReplicate2,
       "fsdp_in",
       {{"debug_model", 2, kShard2}, {"debug_pp_1f1b", 4, kShard2}});
+}
+
+TEST(Checkpoint, Bf16RunsSaveFloat32WeightsAndOptimizerState) {
+  // Mixed precision computes in bf16 over float32 masters: what a save
+  // writes is the masters and AdamW's float32 state, unsharded, sharded or
+  // pipelined (ZBV: split backward, bf16 activations between stages), and a
+  // float32 run resumes from it.
+  for (const auto& [config, nproc, extra] :
+       {std::tuple<std::string, int, std::string>{"debug_model", 1, ""},
+        {"debug_model",
+         2,
+         kShard2 + " --training.mixed_precision_reduce=bfloat16"},
+        {"debug_pp_zbv", 2, ""}}) {
+    SCOPED_TRACE(config + extra);
+    const auto dump =
+        fresh_dir("ck_bf16_" + config + "_" + std::to_string(nproc));
+    const auto r = train(
+        config,
+        dump,
+        extra + " --training.mixed_precision_param=bfloat16",
+        nproc);
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(
+        r.output.find("mixed precision: compute bfloat16"), std::string::npos)
+        << r.output;
+    const json index = read_json(step_dir(dump, 5) / "index.json");
+    int64_t floats = 0;
+    for (const auto& [fqn, entry] : index["tensors"].items()) {
+      if (fqn.size() > 5 && fqn.substr(fqn.size() - 5) == ".step") {
+        continue;  // AdamW's step counts
+      }
+      EXPECT_EQ(entry["dtype"], "F32") << fqn;
+      ++floats;
+    }
+    EXPECT_GT(floats, 0);
+    for (const auto& [fqn, t] : checkpoint_tensors(step_dir(dump, 5))) {
+      if (fqn.find(".step") == std::string::npos) {
+        EXPECT_EQ(t.scalar_type(), at::kFloat) << fqn;
+      }
+    }
+    if (nproc == 1) {
+      const auto resumed = stopped_at(dump, 5, "ck_bf16_resumed");
+      const auto r2 = train(
+          "debug_model", resumed, " --training.mixed_precision_param=float32");
+      ASSERT_EQ(r2.code, 0) << r2.output;
+      EXPECT_NE(r2.output.find("resumed from step 5"), std::string::npos);
+    }
+  }
 }
 
 TEST(Checkpoint, AShardedRunExportsWholeTensors) {

@@ -246,6 +246,28 @@ TEST(JobConfig, RejectsValueOutsideChoicesWithSuggestion) {
   EXPECT_EQ(far.find("did you mean"), std::string::npos) << far;
 }
 
+TEST(JobConfig, MixedPrecisionDtypesAreChoicesNamingTheKey) {
+  const JobConfig defaults = load_job_config("");
+  EXPECT_EQ(defaults.training.mixed_precision_param, "auto");
+  EXPECT_EQ(defaults.training.mixed_precision_reduce, "float32");
+  const JobConfig set = load_job_config(
+      "",
+      {"training.mixed_precision_param=BFloat16",
+       "training.mixed_precision_reduce=bfloat16"});
+  EXPECT_EQ(set.training.mixed_precision_param, "bfloat16");
+  EXPECT_EQ(set.training.mixed_precision_reduce, "bfloat16");
+  expect_contains(
+      load_error("", {"training.mixed_precision_param=fp16"}),
+      {"training.mixed_precision_param: 'fp16' is not allowed; allowed: one "
+       "of auto, bfloat16, float32"});
+  const std::string path =
+      write_yaml("training:\n  mixed_precision_reduce: auto\n");
+  expect_contains(
+      load_error(path),
+      {path + ":2: training.mixed_precision_reduce: 'auto' is not allowed; "
+              "allowed: one of float32, bfloat16"});
+}
+
 TEST(JobConfig, UnknownKeySuggestsNearMiss) {
   const std::string path = write_yaml("training:\n  seq_len: 16\n  stpes: 5\n");
   EXPECT_THROW(load_job_config(path), ConfigError);

@@ -180,6 +180,63 @@ TEST(FusedOps, AttentionOnTwoThreadsKeepsTheCallersInferenceMode) {
   EXPECT_TRUE(torch::allclose(y.to(torch::kDouble), yr, 1e-4, 1e-5));
 }
 
+/// Whether `got` (any dtype) is within `rel` of `want` in norm.
+bool near_in_norm(const at::Tensor& got, const at::Tensor& want, double rel) {
+  const auto g = got.to(torch::kDouble);
+  const auto w = want.to(torch::kDouble);
+  return ((g - w).norm() / w.norm()).item<double>() < rel;
+}
+
+TEST(FusedOps, Bf16RopeAndRmsNormComputeInFloat32) {
+  torch::manual_seed(11);
+  const auto rope = tables(6, 8);
+  const auto x = torch::randn({2, 6, 3, 8});
+  auto xb = x.to(torch::kBFloat16).requires_grad_(true);
+  const auto y = rope_heads_first(xb, rope.cos, rope.sin, 0.5);
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  // Rotated in float32 from the bf16 input: only the output's rounding.
+  const auto want =
+      rope_heads_first(xb.detach().to(torch::kFloat), rope.cos, rope.sin, 0.5);
+  EXPECT_TRUE(torch::allclose(y.to(torch::kFloat), want, 1e-2, 1e-2));
+  y.sum().backward();
+  EXPECT_EQ(xb.grad().scalar_type(), torch::kBFloat16);
+
+  const auto h = torch::randn({3, 4, 16}) * 4.0;
+  const auto w = torch::randn({16});
+  auto hb = h.to(torch::kBFloat16).requires_grad_(true);
+  auto wb = w.to(torch::kBFloat16).requires_grad_(true);
+  const auto n = rms_norm(hb, wb, 1e-5);
+  EXPECT_EQ(n.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(near_in_norm(n, rms_norm(h, w, 1e-5), 2e-2));
+  n.sum().backward();
+  EXPECT_EQ(hb.grad().scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(wb.grad().scalar_type(), torch::kBFloat16);
+}
+
+TEST(FusedOps, BlockedAttentionRunsInBf16) {
+  torch::manual_seed(12);
+  const int64_t B = 2, H = 2, T = 13, D = 8;
+  const auto q = torch::randn({B, H, T, D});
+  const auto k = torch::randn({B, H, T, D});
+  const auto v = torch::randn({B, H, T, D});
+  auto qb = q.to(torch::kBFloat16).requires_grad_(true);
+  auto kb = k.to(torch::kBFloat16).requires_grad_(true);
+  auto vb = v.to(torch::kBFloat16).requires_grad_(true);
+  const auto y = causal_attention(qb, kb, vb, false, 4);
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  auto qr = q.to(torch::kDouble).requires_grad_(true);
+  auto kr = k.to(torch::kDouble).requires_grad_(true);
+  auto vr = v.to(torch::kDouble).requires_grad_(true);
+  const auto yr = reference_attention(qr, kr, vr);
+  EXPECT_TRUE(near_in_norm(y, yr, 3e-2));
+  const auto gy = torch::randn({B, H, T, D});
+  y.backward(gy.to(torch::kBFloat16));
+  yr.backward(gy.to(torch::kDouble));
+  EXPECT_TRUE(near_in_norm(qb.grad(), qr.grad(), 5e-2));
+  EXPECT_TRUE(near_in_norm(kb.grad(), kr.grad(), 5e-2));
+  EXPECT_TRUE(near_in_norm(vb.grad(), vr.grad(), 5e-2));
+}
+
 TEST(FusedOps, AttentionRejectsMismatchedShapes) {
   try {
     causal_attention(

@@ -17,6 +17,7 @@
 #include "parallel/applier.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
+#include "parallel/mixed_precision.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/lowering.h"
 #include "parallel/pipeline/schedules.h"
@@ -62,10 +63,31 @@ struct Result {
   std::map<std::string, at::Tensor> params;
 };
 
-Result train_one_stage(int64_t layers, int64_t rows) {
+/// `mp`'s applier, where the builder places it: after to_device (and
+/// activation_checkpoint).
+void add_mixed_precision(ApplierChain& chain, const MixedPrecision& mp) {
+  if (mp.param_cast()) {
+    chain.insert_after(
+        chain.contains("activation_checkpoint") ? "activation_checkpoint"
+                                                : "to_device",
+        "mixed_precision",
+        std::make_unique<MixedPrecisionApplier>());
+  }
+}
+
+Result train_one_stage(
+    int64_t layers, int64_t rows, const MixedPrecision& mp = {}) {
   auto model = std::make_shared<llama::TransformerImpl>(tiny_args(layers));
   model->init_weights(5);
   ModelParts parts = testing::parts_of({model});
+  ApplierChain chain = testing::data_parallel_chain(1, 1);
+  add_mixed_precision(chain, mp);
+  const JobConfig config;
+  const dist::ParallelMesh mesh(
+      ParallelDims::resolve(1, 1, 1, 1, 1), 0, nullptr);
+  chain.apply(
+      parts[0],
+      ParallelContext{config, mesh, at::kCPU, /*pipelined=*/false, mp});
   LocalTrainStep step(cross_entropy_sum);
   auto opt = adamw(model->parameters());
   Result r;
@@ -102,6 +124,7 @@ Result train_pipelined_dp(
     const DataParallel& dp,
     int64_t accum,
     int64_t layers,
+    const MixedPrecision& mp = {},
     const ActivationCheckpointConfig& ac = {}) {
   const Schedule schedule = make_schedule(name, pp, v, m);
   const auto chunks = split_model(layers, schedule.num_stages);
@@ -113,8 +136,9 @@ Result train_pipelined_dp(
   config.parallelism.fsdp_reshard_after_forward = dp.reshard;
   config.parallelism.data_parallel_bucket_size_mb = 1;
   config.activation_checkpoint = ac;
-  const ApplierChain chain = testing::with_activation_checkpoint(
+  ApplierChain chain = testing::with_activation_checkpoint(
       testing::data_parallel_chain(dp.replicate, dp.shard), config);
+  add_mixed_precision(chain, mp);
   Result result;
   std::mutex mutex;
   baton::testing::run_ranks(world, [&](int64_t rank, dist::Runtime& rt) {
@@ -135,7 +159,8 @@ Result train_pipelined_dp(
       stages.emplace_back(s, chunk);
       auto part = std::make_shared<ModelPart>(chunk, s);
       chain.apply(
-          *part, ParallelContext{config, mesh, at::kCPU, /*pipelined=*/true});
+          *part,
+          ParallelContext{config, mesh, at::kCPU, /*pipelined=*/true, mp});
       parts.push_back(part);
       opts.push_back(adamw(chunk->parameters()));
     }
@@ -143,6 +168,7 @@ Result train_pipelined_dp(
     shapes.microbatches = m;
     shapes.seq_len = kSeq;
     shapes.dim = 16;
+    shapes.dtype = mp.param;
     PipelinedTrainStep step(
         std::make_unique<PipelineExecutor>(
             lower_schedule(schedule),
@@ -188,15 +214,21 @@ Result train_pipelined_dp(
   return result;
 }
 
-void expect_same(const Result& piped, const Result& reference) {
+void expect_same(
+    const Result& piped,
+    const Result& reference,
+    double loss_atol = 1e-5,
+    double rtol = 1e-4,
+    double atol = 1e-5) {
   ASSERT_EQ(piped.losses.size(), reference.losses.size());
   for (size_t i = 0; i < reference.losses.size(); ++i) {
-    EXPECT_NEAR(piped.losses[i], reference.losses[i], 1e-5) << i;
+    EXPECT_NEAR(piped.losses[i], reference.losses[i], loss_atol) << i;
   }
   ASSERT_EQ(piped.params.size(), reference.params.size());
   for (const auto& [fqn, p] : reference.params) {
     ASSERT_EQ(piped.params.count(fqn), 1u) << fqn;
-    EXPECT_TRUE(torch::allclose(piped.params.at(fqn), p, 1e-4, 1e-5))
+    EXPECT_EQ(piped.params.at(fqn).scalar_type(), at::kFloat) << fqn;
+    EXPECT_TRUE(torch::allclose(piped.params.at(fqn), p, rtol, atol))
         << fqn << " differs by "
         << (piped.params.at(fqn) - p).abs().max().item<double>();
   }
@@ -264,7 +296,8 @@ TEST(PipelineWithActivationCheckpoint, EveryModeTrainsAsNoneUnderEverySplit) {
       ac.selective = selective;
       ac.selective_every = 2;
       const Result r =
-          train_pipelined_dp(name, pp, v, m, DataParallel{}, 1, layers, ac);
+          train_pipelined_dp(
+              name, pp, v, m, DataParallel{}, 1, layers, MixedPrecision{}, ac);
       for (size_t i = 0; i < none.losses.size(); ++i) {
         EXPECT_NEAR(r.losses[i], none.losses[i], 1e-6) << i;
       }
@@ -272,6 +305,51 @@ TEST(PipelineWithActivationCheckpoint, EveryModeTrainsAsNoneUnderEverySplit) {
         EXPECT_LE((r.params.at(fqn) - p).abs().max().item<double>(), 1e-6)
             << fqn;
       }
+    }
+  }
+}
+
+TEST(PipelineWithActivationCheckpoint, ComposesWithBf16AndFullyShard) {
+  // ZBV in bf16 over dp_shard 2, full checkpointing against none: the
+  // recomputation reads the same casts and gathered parameters.
+  at::set_num_threads(1);
+  register_builtin_schedules();
+  const MixedPrecision mp{at::kBFloat16, at::kFloat};
+  ActivationCheckpointConfig ac;
+  ac.mode = "full";
+  const DataParallel dp{1, 2};
+  const Result none =
+      train_pipelined_dp("ZBVZeroBubble", 2, 2, 4, dp, 1, 4, mp);
+  const Result r =
+      train_pipelined_dp("ZBVZeroBubble", 2, 2, 4, dp, 1, 4, mp, ac);
+  for (size_t i = 0; i < none.losses.size(); ++i) {
+    EXPECT_NEAR(r.losses[i], none.losses[i], 1e-6) << i;
+  }
+  for (const auto& [fqn, p] : none.params) {
+    EXPECT_LE((r.params.at(fqn) - p).abs().max().item<double>(), 1e-6) << fqn;
+  }
+}
+
+TEST(PipelineMixedPrecision, Bf16StagesEqualOneStageInBf16) {
+  // 1F1B, and ZBV's split backward (dW deferred through the casts, or into
+  // the gathered bf16 parameters under fully_shard), against one stage in
+  // bf16 with the same global batch; activations move between stages in
+  // bf16.
+  at::set_num_threads(1);
+  register_builtin_schedules();
+  const MixedPrecision mp{at::kBFloat16, at::kBFloat16};
+  for (const auto& [name, v, m] :
+       {std::tuple<std::string, int64_t, int64_t>{"1F1B", 1, 2},
+        {"ZBVZeroBubble", 2, 4}}) {
+    for (const DataParallel& dp : {DataParallel{}, DataParallel{1, 2}}) {
+      SCOPED_TRACE(name + ", dp_shard " + std::to_string(dp.shard));
+      const int64_t pp = 2, accum = 2, layers = pp * v;
+      expect_same(
+          train_pipelined_dp(name, pp, v, m, dp, accum, layers, mp),
+          train_one_stage(layers, dp.degree() * accum * m, mp),
+          2e-2,
+          0.0,
+          1e-2);
     }
   }
 }

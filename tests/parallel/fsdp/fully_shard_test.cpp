@@ -70,7 +70,8 @@ TEST(FullyShardApplier, RecordsEachParametersSliceAndRefusesScalars) {
     ASSERT_NE(slice, nullptr);
     EXPECT_EQ(slice->global_shape, (std::vector<int64_t>{33, 32}));
     EXPECT_EQ(slice->offsets, (std::vector<int64_t>{rank * 17, 0}));
-    const auto& shard = part.module().named_parameters()["output.weight"];
+    // By value: named_parameters() returns a temporary dict.
+    const at::Tensor shard = part.module().named_parameters()["output.weight"];
     EXPECT_EQ(shard.size(0), rank == 0 ? 17 : 16);
     EXPECT_TRUE(torch::equal(shard, whole.narrow(0, rank * 17, shard.size(0))));
     EXPECT_EQ(

@@ -1,0 +1,137 @@
+#include "parallel/mixed_precision.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "config/job_config.h"
+#include "models/forward_state.h"
+#include "models/param_cast.h"
+#include "parallel/grad_sync.h"
+#include "parallel/model_parts.h"
+
+namespace baton {
+
+namespace {
+
+at::ScalarType dtype_named(const std::string& name) {
+  return name == "bfloat16" ? at::kBFloat16 : at::kFloat;
+}
+
+/// Seconds of the fastest of `reps` products a x b in `dtype`, after one
+/// to warm up threads and buffers.
+double best_matmul_s(at::ScalarType dtype, int reps) {
+  c10::AutoGradMode no_grad(false);
+  const auto a = at::randn({1024, 256}).to(dtype);
+  const auto b = at::randn({256, 1024}).to(dtype);
+  auto c = at::mm(a, b);
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    at::mm_out(c, a, b);
+    best = std::min(
+        best,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  return best;
+}
+
+/// Makes the part's ParamCast current around its whole forward.
+class CastAround final : public UnitWrapper {
+ public:
+  explicit CastAround(std::shared_ptr<ParamCast> cast)
+      : cast_(std::move(cast)) {}
+
+  at::Tensor forward(
+      const std::function<at::Tensor(const at::Tensor&)>& run,
+      const at::Tensor& input) override {
+    ForwardState state = forward_state();
+    state.cast = cast_.get();
+    const ForwardStateGuard guard(state);
+    return run(input.is_floating_point() ? input.to(cast_->dtype()) : input);
+  }
+
+ private:
+  std::shared_ptr<ParamCast> cast_;
+};
+
+/// Drops the step's casts once its last backward has run, so the next
+/// step casts the updated weights and no cast outlives its step.
+class ReleaseCasts final : public GradientSync {
+ public:
+  explicit ReleaseCasts(std::shared_ptr<ParamCast> cast)
+      : cast_(std::move(cast)) {}
+
+  void prepare(bool /*sync*/) override {}
+  void finish() override {
+    cast_->clear();
+  }
+  void reduce_now() override {
+    cast_->clear();
+  }
+
+ private:
+  std::shared_ptr<ParamCast> cast_;
+};
+
+}  // namespace
+
+double measure_bf16_matmul_speed() {
+  const double fp32 = best_matmul_s(at::kFloat, 3);
+  const double bf16 = best_matmul_s(at::kBFloat16, 3);
+  return fp32 / bf16;
+}
+
+std::string mixed_precision_name(at::ScalarType dtype) {
+  return dtype == at::kBFloat16 ? "bfloat16" : "float32";
+}
+
+MixedPrecisionChoice resolve_mixed_precision(
+    const TrainingConfig& training,
+    const c10::Device& device,
+    const std::function<double()>& bf16_speed) {
+  MixedPrecisionChoice choice;
+  choice.dtypes.reduce = dtype_named(training.mixed_precision_reduce);
+  if (training.mixed_precision_param != "auto") {
+    choice.dtypes.param = dtype_named(training.mixed_precision_param);
+    choice.why = "as set";
+    return choice;
+  }
+  if (device.is_cuda()) {
+    choice.dtypes.param = at::kBFloat16;
+    choice.why = "auto on CUDA";
+    return choice;
+  }
+  const double speed = bf16_speed();
+  char ratio[32];
+  std::snprintf(ratio, sizeof(ratio), "%.2fx", speed);
+  // A margin, so that a CPU where the two run about as fast does not flip
+  // from one run to the next with the probe's noise.
+  const bool faster = speed >= kAutoBf16MinSpeedup;
+  choice.dtypes.param = faster ? at::kBFloat16 : at::kFloat;
+  char margin[32];
+  std::snprintf(margin, sizeof(margin), "%.2fx", kAutoBf16MinSpeedup);
+  choice.why = std::string("auto on the CPU: a bf16 matmul probe ran at ") +
+               ratio + " fp32's speed here" +
+               (faster ? std::string()
+                       : std::string(", under the ") + margin +
+                       " auto asks; set bfloat16 to use it anyway");
+  return choice;
+}
+
+void MixedPrecisionApplier::apply(
+    ModelPart& part, const ParallelContext& context) {
+  const auto dtype = context.mixed_precision.param_cast();
+  if (!dtype) {
+    return;
+  }
+  auto cast = std::make_shared<ParamCast>(*dtype);
+  part.module().wrap_unit("", std::make_shared<CastAround>(cast));
+  part.grad_sync().add(std::make_shared<ReleaseCasts>(std::move(cast)));
+}
+
+}  // namespace baton
