@@ -2,7 +2,7 @@
 """Activation checkpointing against none, as real processes.
 
 Trains the small flavor (about 25M parameters) in one process on the
-machine's cores, 2 x 1024 tokens per step, with `baton train` under each
+machine's cores, 2 x 1024 tokens per step in float32, with `baton train` under each
 activation_checkpoint mode:
 
 - none;
@@ -33,6 +33,9 @@ COMMON = [
     "--metrics.log_freq=1", "--metrics.peak_tflops=1",
     "--lr_scheduler.warmup_steps=2", "--training.local_batch_size=2",
     f"--training.seq_len={SEQ}",
+    # float32 on every CPU, so the figures compare across machines
+    # (precision_runs.py measures bf16).
+    "--training.mixed_precision_param=float32",
 ]
 RUNS = [
     ("none", ["--activation_checkpoint.mode=none"]),

@@ -475,7 +475,7 @@ def memory_section(mem, targets):
     lines = ["## Activation checkpointing (process runs)", "",
              "`bench/memory_runs.py`: the small flavor (about 25M parameters) in one "
              f"process, {mem['threads']} ATen and OpenBLAS threads, 2 x "
-             f"{mem['seq_len']} tokens per step, {mem['steps']} steps, medians of "
+             f"{mem['seq_len']} tokens per step in float32, {mem['steps']} steps, medians of "
              f"steps 3.. and of {len(mem['rounds'])} rounds (the modes interleaved). "
              "Activation peak: the most CPU tensor memory the step held at once "
              "beyond what it began with (activations, and the gradients and "

@@ -108,6 +108,7 @@ OPENBLAS_NUM_THREADS=1 gbench pipeline_bench pipeline
 "$python" bench/pipeline_runs.py "$build_dir" "$out/pipeline_runs.json"
 "$python" bench/fsdp_runs.py "$build_dir" "$out/fsdp_runs.json"
 "$python" bench/memory_runs.py "$build_dir" "$out/memory_runs.json"
+"$python" bench/precision_runs.py "$build_dir" "$out/precision_runs.json"
 
 gbench schedule_bench schedule "${repeat3[@]}"
 gbench dataloader_bench dataloader "${repeat3[@]}"
