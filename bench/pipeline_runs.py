@@ -26,6 +26,8 @@ COMMON = [
     "--metrics.log_freq=1", "--metrics.peak_tflops=1",
     "--lr_scheduler.warmup_steps=2", "--training.num_threads=1",
     "--training.local_batch_size=8", "--training.seq_len=256",
+    # float32 on every CPU (precision_runs.py measures bf16).
+    "--training.mixed_precision_param=float32",
 ]
 
 

@@ -24,6 +24,8 @@ std::unique_ptr<baton::Trainer> make_trainer(
        "training.local_batch_size=8",
        "training.steps=1000000",
        "training.num_threads=" + std::to_string(threads),
+       // As the Python peer computes (precision_runs.py measures bf16).
+       "training.mixed_precision_param=float32",
        "metrics.peak_tflops=1",
        "metrics.jsonl=false",
        "job.dump_folder=/tmp/baton_bench"});

@@ -13,10 +13,17 @@ at::Tensor ParamCast::get(const at::Tensor& param) {
   if (param.scalar_type() == dtype_ || !param.is_floating_point()) {
     return param;
   }
+  const int64_t version = param._version();
   if (!c10::GradMode::is_enabled() || !param.requires_grad()) {
+    // A kept cast serves a no-grad read too (an activation checkpoint's
+    // first forward, between the step's recomputations); a new one is not
+    // kept.
+    const auto kept = cache_.find(param.unsafeGetTensorImpl());
+    if (kept != cache_.end() && kept->second.version == version) {
+      return kept->second.cast;
+    }
     return param.to(dtype_);
   }
-  const int64_t version = param._version();
   auto& entry = cache_[param.unsafeGetTensorImpl()];
   if (!entry.cast.defined() || entry.version != version) {
     entry.cast = param.to(dtype_);

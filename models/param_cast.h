@@ -20,9 +20,9 @@ namespace baton {
 /// flows through one node into the master's .grad and gradients accumulate
 /// in float32 with no low-precision .grad held. A cast is made again when
 /// its master changed in place since (its version counter moved: the
-/// optimizer's step), so none is ever stale. Under no-grad a read makes a
-/// fresh cast that is not kept, so a training forward never reuses a cast
-/// without a graph. Used from one thread at a time (the one training the
+/// optimizer's step), so none is ever stale. Under no-grad a read returns
+/// the kept cast if there is one, else a fresh cast that is not kept, so a
+/// training forward never reuses a cast without a graph. Used from one thread at a time (the one training the
 /// part).
 class ParamCast {
  public:

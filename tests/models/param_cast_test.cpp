@@ -89,6 +89,21 @@ TEST(ParamCast, ANoGradCastIsNeverReusedForTraining) {
   }
 }
 
+TEST(ParamCast, ANoGradReadUsesTheKeptCast) {
+  // As an activation checkpoint's first forward after another microbatch
+  // made the casts: no second cast.
+  Linear layer(4, 3);
+  ParamCast cast(at::kBFloat16);
+  const auto kept =
+      with_cast(&cast, [&] { return compute_param(layer->weight); });
+  const auto read = with_cast(&cast, [&] {
+    torch::NoGradGuard no_grad;
+    return compute_param(layer->weight);
+  });
+  EXPECT_TRUE(read.is_same(kept));
+  EXPECT_EQ(cast.casts(), 1);
+}
+
 TEST(ParamCast, AnInPlaceUpdateOfTheMasterMakesANewCast) {
   Linear layer(4, 3);
   ParamCast cast(at::kBFloat16);
