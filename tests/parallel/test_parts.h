@@ -12,6 +12,7 @@
 #include "config/parallel_dims.h"
 #include "parallel/activation_checkpoint.h"
 #include "parallel/applier.h"
+#include "parallel/mixed_precision.h"
 #include "parallel/model_parts.h"
 
 namespace baton::testing {
@@ -48,6 +49,20 @@ inline ApplierChain with_activation_checkpoint(
         "to_device",
         "activation_checkpoint",
         std::make_unique<ActivationCheckpointApplier>());
+  }
+  return chain;
+}
+
+/// `chain` with the mixed_precision step where the builders place it (after
+/// to_device and activation_checkpoint) when `mp` casts the weights.
+inline ApplierChain with_mixed_precision(
+    ApplierChain chain, const MixedPrecision& mp) {
+  if (mp.param_cast()) {
+    chain.insert_after(
+        chain.contains("activation_checkpoint") ? "activation_checkpoint"
+                                                : "to_device",
+        "mixed_precision",
+        std::make_unique<MixedPrecisionApplier>());
   }
   return chain;
 }

@@ -26,7 +26,6 @@ std::shared_ptr<llama::TransformerImpl> tiny_model() {
   return testing::tiny_llama(kVocab, /*seed=*/11);
 }
 
-using testing::rows_of;
 
 Batch global_batch(int64_t step, int64_t rows) {
   return testing::global_batch(step, rows, kVocab, /*seed=*/1000);
@@ -77,13 +76,8 @@ TrainRun train(
   TrainRun run;
   const int64_t local_rows = global_rows / world;
   for (int64_t s = 0; s < steps; ++s) {
-    const Batch mine =
-        rows_of(global_batch(s, global_rows), rank * local_rows, local_rows);
-    std::vector<Batch> batches;
-    const int64_t per = local_rows / micro;
-    for (int64_t m = 0; m < micro; ++m) {
-      batches.push_back(rows_of(mine, m * per, per));
-    }
+    const auto batches = testing::micro_batches(
+        global_batch(s, global_rows), rank, local_rows, micro);
     opt.zero_grad();
     const auto out = step.run(parts, batches);
     EXPECT_EQ(out.tokens, global_rows * 8);

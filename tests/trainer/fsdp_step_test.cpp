@@ -27,7 +27,6 @@ namespace {
 constexpr int64_t kVocab = 48;
 constexpr int64_t kSteps = 3;
 
-using testing::rows_of;
 
 Batch global_batch(int64_t step, int64_t rows) {
   return testing::global_batch(step, rows, kVocab, /*seed=*/2000);
@@ -94,13 +93,8 @@ void train_rank(
   const int64_t dp_rank = mesh.coord().dp(dims);
   std::vector<double> losses;
   for (int64_t s = 0; s < kSteps; ++s) {
-    const Batch mine =
-        rows_of(global_batch(s, global_rows), dp_rank * local_rows, local_rows);
-    std::vector<Batch> batches;
-    const int64_t per = local_rows / layout.micro;
-    for (int64_t m = 0; m < layout.micro; ++m) {
-      batches.push_back(rows_of(mine, m * per, per));
-    }
+    const auto batches = testing::micro_batches(
+        global_batch(s, global_rows), dp_rank, local_rows, layout.micro);
     opt.zero_grad();
     losses.push_back(step.run(parts, batches).loss);
     opt.step();

@@ -29,7 +29,6 @@ constexpr int64_t kVocab = 48;
 constexpr int64_t kSteps = 3;
 const char* const kProbe = "layers.0.attention.wq.weight";
 
-using testing::rows_of;
 
 Batch global_batch(int64_t step, int64_t rows) {
   return testing::global_batch(step, rows, kVocab, /*seed=*/3000);
@@ -112,16 +111,9 @@ void train_rank(
       std::make_shared<DtypeRecorder>(
           model->named_parameters()[kProbe], &computed_with));
   ModelParts parts = testing::parts_of({model});
-  // The builder's chain: mixed_precision after to_device when bf16.
-  ApplierChain chain =
-      testing::data_parallel_chain(layout.replicate, layout.shard);
-  if (layout.mp.param_cast()) {
-    chain.insert_after(
-        "to_device",
-        "mixed_precision",
-        std::make_unique<MixedPrecisionApplier>());
-  }
-  chain.apply(
+  testing::with_mixed_precision(
+      testing::data_parallel_chain(layout.replicate, layout.shard), layout.mp)
+      .apply(
       parts[0],
       ParallelContext{config, mesh, at::kCPU, /*pipelined=*/false, layout.mp});
   LocalTrainStep step(cross_entropy_sum, mesh.loss());
@@ -132,13 +124,8 @@ void train_rank(
   const int64_t dp_rank = mesh.coord().dp(dims);
   std::vector<double> losses;
   for (int64_t s = 0; s < kSteps; ++s) {
-    const Batch mine =
-        rows_of(global_batch(s, global_rows), dp_rank * local_rows, local_rows);
-    std::vector<Batch> batches;
-    const int64_t per = local_rows / layout.micro;
-    for (int64_t m = 0; m < layout.micro; ++m) {
-      batches.push_back(rows_of(mine, m * per, per));
-    }
+    const auto batches = testing::micro_batches(
+        global_batch(s, global_rows), dp_rank, local_rows, layout.micro);
     opt.zero_grad();
     losses.push_back(step.run(parts, batches).loss);
     opt.step();

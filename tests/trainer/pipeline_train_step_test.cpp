@@ -63,25 +63,13 @@ struct Result {
   std::map<std::string, at::Tensor> params;
 };
 
-/// `mp`'s applier, where the builder places it: after to_device (and
-/// activation_checkpoint).
-void add_mixed_precision(ApplierChain& chain, const MixedPrecision& mp) {
-  if (mp.param_cast()) {
-    chain.insert_after(
-        chain.contains("activation_checkpoint") ? "activation_checkpoint"
-                                                : "to_device",
-        "mixed_precision",
-        std::make_unique<MixedPrecisionApplier>());
-  }
-}
-
 Result train_one_stage(
     int64_t layers, int64_t rows, const MixedPrecision& mp = {}) {
   auto model = std::make_shared<llama::TransformerImpl>(tiny_args(layers));
   model->init_weights(5);
   ModelParts parts = testing::parts_of({model});
-  ApplierChain chain = testing::data_parallel_chain(1, 1);
-  add_mixed_precision(chain, mp);
+  const ApplierChain chain =
+      testing::with_mixed_precision(testing::data_parallel_chain(1, 1), mp);
   const JobConfig config;
   const dist::ParallelMesh mesh(
       ParallelDims::resolve(1, 1, 1, 1, 1), 0, nullptr);
@@ -136,9 +124,10 @@ Result train_pipelined_dp(
   config.parallelism.fsdp_reshard_after_forward = dp.reshard;
   config.parallelism.data_parallel_bucket_size_mb = 1;
   config.activation_checkpoint = ac;
-  ApplierChain chain = testing::with_activation_checkpoint(
-      testing::data_parallel_chain(dp.replicate, dp.shard), config);
-  add_mixed_precision(chain, mp);
+  const ApplierChain chain = testing::with_mixed_precision(
+      testing::with_activation_checkpoint(
+          testing::data_parallel_chain(dp.replicate, dp.shard), config),
+      mp);
   Result result;
   std::mutex mutex;
   baton::testing::run_ranks(world, [&](int64_t rank, dist::Runtime& rt) {

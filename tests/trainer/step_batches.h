@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <vector>
+
 #include "data/dataloader.h"
 
 namespace baton::testing {
@@ -23,6 +25,19 @@ inline Batch rows_of(const Batch& b, int64_t begin, int64_t count) {
   return {
       b.inputs.slice(0, begin, begin + count),
       b.labels.slice(0, begin, begin + count)};
+}
+
+/// Data-parallel rank `dp_rank`'s `local_rows` rows of `global`, cut into
+/// `micro` equal micro-batches (one per gradient-accumulation micro-step).
+inline std::vector<Batch> micro_batches(
+    const Batch& global, int64_t dp_rank, int64_t local_rows, int64_t micro) {
+  const Batch mine = rows_of(global, dp_rank * local_rows, local_rows);
+  std::vector<Batch> batches;
+  const int64_t per = local_rows / micro;
+  for (int64_t m = 0; m < micro; ++m) {
+    batches.push_back(rows_of(mine, m * per, per));
+  }
+  return batches;
 }
 
 }  // namespace baton::testing
