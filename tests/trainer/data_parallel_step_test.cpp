@@ -26,7 +26,6 @@ std::shared_ptr<llama::TransformerImpl> tiny_model() {
   return testing::tiny_llama(kVocab, /*seed=*/11);
 }
 
-
 Batch global_batch(int64_t step, int64_t rows) {
   return testing::global_batch(step, rows, kVocab, /*seed=*/1000);
 }

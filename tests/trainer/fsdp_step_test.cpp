@@ -27,7 +27,6 @@ namespace {
 constexpr int64_t kVocab = 48;
 constexpr int64_t kSteps = 3;
 
-
 Batch global_batch(int64_t step, int64_t rows) {
   return testing::global_batch(step, rows, kVocab, /*seed=*/2000);
 }

@@ -29,7 +29,6 @@ constexpr int64_t kVocab = 48;
 constexpr int64_t kSteps = 3;
 const char* const kProbe = "layers.0.attention.wq.weight";
 
-
 Batch global_batch(int64_t step, int64_t rows) {
   return testing::global_batch(step, rows, kVocab, /*seed=*/3000);
 }
