@@ -89,4 +89,19 @@ inline void refill_storage(const at::Tensor& t, size_t bytes) {
   storage->set_nbytes(bytes);
 }
 
+/// Drops every gradient of `optimizer`'s parameters, as zero_grad does by
+/// default from 2.0 (set_to_none); 1.13's zero_grad() zeroes them in place
+/// and keeps their memory between steps.
+inline void zero_grad_to_none(torch::optim::Optimizer& optimizer) {
+#if BATON_TORCH_AT_LEAST(2, 0)
+  optimizer.zero_grad(/*set_to_none=*/true);
+#else
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) {
+      p.mutable_grad() = at::Tensor();
+    }
+  }
+#endif
+}
+
 }  // namespace baton::compat

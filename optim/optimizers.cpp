@@ -2,6 +2,7 @@
 
 #include <torch/optim/adamw.h>
 
+#include "common/torch_compat.h"
 #include "optim/fused_adamw.h"
 
 namespace baton {
@@ -17,7 +18,7 @@ void OptimizersContainer::step() {
 }
 
 void OptimizersContainer::zero_grad() {
-  for_each([](torch::optim::Optimizer& o) { o.zero_grad(); });
+  for_each([](torch::optim::Optimizer& o) { compat::zero_grad_to_none(o); });
 }
 
 int64_t OptimizersContainer::state_bytes() const {

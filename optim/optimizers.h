@@ -24,7 +24,8 @@ class OptimizersContainer {
 
   /// Steps every optimizer.
   void step();
-  /// Clears the gradients of every optimizer's parameters.
+  /// Drops the gradients of every optimizer's parameters (set to none, on
+  /// every libtorch version: no gradient memory is held between steps).
   void zero_grad();
   size_t size() const {
     return optimizers_.size();
