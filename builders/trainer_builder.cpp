@@ -115,10 +115,10 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   c.peak_tflops = config_.metrics.peak_tflops;
   if (c.peak_tflops <= 0.0) {
     c.peak_tflops = measure_peak_tflops(1024, 0.3, mixed_precision_.param);
-    LOG(INFO) << "peak " << c.peak_tflops << " TFLOP/s, measured by a 1024x1024 "
+    LOG(INFO) << "peak " << c.peak_tflops
+              << " TFLOP/s, measured by a 1024x1024 "
               << mixed_precision_name(mixed_precision_.param)
-              << " matmul probe on "
-              << at::get_num_threads()
+              << " matmul probe on " << at::get_num_threads()
               << " threads (set metrics.peak_tflops to skip the probe)";
   }
   return std::make_unique<Trainer>(config_, std::move(c));
@@ -244,7 +244,7 @@ ApplierChain TrainerBuilder::build_appliers() {
               "allowed: other registered appliers; hint: " +
               (name == "activation_checkpoint"
                    ? "set activation_checkpoint.mode instead"
-                   : name == "mixed_precision"
+               : name == "mixed_precision"
                    ? "set training.mixed_precision_param instead"
                    : "set the data-parallel degrees instead"));
     }

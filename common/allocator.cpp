@@ -47,8 +47,8 @@ class CountingCpuAllocator final : public c10::Allocator {
   }
 
 #if BATON_TORCH_AT_LEAST(2, 3)
-  void copy_data(void* dest, const void* src, std::size_t count)
-      const override {
+  void copy_data(
+      void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
 #endif

@@ -110,7 +110,8 @@ class CheckpointFunction
     if (grads[0].defined() && out.requires_grad()) {
       torch::autograd::backward({out}, {grads[0]});
     }
-    return {differentiable ? x.grad() : at::Tensor(), at::Tensor(), at::Tensor()};
+    return {
+        differentiable ? x.grad() : at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 

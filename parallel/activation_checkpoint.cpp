@@ -40,8 +40,10 @@ std::string CheckpointPlan::describe() const {
     case Kind::kLayer:
       return every == 1 ? "selective (every block recomputed)"
                         : "selective (every " + std::to_string(every) +
-              (every == 2 ? "nd" : every == 3 ? "rd" : "th") +
-              " block recomputed)";
+                              (every == 2   ? "nd"
+                               : every == 3 ? "rd"
+                                            : "th") +
+                              " block recomputed)";
     case Kind::kOp:
       return "selective (op: matmul and attention outputs kept, the rest "
              "recomputed)";
@@ -80,8 +82,8 @@ void ActivationCheckpointApplier::apply(
     ModelPart& part, const ParallelContext& context) {
   const auto plan = CheckpointPlan::from(context.config.activation_checkpoint);
   const auto policy = plan.kind == CheckpointPlan::Kind::kOp
-      ? CheckpointPolicy::kKeepExpensiveOps
-      : CheckpointPolicy::kFull;
+                          ? CheckpointPolicy::kKeepExpensiveOps
+                          : CheckpointPolicy::kFull;
   auto& chunk = part.module();
   for (const auto& unit : chunk.unit_names()) {
     const int64_t layer = layer_index(unit);

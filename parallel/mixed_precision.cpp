@@ -119,7 +119,7 @@ MixedPrecisionChoice resolve_mixed_precision(
                ratio + " fp32's speed here" +
                (faster ? std::string()
                        : std::string(", under the ") + margin +
-                       " auto asks; set bfloat16 to use it anyway");
+                             " auto asks; set bfloat16 to use it anyway");
   return choice;
 }
 

@@ -308,8 +308,7 @@ class BlockedCausalAttention
     auto gq = at::empty_like(qs);
     auto gk = at::zeros_like(qs);
     auto gv = at::zeros_like(qs);
-    const auto mask =
-        kept ? at::Tensor() : diagonal_mask(block, qs.options());
+    const auto mask = kept ? at::Tensor() : diagonal_mask(block, qs.options());
     auto gq3 = gq.view({BH, T, D});
     auto gk3 = gk.view({BH, T, D});
     auto gv3 = gv.view({BH, T, D});
@@ -325,9 +324,9 @@ class BlockedCausalAttention
       for (int64_t t0 = 0; t0 < T; t0 += block, ++i) {
         const int64_t bt = std::min(block, T - t0), t1 = t0 + bt;
         const at::Tensor p = kept  // (n, bt, t1)
-            ? probs.get(i).slice(0, h0, h1)
-            : block_probs(qh, kh, t0, bt, mask);
-        const auto go = gh.narrow(1, t0, bt);                // (n, bt, D)
+                                 ? probs.get(i).slice(0, h0, h1)
+                                 : block_probs(qh, kh, t0, bt, mask);
+        const auto go = gh.narrow(1, t0, bt);  // (n, bt, D)
         gvh.narrow(1, 0, t1).add_(at::bmm(p.transpose(1, 2), go));
         const auto gp = at::bmm(go, vh.narrow(1, 0, t1).transpose(1, 2));
         const auto gs = at::_softmax_backward_data(gp, p, -1, p.scalar_type());

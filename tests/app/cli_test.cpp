@@ -221,8 +221,8 @@ TEST(Cli, ActivationCheckpointingLowersTheActivationPeak) {
     const fs::path dump = fs::path(::testing::TempDir()) / ("cli_ac_" + mode);
     fs::remove_all(dump);
     const auto r = run_baton(
-        "train --config " + debug_config() + " --job.dump_folder=" +
-        dump.string() +
+        "train --config " + debug_config() +
+        " --job.dump_folder=" + dump.string() +
         " --training.steps=2 --lr_scheduler.warmup_steps=1"
         " --training.seq_len=512 --training.local_batch_size=2"
         " --metrics.log_freq=1 --metrics.peak_tflops=1"
@@ -235,8 +235,7 @@ TEST(Cli, ActivationCheckpointingLowersTheActivationPeak) {
       last[mode] = nlohmann::json::parse(line);
     }
     if (mode == "full") {
-      EXPECT_NE(
-          r.output.find("activation checkpoint: full"), std::string::npos)
+      EXPECT_NE(r.output.find("activation checkpoint: full"), std::string::npos)
           << r.output;
     }
   }

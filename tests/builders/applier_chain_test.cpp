@@ -216,7 +216,7 @@ TEST(ApplierFromYaml, TheBuildersOwnStepsAreRefused) {
           std::string(e.what()).find(
               n == "activation_checkpoint"
                   ? "hint: set activation_checkpoint.mode instead"
-                  : n == "mixed_precision"
+              : n == "mixed_precision"
                   ? "hint: set training.mixed_precision_param instead"
                   : "hint: set the data-parallel degrees instead"),
           std::string::npos)

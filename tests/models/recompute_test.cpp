@@ -65,14 +65,13 @@ void expect_close(const Grads& a, const Grads& b) {
   EXPECT_LE((a.input - b.input).abs().max().item<double>(), 1e-6);
   ASSERT_EQ(a.params.size(), b.params.size());
   for (const auto& [name, g] : b.params) {
-    EXPECT_LE((a.params.at(name) - g).abs().max().item<double>(), 1e-6)
-        << name;
+    EXPECT_LE((a.params.at(name) - g).abs().max().item<double>(), 1e-6) << name;
   }
 }
 
 TEST(Checkpoint, FullAndKeepExpensiveOpsGiveThePlainGradients) {
-  const auto plain = block_grads(
-      [](auto& run, const at::Tensor& x) { return run(x); });
+  const auto plain =
+      block_grads([](auto& run, const at::Tensor& x) { return run(x); });
   for (const auto policy :
        {CheckpointPolicy::kFull, CheckpointPolicy::kKeepExpensiveOps}) {
     SCOPED_TRACE(policy == CheckpointPolicy::kFull ? "full" : "op");
@@ -119,7 +118,9 @@ TEST(Checkpoint, ParametersGetGradientsWhenTheInputNeedsNone) {
 TEST(Checkpoint, AUnitThatTakesTokenIdsStillTrains) {
   torch::manual_seed(2);
   auto table = torch::randn({10, 4}).requires_grad_(true);
-  auto run = [table](const at::Tensor& ids) { return table.index_select(0, ids); };
+  auto run = [table](const at::Tensor& ids) {
+    return table.index_select(0, ids);
+  };
   const auto ids = torch::tensor({1, 3, 3}, torch::kLong);
   checkpoint(run, ids, CheckpointPolicy::kFull).pow(2).sum().backward();
   ASSERT_TRUE(table.grad().defined());

@@ -182,8 +182,8 @@ TEST(FullyShard, ActivationCheckpointingTrainsAsWithout) {
         EXPECT_NEAR(run.losses[i], reference.losses[i], 1e-6) << "step " << i;
       }
       for (const auto& [fqn, p] : reference.replicas.at(0)) {
-        EXPECT_LE((run.replicas.at(0).at(fqn) - p).abs().max().item<double>(),
-                  1e-6)
+        EXPECT_LE(
+            (run.replicas.at(0).at(fqn) - p).abs().max().item<double>(), 1e-6)
             << fqn;
       }
     }

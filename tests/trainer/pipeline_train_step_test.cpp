@@ -284,9 +284,8 @@ TEST(PipelineWithActivationCheckpoint, EveryModeTrainsAsNoneUnderEverySplit) {
       ac.mode = mode;
       ac.selective = selective;
       ac.selective_every = 2;
-      const Result r =
-          train_pipelined_dp(
-              name, pp, v, m, DataParallel{}, 1, layers, MixedPrecision{}, ac);
+      const Result r = train_pipelined_dp(
+          name, pp, v, m, DataParallel{}, 1, layers, MixedPrecision{}, ac);
       for (size_t i = 0; i < none.losses.size(); ++i) {
         EXPECT_NEAR(r.losses[i], none.losses[i], 1e-6) << i;
       }
