@@ -488,6 +488,30 @@ TEST(JobConfig, RejectsFeaturesNotBuiltYet) {
   }
 }
 
+TEST(JobConfig, ActivationCheckpointValuesAreCheckedByName) {
+  const std::string path = write_yaml(
+      "activation_checkpoint:\n  mode: selective\n  selective: ops\n", "_ac");
+  expect_contains(
+      load_error(path),
+      {path + ":3: activation_checkpoint.selective: 'ops'", "op"});
+  expect_contains(
+      load_error("", {"activation_checkpoint.mode=partial"}),
+      {"--activation_checkpoint.mode=partial: activation_checkpoint.mode",
+       "none",
+       "full",
+       "selective"});
+  expect_contains(
+      load_error("", {"activation_checkpoint.selective_every=0"}),
+      {"activation_checkpoint.selective_every"});
+  const auto ok = load_job_config(
+      "",
+      {"activation_checkpoint.mode=selective",
+       "activation_checkpoint.selective=op"});
+  EXPECT_EQ(ok.activation_checkpoint.mode, "selective");
+  EXPECT_EQ(ok.activation_checkpoint.selective, "op");
+  EXPECT_EQ(ok.activation_checkpoint.selective_every, 2);
+}
+
 TEST(JobConfig, RecordsOrigins) {
   const std::string path =
       write_yaml("builder: default\ntraining:\n  seq_len: 16\n  steps: 20\n");
