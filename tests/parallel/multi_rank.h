@@ -22,4 +22,15 @@ inline void run_ranks(
   }
 }
 
+/// As run_ranks, except that one rank runs on the calling thread without a
+/// runtime (`body` gets null): the one-process reference of a layout.
+inline void run_ranks_or_one(
+    int64_t world, const std::function<void(int64_t, dist::Runtime*)>& body) {
+  if (world == 1) {
+    body(0, nullptr);
+    return;
+  }
+  run_ranks(world, [&](int64_t rank, dist::Runtime& rt) { body(rank, &rt); });
+}
+
 }  // namespace baton::testing

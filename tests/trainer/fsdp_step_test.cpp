@@ -109,13 +109,10 @@ ShardedRun train(const Layout& layout, int64_t global_rows) {
   ShardedRun run;
   run.replicas.resize(layout.replicate);
   std::mutex mutex;
-  if (layout.world() == 1) {
-    train_rank(layout, 0, nullptr, global_rows, run, mutex);
-    return run;
-  }
-  baton::testing::run_ranks(layout.world(), [&](int64_t r, dist::Runtime& rt) {
-    train_rank(layout, r, &rt, global_rows, run, mutex);
-  });
+  baton::testing::run_ranks_or_one(
+      layout.world(), [&](int64_t r, dist::Runtime* rt) {
+        train_rank(layout, r, rt, global_rows, run, mutex);
+      });
   return run;
 }
 

@@ -113,8 +113,9 @@ void train_rank(
   testing::with_mixed_precision(
       testing::data_parallel_chain(layout.replicate, layout.shard), layout.mp)
       .apply(
-      parts[0],
-      ParallelContext{config, mesh, at::kCPU, /*pipelined=*/false, layout.mp});
+          parts[0],
+          ParallelContext{
+              config, mesh, at::kCPU, /*pipelined=*/false, layout.mp});
   LocalTrainStep step(cross_entropy_sum, mesh.loss());
   torch::optim::AdamW opt(
       parts.parameters(),
@@ -142,13 +143,10 @@ TrainRun train(const Layout& layout, int64_t global_rows) {
   TrainRun run;
   run.replicas.resize(layout.replicate);
   std::mutex mutex;
-  if (layout.world() == 1) {
-    train_rank(layout, 0, nullptr, global_rows, run, mutex);
-    return run;
-  }
-  baton::testing::run_ranks(layout.world(), [&](int64_t r, dist::Runtime& rt) {
-    train_rank(layout, r, &rt, global_rows, run, mutex);
-  });
+  baton::testing::run_ranks_or_one(
+      layout.world(), [&](int64_t r, dist::Runtime* rt) {
+        train_rank(layout, r, rt, global_rows, run, mutex);
+      });
   return run;
 }
 
