@@ -22,8 +22,8 @@ namespace baton {
 /// its master changed in place since (its version counter moved: the
 /// optimizer's step), so none is ever stale. Under no-grad a read returns
 /// the kept cast if there is one, else a fresh cast that is not kept, so a
-/// training forward never reuses a cast without a graph. Used from one thread at a time (the one training the
-/// part).
+/// training forward never reuses a cast without a graph. Used from one thread
+/// at a time (the one training the part).
 class ParamCast {
  public:
   explicit ParamCast(at::ScalarType dtype);

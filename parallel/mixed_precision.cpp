@@ -4,8 +4,9 @@
 #include <c10/core/GradMode.h>
 
 #include <chrono>
-#include <cstdio>
+#include <iomanip>
 #include <memory>
+#include <sstream>
 
 #include "config/job_config.h"
 #include "models/forward_state.h"
@@ -107,19 +108,19 @@ MixedPrecisionChoice resolve_mixed_precision(
     return choice;
   }
   const double speed = bf16_speed();
-  char ratio[32];
-  std::snprintf(ratio, sizeof(ratio), "%.2fx", speed);
   // A margin, so that a CPU where the two run about as fast does not flip
   // from one run to the next with the probe's noise.
   const bool faster = speed >= kAutoBf16MinSpeedup;
   choice.dtypes.param = faster ? at::kBFloat16 : at::kFloat;
-  char margin[32];
-  std::snprintf(margin, sizeof(margin), "%.2fx", kAutoBf16MinSpeedup);
-  choice.why = std::string("auto on the CPU: a bf16 matmul probe ran at ") +
-               ratio + " fp32's speed here" +
-               (faster ? std::string()
-                       : std::string(", under the ") + margin +
-                             " auto asks; set bfloat16 to use it anyway");
+  std::ostringstream why;
+  why << std::fixed << std::setprecision(2)
+      << "auto on the CPU: a bf16 matmul probe ran at " << speed
+      << "x fp32's speed here";
+  if (!faster) {
+    why << ", under the " << kAutoBf16MinSpeedup
+        << "x auto asks; set bfloat16 to use it anyway";
+  }
+  choice.why = why.str();
   return choice;
 }
 
