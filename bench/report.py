@@ -146,12 +146,14 @@ def machine_section(machine, results):
     return [
         "## Machine",
         "",
-        f"- CPU: {m.get('cpu', 'n/a')}, {m.get('cores', 'n/a')} cores, "
+        f"- CPU: {m.get('cpu', 'n/a')} (family {m.get('cpu_family', 'n/a')}), "
+        f"{m.get('cores', 'n/a')} cores, "
         f"{m.get('memory_gib', 'n/a')} GiB; {m.get('os', 'n/a')}",
         f"- libtorch {m.get('libtorch', 'n/a')} (Debian `libtorch-dev`); "
         f"Python peer: torch {m.get('python_torch', 'n/a')} (Debian `python3-torch`, "
         "the same libtorch)",
-        f"- BLAS: `{m.get('blas', 'n/a')}`",
+        f"- BLAS: `{m.get('blas', 'n/a')}`, kernel set "
+        f"{m.get('blas_kernels', 'n/a')} (`openblas_get_corename`)",
         f"- Threads: {m.get('threads_note', 'n/a')}",
         f"- Date: {m.get('date', 'n/a')}; GPU: none",
     ] + conditions_line(results) + [""]

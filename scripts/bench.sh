@@ -38,7 +38,27 @@ trap 'kill "$monitor" 2>/dev/null || true' EXIT
 
 "$python" - "$out/machine.json" "$blas" <<'PY'
 import json, os, platform, subprocess, sys, datetime
+import ctypes
 import torch
+
+
+def blas_kernels():
+    """The kernel set OpenBLAS picked for this CPU (its core name)."""
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        return lib.openblas_get_corename().decode()
+    except (OSError, AttributeError):
+        return "unknown (not OpenBLAS)"
+
+
+def cpu_field(name):
+    for line in open("/proc/cpuinfo"):
+        if line.split(":")[0].strip() == name:
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
 cpu = "unknown"
 for line in open("/proc/cpuinfo"):
     if line.startswith("model name"):
@@ -56,6 +76,8 @@ json.dump({
     "cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem),
     "os": osname, "libtorch": libtorch, "python_torch": torch.__version__,
     "blas": sys.argv[2],
+    "blas_kernels": blas_kernels(),
+    "cpu_family": cpu_field("cpu family"),
     "threads_note": "ATen intra-op threads as stated per table; OpenBLAS: its "
         "default (one thread per core) unless a table says otherwise; "
         "OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "unset") +
