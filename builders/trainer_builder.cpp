@@ -235,18 +235,15 @@ ApplierChain TrainerBuilder::build_appliers() {
   }
   const std::string where = config_.origin("parallelism.appliers");
   for (const auto& name : config_.parallelism.appliers) {
-    const auto& placed = builder_placed_appliers();
-    if (std::find(placed.begin(), placed.end(), name) != placed.end()) {
-      throw_config_error(
-          where,
-          "parallelism.appliers: '" + name +
-              "' is a step the builder places itself, from the config; "
-              "allowed: other registered appliers; hint: " +
-              (name == "activation_checkpoint"
-                   ? "set activation_checkpoint.mode instead"
-               : name == "mixed_precision"
-                   ? "set training.mixed_precision_param instead"
-                   : "set the data-parallel degrees instead"));
+    for (const auto& [placed, set_by] : builder_placed_appliers()) {
+      if (name == placed) {
+        throw_config_error(
+            where,
+            "parallelism.appliers: '" + name +
+                "' is a step the builder places itself, from the config; "
+                "allowed: other registered appliers; hint: set " +
+                set_by + " instead");
+      }
     }
     chain.append(name, where);
   }

@@ -172,15 +172,16 @@ void append_data_parallel(ApplierChain& chain, const ParallelDims& dims) {
   }
 }
 
-const std::vector<std::string>& builder_placed_appliers() {
-  static const std::vector<std::string> kNames = {
-      "to_device",
-      "activation_checkpoint",
-      "mixed_precision",
-      "check_replicas",
-      "replicate",
-      "fully_shard"};
-  return kNames;
+const std::vector<std::pair<std::string, std::string>>&
+builder_placed_appliers() {
+  static const std::vector<std::pair<std::string, std::string>> kPlaced = {
+      {"to_device", "the data-parallel degrees"},
+      {"activation_checkpoint", "activation_checkpoint.mode"},
+      {"mixed_precision", "training.mixed_precision_param"},
+      {"check_replicas", "the data-parallel degrees"},
+      {"replicate", "the data-parallel degrees"},
+      {"fully_shard", "the data-parallel degrees"}};
+  return kPlaced;
 }
 
 void ToDeviceApplier::apply(ModelPart& part, const ParallelContext& context) {

@@ -139,9 +139,11 @@ class ApplierChain {
 void append_data_parallel(ApplierChain& chain, const ParallelDims& dims);
 
 /// The steps the builders place themselves, from the config: to_device,
-/// activation_checkpoint, mixed_precision and the data-parallel ones.
-/// `parallelism.appliers` may not name them.
-const std::vector<std::string>& builder_placed_appliers();
+/// activation_checkpoint, mixed_precision and the data-parallel ones,
+/// each with what sets it (the hint of the error when
+/// `parallelism.appliers` names one, which it may not).
+const std::vector<std::pair<std::string, std::string>>&
+builder_placed_appliers();
 
 /// Built-in step: moves the part to the context's device and puts it in
 /// training mode. First in every builder's chain.
