@@ -119,6 +119,7 @@ std::unique_ptr<TrainStep> PipelineTrainerBuilder::build_train_step(
   shapes.microbatch_size = p.pipeline_parallel_microbatch_size;
   shapes.seq_len = config().training.seq_len;
   shapes.dim = model_args().dim;
+  shapes.sequence_shards = mesh().group(dist::MeshDim::kTp)->size();
   shapes.device = device();
   // Stages hand over activations in the compute dtype.
   shapes.dtype = mixed_precision().param;

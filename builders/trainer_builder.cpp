@@ -18,6 +18,7 @@
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/mixed_precision.h"
+#include "parallel/tensor_parallel/tensor_parallel.h"
 
 namespace baton {
 
@@ -225,6 +226,9 @@ ModelParts TrainerBuilder::build_model(const llama::ModelArgs& args) {
 ApplierChain TrainerBuilder::build_appliers() {
   ApplierChain chain;
   chain.append("to_device");
+  if (dims_.tp > 1) {
+    chain.append("tensor_parallel");
+  }
   if (config_.activation_checkpoint.mode != "none") {
     chain.append("activation_checkpoint");
   }
@@ -305,7 +309,8 @@ std::unique_ptr<DataLoader> TrainerBuilder::build_dataloader(
 }
 
 LossFn TrainerBuilder::build_loss() {
-  return cross_entropy_sum;
+  // Vocabulary-parallel under tensor parallel: the output is split so.
+  return tensor_parallel::tensor_parallel_loss(mesh(), model_args_.vocab_size);
 }
 
 std::unique_ptr<TrainStep> TrainerBuilder::build_train_step(
@@ -329,6 +334,7 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
   layout.dp_rank = mesh().coord().dp(dims_);
   layout.dp_size = dims_.dp();
   layout.dp_replicate_rank = mesh().coord().dp_replicate;
+  layout.tp_rank = mesh().coord().tp;
   layout.pp = dims_.pp;
   if (dims_.pp_enabled()) {
     layout.stages_per_rank = p.pipeline_parallel_stages_per_rank;

@@ -352,13 +352,13 @@ CheckpointManager::Snapshot CheckpointManager::snapshot(
       // writes its (non-empty) slice, and the one at offset 0 the step.
       const bool write_tensor =
           slice ? layout_.dp_replicate_rank == 0 && p.numel() > 0
-                : layout_.dp_rank == 0;
+                : writes_whole_tensors();
       const bool write_step = slice ? layout_.dp_replicate_rank == 0 &&
                                           std::all_of(
                                               slice->offsets.begin(),
                                               slice->offsets.end(),
                                               [](int64_t o) { return o == 0; })
-                                    : layout_.dp_rank == 0;
+                                    : writes_whole_tensors();
       if (!write_tensor && !write_step) {
         continue;
       }
@@ -918,7 +918,7 @@ void CheckpointManager::export_model(const TrainState& state) {
         const at::Tensor p = item.value().detach();
         const ParamSlice* slice = part->slice(item.key());
         if (slice ? layout_.dp_replicate_rank != 0 || p.numel() == 0
-                  : layout_.dp_rank != 0) {
+                  : !writes_whole_tensors()) {
           continue;
         }
         if (slice) {

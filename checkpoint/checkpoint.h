@@ -35,6 +35,9 @@ struct CheckpointLayout {
   /// This rank's index among the replicas: with sharded data parallel the
   /// ranks of replica 0 each write their slices.
   int64_t dp_replicate_rank = 0;
+  /// This rank's tensor-parallel index: whole (replicated) tensors are
+  /// written by tp rank 0 of DP rank 0, slices by every tp rank.
+  int64_t tp_rank = 0;
   /// The parallel layout, recorded in the index; RNG states are restored
   /// only under the same one.
   int64_t pp = 1;
@@ -113,6 +116,11 @@ class CheckpointManager final : public Checkpointer {
   struct Snapshot;
 
   void save(const TrainState& state);
+  /// Whether this rank writes the tensors every rank of its tp and dp
+  /// groups holds whole: tp rank 0 of DP rank 0.
+  bool writes_whole_tensors() const {
+    return layout_.dp_rank == 0 && layout_.tp_rank == 0;
+  }
   /// Waits for the background save; rethrows its error.
   void wait();
   Snapshot snapshot(const TrainState& state, bool copy) const;

@@ -676,13 +676,6 @@ void require_supported(
 /// Values that need a feature Baton does not have yet. Each check goes away
 /// with the change that builds its feature.
 void check_supported(const JobConfig& config) {
-  const ParallelismConfig& p = config.parallelism;
-  require_supported(
-      config,
-      "parallelism.tensor_parallel_degree",
-      p.tensor_parallel_degree <= 1,
-      std::to_string(p.tensor_parallel_degree),
-      "1");
   require_supported(
       config,
       "metrics.tensorboard",

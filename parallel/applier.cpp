@@ -11,6 +11,7 @@
 #include "parallel/activation_checkpoint.h"
 #include "parallel/data_parallel/replicate.h"
 #include "parallel/dist/mesh.h"
+#include "parallel/tensor_parallel/tensor_parallel.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/mixed_precision.h"
 #include "parallel/model_parts.h"
@@ -28,6 +29,12 @@ void register_builtin_appliers() {
         "to_device",
         [] { return std::make_unique<ToDeviceApplier>(); },
         "moves the part to the device and puts it in training mode");
+    registry.add(
+        "tensor_parallel",
+        [] { return std::make_unique<tensor_parallel::TensorParallelApplier>(); },
+        "Megatron's tensor parallel with sequence parallel over tp "
+        "(parallelism.tensor_parallel_degree): column- and row-parallel "
+        "linears, vocabulary-parallel embedding and output");
     registry.add(
         "activation_checkpoint",
         [] { return std::make_unique<ActivationCheckpointApplier>(); },
@@ -176,6 +183,7 @@ const std::vector<std::pair<std::string, std::string>>&
 builder_placed_appliers() {
   static const std::vector<std::pair<std::string, std::string>> kPlaced = {
       {"to_device", "the data-parallel degrees"},
+      {"tensor_parallel", "parallelism.tensor_parallel_degree"},
       {"activation_checkpoint", "activation_checkpoint.mode"},
       {"mixed_precision", "training.mixed_precision_param"},
       {"check_replicas", "the data-parallel degrees"},

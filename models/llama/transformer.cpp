@@ -66,7 +66,9 @@ at::Tensor expand_kv(const at::Tensor& x, int64_t n_heads) {
 
 }  // namespace
 
-at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope) {
+at::Tensor AttentionImpl::forward(
+    const at::Tensor& input, const RopeTables& rope) {
+  const at::Tensor x = hooks.in(input);
   const int64_t B = x.size(0), T = x.size(1);
   // Head counts come from the projections this module holds, so a tensor
   // parallel applier can give it a slice of the heads (and kv heads).
@@ -91,7 +93,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const RopeTables& rope) {
     out = compat::causal_sdpa(q, k, v);
   }
   // (B, H, T, D) -> (B, T, H * D)
-  return wo(out.transpose(1, 2).reshape({B, T, -1}));
+  return hooks.out(wo(out.transpose(1, 2).reshape({B, T, -1})));
 }
 
 FeedForwardImpl::FeedForwardImpl(const ModelArgs& args) {
@@ -101,8 +103,9 @@ FeedForwardImpl::FeedForwardImpl(const ModelArgs& args) {
   w3 = register_module("w3", Linear(args.dim, hidden));
 }
 
-at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
-  return w2(F::silu(w1(x)) * w3(x));
+at::Tensor FeedForwardImpl::forward(const at::Tensor& input) {
+  const at::Tensor x = hooks.in(input);
+  return hooks.out(w2(F::silu(w1(x)) * w3(x)));
 }
 
 TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& args) {
@@ -180,11 +183,17 @@ at::Tensor TransformerImpl::forward(const at::Tensor& input) {
 at::Tensor TransformerImpl::forward_root(const at::Tensor& input) {
   // The embedding reads its weight as every module does (compute_param),
   // so a mixed-precision forward starts in the compute dtype.
-  at::Tensor h =
-      chunk_.embedding
-          ? F::embedding(input, compute_param(tok_embeddings->weight))
-          : input;  // (B, T, dim)
-  const auto& rope = rope_for(h.size(1), h.device());
+  at::Tensor h = input;  // (B, T, dim), or (B, T / tp, dim) sequence-sharded
+  if (chunk_.embedding) {
+    const at::Tensor weight = compute_param(tok_embeddings->weight);
+    h = embedding_lookup ? embedding_lookup(input, weight)
+                         : F::embedding(input, weight);
+  }
+  // Token ids are the whole sequence; a stage's hidden input may be its
+  // shard of it.
+  const int64_t seq_len =
+      chunk_.embedding ? input.size(1) : input.size(1) * sequence_shards;
+  const auto& rope = rope_for(seq_len, h.device());
   for (size_t i = 0; i < blocks_.size(); ++i) {
     auto& block = blocks_[i];
     h = run_wrapped(
@@ -194,7 +203,7 @@ at::Tensor TransformerImpl::forward_root(const at::Tensor& input) {
         h);
   }
   if (chunk_.output) {
-    h = output(norm(h));  // (B, T, vocab)
+    h = output(output_hooks.in(norm(h)));  // (B, T, vocab)
   }
   return h;
 }

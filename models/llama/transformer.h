@@ -10,6 +10,7 @@
 #include "models/linear.h"
 #include "models/llama/args.h"
 #include "models/model_spec.h"
+#include "models/region.h"
 
 namespace baton::llama {
 
@@ -47,6 +48,9 @@ class AttentionImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, const RopeTables& rope);
 
   Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+  /// Around the whole module: `enter` before wq, wk and wv read the input,
+  /// `leave` after wo.
+  RegionHooks hooks;
 
  private:
   int64_t head_dim_;
@@ -61,6 +65,8 @@ class FeedForwardImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);
 
   Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+  /// Around the whole module: `enter` before w1 and w3, `leave` after w2.
+  RegionHooks hooks;
 };
 TORCH_MODULE(FeedForward);
 
@@ -103,6 +109,18 @@ class TransformerImpl final : public ModelChunk {
   torch::nn::ModuleDict layers{nullptr};
   RMSNorm norm{nullptr};
   Linear output{nullptr};
+
+  /// How the token embedding looks ids (B, T) up in its weight (the compute
+  /// copy of tok_embeddings->weight); unset: a plain lookup. A layout that
+  /// holds a slice of the vocabulary sets its own.
+  std::function<at::Tensor(const at::Tensor& ids, const at::Tensor& weight)>
+      embedding_lookup;
+  /// Around the output projection: `enter` runs on the final norm's output.
+  RegionHooks output_hooks;
+  /// The hidden states between blocks hold 1 / sequence_shards of the
+  /// positions their attention sees (a sequence-parallel layout's shard;
+  /// its `enter` hooks gather the rest), so RoPE's tables cover that many.
+  int64_t sequence_shards = 1;
 
  private:
   /// RoPE tables for length `seq_len` on `device`, cached.

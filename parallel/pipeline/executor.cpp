@@ -75,7 +75,7 @@ struct PipelineExecutor::State {
   }
   at::Tensor activation_buffer() const {
     return at::empty(
-        {shapes.microbatch_size, shapes.seq_len, shapes.dim},
+        {shapes.microbatch_size, shapes.hidden_seq_len(), shapes.dim},
         at::TensorOptions().dtype(shapes.dtype).device(shapes.device));
   }
   at::Tensor rows(const at::Tensor& t, int64_t mb) const {
@@ -84,7 +84,7 @@ struct PipelineExecutor::State {
   }
   void check_activation(const at::Tensor& t, const std::string& what) const {
     const std::vector<int64_t> want{
-        shapes.microbatch_size, shapes.seq_len, shapes.dim};
+        shapes.microbatch_size, shapes.hidden_seq_len(), shapes.dim};
     if (t.sizes().vec() != want || t.scalar_type() != shapes.dtype) {
       throw std::runtime_error(
           "[pipeline] " + what + " has shape " + c10::str(t.sizes()) + " and " +

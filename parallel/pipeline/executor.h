@@ -45,11 +45,21 @@ struct ExecutorRun {
 struct ExecutorShapes {
   int64_t microbatches = 1;
   int64_t microbatch_size = 1;
+  /// Positions of the inputs and labels.
   int64_t seq_len = 1;
   /// Hidden size of the activations between stages.
   int64_t dim = 1;
+  /// The activations between stages hold seq_len / sequence_shards
+  /// positions: under tensor parallel's sequence parallel each tp rank sends
+  /// its shard (to the same tp rank of the next stage).
+  int64_t sequence_shards = 1;
   at::ScalarType dtype = at::kFloat;
   at::Device device = at::kCPU;
+
+  /// Positions of the activations between stages.
+  int64_t hidden_seq_len() const {
+    return seq_len / sequence_shards;
+  }
 };
 
 /// Runs this rank's part of a lowered schedule: F / B / I / W / OVERLAP_F_B

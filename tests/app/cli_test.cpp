@@ -92,11 +92,17 @@ TEST(Cli, BadOverrideExitsTwo) {
                     "of range; allowed: an integer >= 1"),
       std::string::npos)
       << r.output;
+  // Three tp ranks do not split the debug model's 16 heads: every rank
+  // refuses at the tensor_parallel step, naming the key.
   r = run_baton(
-      "train --config " + debug_config() +
-      " --parallelism.tensor_parallel_degree=2");
+      "train --nproc 3 --config " + debug_config() +
+      " --parallelism.tensor_parallel_degree=3");
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.output.find("not supported yet"), std::string::npos) << r.output;
+  EXPECT_NE(
+      r.output.find("parallelism.tensor_parallel_degree: 3 does not divide "
+                    "the model's n_heads (16)"),
+      std::string::npos)
+      << r.output;
   r = run_baton(
       "train --config " + debug_config() +
       " --training.mixed_precision_param=half");

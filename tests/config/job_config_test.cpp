@@ -470,11 +470,6 @@ TEST(JobConfig, RejectsTwoInferredDegrees) {
 }
 
 TEST(JobConfig, RejectsFeaturesNotBuiltYet) {
-  EXPECT_EQ(
-      load_error("", {"parallelism.tensor_parallel_degree=2"}),
-      "--parallelism.tensor_parallel_degree=2: "
-      "parallelism.tensor_parallel_degree: 2 is not supported yet; allowed: "
-      "1");
   const std::string path =
       write_yaml("metrics:\n  log_freq: 5\n  tensorboard: true\n");
   EXPECT_THROW(load_job_config(path), ConfigError);

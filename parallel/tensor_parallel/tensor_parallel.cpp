@@ -1,0 +1,201 @@
+#include "parallel/tensor_parallel/tensor_parallel.h"
+
+#include <glog/logging.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+#include "config/job_config.h"
+#include "models/llama/transformer.h"
+#include "parallel/dist/mesh.h"
+#include "parallel/dist/process_group.h"
+#include "parallel/model_parts.h"
+#include "parallel/tensor_parallel/regions.h"
+#include "parallel/tensor_parallel/vocab_parallel.h"
+
+namespace baton::tensor_parallel {
+
+namespace {
+
+constexpr const char* kDegreeKey = "parallelism.tensor_parallel_degree";
+
+/// Cuts the parameter `fqn` of `part` to the `size` entries from `begin`
+/// along `dim` (in place: the module, and later the optimizer, keep the same
+/// tensor), records the slice and marks its gradient split along tp.
+void shard(
+    ModelPart& part,
+    const std::string& fqn,
+    int64_t dim,
+    int64_t begin,
+    int64_t size) {
+  at::Tensor p = part.module().named_parameters()[fqn];
+  ParamSlice slice;
+  slice.global_shape = p.sizes().vec();
+  slice.offsets.assign(p.dim(), 0);
+  slice.offsets[dim] = begin;
+  {
+    torch::NoGradGuard no_grad;
+    p.set_data(p.narrow(dim, begin, size).clone());
+  }
+  part.set_slice(fqn, std::move(slice));
+  part.mark_grad_split(fqn, dist::MeshDim::kTp);
+}
+
+/// The rows this rank holds of `total` split evenly over the tp group.
+std::pair<int64_t, int64_t> even_rows(int64_t total, const Region& region) {
+  const int64_t n = region.group->size();
+  return {region.group->rank() * (total / n), total / n};
+}
+
+/// Sums the gradient of the replicated `weight` over tp as each backward
+/// produces it: under sequence parallel each rank's is from its positions.
+void sum_gradient_over_tp(
+    at::Tensor& weight, const std::shared_ptr<Region>& region) {
+  weight.register_hook([region](const at::Tensor& grad) {
+    return all_reduce_gradient(grad, *region);
+  });
+}
+
+std::shared_ptr<Region> region(const ParallelContext& context, std::string name) {
+  return std::make_shared<Region>(
+      Region{context.mesh.group(dist::MeshDim::kTp), std::move(name)});
+}
+
+RegionHooks sequence_parallel_hooks(const std::shared_ptr<Region>& r) {
+  return {
+      [r](const at::Tensor& x) { return gather_sequence(x, *r); },
+      [r](const at::Tensor& x) { return reduce_scatter_sequence(x, *r); }};
+}
+
+}  // namespace
+
+std::optional<ConfigProblem> tensor_parallel_problem(
+    const llama::ModelArgs& args, int64_t seq_len, int64_t tp) {
+  const auto problem = [tp](const std::string& what, int64_t value) {
+    return ConfigProblem{
+        kDegreeKey,
+        std::string(kDegreeKey) + ": " + std::to_string(tp) +
+            " does not divide the " + what + " (" + std::to_string(value) +
+            "); allowed: a divisor of n_heads, n_kv_heads, the feed-forward "
+            "hidden size and training.seq_len"};
+  };
+  if (args.n_heads % tp != 0) {
+    return problem("model's n_heads", args.n_heads);
+  }
+  if (args.kv_heads() % tp != 0) {
+    return problem("model's n_kv_heads", args.kv_heads());
+  }
+  if (args.ffn_hidden_dim() % tp != 0) {
+    return problem("model's feed-forward hidden size", args.ffn_hidden_dim());
+  }
+  if (seq_len % tp != 0) {
+    return problem(
+        "sequence length training.seq_len (sequence parallel splits it)",
+        seq_len);
+  }
+  if (args.vocab_size < tp) {
+    return ConfigProblem{
+        kDegreeKey,
+        std::string(kDegreeKey) + ": " + std::to_string(tp) +
+            " ranks for a vocabulary of " + std::to_string(args.vocab_size) +
+            "; allowed: at most the vocabulary size"};
+  }
+  return std::nullopt;
+}
+
+LossFn tensor_parallel_loss(const dist::ParallelMesh& mesh, int64_t vocab) {
+  const auto& group = mesh.group(dist::MeshDim::kTp);
+  if (group->size() == 1) {
+    return cross_entropy_sum;
+  }
+  auto r = std::make_shared<Region>(Region{group, "loss"});
+  const VocabRange range = VocabRange::of(vocab, group->rank(), group->size());
+  return [r, range](const at::Tensor& logits, const at::Tensor& labels) {
+    return vocab_parallel_cross_entropy_sum(logits, labels, range, *r);
+  };
+}
+
+void TensorParallelApplier::apply(
+    ModelPart& part, const ParallelContext& context) {
+  auto* model = dynamic_cast<llama::TransformerImpl*>(&part.module());
+  if (model == nullptr) {
+    throw std::invalid_argument(
+        "[tensor_parallel] stage " + std::to_string(part.stage()) +
+        ": the module is not a llama3 Transformer; allowed: llama3, the "
+        "model with a tensor-parallel plan");
+  }
+  const auto& group = context.mesh.group(dist::MeshDim::kTp);
+  const int64_t n = group->size();
+  if (n == 1) {
+    return;
+  }
+  const llama::ModelArgs& args = model->args();
+  if (const auto problem = tensor_parallel_problem(
+          args, context.config.training.seq_len, n)) {
+    throw_config_error(context.config.origin(problem->key), problem->message);
+  }
+  const int64_t head_dim = args.head_dim();
+  int64_t sharded_bytes = 0;
+  const auto cut = [&](const std::string& fqn, int64_t dim, auto rows) {
+    shard(part, fqn, dim, rows.first, rows.second);
+    sharded_bytes += part.module().named_parameters()[fqn].nbytes();
+  };
+  for (const auto& item : model->layers->items()) {
+    const std::string prefix = "layers." + item.first + ".";
+    auto& block = *item.second->as<llama::TransformerBlockImpl>();
+    const auto attention = region(context, prefix + "attention");
+    const auto q = even_rows(args.n_heads * head_dim, *attention);
+    const auto kv = even_rows(args.kv_heads() * head_dim, *attention);
+    cut(prefix + "attention.wq.weight", 0, q);
+    cut(prefix + "attention.wk.weight", 0, kv);
+    cut(prefix + "attention.wv.weight", 0, kv);
+    cut(prefix + "attention.wo.weight", 1, q);
+    block.attention->hooks = sequence_parallel_hooks(attention);
+    const auto ffn = region(context, prefix + "feed_forward");
+    const auto hidden = even_rows(args.ffn_hidden_dim(), *ffn);
+    cut(prefix + "feed_forward.w1.weight", 0, hidden);
+    cut(prefix + "feed_forward.w3.weight", 0, hidden);
+    cut(prefix + "feed_forward.w2.weight", 1, hidden);
+    block.feed_forward->hooks = sequence_parallel_hooks(ffn);
+    sum_gradient_over_tp(
+        block.attention_norm->weight,
+        region(context, prefix + "attention_norm"));
+    sum_gradient_over_tp(
+        block.ffn_norm->weight, region(context, prefix + "ffn_norm"));
+  }
+  const VocabRange vocab = VocabRange::of(args.vocab_size, group->rank(), n);
+  const std::pair<int64_t, int64_t> vocab_rows{vocab.begin, vocab.size()};
+  if (model->spec().embedding) {
+    cut("tok_embeddings.weight", 0, vocab_rows);
+    const auto r = region(context, "tok_embeddings");
+    model->embedding_lookup = [r, vocab](
+                                  const at::Tensor& ids,
+                                  const at::Tensor& weight) {
+      return vocab_parallel_embedding(ids, weight, vocab, *r);
+    };
+  }
+  if (model->spec().output) {
+    cut("output.weight", 0, vocab_rows);
+    const auto r = region(context, "output");
+    model->output_hooks.enter = [r](const at::Tensor& x) {
+      return gather_sequence(x, *r);
+    };
+    sum_gradient_over_tp(model->norm->weight, region(context, "norm"));
+  }
+  model->sequence_shards = n;
+  LOG(INFO) << "tensor_parallel: stage " << part.stage() << ": tp rank "
+            << group->rank() << " of " << n << " holds "
+            << args.n_heads / n << " of " << args.n_heads << " query heads, "
+            << args.kv_heads() / n << " of " << args.kv_heads()
+            << " key/value heads, " << args.ffn_hidden_dim() / n << " of "
+            << args.ffn_hidden_dim() << " hidden rows, vocabulary ["
+            << vocab.begin << ", " << vocab.end << ") of " << args.vocab_size
+            << " (" << sharded_bytes / (1 << 20)
+            << " MiB of sliced weights); sequence parallel: activations "
+               "between blocks hold "
+            << context.config.training.seq_len / n << " of "
+            << context.config.training.seq_len << " positions";
+}
+
+}  // namespace baton::tensor_parallel

@@ -1,0 +1,54 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "common/error.h"
+#include "models/llama/args.h"
+#include "models/loss.h"
+#include "parallel/applier.h"
+
+namespace baton::dist {
+class ParallelMesh;
+}
+
+namespace baton::tensor_parallel {
+
+/// Whether a model shaped `args`, trained on sequences of `seq_len`,
+/// splits over `tp` ranks: query and key/value heads, the feed-forward's
+/// hidden size and the sequence (sequence parallel) must each divide, and
+/// the vocabulary must give every rank a row. The problem names
+/// parallelism.tensor_parallel_degree.
+std::optional<ConfigProblem> tensor_parallel_problem(
+    const llama::ModelArgs& args, int64_t seq_len, int64_t tp);
+
+/// The loss of a run whose output projection is split over `mesh`'s tp
+/// group by vocabulary (`vocab` tokens in all): the vocabulary-parallel
+/// cross-entropy sum; with tp 1, cross_entropy_sum.
+LossFn tensor_parallel_loss(const dist::ParallelMesh& mesh, int64_t vocab);
+
+/// The tensor_parallel step (parallelism.tensor_parallel_degree > 1),
+/// Megatron's layout with sequence parallel over the mesh's tp group, on a
+/// llama3 part whose parameters are still whole:
+/// - wq, wk, wv, w1, w3 column-parallel (this rank's query heads, key/value
+///   heads and hidden rows), wo and w2 row-parallel (the matching input
+///   columns);
+/// - the token embedding and the output projection split by vocabulary (the
+///   same rows on both), the loss vocabulary-parallel
+///   (tensor_parallel_loss), so the logits are never gathered;
+/// - the blocks' activations sequence-sharded: attention and feed-forward
+///   all-gather the sequence on entry and reduce-scatter on leaving, the
+///   embedding reduce-scatters, the output gathers; norms and residual adds
+///   run on this rank's T / tp positions, and the norms' weight gradients
+///   are summed over tp as each backward produces them.
+/// Every communication is an autograd function (regions.h). Each sliced
+/// parameter keeps its FQN, records its slice of the whole tensor for the
+/// checkpoint and is marked split along tp for the grad norm. Initialise
+/// before: the slices are cut from the whole weights, so a tp run starts
+/// from one process's.
+class TensorParallelApplier final : public Applier {
+ public:
+  void apply(ModelPart& part, const ParallelContext& context) override;
+};
+
+}  // namespace baton::tensor_parallel
