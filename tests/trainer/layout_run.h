@@ -1,0 +1,279 @@
+#pragma once
+
+// Trains the same small Llama under any layout of pp (a named schedule),
+// dp_shard and tp, ranks as threads over real Gloo, with the builders'
+// chain of appliers, AdamW and its LR schedule, on global batches every
+// layout cuts the same way: what the tensor-parallel tests compare with one
+// process, and the checkpoint tests save and resume.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/job_config.h"
+#include "models/llama/transformer.h"
+#include "optim/lr_schedulers.h"
+#include "optim/optimizers.h"
+#include "parallel/applier.h"
+#include "parallel/dist/mesh.h"
+#include "parallel/dist/process_group.h"
+#include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/lowering.h"
+#include "parallel/pipeline/schedules.h"
+#include "parallel/pipeline/split.h"
+#include "parallel/tensor_parallel/tensor_parallel.h"
+#include "tests/parallel/multi_rank.h"
+#include "tests/parallel/test_parts.h"
+#include "tests/trainer/step_batches.h"
+#include "trainer/pipeline_train_step.h"
+#include "trainer/train_step.h"
+
+namespace baton::testing {
+
+/// A layout of the layout runs: pp with a schedule (pp 1: the local step),
+/// dp_shard and tp.
+struct RunLayout {
+  int64_t pp = 1;
+  std::string schedule = "1F1B";
+  int64_t stages_per_rank = 1;
+  int64_t dp_shard = 1;
+  int64_t tp = 1;
+  /// activation_checkpoint.mode, and with selective its kind.
+  std::string ac = "none";
+  std::string ac_selective = "layer";
+  /// Rows of the global batch each data-parallel rank trains on per step
+  /// (a pipeline's microbatches, of one row each).
+  int64_t rows = 2;
+
+  int64_t world() const {
+    return pp * dp_shard * tp;
+  }
+  /// The one-process run of the same global batches.
+  RunLayout one_process() const {
+    RunLayout one;
+    one.rows = rows * dp_shard;
+    return one;
+  }
+  std::string str() const {
+    return "pp " + std::to_string(pp) +
+           (pp > 1 ? " (" + schedule + ")" : std::string()) + " x dp_shard " +
+           std::to_string(dp_shard) + " x tp " + std::to_string(tp) +
+           (ac == "none" ? std::string()
+                         : ", activation checkpoint " + ac + " " +
+                               ac_selective);
+  }
+};
+
+/// The model of the layout runs: 4 layers, dim 32, 4 query and 2 key/value
+/// heads, hidden 96, a vocabulary of 37 (odd: tp 2 splits it 19 + 18).
+inline llama::ModelArgs layout_run_args() {
+  llama::ModelArgs args;
+  args.dim = 32;
+  args.n_layers = 4;
+  args.n_heads = 4;
+  args.n_kv_heads = 2;
+  args.vocab_size = 37;
+  args.multiple_of = 16;
+  return args;
+}
+
+/// The sequence length of global_batch.
+constexpr int64_t kLayoutRunSeq = 8;
+
+/// What one rank built, for the callbacks of run_layout.
+struct LayoutRank {
+  int64_t rank = 0;
+  const dist::ParallelMesh* mesh = nullptr;
+  dist::Runtime* runtime = nullptr;  // null for one process
+  ModelParts parts;
+  std::unique_ptr<OptimizersContainer> optimizers;
+  std::unique_ptr<LRSchedulersContainer> schedulers;
+};
+
+/// The losses of steps [first, last) and the whole weights at the end.
+struct LayoutRunResult {
+  std::vector<double> losses;
+  std::map<std::string, at::Tensor> params;
+};
+
+/// Called on every rank after it is built, before it trains; returns the
+/// first step to train (a resume loads and returns its step).
+using BeforeTraining = std::function<int64_t(LayoutRank&)>;
+/// Called on every rank after its last step.
+using AfterTraining = std::function<void(LayoutRank&, int64_t last)>;
+
+/// One rank of `layout`: builds its parts (seeded init, whole weights,
+/// then the chain: to_device, tensor_parallel, activation_checkpoint,
+/// check_replicas, fully_shard as the builder places them), then trains
+/// steps [before(rank), last) on global batch s (layout.rows rows per
+/// data-parallel rank) and records the losses and its slices.
+inline void run_layout_rank(
+    const RunLayout& layout,
+    int64_t rank,
+    dist::Runtime* rt,
+    int64_t last,
+    const BeforeTraining& before,
+    const AfterTraining& after,
+    LayoutRunResult& result,
+    std::mutex& mutex) {
+  const llama::ModelArgs args = layout_run_args();
+  const auto dims =
+      ParallelDims::resolve(1, layout.dp_shard, layout.tp, layout.pp,
+                            layout.world());
+  const dist::ParallelMesh mesh(
+      dims, rank, rt ? rt->shared_from_this() : nullptr);
+  JobConfig config;
+  config.parallelism.data_parallel_shard_degree = layout.dp_shard;
+  config.parallelism.tensor_parallel_degree = layout.tp;
+  config.parallelism.pipeline_parallel_degree = layout.pp;
+  config.training.seq_len = kLayoutRunSeq;
+  config.activation_checkpoint.mode = layout.ac;
+  config.activation_checkpoint.selective = layout.ac_selective;
+  // eps 1e-6: see data_parallel_step_test.cpp. A rate large enough that a
+  // wrong gradient shows in three steps (norm weights near 1 move by about
+  // the rate each step).
+  config.optimizer.lr = 1e-2;
+  config.optimizer.eps = 1e-6;
+  config.optimizer.weight_decay = 0.1;
+  ApplierChain chain = with_activation_checkpoint(
+      data_parallel_chain(1, layout.dp_shard), config);
+  if (layout.tp > 1) {
+    chain.insert_after(
+        "to_device",
+        "tensor_parallel",
+        std::make_unique<tensor_parallel::TensorParallelApplier>());
+  }
+  const bool pipelined = layout.pp > 1;
+  pipeline::Schedule schedule;
+  std::vector<ChunkSpec> chunks = {ChunkSpec{}};
+  if (pipelined) {
+    pipeline::register_builtin_schedules();
+    schedule = pipeline::make_schedule(
+        layout.schedule, layout.pp, layout.stages_per_rank, layout.rows);
+    chunks = pipeline::split_model(args.n_layers, schedule.num_stages);
+  }
+  LayoutRank me;
+  me.rank = rank;
+  me.mesh = &mesh;
+  me.runtime = rt;
+  std::vector<std::pair<int64_t, std::shared_ptr<ModelChunk>>> stages;
+  for (int64_t s = 0; s < static_cast<int64_t>(chunks.size()); ++s) {
+    if (pipelined && schedule.stage_to_rank[s] != mesh.coord().pp) {
+      continue;
+    }
+    auto chunk = std::make_shared<llama::TransformerImpl>(args, chunks[s]);
+    chunk->init_weights(5);
+    auto part = std::make_shared<ModelPart>(chunk, s);
+    chain.apply(*part, ParallelContext{config, mesh, at::kCPU, pipelined});
+    stages.emplace_back(s, chunk);
+    me.parts.push_back(part);
+  }
+  register_builtin_optimizers();
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> opts;
+  std::vector<std::unique_ptr<LRScheduler>> lrs;
+  me.parts.for_each([&](ModelPart& part) {
+    opts.push_back(optimizer_registry().get("AdamW")(
+        part.module().parameters(), config.optimizer));
+  });
+  me.optimizers = std::make_unique<OptimizersContainer>(std::move(opts));
+  me.optimizers->for_each([&](torch::optim::Optimizer& o) {
+    lrs.push_back(std::make_unique<LRScheduler>(
+        o, std::make_shared<WarmupStableDecay>(config.lr_scheduler, 1000)));
+  });
+  me.schedulers = std::make_unique<LRSchedulersContainer>(std::move(lrs));
+  const LossFn loss = tensor_parallel::tensor_parallel_loss(mesh, args.vocab_size);
+  std::unique_ptr<TrainStep> step;
+  if (pipelined) {
+    pipeline::ExecutorShapes shapes;
+    shapes.microbatches = layout.rows;
+    shapes.seq_len = kLayoutRunSeq;
+    shapes.dim = args.dim;
+    shapes.sequence_shards = layout.tp;
+    step = std::make_unique<PipelinedTrainStep>(
+        std::make_unique<pipeline::PipelineExecutor>(
+            pipeline::lower_schedule(schedule), stages, mesh.pp(), loss,
+            shapes),
+        mesh.pp(), mesh.dp(), /*accumulation=*/1,
+        layout.rows * kLayoutRunSeq);
+  } else {
+    step = std::make_unique<LocalTrainStep>(loss, mesh.loss());
+  }
+  const int64_t first = before ? before(me) : 0;
+  const int64_t dp_rank = mesh.coord().dp(dims);
+  const bool reads_data =
+      !pipelined || schedule.stage_to_rank[0] == mesh.coord().pp;
+  std::vector<double> losses;
+  for (int64_t s = first; s < last; ++s) {
+    std::vector<Batch> batches;
+    if (reads_data) {
+      batches = micro_batches(
+          global_batch(s, layout.rows * dims.dp(), args.vocab_size, 3000),
+          dp_rank, layout.rows, 1);
+    }
+    me.optimizers->zero_grad();
+    losses.push_back(step->run(me.parts, batches).loss);
+    me.optimizers->step();
+    me.schedulers->step();
+  }
+  if (after) {
+    after(me, last);
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  if (rank == 0) {
+    result.losses = losses;
+  }
+  // The tensors every rank of a stage holds whole (the norms under tp)
+  // must have stayed equal.
+  me.parts.for_each([&](ModelPart& part) {
+    for (const auto& item : part.module().named_parameters()) {
+      const auto it = result.params.find(item.key());
+      if (part.slice(item.key()) == nullptr && it != result.params.end()) {
+        EXPECT_TRUE(torch::allclose(it->second, item.value(), 1e-6, 1e-7))
+            << item.key() << " differs between ranks by "
+            << (it->second - item.value()).abs().max().item<double>();
+      }
+    }
+  });
+  collect_whole(me.parts, result.params);
+}
+
+/// run_layout_rank on every rank of `layout` (one process for world 1).
+inline LayoutRunResult run_layout(
+    const RunLayout& layout,
+    int64_t last,
+    const BeforeTraining& before = nullptr,
+    const AfterTraining& after = nullptr) {
+  LayoutRunResult result;
+  std::mutex mutex;
+  run_ranks_or_one(layout.world(), [&](int64_t r, dist::Runtime* rt) {
+    run_layout_rank(layout, r, rt, last, before, after, result, mutex);
+  });
+  return result;
+}
+
+/// Losses within `loss_atol`, every whole weight within rtol 1e-4.
+inline void expect_same_run(
+    const LayoutRunResult& run,
+    const LayoutRunResult& reference,
+    double loss_atol = 1e-5) {
+  ASSERT_EQ(run.losses.size(), reference.losses.size());
+  for (size_t i = 0; i < reference.losses.size(); ++i) {
+    EXPECT_NEAR(run.losses[i], reference.losses[i], loss_atol) << "step " << i;
+  }
+  ASSERT_EQ(run.params.size(), reference.params.size());
+  for (const auto& [fqn, p] : reference.params) {
+    ASSERT_EQ(run.params.count(fqn), 1u) << fqn;
+    EXPECT_TRUE(torch::allclose(run.params.at(fqn), p, 1e-4, 1e-5))
+        << fqn << " differs by "
+        << (run.params.at(fqn) - p).abs().max().item<double>();
+  }
+}
+
+}  // namespace baton::testing
