@@ -1,0 +1,102 @@
+// A checkpoint saved by pp 2 x tp 2 resumes at tp 1 (one process) and at
+// tp 2 x dp_shard 2: TP slices (and FSDP slices within them) are written
+// with their global offsets and read back by any other layout, optimizer
+// state included, and the resumed runs continue the straight run's losses.
+// Ranks as threads over real Gloo.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "checkpoint/checkpoint.h"
+#include "tests/trainer/layout_run.h"
+
+namespace baton {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::LayoutRank;
+using testing::RunLayout;
+
+constexpr int64_t kSaveAt = 2;
+constexpr int64_t kSteps = 4;
+/// The global batch's rows: every layout below trains on the same ones.
+constexpr int64_t kRows = 4;
+
+std::unique_ptr<CheckpointManager> checkpoint_of(
+    const RunLayout& layout, LayoutRank& me, const fs::path& dump) {
+  const auto dims = ParallelDims::resolve(
+      1, layout.dp_shard, layout.tp, layout.pp, layout.world());
+  CheckpointLayout where;
+  where.rank = me.rank;
+  where.world_size = layout.world();
+  where.dp_rank = me.mesh->coord().dp(dims);
+  where.dp_size = dims.dp();
+  where.tp_rank = me.mesh->coord().tp;
+  where.pp = layout.pp;
+  where.stages_per_rank = layout.stages_per_rank;
+  where.schedule = layout.pp > 1 ? layout.schedule : "";
+  where.dp_shard = layout.dp_shard;
+  where.tp = layout.tp;
+  CheckpointConfig config;
+  config.enable = true;
+  return std::make_unique<CheckpointManager>(
+      config,
+      dump.string(),
+      me.parts,
+      *me.optimizers,
+      *me.schedulers,
+      /*dataloader=*/nullptr,
+      where,
+      me.runtime ? me.runtime->world()
+                 : dist::ProcessGroup::single("checkpoint"),
+      "{}");
+}
+
+RunLayout with_rows(RunLayout layout) {
+  layout.rows = kRows / layout.dp_shard;
+  return layout;
+}
+
+TEST(TensorParallelCheckpoint, PipelinedTpResumesAtOtherLayouts) {
+  at::set_num_threads(1);
+  const fs::path dump = fs::path(::testing::TempDir()) / "ck_tp_reshard";
+  fs::remove_all(dump);
+  const auto straight = testing::run_layout(with_rows(RunLayout{}), kSteps);
+
+  RunLayout saver = with_rows(RunLayout{});
+  saver.pp = 2;
+  saver.tp = 2;
+  const auto first = testing::run_layout(
+      saver, kSaveAt, nullptr, [&](LayoutRank& me, int64_t last) {
+        auto ck = checkpoint_of(saver, me, dump);
+        ck->maybe_save({last, 0}, /*last=*/true);
+        ck->finish({last, 0});
+      });
+  ASSERT_EQ(first.losses.size(), static_cast<size_t>(kSaveAt));
+  for (int64_t s = 0; s < kSaveAt; ++s) {
+    EXPECT_NEAR(first.losses[s], straight.losses[s], 1e-5) << "step " << s;
+  }
+
+  RunLayout sharded = RunLayout{};
+  sharded.tp = 2;
+  sharded.dp_shard = 2;
+  for (const RunLayout& layout : {with_rows(RunLayout{}), with_rows(sharded)}) {
+    SCOPED_TRACE("resumed at " + layout.str());
+    const auto resumed = testing::run_layout(layout, kSteps, [&](LayoutRank& me) {
+      return checkpoint_of(layout, me, dump)->load().step;
+    });
+    ASSERT_EQ(resumed.losses.size(), static_cast<size_t>(kSteps - kSaveAt));
+    for (int64_t s = kSaveAt; s < kSteps; ++s) {
+      EXPECT_NEAR(resumed.losses[s - kSaveAt], straight.losses[s], 1e-5)
+          << "step " << s;
+    }
+    for (const auto& [fqn, p] : straight.params) {
+      EXPECT_TRUE(torch::allclose(resumed.params.at(fqn), p, 1e-4, 1e-5))
+          << fqn;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace baton
