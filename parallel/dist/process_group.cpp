@@ -420,12 +420,18 @@ at::Tensor ProcessGroup::all_gather(const at::Tensor& tensor) {
     out[0].copy_(tensor);
     return out;
   }
-  // 1.13's Gloo has no _allgather_base: gather into views of `out`.
+  // 1.13's Gloo has no _allgather_base: gather into views of `out`. Gloo
+  // moves no bf16 either; gathering copies bytes, so bf16 travels as fp16.
+  const bool as_half =
+      impl_->backend == "gloo" && tensor.scalar_type() == at::kBFloat16;
+  const auto wire = [as_half](const at::Tensor& t) {
+    return as_half ? t.view(at::kHalf) : t;
+  };
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int64_t r = 0; r < size(); ++r) {
-    outputs[0].push_back(out[r]);
+    outputs[0].push_back(wire(out[r]));
   }
-  std::vector<at::Tensor> inputs{tensor.contiguous()};
+  std::vector<at::Tensor> inputs{wire(tensor.contiguous())};
   auto work = impl_->start(
       "all_gather", [&] { return impl_->pg->allgather(outputs, inputs); });
   impl_->make_work("all_gather", std::move(work)).wait();

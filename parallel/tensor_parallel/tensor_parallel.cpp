@@ -189,10 +189,14 @@ void TensorParallelApplier::apply(
             << args.n_heads / n << " of " << args.n_heads << " query heads, "
             << args.kv_heads() / n << " of " << args.kv_heads()
             << " key/value heads, " << args.ffn_hidden_dim() / n << " of "
-            << args.ffn_hidden_dim() << " hidden rows, vocabulary ["
-            << vocab.begin << ", " << vocab.end << ") of " << args.vocab_size
-            << " (" << sharded_bytes / (1 << 20)
-            << " MiB of sliced weights); sequence parallel: activations "
+            << args.ffn_hidden_dim() << " hidden rows"
+            << (model->spec().embedding || model->spec().output
+                    ? ", vocabulary [" + std::to_string(vocab.begin) + ", " +
+                          std::to_string(vocab.end) + ") of " +
+                          std::to_string(args.vocab_size)
+                    : std::string())
+            << " (" << sharded_bytes / 1024
+            << " KiB of sliced weights); sequence parallel: activations "
                "between blocks hold "
             << context.config.training.seq_len / n << " of "
             << context.config.training.seq_len << " positions";

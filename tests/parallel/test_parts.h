@@ -14,6 +14,7 @@
 #include "parallel/applier.h"
 #include "parallel/mixed_precision.h"
 #include "parallel/model_parts.h"
+#include "parallel/tensor_parallel/tensor_parallel.h"
 
 namespace baton::testing {
 
@@ -39,30 +40,46 @@ inline ApplierChain data_parallel_chain(int64_t replicate, int64_t shard) {
   return chain;
 }
 
-/// `chain` with the activation_checkpoint step after to_device, as the
-/// builders place it, when `config`'s activation_checkpoint.mode is not
-/// none.
+/// `chain` with the activation_checkpoint step after to_device (and
+/// tensor_parallel), as the builders place it, when `config`'s
+/// activation_checkpoint.mode is not none.
 inline ApplierChain with_activation_checkpoint(
     ApplierChain chain, const JobConfig& config) {
   if (config.activation_checkpoint.mode != "none") {
     chain.insert_after(
-        "to_device",
+        chain.contains("tensor_parallel") ? "tensor_parallel" : "to_device",
         "activation_checkpoint",
         std::make_unique<ActivationCheckpointApplier>());
   }
   return chain;
 }
 
+/// `chain` with the tensor_parallel step after to_device, as the builders
+/// place it, when `tp` is above 1.
+inline ApplierChain with_tensor_parallel(ApplierChain chain, int64_t tp) {
+  if (tp > 1) {
+    chain.insert_after(
+        "to_device",
+        "tensor_parallel",
+        std::make_unique<tensor_parallel::TensorParallelApplier>());
+  }
+  return chain;
+}
+
 /// `chain` with the mixed_precision step where the builders place it (after
-/// to_device and activation_checkpoint) when `mp` casts the weights.
+/// to_device, tensor_parallel and activation_checkpoint) when `mp` casts the
+/// weights.
 inline ApplierChain with_mixed_precision(
     ApplierChain chain, const MixedPrecision& mp) {
   if (mp.param_cast()) {
+    std::string after = "to_device";
+    for (const char* step : {"tensor_parallel", "activation_checkpoint"}) {
+      if (chain.contains(step)) {
+        after = step;
+      }
+    }
     chain.insert_after(
-        chain.contains("activation_checkpoint") ? "activation_checkpoint"
-                                                : "to_device",
-        "mixed_precision",
-        std::make_unique<MixedPrecisionApplier>());
+        after, "mixed_precision", std::make_unique<MixedPrecisionApplier>());
   }
   return chain;
 }

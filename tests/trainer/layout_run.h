@@ -48,6 +48,8 @@ struct RunLayout {
   /// activation_checkpoint.mode, and with selective its kind.
   std::string ac = "none";
   std::string ac_selective = "layer";
+  /// bf16 compute (training.mixed_precision_param), float32 reductions.
+  bool bf16 = false;
   /// Rows of the global batch each data-parallel rank trains on per step
   /// (a pipeline's microbatches, of one row each).
   int64_t rows = 2;
@@ -59,6 +61,7 @@ struct RunLayout {
   RunLayout one_process() const {
     RunLayout one;
     one.rows = rows * dp_shard;
+    one.bf16 = bf16;
     return one;
   }
   std::string str() const {
@@ -67,7 +70,8 @@ struct RunLayout {
            std::to_string(dp_shard) + " x tp " + std::to_string(tp) +
            (ac == "none" ? std::string()
                          : ", activation checkpoint " + ac + " " +
-                               ac_selective);
+                               ac_selective) +
+           (bf16 ? ", bf16" : "");
   }
 };
 
@@ -142,14 +146,15 @@ inline void run_layout_rank(
   config.optimizer.lr = 1e-2;
   config.optimizer.eps = 1e-6;
   config.optimizer.weight_decay = 0.1;
-  ApplierChain chain = with_activation_checkpoint(
-      data_parallel_chain(1, layout.dp_shard), config);
-  if (layout.tp > 1) {
-    chain.insert_after(
-        "to_device",
-        "tensor_parallel",
-        std::make_unique<tensor_parallel::TensorParallelApplier>());
-  }
+  const MixedPrecision mp =
+      layout.bf16 ? MixedPrecision{at::kBFloat16, at::kFloat}
+                  : MixedPrecision{};
+  const ApplierChain chain = with_mixed_precision(
+      with_activation_checkpoint(
+          with_tensor_parallel(data_parallel_chain(1, layout.dp_shard),
+                               layout.tp),
+          config),
+      mp);
   const bool pipelined = layout.pp > 1;
   pipeline::Schedule schedule;
   std::vector<ChunkSpec> chunks = {ChunkSpec{}};
@@ -171,7 +176,8 @@ inline void run_layout_rank(
     auto chunk = std::make_shared<llama::TransformerImpl>(args, chunks[s]);
     chunk->init_weights(5);
     auto part = std::make_shared<ModelPart>(chunk, s);
-    chain.apply(*part, ParallelContext{config, mesh, at::kCPU, pipelined});
+    chain.apply(
+        *part, ParallelContext{config, mesh, at::kCPU, pipelined, mp});
     stages.emplace_back(s, chunk);
     me.parts.push_back(part);
   }
@@ -196,6 +202,7 @@ inline void run_layout_rank(
     shapes.seq_len = kLayoutRunSeq;
     shapes.dim = args.dim;
     shapes.sequence_shards = layout.tp;
+    shapes.dtype = mp.param;
     step = std::make_unique<PipelinedTrainStep>(
         std::make_unique<pipeline::PipelineExecutor>(
             pipeline::lower_schedule(schedule), stages, mesh.pp(), loss,
@@ -258,11 +265,14 @@ inline LayoutRunResult run_layout(
   return result;
 }
 
-/// Losses within `loss_atol`, every whole weight within rtol 1e-4.
+/// Losses within `loss_atol`, every whole weight within rtol `rtol` (and
+/// atol `atol`).
 inline void expect_same_run(
     const LayoutRunResult& run,
     const LayoutRunResult& reference,
-    double loss_atol = 1e-5) {
+    double loss_atol = 1e-5,
+    double rtol = 1e-4,
+    double atol = 1e-5) {
   ASSERT_EQ(run.losses.size(), reference.losses.size());
   for (size_t i = 0; i < reference.losses.size(); ++i) {
     EXPECT_NEAR(run.losses[i], reference.losses[i], loss_atol) << "step " << i;
@@ -270,7 +280,7 @@ inline void expect_same_run(
   ASSERT_EQ(run.params.size(), reference.params.size());
   for (const auto& [fqn, p] : reference.params) {
     ASSERT_EQ(run.params.count(fqn), 1u) << fqn;
-    EXPECT_TRUE(torch::allclose(run.params.at(fqn), p, 1e-4, 1e-5))
+    EXPECT_TRUE(torch::allclose(run.params.at(fqn), p, rtol, atol))
         << fqn << " differs by "
         << (run.params.at(fqn) - p).abs().max().item<double>();
   }

@@ -69,6 +69,16 @@ TEST(ProcessGroup, BroadcastGatherScatterBarrier) {
     const auto all = world.all_gather(mine);
     EXPECT_TRUE(torch::equal(
         all, torch::tensor({0, 0, 1, 10, 2, 20}, torch::kLong).view({3, 2})));
+    // Gloo moves no bf16: it travels bit for bit as fp16.
+    const auto bf16 = world.all_gather(
+        (torch::tensor({rank, rank * 10}, torch::kFloat) + 0.125)
+            .to(torch::kBFloat16));
+    EXPECT_EQ(bf16.scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(
+        bf16,
+        (torch::tensor({0, 0, 1, 10, 2, 20}, torch::kFloat).view({3, 2}) +
+         0.125)
+            .to(torch::kBFloat16)));
 
     // Everyone contributes arange(6) + rank; rank r keeps chunk r, summed.
     const auto input = torch::arange(6, torch::kFloat) + rank;
