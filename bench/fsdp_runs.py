@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fully sharded against replicated data parallel, as real processes.
+"""Fully sharded data parallel and tensor parallel against replicated data
+parallel, as real processes.
 
 Trains the small flavor (about 25M parameters) on two ranks, one ATen and
 one OpenBLAS thread each, 4 x 256 tokens per rank and step, with `baton
@@ -8,9 +9,11 @@ os.wait4 gives each rank's peak RSS:
 
 - dp_replicate 2 (DDP);
 - dp_shard 2 (FSDP, gathered parameters freed after forward: the default);
-- dp_shard 2 with fsdp_reshard_after_forward=never.
+- dp_shard 2 with fsdp_reshard_after_forward=never;
+- tp 2 (tensor parallel with sequence parallel: each step trains on half
+  the tokens of the data-parallel runs, one global batch of 4 sequences).
 
-The three run one after the other in each of three rounds; the report takes
+The four run one after the other in each of three rounds; the report takes
 medians over the rounds. Per run: tokens/s and step time (medians of steps
 3..), each rank's parameter, gradient and optimizer-state bytes (the log line
 after the first step), peak RSS per rank, and for FSDP the seconds rank 0
@@ -38,6 +41,7 @@ RUNS = [
     ("dp_shard2", ["--parallelism.data_parallel_shard_degree=2"]),
     ("dp_shard2_never", ["--parallelism.data_parallel_shard_degree=2",
                          "--parallelism.fsdp_reshard_after_forward=never"]),
+    ("tp2", ["--parallelism.tensor_parallel_degree=2"]),
 ]
 MEMORY = re.compile(r"memory: this rank holds ([0-9.]+) MiB of parameters, "
                     r"([0-9.]+) MiB of gradients and ([0-9.]+) MiB of optimizer")

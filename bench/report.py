@@ -426,10 +426,12 @@ def fsdp_section(fsdp, targets):
                 (r["gather_wait_s"] + r["reduce_wait_s"]) / fsdp["steps"] for r in runs)
         med[name] = m
     base = med["dp_replicate2"]
-    lines = ["## Fully sharded data parallel (process runs)", "",
+    lines = ["## Sharded data parallel and tensor parallel (process runs)", "",
              "`bench/fsdp_runs.py`: the small flavor (about 25M parameters) on two "
              "ranks, one ATen and one OpenBLAS thread each, 4 x 256 tokens per rank "
-             f"and step, {fsdp['steps']} steps, medians of steps 3.. and of "
+             "and step (tp2: per step, both ranks together train on one global "
+             "batch of 4 x 256 tokens; its tokens/s counts those), "
+             f"{fsdp['steps']} steps, medians of steps 3.. and of "
              f"{len(fsdp['rounds'])} rounds (the three runs interleaved). State: "
              "each rank's parameter + gradient + AdamW bytes (its log after the "
              "first step). Waited: the seconds per step rank 0 spent blocked on "
@@ -453,8 +455,45 @@ def fsdp_section(fsdp, targets):
             f"{waited} |")
     shard = med["dp_shard2"]
     targets["fsdp_speed"] = shard["tokens_per_sec"] / base["tokens_per_sec"]
+    if "tp2" in med:
+        targets["tp_speed"] = med["tp2"]["tokens_per_sec"] / base["tokens_per_sec"]
     targets["fsdp_state"] = ((shard["param_mib"] + shard["grad_mib"] + shard["optimizer_mib"]) /
                              (base["param_mib"] + base["grad_mib"] + base["optimizer_mib"]))
+    return lines + [""]
+
+
+def tp_traffic_section(doc, targets):
+    """Tensor parallel's bytes per layer against the formula."""
+    runs = gbench_medians(doc)
+    if not runs:
+        return []
+    lines = ["## Tensor parallel traffic", "",
+             "`tensor_parallel_bench`: tp 2 as rank threads over Gloo, 2 x 256 "
+             "tokens per step in float32; what each rank hands to the "
+             "sequence-parallel collectives per step, counted by the regions "
+             "(`parallel/tensor_parallel/regions.h`), against Megatron's formula "
+             "from the shape alone: per block 8 x (n - 1) / n x b T d x 4 bytes "
+             "(the attention's and feed-forward's all-gather and reduce-scatter, "
+             "forward and backward) + 2 norm-gradient all-reduces of "
+             "2 (n - 1) / n x d x 4; the root (embedding, output, final norm) half "
+             "a block's activations plus one norm. The step time is for the "
+             "record: on two CPU cores the communication is not hidden and the "
+             "per-rank matmuls are half as wide.", "",
+             "| model | per block | formula | root | formula | collectives per step "
+             "| step | tokens/s |", "|---|---|---|---|---|---|---|---|"]
+    worst = 0.0
+    for name, e in sorted(runs.items()):
+        flavor = name.split("/")[1]
+        lines.append(
+            f"| {flavor} (dim {e['dim']:.0f}, {e['layers']:.0f} layers) | "
+            f"{e['block_mib']:.3f} MiB | {e['block_formula_mib']:.3f} MiB | "
+            f"{e['root_mib']:.3f} MiB | {e['root_formula_mib']:.3f} MiB | "
+            f"{e['collectives_per_step']:.0f} | {e['step_s'] * 1e3:.0f} ms | "
+            f"{e['tokens_per_sec']:,.0f} |")
+        for got, want in (("block_mib", "block_formula_mib"),
+                          ("root_mib", "root_formula_mib")):
+            worst = max(worst, abs(e[got] / e[want] - 1.0))
+    targets["tp_traffic"] = worst
     return lines + [""]
 
 
@@ -578,7 +617,7 @@ def busy_fraction(results):
 
 
 def targets_section(t):
-    lines = ["## Targets (issues #8, #17 and #19)", ""]
+    lines = ["## Targets (issues #8, #17, #18 and #19)", ""]
     if t.get("busy", 0.0) > 0.25:
         lines += [
             f"Other builds ran beside this run for {100 * t['busy']:.0f} % of it "
@@ -617,6 +656,15 @@ def targets_section(t):
                      f"{t['fsdp_state']:.2f}x | {verdict(t['fsdp_state'] <= 0.55)} |")
         lines.append("| FSDP (#17): tokens/s at dp_shard 2 >= 0.9x of dp_replicate 2 | "
                      f"{t['fsdp_speed']:.2f}x | {verdict(t['fsdp_speed'] >= 0.9)} |")
+    if t.get("tp_traffic") is not None:
+        lines.append("| tensor parallel (#18): bytes each TP layer moves per step "
+                     "equal the formula | worst difference "
+                     f"{100 * t['tp_traffic']:.2f} % | "
+                     f"{'yes' if t['tp_traffic'] <= 0.01 else 'no'} |")
+    if t.get("tp_speed") is not None:
+        lines.append("| tensor parallel (#18): tokens/s of tp 2 against dp_replicate 2, "
+                     f"small flavor, two CPU cores | {t['tp_speed']:.2f}x | measured "
+                     "(not expected to win on CPUs) |")
     ac = t.get("ac")
     if ac:
         mem, time = ac["full"]
@@ -753,6 +801,7 @@ def main():
     body += pipeline_section(pipe, runs, docs, targets)
     body += p2p_section(pipe)
     body += fsdp_section(load(results, "fsdp_runs.json"), targets)
+    body += tp_traffic_section(load(results, "tensor_parallel.json"), targets)
     body += memory_section(load(results, "memory_runs.json"), targets)
     body += precision_section(load(results, "precision_runs.json"), machine, targets)
     body += collectives_section(pipe)

@@ -52,7 +52,7 @@ struct CheckpointLayout {
 /// Saves and restores everything a run needs to continue as if it had not
 /// stopped, in a form that does not depend on the layout. A save at step N
 /// writes `<dump_folder>/<checkpoint.folder>/step-N/`:
-///   - `rank-RRRRR.safetensors` from the ranks of DP index 0 (and, for
+///   - `rank-RRRRR.safetensors` from tp rank 0 of DP index 0 (and, for
 ///     tensors sharded across ranks, from every rank of replica 0, each its
 ///     slice): its parts' parameters under their FQNs
 ///     (`layers.3.attention.wq.weight`) and the AdamW state as
@@ -62,8 +62,8 @@ struct CheckpointLayout {
 ///     rank's RNG state.
 /// The folder is written as `step-N.partial`, fsynced, then renamed, so a
 /// crash mid-save leaves the earlier checkpoints whole. Any pp degree,
-/// stage count, schedule, DP degree or dp_shard degree loads a checkpoint
-/// written by any other: ranks read the FQNs they hold, each the part of
+/// stage count, schedule, DP degree, dp_shard or tp degree loads a
+/// checkpoint written by any other: ranks read the FQNs they hold, each the part of
 /// every saved slice that falls in its own slice (ModelPart::slice). The loader
 /// state is restored when the DP degree matches and skipped with a warning
 /// otherwise.
