@@ -115,7 +115,7 @@ TEST(ApplierChain, BadNamesAreRefusedListingTheSteps) {
         std::string(e.what()),
         "cfg.yaml:4: unknown applier 'replicat'; known: "
         "activation_checkpoint, check_replicas, fully_shard, mixed_precision, "
-        "replicate, to_device; did you mean 'replicate'?");
+        "replicate, tensor_parallel, to_device; did you mean 'replicate'?");
   }
   chain.append("to_device");
   EXPECT_THROW(chain.append("to_device", "cfg.yaml:5"), ConfigError);

@@ -24,6 +24,7 @@
 #include "parallel/applier.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
+#include "parallel/grad_norm.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/lowering.h"
 #include "parallel/pipeline/schedules.h"
@@ -101,9 +102,11 @@ struct LayoutRank {
   std::unique_ptr<LRSchedulersContainer> schedulers;
 };
 
-/// The losses of steps [first, last) and the whole weights at the end.
+/// The losses and grad norms of steps [first, last) and the whole weights at
+/// the end.
 struct LayoutRunResult {
   std::vector<double> losses;
+  std::vector<double> grad_norms;
   std::map<std::string, at::Tensor> params;
 };
 
@@ -217,6 +220,7 @@ inline void run_layout_rank(
   const bool reads_data =
       !pipelined || schedule.stage_to_rank[0] == mesh.coord().pp;
   std::vector<double> losses;
+  std::vector<double> norms;
   for (int64_t s = first; s < last; ++s) {
     std::vector<Batch> batches;
     if (reads_data) {
@@ -226,6 +230,8 @@ inline void run_layout_rank(
     }
     me.optimizers->zero_grad();
     losses.push_back(step->run(me.parts, batches).loss);
+    // Over the groups each gradient is split along, as the trainer's clip.
+    norms.push_back(grad_norm(me.parts, mesh));
     me.optimizers->step();
     me.schedulers->step();
   }
@@ -235,6 +241,7 @@ inline void run_layout_rank(
   std::lock_guard<std::mutex> lock(mutex);
   if (rank == 0) {
     result.losses = losses;
+    result.grad_norms = norms;
   }
   // The tensors every rank of a stage holds whole (the norms under tp)
   // must have stayed equal.
@@ -265,8 +272,9 @@ inline LayoutRunResult run_layout(
   return result;
 }
 
-/// Losses within `loss_atol`, every whole weight within rtol `rtol` (and
-/// atol `atol`).
+/// Losses within `loss_atol`, grad norms within a relative 1e-4 (times
+/// `loss_atol` / 1e-5), every whole weight within rtol `rtol` (and atol
+/// `atol`).
 inline void expect_same_run(
     const LayoutRunResult& run,
     const LayoutRunResult& reference,
@@ -276,6 +284,14 @@ inline void expect_same_run(
   ASSERT_EQ(run.losses.size(), reference.losses.size());
   for (size_t i = 0; i < reference.losses.size(); ++i) {
     EXPECT_NEAR(run.losses[i], reference.losses[i], loss_atol) << "step " << i;
+  }
+  ASSERT_EQ(run.grad_norms.size(), reference.grad_norms.size());
+  for (size_t i = 0; i < reference.grad_norms.size(); ++i) {
+    EXPECT_NEAR(
+        run.grad_norms[i],
+        reference.grad_norms[i],
+        10 * loss_atol * reference.grad_norms[i])
+        << "grad norm, step " << i;
   }
   ASSERT_EQ(run.params.size(), reference.params.size());
   for (const auto& [fqn, p] : reference.params) {

@@ -81,6 +81,25 @@ TEST(TensorParallel, PipelinedWith1F1BAndZbvEqualsOneProcess) {
   expect_equals_one_process(l);
 }
 
+TEST(TensorParallel, EveryScheduleRunsItsStagesUnderTensorParallel) {
+  // pp 2 x tp 2 under each of the seven schedules, with the stages per rank
+  // and microbatches it takes (DualPipeV's overlapped F and B included).
+  pipeline::register_builtin_schedules();
+  for (const char* name :
+       {"GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS",
+        "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"}) {
+    RunLayout l = tp(2);
+    l.pp = 2;
+    l.schedule = name;
+    l.rows = 4;
+    l.stages_per_rank = std::string(name) == "GPipe" ||
+                                std::string(name) == "1F1B"
+                            ? 1
+                            : 2;
+    expect_equals_one_process(l);
+  }
+}
+
 TEST(TensorParallel, ThreeDimensionsOnEightRanksEqualOneProcess) {
   RunLayout l = tp(2);
   l.pp = 2;
