@@ -797,25 +797,30 @@ void CheckpointManager::stage_tensors(
 void CheckpointManager::stage_state(
     const json& index, const std::string& index_path, Staged& staged) const {
   if (dataloader_ != nullptr) {
+    // Version 3: the global stream's one state, whatever layout saved it;
+    // version 2: one per DP rank of the per-rank loader, of which only a
+    // single rank's is a position in the global stream.
     const json& loaders = index.at("dataloader");
-    const int64_t saved_dp = loaders.at("dp_size");
-    if (saved_dp == layout_.dp_size) {
-      const std::string key = std::to_string(layout_.dp_rank);
-      if (!loaders.at("states").contains(key)) {
-        fail(index_path + ": no loader state for data-parallel rank " + key);
-      }
+    std::string saved;
+    if (loaders.is_object() && loaders.contains("state")) {
+      saved = loaders.at("state").dump();
+    } else if (
+        loaders.is_object() && loaders.value("dp_size", 0) == 1 &&
+        loaders.contains("states") && loaders.at("states").contains("0")) {
+      saved = loaders.at("states").at("0").dump();
+    }
+    if (saved.empty()) {
+      LOG(WARNING) << "checkpoint: " << index_path
+                   << " holds no global loader state (a per-rank one of "
+                      "several ranks, saved by an earlier Baton): the data "
+                      "loader starts from the beginning";
+    } else {
       try {
-        staged.loader =
-            DataLoaderState::from_json(loaders.at("states").at(key).dump());
+        staged.loader = DataLoaderState::from_json(saved);
         dataloader_->check_state(*staged.loader);
       } catch (const std::exception& e) {
         fail(index_path + ": " + e.what());
       }
-    } else {
-      LOG(WARNING) << "checkpoint: saved with data-parallel degree " << saved_dp
-                   << ", this run has " << layout_.dp_size
-                   << ": the data loader state is not restored (each rank "
-                      "starts its shard from the beginning)";
     }
   }
   const auto count = [&](const char* key) {

@@ -253,7 +253,7 @@ json make_index(
       {"world_size", layout.world_size},
       {"optimizer", "AdamW"},
       {"tensors", json::object()},
-      {"dataloader", {{"dp_size", layout.dp_size}, {"states", json::object()}}},
+      {"dataloader", json()},
       {"rng", json::object()}};
   for (const auto& text : rank_metas) {
     const json m = json::parse(text);
@@ -270,9 +270,16 @@ json make_index(
             "[checkpoint] tensor '" + name + "': written by two ranks");
       }
     }
+    // Every rank that loads data holds the same global state.
     if (!m["loader"].is_null()) {
-      index["dataloader"]["states"]
-           [std::to_string(m["dp_rank"].get<int64_t>())] = m["loader"];
+      if (index["dataloader"].is_null()) {
+        index["dataloader"] = {{"state", m["loader"]}};
+      } else if (index["dataloader"]["state"] != m["loader"]) {
+        throw std::logic_error(
+            "[checkpoint] the loader state of rank " + m["rank"].dump() +
+            " (" + m["loader"].dump() + ") differs from another's (" +
+            index["dataloader"]["state"].dump() + ")");
+      }
     }
     index["rng"][std::to_string(m["rank"].get<int64_t>())] = m["rng"];
   }

@@ -18,8 +18,9 @@ struct CheckpointLayout;
 namespace checkpoint_index {
 
 inline constexpr const char* kFormat = "baton-checkpoint";
+/// 3: `dataloader` holds the global stream's one state (2: one per DP rank);
 /// 2: `layout` is an object (1: a description string).
-inline constexpr int kVersion = 2;
+inline constexpr int kVersion = 3;
 inline constexpr const char* kIndexFile = "index.json";
 /// AdamW's state of each parameter, saved as `optimizer.<fqn>.<field>`.
 inline constexpr const char* kOptimizerFields[] = {

@@ -45,13 +45,12 @@ void shuffle_in_place(std::vector<int64_t>& items, uint64_t seed) {
 }
 
 const char* const kStateFields[] = {
-    "epoch", "document", "token", "dp_rank", "dp_size", "dataset_size"};
+    "epoch", "document", "token", "dataset_size"};
 
 }  // namespace
 
 std::string DataLoaderState::to_json() const {
-  const int64_t values[] = {
-      epoch, document, token, dp_rank, dp_size, dataset_size};
+  const int64_t values[] = {epoch, document, token, dataset_size};
   nlohmann::ordered_json json;
   for (size_t i = 0; i < std::size(kStateFields); ++i) {
     json[kStateFields[i]] = values[i];
@@ -62,12 +61,7 @@ std::string DataLoaderState::to_json() const {
 DataLoaderState DataLoaderState::from_json(const std::string& text) {
   DataLoaderState state;
   int64_t* fields[] = {
-      &state.epoch,
-      &state.document,
-      &state.token,
-      &state.dp_rank,
-      &state.dp_size,
-      &state.dataset_size};
+      &state.epoch, &state.document, &state.token, &state.dataset_size};
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text);
@@ -83,6 +77,16 @@ DataLoaderState DataLoaderState::from_json(const std::string& text) {
           "' is missing or not an integer in " + text);
     }
     *fields[i] = it->get<int64_t>();
+  }
+  // Earlier loaders kept one state per rank, each over its own shard of
+  // the documents; one rank's shard was the whole corpus, in this order.
+  const auto dp_size = json.find("dp_size");
+  if (dp_size != json.end() && *dp_size != 1) {
+    throw std::runtime_error(
+        "[DataLoaderState] " + text + " is the state of one of " +
+        dp_size->dump() +
+        " ranks of an earlier per-rank loader, which read disjoint shards; "
+        "no position in the global stream matches it");
   }
   return state;
 }
@@ -112,19 +116,12 @@ DataLoader::DataLoader(
   check_option(
       options_.prefetch >= 0, "prefetch must be >= 0", options_.prefetch);
   const int64_t total = dataset_->size();
-  shard_size_ =
-      total > options_.dp_rank
-          ? (total - options_.dp_rank + options_.dp_size - 1) / options_.dp_size
-          : 0;
-  if (shard_size_ == 0) {
+  if (total == 0) {
     throw std::runtime_error(
-        "[DataLoader] the dataset's " + std::to_string(total) +
-        " documents give dp_rank " + std::to_string(options_.dp_rank) +
-        " of dp_size " + std::to_string(options_.dp_size) +
-        " no document; use fewer data-parallel ranks or a larger corpus");
+        "[DataLoader] the dataset has no document; allowed: a corpus of at "
+        "least one");
   }
-  state_.dp_rank = options_.dp_rank;
-  state_.dp_size = options_.dp_size;
+  dataset_size_ = total;
   state_.dataset_size = total;
   position_ = state_;
 }
@@ -170,15 +167,13 @@ void DataLoader::check_state(const DataLoaderState& state) const {
           " but this loader's is " + std::to_string(want));
     }
   };
-  mismatch("dp_rank", state.dp_rank, options_.dp_rank);
-  mismatch("dp_size", state.dp_size, options_.dp_size);
-  mismatch("dataset_size", state.dataset_size, state_.dataset_size);
-  if (state.epoch < 0 || state.document < 0 || state.document >= shard_size_ ||
-      state.token < 0) {
+  mismatch("dataset_size", state.dataset_size, dataset_size_);
+  if (state.epoch < 0 || state.document < 0 ||
+      state.document >= dataset_size_ || state.token < 0) {
     throw std::runtime_error(
         "[DataLoader] cannot load state " + state.to_json() +
         ": epoch and token must be >= 0 and document in [0, " +
-        std::to_string(shard_size_) + ")");
+        std::to_string(dataset_size_) + ")");
   }
 }
 
@@ -195,8 +190,8 @@ int64_t DataLoader::document_index(int64_t epoch, int64_t document) {
   int64_t position = document;
   if (options_.shuffle) {
     if (order_epoch_ != epoch) {
-      order_.resize(static_cast<size_t>(shard_size_));
-      for (int64_t i = 0; i < shard_size_; ++i) {
+      order_.resize(static_cast<size_t>(dataset_size_));
+      for (int64_t i = 0; i < dataset_size_; ++i) {
         order_[i] = i;
       }
       shuffle_in_place(
@@ -205,7 +200,7 @@ int64_t DataLoader::document_index(int64_t epoch, int64_t document) {
     }
     position = order_[static_cast<size_t>(document)];
   }
-  return options_.dp_rank + position * options_.dp_size;
+  return position;
 }
 
 void DataLoader::load_document() {
@@ -235,35 +230,48 @@ Batch DataLoader::produce() {
   int64_t* labels = batch.labels.data_ptr<int64_t>();
   // Each row consumes T + 1 tokens: labels are the inputs shifted by one.
   std::vector<int64_t> window(static_cast<size_t>(T) + 1);
-  for (int64_t b = 0; b < B; ++b) {
-    size_t filled = 0;
-    while (filled < window.size()) {
-      if (!document_loaded_) {
-        load_document();
-      }
-      const size_t available =
-          document_tokens_.size() - static_cast<size_t>(position_.token);
-      if (available == 0) {
-        // The next document is read only when a token is needed, so a
-        // state never points past the end of an epoch.
-        document_loaded_ = false;
-        position_.token = 0;
-        if (++position_.document == shard_size_) {
-          position_.document = 0;
-          ++position_.epoch;
-        }
+  for (int64_t rank = 0; rank < options_.dp_size; ++rank) {
+    for (int64_t b = 0; b < B; ++b) {
+      if (rank != options_.dp_rank) {
+        take_window(nullptr);
         continue;
       }
-      const size_t n = std::min(available, window.size() - filled);
-      const int32_t* from = document_tokens_.data() + position_.token;
-      std::copy(from, from + n, window.begin() + filled);
-      filled += n;
-      position_.token += static_cast<int64_t>(n);
+      take_window(window.data());
+      std::copy(window.begin(), window.end() - 1, inputs + b * T);
+      std::copy(window.begin() + 1, window.end(), labels + b * T);
     }
-    std::copy(window.begin(), window.end() - 1, inputs + b * T);
-    std::copy(window.begin() + 1, window.end(), labels + b * T);
   }
   return batch;
+}
+
+void DataLoader::take_window(int64_t* window) {
+  const int64_t size = options_.seq_len + 1;
+  int64_t filled = 0;
+  while (filled < size) {
+    if (!document_loaded_) {
+      load_document();
+    }
+    const int64_t available =
+        static_cast<int64_t>(document_tokens_.size()) - position_.token;
+    if (available == 0) {
+      // The next document is read only when a token is needed, so a state
+      // never points past the end of an epoch.
+      document_loaded_ = false;
+      position_.token = 0;
+      if (++position_.document == dataset_size_) {
+        position_.document = 0;
+        ++position_.epoch;
+      }
+      continue;
+    }
+    const int64_t n = std::min(available, size - filled);
+    if (window != nullptr) {
+      const int32_t* from = document_tokens_.data() + position_.token;
+      std::copy(from, from + n, window + filled);
+    }
+    filled += n;
+    position_.token += n;
+  }
 }
 
 void DataLoader::start_worker() {

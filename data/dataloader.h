@@ -27,15 +27,18 @@ struct Batch {
 struct DataLoaderOptions {
   DataLoaderOptions(int64_t batch_size, int64_t seq_len)
       : batch_size(batch_size), seq_len(seq_len) {}
-  /// Sequences per batch.
+  /// Sequences per batch (this rank's).
   int64_t batch_size;
   /// Tokens per sequence.
   int64_t seq_len;
-  /// This rank's index among the data-parallel ranks.
+  /// This rank's index among the data-parallel ranks: it takes rows
+  /// [dp_rank batch_size, (dp_rank + 1) batch_size) of each global batch.
   int64_t dp_rank = 0;
-  /// Number of data-parallel ranks; document i goes to rank i % dp_size.
+  /// Number of data-parallel ranks: each next() moves the global stream by
+  /// dp_size x batch_size rows.
   int64_t dp_size = 1;
-  /// Shuffle this rank's documents anew each epoch (seeded by seed, epoch).
+  /// Shuffle the corpus's documents anew each epoch (seeded by seed,
+  /// epoch).
   bool shuffle = false;
   /// Seed of the shuffles.
   uint64_t seed = 0;
@@ -44,37 +47,45 @@ struct DataLoaderOptions {
   int64_t prefetch = 2;
 };
 
-/// Where a DataLoader stands: enough to yield, after load_state(), exactly
-/// the batches that would have followed. Small and plain, so a checkpoint
-/// can save one per data-parallel rank.
+/// Where the global token stream stands: enough to yield, after
+/// load_state(), exactly the batches that would have followed, at any
+/// data-parallel degree and rank (every rank's loader holds the same state).
+/// Small and plain, so a checkpoint saves one.
 struct DataLoaderState {
-  /// Passes over this rank's documents completed before the next document.
+  /// Passes over the corpus completed before the next document.
   int64_t epoch = 0;
   /// Position, in this epoch's document order, of the document the next
   /// token comes from.
   int64_t document = 0;
-  /// Tokens of that document (BOS, ids, EOS) already yielded.
+  /// Tokens of that document (BOS, ids, EOS) already consumed.
   int64_t token = 0;
-  /// The loader it came from, checked when it is loaded.
-  int64_t dp_rank = 0;
-  int64_t dp_size = 1;
   /// Documents in the whole dataset, checked when it is loaded.
   int64_t dataset_size = 0;
 
   /// One-line JSON object with the fields above.
   std::string to_json() const;
-  /// Parses to_json()'s output; throws std::runtime_error on anything else.
+  /// Parses to_json()'s output, or the per-rank state of Baton's earlier
+  /// loaders when it was saved by one rank (dp_size 1: the same stream);
+  /// throws std::runtime_error on anything else (a missing field, or a
+  /// per-rank state of several ranks, which no global position matches).
   static DataLoaderState from_json(const std::string& json);
   bool operator==(const DataLoaderState&) const = default;
 };
 
 /// Packs documents (BOS, tokens, EOS) back to back into windows of
 /// `seq_len + 1` tokens; each window gives one row of inputs and labels.
-/// Rank r reads documents r, r + dp_size, ... (disjoint shards that together
-/// cover the corpus), optionally shuffled per epoch. Infinite: after the last
-/// document of its shard a rank starts a new epoch. With `prefetch` > 0 a
-/// background thread tokenises and packs ahead; its errors are rethrown by
-/// next().
+/// The windows form one global stream over the whole corpus (optionally
+/// shuffled per epoch), cut into global batches of dp_size x batch_size rows,
+/// of which rank r takes rows [r batch_size, (r + 1) batch_size). So a step's
+/// global batch (every micro-step's, over every rank) depends only on the
+/// data, the seed and the global batch size: not on how the data-parallel
+/// degree, gradient accumulation or a pipeline's microbatches split it, and
+/// a run resumed at another layout continues the same tokens. Every rank
+/// packs the whole stream (skipping the rows of the others without copying
+/// them): tokenising costs far less than a step, and no rank waits for
+/// another's data. Infinite: after the last document the stream starts a new
+/// epoch. With `prefetch` > 0 a background thread tokenises and packs
+/// ahead; its errors are rethrown by next().
 class DataLoader {
  public:
   /// Throws std::invalid_argument for bad options and std::runtime_error
@@ -90,7 +101,7 @@ class DataLoader {
 
   /// The next (batch_size, seq_len) batch.
   Batch next();
-  /// Completed passes over this rank's documents.
+  /// Completed passes over the corpus.
   int64_t epoch() const {
     return state_.epoch;
   }
@@ -101,9 +112,8 @@ class DataLoader {
   /// Continues from `state` (from state() of a loader with the same dataset
   /// and options). Throws std::runtime_error when it does not fit.
   void load_state(const DataLoaderState& state);
-  /// Throws std::runtime_error when load_state(state) would (another rank,
-  /// DP degree or corpus, or a position outside this rank's shard); changes
-  /// nothing.
+  /// Throws std::runtime_error when load_state(state) would (another corpus,
+  /// or a position outside it); changes nothing.
   void check_state(const DataLoaderState& state) const;
 
  private:
@@ -113,8 +123,12 @@ class DataLoader {
     std::exception_ptr error;
   };
 
-  /// Builds the batch at the producer's position and advances it.
+  /// Builds the batch at the producer's position and advances it by the
+  /// whole global batch.
   Batch produce();
+  /// Consumes the next window of seq_len + 1 tokens, copying it into
+  /// `window` unless null (another rank's row).
+  void take_window(int64_t* window);
   /// Tokens of the document at the producer's position, BOS and EOS added.
   void load_document();
   /// Dataset index of position `document` in `epoch`'s order.
@@ -126,8 +140,8 @@ class DataLoader {
   std::unique_ptr<Dataset> dataset_;
   std::shared_ptr<const Tokenizer> tokenizer_;
   DataLoaderOptions options_;
-  // Documents of this rank's shard.
-  int64_t shard_size_ = 0;
+  // Documents in the dataset.
+  int64_t dataset_size_ = 0;
   // State after the last batch next() returned.
   DataLoaderState state_;
 

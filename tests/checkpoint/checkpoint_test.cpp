@@ -331,19 +331,21 @@ TEST(Checkpoint, AShardedRunExportsWholeTensors) {
   }
 }
 
-TEST(Checkpoint, DataParallelReplicasWriteOnceAndLoaderStatesFollowTheDegree) {
+TEST(Checkpoint, DataParallelReplicasWriteOnceAndTheLoaderStateIsGlobal) {
   // Saved in the background, by two processes.
   const auto saved = fresh_dir("ck_dp_saved");
   const std::string dp2 = " --parallelism.data_parallel_replicate_degree=2";
   const auto r =
       train("debug_model", saved, dp2 + " --checkpoint.async=true", 2);
   ASSERT_EQ(r.code, 0) << r.output;
-  // One writer for the replicated tensors, a loader state per DP rank.
+  // One writer for the replicated tensors, one loader state for the global
+  // stream, where every rank stands.
   EXPECT_TRUE(fs::exists(step_dir(saved, 5) / "rank-00000.safetensors"));
   EXPECT_FALSE(fs::exists(step_dir(saved, 5) / "rank-00001.safetensors"));
   const json index = read_json(step_dir(saved, 5) / "index.json");
-  EXPECT_EQ(index["dataloader"]["dp_size"], 2);
-  EXPECT_EQ(index["dataloader"]["states"]["1"]["dp_rank"], 1);
+  EXPECT_EQ(index["version"], 3);
+  ASSERT_TRUE(index["dataloader"].contains("state")) << index["dataloader"];
+  EXPECT_FALSE(index["dataloader"]["state"].contains("dp_rank"));
 
   // Same degree: the loaders continue where they were; exact.
   const auto same = stopped_at(saved, 5, "ck_dp_same");
@@ -355,16 +357,56 @@ TEST(Checkpoint, DataParallelReplicasWriteOnceAndLoaderStatesFollowTheDegree) {
   for (size_t i = 0; i < 5; ++i) {
     EXPECT_EQ(after[i].second, all[5 + i].second) << "step " << 6 + i;
   }
-  // Another degree: the weights load, the loader state is skipped, loudly.
+  // Another degree with the same global batch (one process, twice the
+  // local batch): the same tokens follow, so the same losses, up to the
+  // order of float sums.
   const auto other = stopped_at(saved, 5, "ck_dp_other");
-  const auto r3 = train("debug_model", other);
+  const auto r3 =
+      train("debug_model", other, " --training.local_batch_size=8");
   ASSERT_EQ(r3.code, 0) << r3.output;
-  EXPECT_NE(
-      r3.output.find("saved with data-parallel degree 2, this run has 1: the "
-                     "data loader state is not restored"),
-      std::string::npos)
-      << r3.output;
   EXPECT_NE(r3.output.find("resumed from step 5"), std::string::npos);
+  const auto one = losses(other);
+  ASSERT_EQ(one.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_NEAR(one[i].second, all[5 + i].second, 1e-5) << "step " << 6 + i;
+  }
+}
+
+TEST(Checkpoint, AVersion2PerRankLoaderStateLoadsWhereItCan) {
+  // An index of the per-rank loader: one rank's state is a position in the
+  // global stream and is restored; several ranks' are not, and the run says
+  // so and starts the stream over.
+  const auto saved = fresh_dir("ck_v2_saved");
+  ASSERT_EQ(train("debug_model", saved).code, 0);
+  const auto as_v2 = [&](const std::string& name, int64_t dp) {
+    const auto dir = stopped_at(saved, 5, name);
+    const fs::path path = step_dir(dir, 5) / "index.json";
+    json index = read_json(path);
+    json state = index["dataloader"]["state"];
+    state["dp_rank"] = 0;
+    state["dp_size"] = dp;
+    index["version"] = 2;
+    index["dataloader"] = {{"dp_size", dp}, {"states", {{"0", state}}}};
+    std::ofstream(path) << index.dump();
+    return dir;
+  };
+  const auto one = as_v2("ck_v2_one", 1);
+  const auto r1 = train("debug_model", one);
+  ASSERT_EQ(r1.code, 0) << r1.output;
+  const auto all = losses(saved);
+  const auto after = losses(one);
+  ASSERT_EQ(after.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(after[i].second, all[5 + i].second) << "step " << 6 + i;
+  }
+  const auto two = as_v2("ck_v2_two", 2);
+  const auto r2 = train("debug_model", two);
+  ASSERT_EQ(r2.code, 0) << r2.output;
+  EXPECT_NE(
+      r2.output.find("holds no global loader state (a per-rank one of "
+                     "several ranks, saved by an earlier Baton)"),
+      std::string::npos)
+      << r2.output;
 }
 
 TEST(Checkpoint, ASaveKilledHalfWayLeavesThePreviousOneLoadable) {

@@ -205,64 +205,80 @@ std::vector<std::string> documents_seen(
   return seen;
 }
 
-TEST(DataLoaderTest, DataParallelRanksSplitTheDocuments) {
-  // Seven documents of 12 tokens each (BOS, "document N", EOS).
-  std::vector<std::string> all;
-  for (int i = 0; i < 7; ++i) {
-    all.push_back("document " + std::to_string(i));
+// The rows of `n` global batches of `dp` ranks' loaders of `batch` rows
+// each, in global order (rank 0's rows, then rank 1's, ... per step), as one
+// flat list of (inputs, labels) values per row.
+std::vector<std::vector<int64_t>> global_rows(
+    std::vector<std::unique_ptr<DataLoader>>& ranks, int n) {
+  std::vector<std::vector<int64_t>> rows;
+  for (int step = 0; step < n; ++step) {
+    for (auto& loader : ranks) {
+      const Batch b = loader->next();
+      for (int64_t i = 0; i < b.inputs.size(0); ++i) {
+        std::vector<int64_t> r = row(b.inputs, i);
+        const std::vector<int64_t> l = row(b.labels, i);
+        r.insert(r.end(), l.begin(), l.end());
+        rows.push_back(std::move(r));
+      }
+    }
   }
-  // 6 batches of 18 tokens = 108 tokens = 9 whole documents per rank: 2.25
-  // epochs of rank 0's four documents, 3 epochs of rank 1's three.
-  DataLoader rank0(docs(all), bytes(), options(3, 5, 2, 0, 2));
-  DataLoader rank1(docs(all), bytes(), options(3, 5, 0, 1, 2));
-  const std::vector<std::string> seen0 = documents_seen(rank0, 6);
-  const std::vector<std::string> seen1 = documents_seen(rank1, 6);
-  const std::vector<std::string> even = {
-      "document 0", "document 2", "document 4", "document 6"};
-  const std::vector<std::string> odd = {
-      "document 1", "document 3", "document 5"};
-  ASSERT_EQ(seen0.size(), 9u);
-  ASSERT_EQ(seen1.size(), 9u);
-  for (size_t i = 0; i < 9; ++i) {
-    EXPECT_EQ(seen0[i], even[i % even.size()]) << i;
-    EXPECT_EQ(seen1[i], odd[i % odd.size()]) << i;
-  }
-  EXPECT_EQ(rank0.epoch(), 2);
-  // Rank 1 ended exactly at an epoch's end; the wrap happens on demand.
-  EXPECT_EQ(rank1.epoch(), 2);
+  return rows;
 }
 
-TEST(DataLoaderTest, ShardsAreDisjointAndCompleteEveryEpoch) {
-  // 23 documents over 4 ranks, shuffled: each epoch of each rank is a
-  // permutation of its shard, and the shards partition the corpus.
+std::vector<std::unique_ptr<DataLoader>> ranks_of(
+    const std::vector<std::string>& all,
+    int64_t dp,
+    int64_t batch,
+    bool shuffle,
+    int64_t prefetch = 0) {
+  std::vector<std::unique_ptr<DataLoader>> ranks;
+  for (int64_t r = 0; r < dp; ++r) {
+    ranks.push_back(std::make_unique<DataLoader>(
+        docs(all), bytes(), options(batch, 5, prefetch, r, dp, shuffle)));
+  }
+  return ranks;
+}
+
+TEST(DataLoaderTest, DataParallelRanksSplitOneGlobalBatch) {
+  // Whatever the data-parallel degree, the ranks' batches of a step, in
+  // rank order, are the rows of one rank's batch of the same global size:
+  // the global batch does not depend on the split.
   const std::vector<std::string> all = numbered(23);
-  std::set<std::string> covered;
-  for (int64_t rank = 0; rank < 4; ++rank) {
-    DataLoader loader(docs(all), bytes(), options(3, 5, 2, rank, 4, true));
-    const int64_t shard = (23 - rank + 3) / 4;
-    // Enough batches for three epochs of this rank's shard, whole documents.
-    std::vector<std::string> seen = documents_seen(loader, 12, false);
-    ASSERT_GE(seen.size(), static_cast<size_t>(3 * shard)) << rank;
-    std::vector<std::vector<std::string>> epochs;
-    for (int64_t e = 0; e < 3; ++e) {
-      std::vector<std::string> epoch(
-          seen.begin() + e * shard, seen.begin() + (e + 1) * shard);
-      const std::set<std::string> unique(epoch.begin(), epoch.end());
-      EXPECT_EQ(unique.size(), static_cast<size_t>(shard)) << rank << " " << e;
-      std::set<std::string> expected;
-      for (int64_t i = rank; i < 23; i += 4) {
-        expected.insert(all[i]);
+  for (const bool shuffle : {false, true}) {
+    auto one = ranks_of(all, 1, 12, shuffle);
+    const auto reference = global_rows(one, 5);
+    for (const int64_t dp : {2, 3, 4}) {
+      SCOPED_TRACE(
+          "dp " + std::to_string(dp) + " shuffle " + std::to_string(shuffle));
+      auto ranks = ranks_of(all, dp, 12 / dp, shuffle, /*prefetch=*/2);
+      EXPECT_EQ(global_rows(ranks, 5), reference);
+      // Every rank stands at the same place in the global stream.
+      for (const auto& loader : ranks) {
+        EXPECT_EQ(loader->state(), one[0]->state());
       }
-      EXPECT_EQ(unique, expected) << rank << " " << e;
-      epochs.push_back(epoch);
-    }
-    // Seeded per epoch: a new order each epoch (6 documents: 1/720 a tie).
-    EXPECT_NE(epochs[0], epochs[1]) << rank;
-    for (const auto& doc : epochs[0]) {
-      EXPECT_TRUE(covered.insert(doc).second) << doc << " on two ranks";
     }
   }
-  EXPECT_EQ(covered, std::set<std::string>(all.begin(), all.end()));
+}
+
+TEST(DataLoaderTest, EveryEpochReadsEachDocumentOnce) {
+  // 23 documents, shuffled: each epoch is a permutation of the corpus, a new
+  // one each epoch.
+  const std::vector<std::string> all = numbered(23);
+  DataLoader loader(docs(all), bytes(), options(3, 5, 2, 0, 1, true));
+  const std::vector<std::string> seen = documents_seen(loader, 40, false);
+  ASSERT_GE(seen.size(), 3u * 23);
+  std::vector<std::vector<std::string>> epochs;
+  for (int64_t e = 0; e < 3; ++e) {
+    const std::vector<std::string> epoch(
+        seen.begin() + e * 23, seen.begin() + (e + 1) * 23);
+    EXPECT_EQ(
+        std::set<std::string>(epoch.begin(), epoch.end()),
+        std::set<std::string>(all.begin(), all.end()))
+        << e;
+    epochs.push_back(epoch);
+  }
+  EXPECT_NE(epochs[0], epochs[1]);
+  EXPECT_NE(epochs[0], all);
 }
 
 TEST(DataLoaderTest, ShuffleFollowsTheSeed) {
@@ -318,14 +334,39 @@ TEST(DataLoaderTest, RestoredLoaderYieldsTheSameBatches) {
   }
 }
 
+TEST(DataLoaderTest, StateReshardsAcrossDataParallelDegrees) {
+  // A state saved by any of dp 1, 2, 3, 4 ranks (after a few global
+  // batches of 12 rows) resumes at any other degree: the resumed ranks'
+  // rows continue the uninterrupted stream, shuffle and epochs included.
+  const std::vector<std::string> all = numbered(19);
+  auto one = ranks_of(all, 1, 12, /*shuffle=*/true);
+  const auto stream = global_rows(one, 9);
+  for (const int64_t saved : {1, 2, 3, 4}) {
+    for (const int64_t resumed : {1, 2, 3, 4}) {
+      SCOPED_TRACE(
+          "saved at dp " + std::to_string(saved) + ", resumed at dp " +
+          std::to_string(resumed));
+      auto before = ranks_of(all, saved, 12 / saved, true, /*prefetch=*/2);
+      auto head = global_rows(before, 4);
+      const std::string json = before[saved - 1]->state().to_json();
+      auto after = ranks_of(all, resumed, 12 / resumed, true, /*prefetch=*/1);
+      for (auto& loader : after) {
+        loader->load_state(DataLoaderState::from_json(json));
+      }
+      const auto tail = global_rows(after, 5);
+      head.insert(head.end(), tail.begin(), tail.end());
+      EXPECT_EQ(head, stream);
+    }
+  }
+}
+
 TEST(DataLoaderTest, StateIsSmallJsonAndChecked) {
   DataLoader loader(docs(numbered(9)), bytes(), options(1, 5, 0, 1, 2));
   take(loader, 3);
   const DataLoaderState state = loader.state();
   EXPECT_EQ(
       state.to_json(),
-      "{\"epoch\":0,\"document\":3,\"token\":2,\"dp_rank\":1,\"dp_size\":2,"
-      "\"dataset_size\":9}");
+      "{\"epoch\":0,\"document\":6,\"token\":2,\"dataset_size\":9}");
   EXPECT_EQ(DataLoaderState::from_json(state.to_json()), state);
   EXPECT_NE(
       thrown_message<std::runtime_error>([] {
@@ -338,11 +379,19 @@ TEST(DataLoaderTest, StateIsSmallJsonAndChecked) {
       }).find("[DataLoaderState] invalid JSON"),
       std::string::npos);
 
-  DataLoader other_rank(docs(numbered(9)), bytes(), options(1, 5, 0, 0, 2));
+  // The state of an earlier per-rank loader: one rank's is a position in
+  // the global stream, several ranks' are not.
+  EXPECT_EQ(
+      DataLoaderState::from_json(
+          "{\"epoch\":1,\"document\":2,\"token\":3,\"dp_rank\":0,"
+          "\"dp_size\":1,\"dataset_size\":9}"),
+      (DataLoaderState{1, 2, 3, 9}));
   EXPECT_NE(
-      thrown_message<std::runtime_error>([&] {
-        other_rank.load_state(state);
-      }).find("its dp_rank is 1 but this loader's is 0"),
+      thrown_message<std::runtime_error>([] {
+        DataLoaderState::from_json(
+            "{\"epoch\":1,\"document\":2,\"token\":3,\"dp_rank\":1,"
+            "\"dp_size\":2,\"dataset_size\":9}");
+      }).find("is the state of one of 2 ranks of an earlier per-rank loader"),
       std::string::npos);
   DataLoader other_corpus(docs(numbered(11)), bytes(), options(1, 5, 0, 1, 2));
   EXPECT_NE(
@@ -351,13 +400,13 @@ TEST(DataLoaderTest, StateIsSmallJsonAndChecked) {
       }).find("its dataset_size is 9 but this loader's is 11"),
       std::string::npos);
   DataLoaderState past = state;
-  past.document = 4;  // rank 1 of 2 holds documents 1, 3, 5, 7
+  past.document = 9;
   EXPECT_NE(
       thrown_message<std::runtime_error>([&] {
         loader.load_state(past);
-      }).find("document in [0, 4)"),
+      }).find("document in [0, 9)"),
       std::string::npos);
-  past.document = 0;
+  past.document = 1;
   past.token = 99;
   loader.load_state(past);
   EXPECT_NE(
@@ -416,21 +465,17 @@ TEST(DataLoaderTest, DestructorStopsABusyWorker) {
 
 // --- validation --------------------------------------------------------------
 
-TEST(DataLoaderTest, RankWithoutDocumentsThrows) {
-  const std::string message = thrown_message<std::runtime_error>([] {
-    DataLoader loader(
-        docs({"one", "two", "three"}), bytes(), options(1, 4, 0, 3, 4));
-  });
-  EXPECT_NE(
-      message.find("[DataLoader] the dataset's 3 documents give dp_rank 3 of "
-                   "dp_size 4 no document"),
-      std::string::npos)
-      << message;
-  EXPECT_NE(
+TEST(DataLoaderTest, AnEmptyDatasetThrows) {
+  EXPECT_EQ(
       thrown_message<std::runtime_error>([] {
         DataLoader loader(docs({}), bytes(), options(1, 4, 0));
-      }).find("dataset's 0 documents"),
-      std::string::npos);
+      }),
+      "[DataLoader] the dataset has no document; allowed: a corpus of at "
+      "least one");
+  // Fewer documents than ranks is fine: the ranks share one stream.
+  DataLoader loader(
+      docs({"one", "two", "three"}), bytes(), options(1, 4, 0, 3, 4));
+  EXPECT_EQ(loader.next().inputs.size(0), 1);
 }
 
 TEST(DataLoaderTest, ValidatesOptions) {
