@@ -314,6 +314,18 @@ DataTokenizeArgs parse_data_tokenize(const std::vector<std::string>& args) {
   return out;
 }
 
+CheckpointInspectArgs parse_checkpoint_inspect(
+    const std::vector<std::string>& args) {
+  if (args.size() != 1 || args[0].rfind("--", 0) == 0) {
+    throw ConfigError(
+        "baton checkpoint inspect: " +
+        (args.empty() ? std::string("no folder")
+                      : "'" + args[0] + (args.size() > 1 ? "' ..." : "'")) +
+        "; allowed: one checkpoint folder\n" + cli_usage());
+  }
+  return {args[0]};
+}
+
 /// `baton GROUP ACTION ...`: the action must be `action`.
 std::vector<std::string> sub_command_args(
     const std::string& group,
@@ -359,9 +371,15 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
         parse_data_tokenize(sub_command_args("data", "tokenize", rest));
     return out;
   }
+  if (out.command == "checkpoint") {
+    out.command = "checkpoint inspect";
+    out.checkpoint_inspect = parse_checkpoint_inspect(
+        sub_command_args("checkpoint", "inspect", rest));
+    return out;
+  }
   std::string message = "unknown command '" + out.command + "'";
-  const std::string hint =
-      closest_match(out.command, {"train", "schedule", "tokenizer", "data"});
+  const std::string hint = closest_match(
+      out.command, {"train", "schedule", "tokenizer", "data", "checkpoint"});
   if (!hint.empty()) {
     message += "; did you mean '" + hint + "'?";
   }
@@ -386,6 +404,7 @@ std::string cli_usage() {
          "                 [--text-field NAME] [--tokenizer NAME] "
          "[--tokenizer-path FILE]\n"
          "                 [--tokens-per-shard N]\n"
+         "  baton checkpoint inspect DIR\n"
          "\n"
          "  --config FILE         YAML job config (see configs/)\n"
          "  --SECTION.KEY=VALUE   override one config key, e.g. "

@@ -77,10 +77,16 @@ struct DataTokenizeArgs {
   int64_t tokens_per_shard = int64_t{1} << 28;
 };
 
+/// `baton checkpoint inspect` arguments.
+struct CheckpointInspectArgs {
+  /// A checkpoint folder (a run's checkpoint/) or one step-N folder.
+  std::string dir;
+};
+
 /// The parsed command line.
 struct CliArgs {
-  /// "train", "schedule", "tokenizer train", "data tokenize", or "help"
-  /// for --help / no arguments.
+  /// "train", "schedule", "tokenizer train", "data tokenize", "checkpoint
+  /// inspect", or "help" for --help / no arguments.
   std::string command;
   /// Set for "train".
   TrainArgs train;
@@ -90,12 +96,15 @@ struct CliArgs {
   TokenizerTrainArgs tokenizer_train;
   /// Set for "data tokenize".
   DataTokenizeArgs data_tokenize;
+  /// Set for "checkpoint inspect".
+  CheckpointInspectArgs checkpoint_inspect;
 };
 
 /// Parses argv[1:]. Throws ConfigError (exit code 2) for an unknown command
 /// or flag, a missing value, a missing --config, a `schedule` without
 /// --schedule / --pp / --microbatches (or --csv) or with an unknown format,
-/// or a `tokenizer train` / `data tokenize` without --input or --out.
+/// or a `tokenizer train` / `data tokenize` without --input or --out, or a
+/// `checkpoint inspect` without exactly one folder.
 CliArgs parse_cli(const std::vector<std::string>& args);
 
 /// The usage text of `baton --help`.

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "app/progress.h"
+#include "checkpoint/inspect.h"
 #include "common/error.h"
 #include "data/dataset.h"
 #include "data/sentencepiece_tokenizer.h"
@@ -142,6 +143,20 @@ int run_data_tokenize(const DataTokenizeArgs& args) {
                "training.dataset_path="
             << args.out_dir << " and the same model.tokenizer\n";
   return 0;
+}
+
+int run_checkpoint_inspect(const CheckpointInspectArgs& args) {
+  const auto problems = inspect_checkpoint(args.dir, std::cout);
+  if (problems.empty()) {
+    return 0;
+  }
+  std::cerr << "error: " << problems.front()
+            << (problems.size() > 1
+                    ? " (and " + std::to_string(problems.size() - 1) +
+                          " more problems, listed above)"
+                    : std::string())
+            << '\n';
+  return 1;
 }
 
 }  // namespace baton

@@ -13,5 +13,9 @@ int run_tokenizer_train(const TokenizerTrainArgs& args);
 /// `baton data tokenize`: tokenises the inputs into token shards, with a
 /// progress report on stderr.
 int run_data_tokenize(const DataTokenizeArgs& args);
+/// `baton checkpoint inspect`: prints what a checkpoint holds and checks
+/// every byte; 1 (the first problem on stderr) when something does not
+/// check out.
+int run_checkpoint_inspect(const CheckpointInspectArgs& args);
 
 }  // namespace baton

@@ -121,6 +121,9 @@ int main(int argc, char** argv) {
     if (cli.command == "data tokenize") {
       return baton::run_data_tokenize(cli.data_tokenize);
     }
+    if (cli.command == "checkpoint inspect") {
+      return baton::run_checkpoint_inspect(cli.checkpoint_inspect);
+    }
     return run_train(cli.train, argv);
   } catch (...) {
     const auto [code, message] = describe(std::current_exception());

@@ -77,7 +77,9 @@ std::string describe_layout(const json& l) {
   };
   std::string text = "pp " + n("pp");
   if (l.value("pp", 1) > 1) {
-    text += ", " + n("stages_per_rank") + " stages per rank (" +
+    text += ", " + n("stages_per_rank") +
+            (l.value("stages_per_rank", 1) == 1 ? " stage" : " stages") +
+            " per rank (" +
             l.value("schedule", "?") + ")";
   }
   text += ", dp " + n("dp_replicate");

@@ -409,6 +409,55 @@ TEST(Checkpoint, AVersion2PerRankLoaderStateLoadsWhereItCan) {
       << r2.output;
 }
 
+TEST(Checkpoint, InspectReportsWhatASaveHoldsAndFindsDamage) {
+  const auto dump = fresh_dir("ck_inspect");
+  ASSERT_EQ(
+      train("debug_model", dump, " --parallelism.data_parallel_shard_degree=2", 2)
+          .code,
+      0);
+  const std::string inspect = baton_bin() + " checkpoint inspect ";
+  const auto good = run_command(inspect + (dump / "checkpoint").string());
+  EXPECT_EQ(good.code, 0) << good.output;
+  for (const char* expected :
+       {"2 steps step-5 step-10",
+        "step-5: step 5, ",
+        "saved by pp 1, dp 1 x 2 shards (index version 3)",
+        "  loader: {\"dataset_size\":",
+        "  layers.0.attention.wq.weight  F32 [256, 256]  2 slices: "
+        "rank-00000.safetensors at [0, 0] [128, 256]; rank-00001.safetensors "
+        "at [128, 0] [128, 256];",
+        "every byte checks out"}) {
+    EXPECT_NE(good.output.find(expected), std::string::npos)
+        << expected << "\n" << good.output;
+  }
+  // One flipped byte at the end of a file's data: its last tensor.
+  const fs::path file = step_dir(dump, 10) / "rank-00001.safetensors";
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    const char c = static_cast<char>(f.get() ^ 0x5a);
+    f.seekp(-1, std::ios::end);
+    f.put(c);
+  }
+  const auto bad = run_command(inspect + step_dir(dump, 10).string());
+  EXPECT_EQ(bad.code, 1) << bad.output;
+  EXPECT_NE(
+      bad.output.find("error: step-10/rank-00001.safetensors: tensor '"),
+      std::string::npos)
+      << bad.output;
+  EXPECT_NE(bad.output.find("(the file is damaged)"), std::string::npos);
+  // Not a checkpoint: exit 1 naming the folder; no folder: usage, exit 2.
+  const auto empty = fresh_dir("ck_inspect_empty");
+  fs::create_directories(empty);
+  const auto none = run_command(inspect + empty.string());
+  EXPECT_EQ(none.code, 1) << none.output;
+  EXPECT_NE(
+      none.output.find("holds no step-N folder with an index.json"),
+      std::string::npos)
+      << none.output;
+  EXPECT_EQ(run_command(baton_bin() + " checkpoint inspect").code, 2);
+}
+
 TEST(Checkpoint, ASaveKilledHalfWayLeavesThePreviousOneLoadable) {
   const std::string every2 = " --training.steps=6 --checkpoint.interval=2";
   const auto straight = fresh_dir("ck_kill_straight");
