@@ -69,8 +69,10 @@ void BM_TensorParallelTraffic(benchmark::State& state, const char* flavor) {
         kRanks,
         [&](int64_t rank, baton::dist::Runtime& rt) {
           at::set_num_threads(1);
-          const auto dims = baton::ParallelDims::resolve(1, 1, kRanks, 1, kRanks);
-          const baton::dist::ParallelMesh mesh(dims, rank, rt.shared_from_this());
+          const auto dims =
+              baton::ParallelDims::resolve(1, 1, kRanks, 1, kRanks);
+          const baton::dist::ParallelMesh mesh(
+              dims, rank, rt.shared_from_this());
           baton::JobConfig config;
           config.parallelism.tensor_parallel_degree = kRanks;
           config.training.seq_len = kSeqLen;

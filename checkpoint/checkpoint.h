@@ -63,10 +63,10 @@ struct CheckpointLayout {
 /// The folder is written as `step-N.partial`, fsynced, then renamed, so a
 /// crash mid-save leaves the earlier checkpoints whole. Any pp degree,
 /// stage count, schedule, DP degree, dp_shard or tp degree loads a
-/// checkpoint written by any other: ranks read the FQNs they hold, each the part of
-/// every saved slice that falls in its own slice (ModelPart::slice). The loader
-/// state is restored when the DP degree matches and skipped with a warning
-/// otherwise.
+/// checkpoint written by any other: ranks read the FQNs they hold, each the
+/// part of every saved slice that falls in its own slice (ModelPart::slice).
+/// The loader state is restored when the DP degree matches and skipped with a
+/// warning otherwise.
 ///
 /// Loading checks everything before changing anything: a truncated file,
 /// a checksum mismatch, a missing or extra FQN, or a shape or dtype

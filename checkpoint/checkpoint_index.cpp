@@ -79,8 +79,7 @@ std::string describe_layout(const json& l) {
   if (l.value("pp", 1) > 1) {
     text += ", " + n("stages_per_rank") +
             (l.value("stages_per_rank", 1) == 1 ? " stage" : " stages") +
-            " per rank (" +
-            l.value("schedule", "?") + ")";
+            " per rank (" + l.value("schedule", "?") + ")";
   }
   text += ", dp " + n("dp_replicate");
   if (l.value("dp_shard", 1) > 1) {
@@ -278,8 +277,8 @@ json make_index(
         index["dataloader"] = {{"state", m["loader"]}};
       } else if (index["dataloader"]["state"] != m["loader"]) {
         throw std::logic_error(
-            "[checkpoint] the loader state of rank " + m["rank"].dump() +
-            " (" + m["loader"].dump() + ") differs from another's (" +
+            "[checkpoint] the loader state of rank " + m["rank"].dump() + " (" +
+            m["loader"].dump() + ") differs from another's (" +
             index["dataloader"]["state"].dump() + ")");
       }
     }

@@ -30,8 +30,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 /// children with an index, in step order; leftovers go to `partial`.
 std::vector<fs::path> step_folders(
     const fs::path& dir, std::vector<std::string>& partial) {
-  if (parse_step_dir(dir.filename().string()) &&
-      fs::exists(dir / kIndexFile)) {
+  if (parse_step_dir(dir.filename().string()) && fs::exists(dir / kIndexFile)) {
     return {dir};
   }
   std::vector<std::pair<int64_t, fs::path>> steps;
@@ -67,14 +66,13 @@ void check_piece(
     const TensorSlice& piece,
     std::map<std::string, std::unique_ptr<SafetensorsReader>>& readers,
     std::vector<std::string>& problems) {
-  const std::string where =
-      step_dir.filename().string() + "/" + piece.file + ": tensor '" + name +
-      "'";
+  const std::string where = step_dir.filename().string() + "/" + piece.file +
+                            ": tensor '" + name + "'";
   auto& reader = readers[piece.file];
   if (!reader) {
     try {
-      reader = std::make_unique<SafetensorsReader>(
-          (step_dir / piece.file).string());
+      reader =
+          std::make_unique<SafetensorsReader>((step_dir / piece.file).string());
     } catch (const std::exception& e) {
       problems.push_back(where + ": " + e.what());
       readers.erase(piece.file);
@@ -86,8 +84,7 @@ void check_piece(
     problems.push_back(where + ": not in the file");
     return;
   }
-  if (safetensors_dtype(entry->dtype) != dtype ||
-      entry->shape != piece.shape) {
+  if (safetensors_dtype(entry->dtype) != dtype || entry->shape != piece.shape) {
     problems.push_back(
         where + ": the file holds " + safetensors_dtype(entry->dtype) + " " +
         shape_text(entry->shape) + ", the index says " + dtype + " " +
@@ -125,14 +122,15 @@ void inspect_step(
   out << step_dir.filename().string() << ": step "
       << index.value("step", int64_t{-1}) << ", "
       << index.value("tokens_seen", int64_t{0}) << " tokens seen, LR step "
-      << index.value("lr_scheduler_steps", json()).dump()
-      << "; saved by " << describe_layout(index.value("layout", json()))
-      << " (index version " << index.value("version", 0) << ")\n";
+      << index.value("lr_scheduler_steps", json()).dump() << "; saved by "
+      << describe_layout(index.value("layout", json())) << " (index version "
+      << index.value("version", 0) << ")\n";
   const json loader = index.value("dataloader", json());
   out << "  loader: "
       << (loader.is_object() && loader.contains("state")
               ? loader["state"].dump()
-              : loader.is_null() ? std::string("none") : loader.dump())
+          : loader.is_null() ? std::string("none")
+                             : loader.dump())
       << "\n";
   std::map<std::string, std::unique_ptr<SafetensorsReader>> readers;
   int64_t tensors = 0;
@@ -167,7 +165,8 @@ void inspect_step(
   out << "  " << tensors << " tensors, "
       << (bytes < (1 << 20) ? std::to_string(bytes / 1024) + " KiB"
                             : std::to_string(bytes / (1 << 20)) + " MiB")
-      << " in " << readers.size() << (readers.size() == 1 ? " file\n" : " files\n");
+      << " in " << readers.size()
+      << (readers.size() == 1 ? " file\n" : " files\n");
 }
 
 }  // namespace

@@ -11,10 +11,10 @@
 #include "parallel/activation_checkpoint.h"
 #include "parallel/data_parallel/replicate.h"
 #include "parallel/dist/mesh.h"
-#include "parallel/tensor_parallel/tensor_parallel.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/mixed_precision.h"
 #include "parallel/model_parts.h"
+#include "parallel/tensor_parallel/tensor_parallel.h"
 
 namespace baton {
 
@@ -31,7 +31,9 @@ void register_builtin_appliers() {
         "moves the part to the device and puts it in training mode");
     registry.add(
         "tensor_parallel",
-        [] { return std::make_unique<tensor_parallel::TensorParallelApplier>(); },
+        [] {
+          return std::make_unique<tensor_parallel::TensorParallelApplier>();
+        },
         "Megatron's tensor parallel with sequence parallel over tp "
         "(parallelism.tensor_parallel_degree): column- and row-parallel "
         "linears, vocabulary-parallel embedding and output");

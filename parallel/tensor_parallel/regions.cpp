@@ -31,8 +31,7 @@ void count(const std::string& key, int64_t bytes) {
 /// Runs `op` under the region's name: a profiler range, and a CommError
 /// that says which region and collective failed.
 template <class Op>
-at::Tensor named(
-    const Region& region, const std::string& what, const Op& op) {
+at::Tensor named(const Region& region, const std::string& what, const Op& op) {
   const std::string label = "tensor_parallel " + region.name + " " + what;
   RECORD_FUNCTION(label, std::vector<c10::IValue>());
   try {
@@ -85,71 +84,60 @@ const Region& region_of(torch::autograd::AutogradContext* ctx) {
   return *reinterpret_cast<const Region*>(ctx->saved_data["region"].toInt());
 }
 
-class GatherSequence : public torch::autograd::Function<GatherSequence> {
+/// The two sequence-parallel regions, each the other's backward: `gather`
+/// all-gathers the sequence forward and reduce-scatters the gradient,
+/// otherwise the reverse. `enter` / `leave` name the side of the module.
+class SequenceRegion : public torch::autograd::Function<SequenceRegion> {
  public:
   static at::Tensor forward(
       torch::autograd::AutogradContext* ctx,
       const at::Tensor& x,
-      int64_t region_ptr) {
+      int64_t region_ptr,
+      bool gather) {
     ctx->saved_data["region"] = region_ptr;
-    const Region& region = region_of(ctx);
-    return named(region, "enter all-gather", [&] {
-      return gather_along_sequence(x, region, region.name + " enter forward");
-    });
+    ctx->saved_data["gather"] = gather;
+    return run(*reinterpret_cast<const Region*>(region_ptr), x, gather, false);
   }
   static torch::autograd::variable_list backward(
       torch::autograd::AutogradContext* ctx,
       torch::autograd::variable_list grads) {
-    const Region& region = region_of(ctx);
+    const bool gather = ctx->saved_data["gather"].toBool();
     return {
-        named(
-            region,
-            "enter backward reduce-scatter",
-            [&] {
-              return scatter_along_sequence(
-                  grads[0], region, region.name + " enter backward");
-            }),
+        run(region_of(ctx), grads[0], !gather, true),
+        at::Tensor(),
         at::Tensor()};
   }
-};
 
-class ReduceScatterSequence
-    : public torch::autograd::Function<ReduceScatterSequence> {
- public:
-  static at::Tensor forward(
-      torch::autograd::AutogradContext* ctx,
-      const at::Tensor& x,
-      int64_t region_ptr) {
-    ctx->saved_data["region"] = region_ptr;
-    const Region& region = region_of(ctx);
-    return named(region, "leave reduce-scatter", [&] {
-      return scatter_along_sequence(x, region, region.name + " leave forward");
-    });
-  }
-  static torch::autograd::variable_list backward(
-      torch::autograd::AutogradContext* ctx,
-      torch::autograd::variable_list grads) {
-    const Region& region = region_of(ctx);
-    return {
-        named(
-            region,
-            "leave backward all-gather",
-            [&] {
-              return gather_along_sequence(
-                  grads[0], region, region.name + " leave backward");
-            }),
-        at::Tensor()};
+ private:
+  /// The collective `gather` names on `x`, labelled by the module side
+  /// (the gathering region is its entry) and the direction.
+  static at::Tensor run(
+      const Region& region, const at::Tensor& x, bool gather, bool backward) {
+    const bool enter = gather != backward;
+    const std::string side = enter ? "enter" : "leave";
+    const std::string key =
+        region.name + " " + side + (backward ? " backward" : " forward");
+    return named(
+        region,
+        side + (backward ? " backward " : " ") +
+            (gather ? "all-gather" : "reduce-scatter"),
+        [&] {
+          return gather ? gather_along_sequence(x, region, key)
+                        : scatter_along_sequence(x, region, key);
+        });
   }
 };
 
 }  // namespace
 
 at::Tensor gather_sequence(const at::Tensor& x, const Region& region) {
-  return GatherSequence::apply(x, reinterpret_cast<int64_t>(&region));
+  return SequenceRegion::apply(
+      x, reinterpret_cast<int64_t>(&region), /*gather=*/true);
 }
 
 at::Tensor reduce_scatter_sequence(const at::Tensor& x, const Region& region) {
-  return ReduceScatterSequence::apply(x, reinterpret_cast<int64_t>(&region));
+  return SequenceRegion::apply(
+      x, reinterpret_cast<int64_t>(&region), /*gather=*/false);
 }
 
 at::Tensor all_reduce_gradient(const at::Tensor& grad, const Region& region) {

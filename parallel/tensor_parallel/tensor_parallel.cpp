@@ -57,7 +57,8 @@ void sum_gradient_over_tp(
   });
 }
 
-std::shared_ptr<Region> region(const ParallelContext& context, std::string name) {
+std::shared_ptr<Region> region(
+    const ParallelContext& context, std::string name) {
   return std::make_shared<Region>(
       Region{context.mesh.group(dist::MeshDim::kTp), std::move(name)});
 }
@@ -131,8 +132,8 @@ void TensorParallelApplier::apply(
     return;
   }
   const llama::ModelArgs& args = model->args();
-  if (const auto problem = tensor_parallel_problem(
-          args, context.config.training.seq_len, n)) {
+  if (const auto problem =
+          tensor_parallel_problem(args, context.config.training.seq_len, n)) {
     throw_config_error(context.config.origin(problem->key), problem->message);
   }
   const int64_t head_dim = args.head_dim();
@@ -169,11 +170,10 @@ void TensorParallelApplier::apply(
   if (model->spec().embedding) {
     cut("tok_embeddings.weight", 0, vocab_rows);
     const auto r = region(context, "tok_embeddings");
-    model->embedding_lookup = [r, vocab](
-                                  const at::Tensor& ids,
-                                  const at::Tensor& weight) {
-      return vocab_parallel_embedding(ids, weight, vocab, *r);
-    };
+    model->embedding_lookup =
+        [r, vocab](const at::Tensor& ids, const at::Tensor& weight) {
+          return vocab_parallel_embedding(ids, weight, vocab, *r);
+        };
   }
   if (model->spec().output) {
     cut("output.weight", 0, vocab_rows);
@@ -185,11 +185,11 @@ void TensorParallelApplier::apply(
   }
   model->sequence_shards = n;
   LOG(INFO) << "tensor_parallel: stage " << part.stage() << ": tp rank "
-            << group->rank() << " of " << n << " holds "
-            << args.n_heads / n << " of " << args.n_heads << " query heads, "
-            << args.kv_heads() / n << " of " << args.kv_heads()
-            << " key/value heads, " << args.ffn_hidden_dim() / n << " of "
-            << args.ffn_hidden_dim() << " hidden rows"
+            << group->rank() << " of " << n << " holds " << args.n_heads / n
+            << " of " << args.n_heads << " query heads, " << args.kv_heads() / n
+            << " of " << args.kv_heads() << " key/value heads, "
+            << args.ffn_hidden_dim() / n << " of " << args.ffn_hidden_dim()
+            << " hidden rows"
             << (model->spec().embedding || model->spec().output
                     ? ", vocabulary [" + std::to_string(vocab.begin) + ", " +
                           std::to_string(vocab.end) + ") of " +

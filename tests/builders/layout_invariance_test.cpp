@@ -32,7 +32,9 @@ const std::string kRun =
 /// The losses of `baton train` with `args` in a fresh folder `name`
 /// (kept, for a resume).
 std::vector<double> train(
-    const std::string& name, const std::string& args, fs::path* dump_out = nullptr) {
+    const std::string& name,
+    const std::string& args,
+    fs::path* dump_out = nullptr) {
   const auto dump = fresh_dir(name);
   const auto r = run_command(
       baton_bin() + " train" + args + " --config " +

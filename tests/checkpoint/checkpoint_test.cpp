@@ -361,8 +361,7 @@ TEST(Checkpoint, DataParallelReplicasWriteOnceAndTheLoaderStateIsGlobal) {
   // local batch): the same tokens follow, so the same losses, up to the
   // order of float sums.
   const auto other = stopped_at(saved, 5, "ck_dp_other");
-  const auto r3 =
-      train("debug_model", other, " --training.local_batch_size=8");
+  const auto r3 = train("debug_model", other, " --training.local_batch_size=8");
   ASSERT_EQ(r3.code, 0) << r3.output;
   EXPECT_NE(r3.output.find("resumed from step 5"), std::string::npos);
   const auto one = losses(other);
@@ -412,7 +411,8 @@ TEST(Checkpoint, AVersion2PerRankLoaderStateLoadsWhereItCan) {
 TEST(Checkpoint, InspectReportsWhatASaveHoldsAndFindsDamage) {
   const auto dump = fresh_dir("ck_inspect");
   ASSERT_EQ(
-      train("debug_model", dump, " --parallelism.data_parallel_shard_degree=2", 2)
+      train(
+          "debug_model", dump, " --parallelism.data_parallel_shard_degree=2", 2)
           .code,
       0);
   const std::string inspect = baton_bin() + " checkpoint inspect ";
@@ -427,8 +427,8 @@ TEST(Checkpoint, InspectReportsWhatASaveHoldsAndFindsDamage) {
         "rank-00000.safetensors at [0, 0] [128, 256]; rank-00001.safetensors "
         "at [128, 0] [128, 256];",
         "every byte checks out"}) {
-    EXPECT_NE(good.output.find(expected), std::string::npos)
-        << expected << "\n" << good.output;
+    EXPECT_NE(good.output.find(expected), std::string::npos) << expected << "\n"
+                                                             << good.output;
   }
   // One flipped byte at the end of a file's data: its last tensor.
   const fs::path file = step_dir(dump, 10) / "rank-00001.safetensors";

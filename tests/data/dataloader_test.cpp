@@ -467,9 +467,8 @@ TEST(DataLoaderTest, DestructorStopsABusyWorker) {
 
 TEST(DataLoaderTest, AnEmptyDatasetThrows) {
   EXPECT_EQ(
-      thrown_message<std::runtime_error>([] {
-        DataLoader loader(docs({}), bytes(), options(1, 4, 0));
-      }),
+      thrown_message<std::runtime_error>(
+          [] { DataLoader loader(docs({}), bytes(), options(1, 4, 0)); }),
       "[DataLoader] the dataset has no document; allowed: a corpus of at "
       "least one");
   // Fewer documents than ranks is fine: the ranks share one stream.

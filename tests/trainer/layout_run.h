@@ -69,9 +69,9 @@ struct RunLayout {
     return "pp " + std::to_string(pp) +
            (pp > 1 ? " (" + schedule + ")" : std::string()) + " x dp_shard " +
            std::to_string(dp_shard) + " x tp " + std::to_string(tp) +
-           (ac == "none" ? std::string()
-                         : ", activation checkpoint " + ac + " " +
-                               ac_selective) +
+           (ac == "none"
+                ? std::string()
+                : ", activation checkpoint " + ac + " " + ac_selective) +
            (bf16 ? ", bf16" : "");
   }
 };
@@ -131,9 +131,8 @@ inline void run_layout_rank(
     LayoutRunResult& result,
     std::mutex& mutex) {
   const llama::ModelArgs args = layout_run_args();
-  const auto dims =
-      ParallelDims::resolve(1, layout.dp_shard, layout.tp, layout.pp,
-                            layout.world());
+  const auto dims = ParallelDims::resolve(
+      1, layout.dp_shard, layout.tp, layout.pp, layout.world());
   const dist::ParallelMesh mesh(
       dims, rank, rt ? rt->shared_from_this() : nullptr);
   JobConfig config;
@@ -149,13 +148,13 @@ inline void run_layout_rank(
   config.optimizer.lr = 1e-2;
   config.optimizer.eps = 1e-6;
   config.optimizer.weight_decay = 0.1;
-  const MixedPrecision mp =
-      layout.bf16 ? MixedPrecision{at::kBFloat16, at::kFloat}
-                  : MixedPrecision{};
+  const MixedPrecision mp = layout.bf16
+                                ? MixedPrecision{at::kBFloat16, at::kFloat}
+                                : MixedPrecision{};
   const ApplierChain chain = with_mixed_precision(
       with_activation_checkpoint(
-          with_tensor_parallel(data_parallel_chain(1, layout.dp_shard),
-                               layout.tp),
+          with_tensor_parallel(
+              data_parallel_chain(1, layout.dp_shard), layout.tp),
           config),
       mp);
   const bool pipelined = layout.pp > 1;
@@ -179,8 +178,7 @@ inline void run_layout_rank(
     auto chunk = std::make_shared<llama::TransformerImpl>(args, chunks[s]);
     chunk->init_weights(5);
     auto part = std::make_shared<ModelPart>(chunk, s);
-    chain.apply(
-        *part, ParallelContext{config, mesh, at::kCPU, pipelined, mp});
+    chain.apply(*part, ParallelContext{config, mesh, at::kCPU, pipelined, mp});
     stages.emplace_back(s, chunk);
     me.parts.push_back(part);
   }
@@ -197,7 +195,8 @@ inline void run_layout_rank(
         o, std::make_shared<WarmupStableDecay>(config.lr_scheduler, 1000)));
   });
   me.schedulers = std::make_unique<LRSchedulersContainer>(std::move(lrs));
-  const LossFn loss = tensor_parallel::tensor_parallel_loss(mesh, args.vocab_size);
+  const LossFn loss =
+      tensor_parallel::tensor_parallel_loss(mesh, args.vocab_size);
   std::unique_ptr<TrainStep> step;
   if (pipelined) {
     pipeline::ExecutorShapes shapes;
@@ -208,9 +207,14 @@ inline void run_layout_rank(
     shapes.dtype = mp.param;
     step = std::make_unique<PipelinedTrainStep>(
         std::make_unique<pipeline::PipelineExecutor>(
-            pipeline::lower_schedule(schedule), stages, mesh.pp(), loss,
+            pipeline::lower_schedule(schedule),
+            stages,
+            mesh.pp(),
+            loss,
             shapes),
-        mesh.pp(), mesh.dp(), /*accumulation=*/1,
+        mesh.pp(),
+        mesh.dp(),
+        /*accumulation=*/1,
         layout.rows * kLayoutRunSeq);
   } else {
     step = std::make_unique<LocalTrainStep>(loss, mesh.loss());
@@ -226,7 +230,9 @@ inline void run_layout_rank(
     if (reads_data) {
       batches = micro_batches(
           global_batch(s, layout.rows * dims.dp(), args.vocab_size, 3000),
-          dp_rank, layout.rows, 1);
+          dp_rank,
+          layout.rows,
+          1);
     }
     me.optimizers->zero_grad();
     losses.push_back(step->run(me.parts, batches).loss);

@@ -86,16 +86,19 @@ TEST(TensorParallel, EveryScheduleRunsItsStagesUnderTensorParallel) {
   // and microbatches it takes (DualPipeV's overlapped F and B included).
   pipeline::register_builtin_schedules();
   for (const char* name :
-       {"GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS",
-        "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"}) {
+       {"GPipe",
+        "1F1B",
+        "Interleaved1F1B",
+        "LoopedBFS",
+        "InterleavedZeroBubble",
+        "ZBVZeroBubble",
+        "DualPipeV"}) {
     RunLayout l = tp(2);
     l.pp = 2;
     l.schedule = name;
     l.rows = 4;
-    l.stages_per_rank = std::string(name) == "GPipe" ||
-                                std::string(name) == "1F1B"
-                            ? 1
-                            : 2;
+    l.stages_per_rank =
+        std::string(name) == "GPipe" || std::string(name) == "1F1B" ? 1 : 2;
     expect_equals_one_process(l);
   }
 }

@@ -43,7 +43,9 @@ TEST(SequenceRegions, GatherAndReduceScatterAreEachOthersBackward) {
         mine, out.slice(1, 2 * rank, 2 * rank + 2).detach(), 1e-6, 1e-6));
     (mine * mine).sum().backward();
     EXPECT_TRUE(torch::allclose(
-        shard.grad(), whole.grad().slice(1, 2 * rank, 2 * rank + 2), 1e-5,
+        shard.grad(),
+        whole.grad().slice(1, 2 * rank, 2 * rank + 2),
+        1e-5,
         1e-6));
   });
   // Each of the four collectives on each rank sends (n - 1) shards of

@@ -30,22 +30,20 @@ TEST(TensorParallelApplier, EachRankHoldsItsSliceOfTheWholeWeights) {
     TensorParallelApplier().apply(
         part, ParallelContext{config, mesh, at::kCPU});
     const auto params = part.module().named_parameters();
-    const auto expect_slice = [&](const std::string& fqn,
-                                  int64_t dim,
-                                  int64_t begin,
-                                  int64_t size) {
-      SCOPED_TRACE(fqn);
-      const at::Tensor& p = params[fqn];
-      const at::Tensor w = whole->named_parameters()[fqn];
-      EXPECT_TRUE(torch::equal(p, w.narrow(dim, begin, size)));
-      const ParamSlice* slice = part.slice(fqn);
-      ASSERT_NE(slice, nullptr);
-      EXPECT_EQ(slice->global_shape, w.sizes().vec());
-      std::vector<int64_t> offsets(w.dim(), 0);
-      offsets[dim] = begin;
-      EXPECT_EQ(slice->offsets, offsets);
-      EXPECT_EQ(part.grad_split(fqn), std::vector{dist::MeshDim::kTp});
-    };
+    const auto expect_slice =
+        [&](const std::string& fqn, int64_t dim, int64_t begin, int64_t size) {
+          SCOPED_TRACE(fqn);
+          const at::Tensor& p = params[fqn];
+          const at::Tensor w = whole->named_parameters()[fqn];
+          EXPECT_TRUE(torch::equal(p, w.narrow(dim, begin, size)));
+          const ParamSlice* slice = part.slice(fqn);
+          ASSERT_NE(slice, nullptr);
+          EXPECT_EQ(slice->global_shape, w.sizes().vec());
+          std::vector<int64_t> offsets(w.dim(), 0);
+          offsets[dim] = begin;
+          EXPECT_EQ(slice->offsets, offsets);
+          EXPECT_EQ(part.grad_split(fqn), std::vector{dist::MeshDim::kTp});
+        };
     expect_slice("layers.0.attention.wq.weight", 0, 16 * rank, 16);
     expect_slice("layers.0.attention.wk.weight", 0, 8 * rank, 8);
     expect_slice("layers.1.attention.wv.weight", 0, 8 * rank, 8);
@@ -56,7 +54,8 @@ TEST(TensorParallelApplier, EachRankHoldsItsSliceOfTheWholeWeights) {
     expect_slice("tok_embeddings.weight", 0, 7 * rank, 7 - rank);
     expect_slice("output.weight", 0, 7 * rank, 7 - rank);
     for (const char* fqn :
-         {"layers.0.attention_norm.weight", "layers.1.ffn_norm.weight",
+         {"layers.0.attention_norm.weight",
+          "layers.1.ffn_norm.weight",
           "norm.weight"}) {
       EXPECT_EQ(part.slice(fqn), nullptr) << fqn;
       EXPECT_TRUE(part.grad_split(fqn).empty()) << fqn;

@@ -51,15 +51,13 @@ void expect_loss_equals_plain(int64_t tp, int64_t vocab) {
   testing::run_ranks(tp, [&](int64_t rank, dist::Runtime& rt) {
     const Region region{rt.world(), "loss"};
     const VocabRange range = VocabRange::of(vocab, rank, tp);
-    const at::Tensor mine = c.logits.slice(2, range.begin, range.end)
-                                .clone()
-                                .requires_grad_(true);
+    const at::Tensor mine =
+        c.logits.slice(2, range.begin, range.end).clone().requires_grad_(true);
     const at::Tensor loss =
         vocab_parallel_cross_entropy_sum(mine, c.labels, range, region);
     (loss * 0.5).backward();  // a gradient other than 1 flows through
     EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-4);
-    const at::Tensor want =
-        whole.grad().slice(2, range.begin, range.end) * 0.5;
+    const at::Tensor want = whole.grad().slice(2, range.begin, range.end) * 0.5;
     EXPECT_TRUE(torch::allclose(mine.grad(), want, 1e-5, 1e-6))
         << "rank " << rank << " gradient differs by "
         << (mine.grad() - want).abs().max().item<double>();
@@ -129,7 +127,9 @@ TEST(VocabParallelEmbedding, EqualsThePlainLookupScatteredAlongTheSequence) {
     out.backward(go.slice(1, 3 * rank, 3 * rank + 3));
     // Each row's gradient, from every position, on the rank holding it.
     EXPECT_TRUE(torch::allclose(
-        rows.grad(), whole.grad().slice(0, range.begin, range.end), 1e-5,
+        rows.grad(),
+        whole.grad().slice(0, range.begin, range.end),
+        1e-5,
         1e-6));
   });
 }
