@@ -13,6 +13,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "builders/builder_registry.h"
+#include "common/blas.h"
 #include "common/error.h"
 #include "common/threads.h"
 #include "config/job_config.h"
@@ -60,6 +61,20 @@ int run_train(const baton::TrainArgs& args, char** argv) {
     std::cout << baton::job_config_to_yaml(config);
     return 0;
   }
+  // OpenBLAS's kernels (common/blas.h): chosen here, and for the ranks
+  // a launch starts, which inherit the choice and check it themselves.
+  const char* forced = std::getenv(baton::kBlasKernelsVar);
+  const bool from_env = forced != nullptr && *forced != '\0';
+  const baton::BlasStartup blas = baton::prepare_blas_kernels(
+      from_env ? std::string(forced) : config.training.blas_kernels,
+      from_env ? std::string(baton::kBlasKernelsVar) + "=" + forced
+               : config.origin("training.blas_kernels"),
+      baton::FaultInjection::get().fail_blas_check());
+  if (blas.warning) {
+    LOG(WARNING) << blas.log;
+  } else {
+    LOG(INFO) << blas.log;
+  }
   if (args.nproc > 0) {
     // The config is checked once, here, before any rank starts.
     baton::dist::LocalLaunchOptions launch;
@@ -74,15 +89,26 @@ int run_train(const baton::TrainArgs& args, char** argv) {
   }
   // Several intra-op threads must not spin beside OpenBLAS's
   // (common/threads.h): start again with OMP_WAIT_POLICY=PASSIVE unless the
-  // user chose a policy, or the config could not be read a second time (a
-  // pipe, /dev/stdin).
-  if (baton::openmp_wait_policy_unset() &&
-      (args.config_path.empty() ||
-       std::filesystem::is_regular_file(args.config_path)) &&
+  // user chose a policy; in the same restart as the kernels'. Not when the
+  // config could not be read a second time (a pipe, /dev/stdin).
+  const bool rereadable = args.config_path.empty() ||
+                          std::filesystem::is_regular_file(args.config_path);
+  const bool passive =
+      baton::openmp_wait_policy_unset() &&
       baton::resolve_intra_op_threads(
           config.training.num_threads,
-          baton::dist::detect_launch_env().local_world_size) > 1) {
-    baton::reexec_with_passive_openmp_wait(argv);
+          baton::dist::detect_launch_env().local_world_size) > 1;
+  if (!rereadable && blas.restart) {
+    LOG(WARNING) << "blas: the config cannot be read again (a pipe): going on "
+                    "with OpenBLAS's own kernels";
+  }
+  if (rereadable && (blas.restart || passive) &&
+      (!passive || baton::set_passive_openmp_wait())) {
+    baton::restart_process(
+        argv,
+        std::string(blas.restart ? "OpenBLAS's kernels" : "") +
+            (blas.restart && passive ? " and " : "") +
+            (passive ? "OMP_WAIT_POLICY=PASSIVE" : ""));
   }
   // Both live outside the try, so the runtime they hold is still there when
   // a failure is reported.

@@ -133,7 +133,9 @@ int main(int argc, char** argv) {
   // As `baton train` runs with several threads (common/threads.h); the
   // Python peer is run both with the same setting and without.
   if (baton::openmp_wait_policy_unset()) {
-    baton::reexec_with_passive_openmp_wait(argv);
+    if (baton::set_passive_openmp_wait()) {
+      baton::restart_process(argv, "OMP_WAIT_POLICY=PASSIVE");
+    }
   }
   baton::keep_freed_memory_in_process();
   benchmark::Initialize(&argc, argv);

@@ -11,6 +11,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "common/allocator.h"
+#include "common/blas.h"
 #include "common/text.h"
 #include "common/threads.h"
 #include "data/dataset.h"
@@ -115,12 +116,28 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   c.mesh = mesh_;
   c.peak_tflops = config_.metrics.peak_tflops;
   if (c.peak_tflops <= 0.0) {
-    c.peak_tflops = measure_peak_tflops(1024, 0.3, mixed_precision_.param);
-    LOG(INFO) << "peak " << c.peak_tflops
-              << " TFLOP/s, measured by a 1024x1024 "
+    // The step's own matmul shapes and the 1024 square, the best of each:
+    // no matmul of the step is faster than this peak.
+    const int64_t tokens =
+        config_.parallelism.pipeline_parallel_degree > 1
+            ? config_.parallelism.pipeline_parallel_microbatch_size *
+                  config_.training.seq_len
+            : config_.training.local_batch_size * config_.training.seq_len;
+    const int64_t tp = dims_.tp;
+    GemmShape best;
+    c.peak_tflops = measure_peak_tflops(
+        peak_probe_shapes(
+            tokens, args.dim, args.ffn_hidden_dim() / tp, args.vocab_size / tp),
+        0.4,
+        mixed_precision_.param,
+        &best);
+    LOG(INFO) << "peak " << c.peak_tflops << " TFLOP/s, the best of a "
               << mixed_precision_name(mixed_precision_.param)
-              << " matmul probe on " << at::get_num_threads()
-              << " threads (set metrics.peak_tflops to skip the probe)";
+              << " matmul probe over the step's shapes and the 1024 square "
+              << "(fastest: " << best.m << "x" << best.k << " by " << best.k
+              << "x" << best.n << ") on " << at::get_num_threads()
+              << " ATen threads, " << loaded_blas().describe()
+              << " (set metrics.peak_tflops to skip the probe)";
   }
   return std::make_unique<Trainer>(config_, std::move(c));
 }

@@ -26,23 +26,25 @@ bool openmp_wait_policy_unset() {
   return value == nullptr || *value == '\0';
 }
 
-void reexec_with_passive_openmp_wait(char** argv) {
+bool set_passive_openmp_wait() {
   // The restarted process finds the variable set and goes on: one restart.
   if (::setenv(kOmpWaitPolicyVar, kBatonOmpWaitPolicy, 1) != 0) {
     LOG(WARNING) << "could not set " << kOmpWaitPolicyVar
                  << "; OpenMP's idle threads will spin";
-    return;
+    return false;
   }
+  return true;
+}
+
+void restart_process(char** argv, const std::string& what) {
   // What is buffered would be lost with this process image.
   std::cout.flush();
   google::FlushLogFiles(google::GLOG_INFO);
   ::execv("/proc/self/exe", argv);
   const int error = errno;
-  ::unsetenv(kOmpWaitPolicyVar);
-  LOG(WARNING) << "could not restart with " << kOmpWaitPolicyVar << "="
-               << kBatonOmpWaitPolicy << " (" << std::strerror(error)
-               << "); OpenMP's idle threads will spin. Set the variable to "
-               << "avoid this.";
+  LOG(WARNING) << "could not restart for " << what << " ("
+               << std::strerror(error) << "); going on as started. Set the "
+               << "variables in the environment to avoid this.";
 }
 
 }  // namespace baton

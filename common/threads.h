@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace baton {
 
@@ -24,9 +25,14 @@ inline constexpr const char* kBatonOmpWaitPolicy = "PASSIVE";
 /// True when OMP_WAIT_POLICY is unset, so libgomp spins (see above).
 bool openmp_wait_policy_unset();
 
-/// Sets OMP_WAIT_POLICY=PASSIVE and replaces this process with a fresh run of
-/// the same executable (/proc/self/exe) and arguments. Returns only if the
-/// exec failed: the variable is then unset again and a warning says so.
-void reexec_with_passive_openmp_wait(char** argv);
+/// Sets OMP_WAIT_POLICY=PASSIVE for the restart (restart_process); false
+/// when the variable could not be set (a warning says so).
+bool set_passive_openmp_wait();
+
+/// Replaces this process with a fresh run of the same executable
+/// (/proc/self/exe) and arguments, so that the libraries load again with
+/// the environment set since (OMP_WAIT_POLICY, OPENBLAS_CORETYPE). Returns
+/// only if the exec failed, with a warning naming `what` it was for.
+void restart_process(char** argv, const std::string& what);
 
 }  // namespace baton

@@ -30,15 +30,16 @@ const FaultInjection& FaultInjection::get() {
         3) {
       throw_config_error(
           where,
-          "malformed; allowed: KIND:RANK:STEP with KIND throw, kill, hang or "
-          "killsave");
+          "malformed; allowed: KIND:RANK:STEP with KIND throw, kill, hang, "
+          "killsave or badblas");
     }
     f.kind_ = kind;
     if (f.kind_ != "throw" && f.kind_ != "kill" && f.kind_ != "hang" &&
-        f.kind_ != "killsave") {
+        f.kind_ != "killsave" && f.kind_ != "badblas") {
       throw_config_error(
           where,
-          "KIND: '" + f.kind_ + "'; allowed: throw, kill, hang or killsave");
+          "KIND: '" + f.kind_ +
+              "'; allowed: throw, kill, hang, killsave or badblas");
     }
     f.rank_ = rank;
     f.step_ = step;
@@ -52,7 +53,8 @@ bool FaultInjection::kill_during_save(int64_t rank, int64_t step) const {
 }
 
 void FaultInjection::at_step_start(int64_t rank, int64_t step) const {
-  if (kind_.empty() || kind_ == "killsave" || rank_ != rank || step_ != step) {
+  if (kind_.empty() || kind_ == "killsave" || kind_ == "badblas" ||
+      rank_ != rank || step_ != step) {
     return;
   }
   LOG(WARNING) << "injecting fault '" << kind_ << "' at step " << step;

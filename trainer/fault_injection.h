@@ -9,8 +9,10 @@ namespace baton {
 /// BATON_INJECT_FAULT="KIND:RANK:STEP": at the start of step STEP, global
 /// rank RANK throws (KIND throw), kills itself with SIGKILL (kill) or stops
 /// answering (hang); with killsave the checkpoint save of step STEP kills
-/// the process half-way through writing its file. Unset: nothing. Read and
-/// parsed once per process; only the train loop and the checkpoint ask it.
+/// the process half-way through writing its file; with badblas (any RANK
+/// and STEP) the check of the BLAS kernels Baton chose fails
+/// (common/blas.h). Unset: nothing. Read and parsed once per process; only
+/// the train loop, the checkpoint and the start-up ask it.
 class FaultInjection {
  public:
   /// The process's faults; the first call parses the variable and throws
@@ -22,6 +24,10 @@ class FaultInjection {
   void at_step_start(int64_t rank, int64_t step) const;
   /// True when the save of `step` on `rank` is to die half-way.
   bool kill_during_save(int64_t rank, int64_t step) const;
+  /// True when the check of chosen BLAS kernels is to fail.
+  bool fail_blas_check() const {
+    return kind_ == "badblas";
+  }
 
  private:
   FaultInjection() = default;

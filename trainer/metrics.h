@@ -65,12 +65,30 @@ class MetricsLogger {
 /// The JSON object of `m`, one line, as written to metrics.jsonl.
 std::string metrics_to_json(const StepMetrics& m);
 
+/// A matmul (m, k) x (k, n).
+struct GemmShape {
+  int64_t m = 0;
+  int64_t k = 0;
+  int64_t n = 0;
+};
+
+/// The matmuls a step of a model of hidden size `dim`, feed-forward size
+/// `hidden` and vocabulary `vocab` runs on `tokens` rows (capped at 4096,
+/// where the rate no longer grows), and the 1024 square: what the peak
+/// probe times.
+std::vector<GemmShape> peak_probe_shapes(
+    int64_t tokens, int64_t dim, int64_t hidden, int64_t vocab);
+
 /// Peak TFLOP/s of this process's threads in `dtype` (the compute dtype:
-/// MFU is against the peak of what the step computes in), measured by
-/// timing square matmuls of size `n` for about `seconds` (the best
-/// repetition counts).
+/// MFU is against the peak of what the step computes in): each of `shapes`
+/// warmed up, then timed for about `seconds` / shapes, the best repetition
+/// of the best shape counting, so that no matmul the step runs is faster
+/// than the peak (the shape is in `best`, when given).
 double measure_peak_tflops(
-    int64_t n = 1024, double seconds = 0.3, at::ScalarType dtype = at::kFloat);
+    const std::vector<GemmShape>& shapes,
+    double seconds = 0.3,
+    at::ScalarType dtype = at::kFloat,
+    GemmShape* best = nullptr);
 
 /// Peak resident set size of this process so far, in MiB.
 double peak_rss_mib();

@@ -97,6 +97,15 @@ StepMetrics Trainer::train_step() {
   m.tflops = c_.flops_per_token * m.tokens_per_sec /
              static_cast<double>(c_.world_size) / 1e12;
   m.mfu_pct = c_.peak_tflops > 0.0 ? 100.0 * m.tflops / c_.peak_tflops : 0.0;
+  if (m.mfu_pct > 100.0 && !mfu_warned_) {
+    mfu_warned_ = true;
+    LOG(WARNING) << "MFU " << m.mfu_pct << "% at step " << step_
+                 << " is above 100%: the step ran faster than the peak of "
+                 << c_.peak_tflops
+                 << " TFLOP/s (the start-up matmul probe, or "
+                    "metrics.peak_tflops) allows; the peak is too low, set "
+                    "metrics.peak_tflops to this CPU's";
+  }
   m.peak_rss_mib = peak_rss_mib();
   constexpr double kMiB = 1 << 20;
   m.tensor_peak_mib = static_cast<double>(cpu_tensor_peak_bytes()) / kMiB;

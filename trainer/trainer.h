@@ -85,6 +85,8 @@ class Trainer {
   int64_t step_ = 0;
   int64_t tokens_seen_ = 0;
   bool first_step_done_ = false;
+  /// MFU above 100% has been warned about (once a run).
+  bool mfu_warned_ = false;
 };
 
 }  // namespace baton

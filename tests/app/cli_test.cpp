@@ -485,3 +485,98 @@ TEST(CliSchedule, CostsChangeTheSimulation) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+/// `baton train` of the debug model for `steps` steps, under `env`.
+Result train_briefly(
+    const std::string& env, const std::string& extra, int steps = 2) {
+  const auto dump = testing::fresh_dir("cli_blas");
+  return testing::run_command(
+      env + " " + testing::baton_bin() + " train --config " + debug_config() +
+      " --training.steps=" + std::to_string(steps) +
+      " --lr_scheduler.warmup_steps=1 --training.seq_len=32 "
+      "--metrics.log_freq=1 --job.dump_folder=" +
+      dump.string() + extra);
+}
+
+TEST(CliBlas, AForcedKernelSetIsTakenAndCheckedAfterARestart) {
+  // Haswell runs on every x86-64 CPU these tests meet with AVX2; the run
+  // starts with OpenBLAS's own choice, restarts with Haswell's kernels and
+  // checks their products before it trains.
+  const auto r = train_briefly(
+      "env -u OPENBLAS_CORETYPE", " --training.blas_kernels=Haswell");
+  ASSERT_EQ(r.code, 0) << r.output;
+  if (r.output.find("forced Haswell, which OpenBLAS picked itself") !=
+      std::string::npos) {
+    GTEST_SKIP() << "OpenBLAS picks Haswell on this CPU itself";
+  }
+  EXPECT_NE(
+      r.output.find("starting again with OPENBLAS_CORETYPE=Haswell"),
+      std::string::npos)
+      << r.output;
+  EXPECT_NE(
+      r.output.find("kernels Haswell, chosen over OpenBLAS's own"),
+      std::string::npos)
+      << r.output;
+  EXPECT_NE(
+      r.output.find("(forced by training.blas_kernels); its products match a "
+                    "float64 reference"),
+      std::string::npos)
+      << r.output;
+}
+
+TEST(CliBlas, AKernelSetWhoseCheckFailsIsRefusedAndNamed) {
+  // The check made to fail: the forced set is refused, the run starts again
+  // with OpenBLAS's own and says which it refused and why.
+  const auto r = train_briefly(
+      "env -u OPENBLAS_CORETYPE BATON_INJECT_FAULT=badblas:0:0",
+      " --training.blas_kernels=Haswell");
+  ASSERT_EQ(r.code, 0) << r.output;
+  if (r.output.find("forced Haswell, which OpenBLAS picked itself") !=
+      std::string::npos) {
+    GTEST_SKIP() << "OpenBLAS picks Haswell on this CPU itself";
+  }
+  EXPECT_NE(
+      r.output.find("blas: refused the Haswell kernels: its check was made to "
+                    "fail (BATON_INJECT_FAULT=badblas); starting again without "
+                    "them"),
+      std::string::npos)
+      << r.output;
+  EXPECT_NE(
+      r.output.find("(forced Haswell, whose products failed the check: "
+                    "OpenBLAS's own kept); refused: Haswell"),
+      std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("step     2"), std::string::npos) << r.output;
+}
+
+TEST(CliBlas, AnUnknownSetIsAConfigError) {
+  auto r = train_briefly("", " --training.blas_kernels=Pentium");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(
+      r.output.find("training.blas_kernels: 'Pentium' is not allowed"),
+      std::string::npos)
+      << r.output;
+  r = train_briefly("BATON_BLAS_KERNELS=Pentium", "");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(
+      r.output.find("error: BATON_BLAS_KERNELS=Pentium: training.blas_kernels: "
+                    "'Pentium' is not a kernel set Baton knows"),
+      std::string::npos)
+      << r.output;
+}
+
+TEST(CliBlas, MfuAboveOneHundredPercentIsAWarningNamingThePeak) {
+  const auto r = train_briefly("", " --metrics.peak_tflops=0.0001", 1);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(
+      r.output.find("is above 100%: the step ran faster than the peak of "
+                    "0.0001 TFLOP/s"),
+      std::string::npos)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace baton
