@@ -153,7 +153,11 @@ def machine_section(machine, results):
         f"Python peer: torch {m.get('python_torch', 'n/a')} (Debian `python3-torch`, "
         "the same libtorch)",
         f"- BLAS: `{m.get('blas', 'n/a')}`, kernel set "
-        f"{m.get('blas_kernels', 'n/a')} (`openblas_get_corename`)",
+        f"{m.get('blas_kernels', 'n/a')} (`openblas_get_corename`)"
+        + (f", from `OPENBLAS_CORETYPE={m['openblas_coretype']}` in the environment"
+           if m.get("openblas_coretype") else "")
+        + f"; CPU SIMD: {', '.join(m.get('simd', [])) or 'n/a'}, "
+        f"{m.get('cpu_mhz', 0):.0f} MHz",
         f"- Threads: {m.get('threads_note', 'n/a')}",
         f"- Date: {m.get('date', 'n/a')}; GPU: none",
     ] + conditions_line(results) + [""]
@@ -259,6 +263,77 @@ def step_section(meds, peers, docs, targets, results):
               chart_cats, [("Baton (C++)", chart_baton), ("Python", chart_py)], "ms")
     lines += ["![step time](perf_step_time.svg)", ""]
     return lines
+
+
+def kernels_of(results, prefix):
+    """The kernel set the Google Benchmark files `<prefix>*.json` ran with
+    (train_step_bench records it in its context)."""
+    for f in sorted(os.listdir(results)):
+        if f.startswith(prefix) and f.endswith(".json"):
+            return load(results, f).get("context", {}).get("blas_kernels", "?")
+    return "?"
+
+
+def fma_limit_gflops(machine):
+    """cores x clock x FLOP per cycle of two FMA units of the widest vector
+    the CPU has (AVX-512: 2 x 16 x 2; AVX2: 2 x 8 x 2): the FMA limit."""
+    simd = machine.get("simd", [])
+    per_cycle = 64 if "avx512f" in simd else 32 if "avx2" in simd else 8
+    return machine["cores"] * machine.get("cpu_mhz", 0) / 1e3 * per_cycle, per_cycle
+
+
+def kernels_section(results, peers, machine, targets):
+    """The environment's BLAS kernels against Baton's choice, side by side."""
+    env_runs = gbench_rounds(results, "train_step_")
+    env_runs.update(gbench_rounds(results, "kernels_"))
+    chosen = gbench_rounds(results, "chosen_train_step_")
+    chosen.update(gbench_rounds(results, "chosen_kernels_"))
+    if not chosen or not machine:
+        return []
+    env_k, chosen_k = kernels_of(results, "kernels_"), kernels_of(results, "chosen_kernels_")
+    forced = machine.get("openblas_coretype", "")
+    limit, per_cycle = fma_limit_gflops(machine)
+    lines = ["## BLAS kernels: the environment's against Baton's choice", "",
+             f"The same binaries and shapes as above, in the same rounds, with "
+             f"OpenBLAS's kernels as the environment gives them ({env_k}"
+             + (f": `OPENBLAS_CORETYPE={forced}` is set" if forced else ", OpenBLAS's own pick")
+             + f") and as `baton train` chooses them without that variable "
+             f"({chosen_k}: `common/blas.h`, `training.blas_kernels: auto`); the "
+             "Python peer runs with the chosen kernels too (the same settings), so "
+             "the ratio compares the two frameworks on one BLAS. FMA limit: "
+             f"{machine['cores']} cores x {machine.get('cpu_mhz', 0):.0f} MHz x "
+             f"{per_cycle} FLOP per cycle (two FMA units of the widest vector) = "
+             f"{limit:.0f} GFLOP/s.", "",
+             "| | ATen threads | environment's kernels | Baton's choice | speedup |"
+             " Python, chosen kernels | Baton / Python, same kernels |",
+             "|---|---|---|---|---|---|---|"]
+    for threads in (1, 2):
+        key = f"BM_MatmulPeak/n:1024/threads:{threads}/real_time"
+        if key in env_runs and key in chosen:
+            a, b = env_runs[key]["flops"] / 1e9, chosen[key]["flops"] / 1e9
+            lines.append(f"| matmul 1024 (GFLOP/s) | {threads} | {a:.0f} | {b:.0f} | "
+                         f"{b / a:.2f}x | - | - |")
+            targets.setdefault("kernel_peak", []).append((threads, b / limit if limit else None))
+    for flavor in ("debugmodel", "small"):
+        for threads in (1, 2):
+            prefix = f"BM_TrainStep/{flavor}/seq_len:256/threads:{threads}/"
+            e = next((v for k, v in env_runs.items() if k.startswith(prefix)), None)
+            c = next((v for k, v in chosen.items() if k.startswith(prefix)), None)
+            if not e or not c:
+                continue
+            runs = peers.get((flavor, threads, "chosen"))
+            py = statistics.median(p["median_step_s"] for p in runs) * 1e3 if runs else None
+            speedup = ms(e) / ms(c)
+            ratio = ms(c) / py if py else None
+            lines.append(f"| {flavor} step | {threads} | {ms(e):.0f} ms | {ms(c):.0f} ms | "
+                         f"{speedup:.2f}x | {fmt(py, unit=' ms')} | {fmt(ratio, 2)} |")
+            targets.setdefault("kernel_speedup", []).append((flavor, threads, speedup))
+            targets.setdefault("kernel_ratio", []).append((flavor, threads, ratio))
+            peak_key = f"BM_MatmulPeak/n:1024/threads:{threads}/real_time"
+            if flavor == "small" and peak_key in chosen:
+                targets.setdefault("kernel_mfu", []).append(
+                    (threads, 100 * c["tflops"] / (chosen[peak_key]["flops"] / 1e12)))
+    return lines + [""]
 
 
 def pipeline_section(pipe, runs, docs, targets):
@@ -617,7 +692,7 @@ def busy_fraction(results):
 
 
 def targets_section(t):
-    lines = ["## Targets (issues #8, #17, #18 and #19)", ""]
+    lines = ["## Targets (issues #8, #16, #17, #18 and #19)", ""]
     if t.get("busy", 0.0) > 0.25:
         lines += [
             f"Other builds ran beside this run for {100 * t['busy']:.0f} % of it "
@@ -656,6 +731,24 @@ def targets_section(t):
                      f"{t['fsdp_state']:.2f}x | {verdict(t['fsdp_state'] <= 0.55)} |")
         lines.append("| FSDP (#17): tokens/s at dp_shard 2 >= 0.9x of dp_replicate 2 | "
                      f"{t['fsdp_speed']:.2f}x | {verdict(t['fsdp_speed'] >= 0.9)} |")
+    for flavor, threads, s in t.get("kernel_speedup", []):
+        lines.append(f"| BLAS kernels (#16): {flavor} step with Baton's kernel choice "
+                     f"against the environment's, {threads} thread(s) | {s:.2f}x | "
+                     f"{verdict(s >= 0.97)} (nothing slower; 2.5x is the target where "
+                     "OpenBLAS picks Prescott) |")
+    for threads, frac in t.get("kernel_peak", []):
+        if frac is not None:
+            lines.append(f"| BLAS kernels (#16): matmul peak with the chosen kernels >= 80 % of "
+                         f"the FMA limit, {threads} thread(s) | {100 * frac:.0f} % | "
+                         f"{verdict(frac >= 0.8)} |")
+    for flavor, threads, r in t.get("kernel_ratio", []):
+        if r is not None:
+            lines.append(f"| BLAS kernels (#16): Baton step <= 0.75x Python's with the same "
+                         f"kernels, {flavor}, {threads} thread(s) | {r:.2f}x | "
+                         f"{verdict(r <= 0.75)} |")
+    for threads, mfu in t.get("kernel_mfu", []):
+        lines.append(f"| BLAS kernels (#16): MFU of `small` >= 60 % of the chosen kernels' "
+                     f"matmul peak, {threads} thread(s) | {mfu:.0f} % | {verdict(mfu >= 60)} |")
     if t.get("tp_traffic") is not None:
         lines.append("| tensor parallel (#18): bytes each TP layer moves per step "
                      "equal the formula | worst difference "
@@ -798,6 +891,7 @@ def main():
     targets = {"gpu": gpu, "busy": busy_fraction(results)}
     body = []
     body += step_section(step_runs, peers, docs, targets, results)
+    body += kernels_section(results, peers, machine, targets)
     body += pipeline_section(pipe, runs, docs, targets)
     body += p2p_section(pipe)
     body += fsdp_section(load(results, "fsdp_runs.json"), targets)

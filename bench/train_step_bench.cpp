@@ -4,8 +4,12 @@
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
+#include <iostream>
+
 #include "builders/builder_registry.h"
 #include "common/allocator.h"
+#include "common/blas.h"
 #include "common/threads.h"
 #include "common/torch_compat.h"
 #include "models/llama/fused_ops.h"
@@ -130,13 +134,23 @@ BENCHMARK(BM_CausalAttention)
 }  // namespace
 
 int main(int argc, char** argv) {
+  // OpenBLAS's kernels as `baton train` chooses them when BATON_BLAS_KERNELS
+  // says so (auto, or a set: scripts/bench.sh runs the environment's and
+  // the chosen ones side by side); unset, as the environment gives them.
+  const char* kernels = std::getenv(baton::kBlasKernelsVar);
+  const baton::BlasStartup blas = baton::prepare_blas_kernels(
+      kernels != nullptr && *kernels != '\0' ? kernels : "default",
+      baton::kBlasKernelsVar,
+      /*fail_check=*/false);
+  std::cerr << blas.log << '\n';
   // As `baton train` runs with several threads (common/threads.h); the
   // Python peer is run both with the same setting and without.
-  if (baton::openmp_wait_policy_unset()) {
-    if (baton::set_passive_openmp_wait()) {
-      baton::restart_process(argv, "OMP_WAIT_POLICY=PASSIVE");
-    }
+  const bool passive = baton::openmp_wait_policy_unset();
+  if ((blas.restart || passive) &&
+      (!passive || baton::set_passive_openmp_wait())) {
+    baton::restart_process(argv, "the kernels or OMP_WAIT_POLICY");
   }
+  benchmark::AddCustomContext("blas_kernels", baton::loaded_blas().kernels);
   baton::keep_freed_memory_in_process();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
