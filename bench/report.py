@@ -303,7 +303,9 @@ def kernels_section(results, peers, machine, targets):
              "the ratio compares the two frameworks on one BLAS. FMA limit: "
              f"{machine['cores']} cores x {machine.get('cpu_mhz', 0):.0f} MHz x "
              f"{per_cycle} FLOP per cycle (two FMA units of the widest vector) = "
-             f"{limit:.0f} GFLOP/s.", "",
+             f"{limit:.0f} GFLOP/s, with the clock /proc/cpuinfo reports: under a "
+             "hypervisor that is the nominal clock and the cores may run faster "
+             "(a matmul above the limit says so), so the limit is a lower bound.", "",
              "| | ATen threads | environment's kernels | Baton's choice | speedup |"
              " Python, chosen kernels | Baton / Python, same kernels |",
              "|---|---|---|---|---|---|---|"]
