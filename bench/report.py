@@ -509,7 +509,7 @@ def fsdp_section(fsdp, targets):
              "and step (tp2: per step, both ranks together train on one global "
              "batch of 4 x 256 tokens; its tokens/s counts those), "
              f"{fsdp['steps']} steps, medians of steps 3.. and of "
-             f"{len(fsdp['rounds'])} rounds (the three runs interleaved). State: "
+             f"{len(fsdp['rounds'])} rounds (the runs interleaved). State: "
              "each rank's parameter + gradient + AdamW bytes (its log after the "
              "first step). Waited: the seconds per step rank 0 spent blocked on "
              "gathers and reduce-scatters, the communication that computation "
@@ -536,6 +536,33 @@ def fsdp_section(fsdp, targets):
         targets["tp_speed"] = med["tp2"]["tokens_per_sec"] / base["tokens_per_sec"]
     targets["fsdp_state"] = ((shard["param_mib"] + shard["grad_mib"] + shard["optimizer_mib"]) /
                              (base["param_mib"] + base["grad_mib"] + base["optimizer_mib"]))
+    return lines + [""]
+
+
+def scaling_section(doc, targets):
+    """Data and pipeline parallel's scaling efficiency, process runs."""
+    if not doc:
+        return []
+    med = {}
+    for name in [r["name"] for r in doc["rounds"][0]]:
+        runs = [r for rnd in doc["rounds"] for r in rnd if r["name"] == name]
+        med[name] = {k: statistics.median(r[k] for r in runs)
+                     for k in ("step_s", "tokens_per_sec")}
+    one = med["one"]["tokens_per_sec"]
+    lines = ["## Scaling efficiency (process runs)", "",
+             "`bench/scaling_runs.py`: the small flavor, one ATen and one OpenBLAS "
+             "thread per rank (a core each), 4 x 256 tokens per local batch in float32, "
+             f"{doc['steps']} steps, medians of steps 3.. and of {len(doc['rounds'])} "
+             "rounds. Efficiency: tokens/s of the two ranks over twice one process's "
+             "on one core.", "",
+             "| run | ranks | step | tokens/s | efficiency |", "|---|---|---|---|---|"]
+    for name, m in med.items():
+        ranks = 1 if name == "one" else 2
+        eff = m["tokens_per_sec"] / (ranks * one)
+        lines.append(f"| {name} | {ranks} | {m['step_s'] * 1e3:.0f} ms | "
+                     f"{m['tokens_per_sec']:,.0f} | {eff:.2f} |")
+        if ranks == 2:
+            targets.setdefault("scaling", []).append((name, eff))
     return lines + [""]
 
 
@@ -600,7 +627,9 @@ def memory_section(mem, targets):
              "buffers the step makes; `activation_peak_mib`); tensor peak: with "
              "the parameters and optimizer state. Peak RSS adds libtorch's "
              "libraries and what glibc keeps of freed memory "
-             "(`common/allocator.h`). "
+             "(`common/allocator.h`). The table's figures are medians over the "
+             "rounds; the targets take the median of each round's ratio to none, "
+             "measured side by side. "
              + ("Every run's losses are bitwise those of none." if same else
                 "Losses differ between runs: see the JSON."), "",
              "| mode | step | vs none | activation peak | vs none | tensor peak "
@@ -613,8 +642,16 @@ def memory_section(mem, targets):
             f"{m['activation_peak_mib'] / base['activation_peak_mib']:.2f}x | "
             f"{m['tensor_peak_mib']:.0f} MiB | {m['peak_rss_mib']:.0f} MiB | "
             f"{m['peak_rss_mib'] / base['peak_rss_mib']:.2f}x |")
-    ratio = {name: (med[name]["activation_peak_mib"] / base["activation_peak_mib"],
-                    med[name]["step_s"] / base["step_s"]) for name in names}
+    # The targets' ratios: the median over the rounds of each round's ratio
+    # to none (the modes ran side by side within a round; the machine's
+    # speed drifts between rounds).
+    def round_ratio(name, key):
+        return statistics.median(
+            next(r[key] for r in rnd if r["name"] == name) /
+            next(r[key] for r in rnd if r["name"] == "none")
+            for rnd in mem["rounds"])
+    ratio = {name: (round_ratio(name, "activation_peak_mib"),
+                    round_ratio(name, "step_s")) for name in names}
     targets["ac"] = ratio
     return lines + [""]
 
@@ -751,6 +788,9 @@ def targets_section(t):
     for threads, mfu in t.get("kernel_mfu", []):
         lines.append(f"| BLAS kernels (#16): MFU of `small` >= 60 % of the chosen kernels' "
                      f"matmul peak, {threads} thread(s) | {mfu:.0f} % | {verdict(mfu >= 60)} |")
+    for name, eff in t.get("scaling", []):
+        lines.append(f"| scaling (#16): {name} tokens/s with one core per rank over twice "
+                     f"one process on one core | {eff:.2f} | {verdict(eff >= 0.9)} |")
     if t.get("tp_traffic") is not None:
         lines.append("| tensor parallel (#18): bytes each TP layer moves per step "
                      "equal the formula | worst difference "
@@ -897,6 +937,7 @@ def main():
     body += pipeline_section(pipe, runs, docs, targets)
     body += p2p_section(pipe)
     body += fsdp_section(load(results, "fsdp_runs.json"), targets)
+    body += scaling_section(load(results, "scaling_runs.json"), targets)
     body += tp_traffic_section(load(results, "tensor_parallel.json"), targets)
     body += memory_section(load(results, "memory_runs.json"), targets)
     body += precision_section(load(results, "precision_runs.json"), machine, targets)
