@@ -28,14 +28,7 @@ import tempfile
 
 import process_runs
 
-COMMON = [
-    "--config", "configs/debug_model.yaml", "--model.flavor=small",
-    "--metrics.log_freq=1", "--metrics.peak_tflops=1",
-    "--lr_scheduler.warmup_steps=2", "--training.num_threads=1",
-    "--training.local_batch_size=4", "--training.seq_len=256",
-    # float32 on every CPU (precision_runs.py measures bf16).
-    "--training.mixed_precision_param=float32",
-]
+COMMON = process_runs.SMALL_ONE_THREAD
 RUNS = [
     ("dp_replicate2", ["--parallelism.data_parallel_replicate_degree=2"]),
     ("dp_shard2", ["--parallelism.data_parallel_shard_degree=2"]),

@@ -9,6 +9,18 @@ import subprocess
 import sys
 
 
+# The small flavor (about 25M parameters), one ATen thread per rank, 4 x 256
+# tokens per local batch, float32 on every CPU (precision_runs.py measures
+# bf16): the runs fsdp_runs.py and scaling_runs.py compare.
+SMALL_ONE_THREAD = [
+    "--config", "configs/debug_model.yaml", "--model.flavor=small",
+    "--metrics.log_freq=1", "--metrics.peak_tflops=1",
+    "--lr_scheduler.warmup_steps=2", "--training.num_threads=1",
+    "--training.local_batch_size=4", "--training.seq_len=256",
+    "--training.mixed_precision_param=float32",
+]
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
