@@ -1,5 +1,6 @@
 """Ranks of `baton train` as real processes, for the benchmarks that need each
-rank's peak RSS (os.wait4) and its log: pipeline_runs.py and fsdp_runs.py."""
+rank's peak RSS (os.wait4) and its log: pipeline_runs.py, fsdp_runs.py and
+scaling_runs.py."""
 
 import json
 import os
