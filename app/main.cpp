@@ -98,17 +98,20 @@ int run_train(const baton::TrainArgs& args, char** argv) {
       baton::resolve_intra_op_threads(
           config.training.num_threads,
           baton::dist::detect_launch_env().local_world_size) > 1;
-  if (!rereadable && blas.restart) {
-    LOG(WARNING) << "blas: the config cannot be read again (a pipe): going on "
-                    "with OpenBLAS's own kernels";
-  }
-  if (rereadable && (blas.restart || passive) &&
-      (!passive || baton::set_passive_openmp_wait())) {
-    baton::restart_process(
-        argv,
-        std::string(blas.restart ? "OpenBLAS's kernels" : "") +
-            (blas.restart && passive ? " and " : "") +
-            (passive ? "OMP_WAIT_POLICY=PASSIVE" : ""));
+  if (!rereadable) {
+    if (blas.restart) {
+      LOG(WARNING) << "blas: the config cannot be read again (a pipe): going "
+                      "on with the kernels loaded";
+    }
+  } else {
+    const bool omp = passive && baton::set_passive_openmp_wait();
+    if (blas.restart || omp) {
+      baton::restart_process(
+          argv,
+          std::string(blas.restart ? "OpenBLAS's kernels" : "") +
+              (blas.restart && omp ? " and " : "") +
+              (omp ? "OMP_WAIT_POLICY=PASSIVE" : ""));
+    }
   }
   // Both live outside the try, so the runtime they hold is still there when
   // a failure is reported.
