@@ -119,6 +119,7 @@ CpuSimd cpu_simd() {
       std::istringstream flags(value);
       std::string f;
       while (flags >> f) {
+        cpu.avx |= f == "avx";
         cpu.avx2 |= f == "avx2";
         cpu.avx512f |= f == "avx512f";
         cpu.avx512bf16 |= f == "avx512_bf16";
@@ -158,6 +159,13 @@ std::string missing_instructions(
     if (to_lower(s.name) == to_lower(kernels)) {
       return s.supported(cpu) ? "" : s.needs;
     }
+  }
+  // The older sets a user may force: Zen's kernels are Haswell's.
+  if (to_lower(kernels) == "zen" && !cpu.avx2) {
+    return "AVX2";
+  }
+  if (to_lower(kernels) == "sandybridge" && !cpu.avx) {
+    return "AVX";
   }
   return "";
 }

@@ -48,6 +48,7 @@ BlasInfo loaded_blas();
 
 /// The instruction sets the kernel sets need, as this CPU reports them.
 struct CpuSimd {
+  bool avx = false;
   bool avx2 = false;
   bool avx512f = false;
   bool avx512bf16 = false;

@@ -494,10 +494,14 @@ TEST(CliSchedule, CostsChangeTheSimulation) {
 namespace baton {
 namespace {
 
-/// `baton train` of the debug model for `steps` steps, under `env`.
+/// `baton train` of the debug model for `steps` steps, under `env`, in a
+/// dump folder of its own (`name`: the tests run in parallel).
 Result train_briefly(
-    const std::string& env, const std::string& extra, int steps = 2) {
-  const auto dump = testing::fresh_dir("cli_blas");
+    const std::string& name,
+    const std::string& env,
+    const std::string& extra,
+    int steps = 2) {
+  const auto dump = testing::fresh_dir(name);
   return testing::run_command(
       env + " " + testing::baton_bin() + " train --config " + debug_config() +
       " --training.steps=" + std::to_string(steps) +
@@ -511,7 +515,9 @@ TEST(CliBlas, AForcedKernelSetIsTakenAndCheckedAfterARestart) {
   // starts with OpenBLAS's own choice, restarts with Haswell's kernels and
   // checks their products before it trains.
   const auto r = train_briefly(
-      "env -u OPENBLAS_CORETYPE", " --training.blas_kernels=Haswell");
+      "cli_blas_forced",
+      "env -u OPENBLAS_CORETYPE",
+      " --training.blas_kernels=Haswell");
   ASSERT_EQ(r.code, 0) << r.output;
   if (r.output.find("forced Haswell, which OpenBLAS picked itself") !=
       std::string::npos) {
@@ -536,6 +542,7 @@ TEST(CliBlas, AKernelSetWhoseCheckFailsIsRefusedAndNamed) {
   // The check made to fail: the forced set is refused, the run starts again
   // with OpenBLAS's own and says which it refused and why.
   const auto r = train_briefly(
+      "cli_blas_refused",
       "env -u OPENBLAS_CORETYPE BATON_INJECT_FAULT=badblas:0:0",
       " --training.blas_kernels=Haswell");
   ASSERT_EQ(r.code, 0) << r.output;
@@ -558,13 +565,14 @@ TEST(CliBlas, AKernelSetWhoseCheckFailsIsRefusedAndNamed) {
 }
 
 TEST(CliBlas, AnUnknownSetIsAConfigError) {
-  auto r = train_briefly("", " --training.blas_kernels=Pentium");
+  auto r =
+      train_briefly("cli_blas_unknown", "", " --training.blas_kernels=Pentium");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(
       r.output.find("training.blas_kernels: 'Pentium' is not allowed"),
       std::string::npos)
       << r.output;
-  r = train_briefly("BATON_BLAS_KERNELS=Pentium", "");
+  r = train_briefly("cli_blas_unknown_env", "BATON_BLAS_KERNELS=Pentium", "");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(
       r.output.find("error: BATON_BLAS_KERNELS=Pentium: training.blas_kernels: "
@@ -574,7 +582,8 @@ TEST(CliBlas, AnUnknownSetIsAConfigError) {
 }
 
 TEST(CliBlas, MfuAboveOneHundredPercentIsAWarningNamingThePeak) {
-  const auto r = train_briefly("", " --metrics.peak_tflops=0.0001", 1);
+  const auto r =
+      train_briefly("cli_blas_mfu", "", " --metrics.peak_tflops=0.0001", 1);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(
       r.output.find("is above 100%: the step ran faster than the peak of "

@@ -104,6 +104,19 @@ TEST(Blas, DefaultKeepsAndAForcedSetIsTakenOrRefusedByName) {
         "with BF16, which this CPU (an AVX2 CPU) lacks; allowed: auto, "
         "default, or a kernel set it runs");
   }
+  CpuSimd old;
+  old.model = "an SSE CPU";
+  EXPECT_EQ(missing_instructions("Zen", old), "AVX2");
+  EXPECT_EQ(missing_instructions("Sandybridge", old), "AVX");
+  EXPECT_EQ(missing_instructions("Prescott", old), "");
+  EXPECT_THROW(
+      choose_kernels("Pentium", openblas("Haswell"), old, "", ""), ConfigError);
+  // A forced set whose check failed is not tried again.
+  EXPECT_EQ(
+      choose_kernels(
+          "SkylakeX", openblas("Haswell"), avx512_bf16(), "SkylakeX", "")
+          .kernels,
+      "");
 }
 
 TEST(Blas, TheLoadedKernelsComputeCorrectProducts) {
