@@ -104,14 +104,7 @@ int run_train(const baton::TrainArgs& args, char** argv) {
                       "on with the kernels loaded";
     }
   } else {
-    const bool omp = passive && baton::set_passive_openmp_wait();
-    if (blas.restart || omp) {
-      baton::restart_process(
-          argv,
-          std::string(blas.restart ? "OpenBLAS's kernels" : "") +
-              (blas.restart && omp ? " and " : "") +
-              (omp ? "OMP_WAIT_POLICY=PASSIVE" : ""));
-    }
+    baton::restart_for_load_time_settings(argv, blas.restart, passive);
   }
   // Both live outside the try, so the runtime they hold is still there when
   // a failure is reported.

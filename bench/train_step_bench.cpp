@@ -145,11 +145,8 @@ int main(int argc, char** argv) {
   std::cerr << blas.log << '\n';
   // As `baton train` runs with several threads (common/threads.h); the
   // Python peer is run both with the same setting and without.
-  const bool passive = baton::openmp_wait_policy_unset();
-  if ((blas.restart || passive) &&
-      (!passive || baton::set_passive_openmp_wait())) {
-    baton::restart_process(argv, "the kernels or OMP_WAIT_POLICY");
-  }
+  baton::restart_for_load_time_settings(
+      argv, blas.restart, baton::openmp_wait_policy_unset());
   benchmark::AddCustomContext("blas_kernels", baton::loaded_blas().kernels);
   baton::keep_freed_memory_in_process();
   benchmark::Initialize(&argc, argv);

@@ -26,6 +26,8 @@ bool openmp_wait_policy_unset() {
   return value == nullptr || *value == '\0';
 }
 
+namespace {
+
 bool set_passive_openmp_wait() {
   // The restarted process finds the variable set and goes on: one restart.
   if (::setenv(kOmpWaitPolicyVar, kBatonOmpWaitPolicy, 1) != 0) {
@@ -45,6 +47,20 @@ void restart_process(char** argv, const std::string& what) {
   LOG(WARNING) << "could not restart for " << what << " ("
                << std::strerror(error) << "); going on as started. Set the "
                << "variables in the environment to avoid this.";
+}
+
+}  // namespace
+
+void restart_for_load_time_settings(char** argv, bool kernels, bool passive) {
+  const bool omp = passive && set_passive_openmp_wait();
+  if (kernels || omp) {
+    restart_process(
+        argv,
+        std::string(kernels ? "OpenBLAS's kernels" : "") +
+            (kernels && omp ? " and " : "") +
+            (omp ? std::string(kOmpWaitPolicyVar) + "=" + kBatonOmpWaitPolicy
+                 : std::string()));
+  }
 }
 
 }  // namespace baton

@@ -25,14 +25,12 @@ inline constexpr const char* kBatonOmpWaitPolicy = "PASSIVE";
 /// True when OMP_WAIT_POLICY is unset, so libgomp spins (see above).
 bool openmp_wait_policy_unset();
 
-/// Sets OMP_WAIT_POLICY=PASSIVE for the restart (restart_process); false
-/// when the variable could not be set (a warning says so).
-bool set_passive_openmp_wait();
-
-/// Replaces this process with a fresh run of the same executable
-/// (/proc/self/exe) and arguments, so that the libraries load again with
-/// the environment set since (OMP_WAIT_POLICY, OPENBLAS_CORETYPE). Returns
-/// only if the exec failed, with a warning naming `what` it was for.
-void restart_process(char** argv, const std::string& what);
+/// The one restart for what the libraries read when they load: when
+/// `kernels` (OpenBLAS's kernels are to change, common/blas.h) or `passive`
+/// (OMP_WAIT_POLICY is to become PASSIVE; it is set here) asks for it,
+/// replaces this process with a fresh run of the same executable
+/// (/proc/self/exe) and arguments. Returns only if nothing asked or the
+/// exec failed (a warning says what the restart was for).
+void restart_for_load_time_settings(char** argv, bool kernels, bool passive);
 
 }  // namespace baton

@@ -76,9 +76,9 @@ using ApplierCreator = std::function<std::unique_ptr<Applier>()>;
 /// The applier registry (`parallelism.appliers` and the builders' chains).
 Registry<ApplierCreator>& applier_registry();
 
-/// Registers the built-in appliers: to_device, activation_checkpoint,
-/// mixed_precision, check_replicas, replicate, fully_shard. Safe to call
-/// more than once.
+/// Registers the built-in appliers: to_device, tensor_parallel,
+/// activation_checkpoint, mixed_precision, check_replicas, replicate,
+/// fully_shard. Safe to call more than once.
 void register_builtin_appliers();
 
 /// The ordered steps applied to every model part, each under a name. A
@@ -139,7 +139,8 @@ class ApplierChain {
 void append_data_parallel(ApplierChain& chain, const ParallelDims& dims);
 
 /// The steps the builders place themselves, from the config: to_device,
-/// activation_checkpoint, mixed_precision and the data-parallel ones,
+/// tensor_parallel, activation_checkpoint, mixed_precision and the
+/// data-parallel ones,
 /// each with what sets it (the hint of the error when
 /// `parallelism.appliers` names one, which it may not).
 const std::vector<std::pair<std::string, std::string>>&

@@ -20,16 +20,17 @@ namespace {
 
 constexpr const char* kDegreeKey = "parallelism.tensor_parallel_degree";
 
-/// Cuts the parameter `fqn` of `part` to the `size` entries from `begin`
-/// along `dim` (in place: the module, and later the optimizer, keep the same
-/// tensor), records the slice and marks its gradient split along tp.
+/// Cuts `p`, the parameter `fqn` of `part`, to the `size` entries from
+/// `begin` along `dim` (in place: the module, and later the optimizer, keep
+/// the same tensor), records the slice and marks its gradient split along
+/// tp.
 void shard(
     ModelPart& part,
     const std::string& fqn,
+    at::Tensor p,
     int64_t dim,
     int64_t begin,
     int64_t size) {
-  at::Tensor p = part.module().named_parameters()[fqn];
   ParamSlice slice;
   slice.global_shape = p.sizes().vec();
   slice.offsets.assign(p.dim(), 0);
@@ -138,9 +139,11 @@ void TensorParallelApplier::apply(
   }
   const int64_t head_dim = args.head_dim();
   int64_t sharded_bytes = 0;
+  const auto params = part.module().named_parameters();
   const auto cut = [&](const std::string& fqn, int64_t dim, auto rows) {
-    shard(part, fqn, dim, rows.first, rows.second);
-    sharded_bytes += part.module().named_parameters()[fqn].nbytes();
+    const at::Tensor& p = params[fqn];
+    shard(part, fqn, p, dim, rows.first, rows.second);
+    sharded_bytes += p.nbytes();
   };
   for (const auto& item : model->layers->items()) {
     const std::string prefix = "layers." + item.first + ".";

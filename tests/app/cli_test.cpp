@@ -510,6 +510,14 @@ Result train_briefly(
       dump.string() + extra);
 }
 
+/// Whether the run's log says OpenBLAS picked the forced `kernels` itself
+/// (there is then no restart to check).
+bool openblas_picked(const Result& r, const std::string& kernels) {
+  return r.output.find(
+             "forced " + kernels + ", which OpenBLAS picked itself") !=
+         std::string::npos;
+}
+
 TEST(CliBlas, AForcedKernelSetIsTakenAndCheckedAfterARestart) {
   // Haswell runs on every x86-64 CPU these tests meet with AVX2; the run
   // starts with OpenBLAS's own choice, restarts with Haswell's kernels and
@@ -519,8 +527,7 @@ TEST(CliBlas, AForcedKernelSetIsTakenAndCheckedAfterARestart) {
       "env -u OPENBLAS_CORETYPE",
       " --training.blas_kernels=Haswell");
   ASSERT_EQ(r.code, 0) << r.output;
-  if (r.output.find("forced Haswell, which OpenBLAS picked itself") !=
-      std::string::npos) {
+  if (openblas_picked(r, "Haswell")) {
     GTEST_SKIP() << "OpenBLAS picks Haswell on this CPU itself";
   }
   EXPECT_NE(
@@ -546,8 +553,7 @@ TEST(CliBlas, AKernelSetWhoseCheckFailsIsRefusedAndNamed) {
       "env -u OPENBLAS_CORETYPE BATON_INJECT_FAULT=badblas:0:0",
       " --training.blas_kernels=Haswell");
   ASSERT_EQ(r.code, 0) << r.output;
-  if (r.output.find("forced Haswell, which OpenBLAS picked itself") !=
-      std::string::npos) {
+  if (openblas_picked(r, "Haswell")) {
     GTEST_SKIP() << "OpenBLAS picks Haswell on this CPU itself";
   }
   EXPECT_NE(

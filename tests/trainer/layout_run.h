@@ -9,10 +9,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -278,34 +280,50 @@ inline LayoutRunResult run_layout(
   return result;
 }
 
-/// Losses within `loss_atol`, grad norms within a relative 1e-4 (times
-/// `loss_atol` / 1e-5), every whole weight within rtol `rtol` (and atol
-/// `atol`).
-inline void expect_same_run(
+/// Whether `run` matches `reference`: losses within `loss_atol`, grad norms
+/// within a relative 10 x `loss_atol`, every whole weight within rtol
+/// `rtol` (and atol `atol`); the failure lists every mismatch.
+inline ::testing::AssertionResult same_run(
     const LayoutRunResult& run,
     const LayoutRunResult& reference,
     double loss_atol = 1e-5,
     double rtol = 1e-4,
     double atol = 1e-5) {
-  ASSERT_EQ(run.losses.size(), reference.losses.size());
+  std::ostringstream bad;
+  if (run.losses.size() != reference.losses.size() ||
+      run.grad_norms.size() != reference.grad_norms.size() ||
+      run.params.size() != reference.params.size()) {
+    return ::testing::AssertionFailure()
+           << run.losses.size() << " losses, " << run.grad_norms.size()
+           << " grad norms, " << run.params.size() << " weights; the reference "
+           << reference.losses.size() << ", " << reference.grad_norms.size()
+           << ", " << reference.params.size();
+  }
   for (size_t i = 0; i < reference.losses.size(); ++i) {
-    EXPECT_NEAR(run.losses[i], reference.losses[i], loss_atol) << "step " << i;
+    if (!(std::abs(run.losses[i] - reference.losses[i]) <= loss_atol)) {
+      bad << "\n  step " << i << ": loss " << run.losses[i] << " against "
+          << reference.losses[i];
+    }
+    const double norm = reference.grad_norms[i];
+    if (!(std::abs(run.grad_norms[i] - norm) <= 10 * loss_atol * norm)) {
+      bad << "\n  step " << i << ": grad norm " << run.grad_norms[i]
+          << " against " << norm;
+    }
   }
-  ASSERT_EQ(run.grad_norms.size(), reference.grad_norms.size());
-  for (size_t i = 0; i < reference.grad_norms.size(); ++i) {
-    EXPECT_NEAR(
-        run.grad_norms[i],
-        reference.grad_norms[i],
-        10 * loss_atol * reference.grad_norms[i])
-        << "grad norm, step " << i;
-  }
-  ASSERT_EQ(run.params.size(), reference.params.size());
   for (const auto& [fqn, p] : reference.params) {
-    ASSERT_EQ(run.params.count(fqn), 1u) << fqn;
-    EXPECT_TRUE(torch::allclose(run.params.at(fqn), p, rtol, atol))
-        << fqn << " differs by "
-        << (run.params.at(fqn) - p).abs().max().item<double>();
+    const auto it = run.params.find(fqn);
+    if (it == run.params.end()) {
+      bad << "\n  " << fqn << ": missing";
+    } else if (!torch::allclose(it->second, p, rtol, atol)) {
+      bad << "\n  " << fqn << " differs by "
+          << (it->second - p).abs().max().item<double>();
+    }
   }
+  if (bad.str().empty()) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "differs from the reference:" << bad.str();
 }
 
 }  // namespace baton::testing
