@@ -659,31 +659,6 @@ void check_registered(JobConfig& config) {
   });
 }
 
-/// Fails with "not supported yet" when `supported` is false.
-void require_supported(
-    const JobConfig& config,
-    const std::string& key,
-    bool supported,
-    const std::string& value,
-    const std::string& allowed) {
-  if (!supported) {
-    throw_config_error(
-        config.origin(key),
-        key + ": " + value + " is not supported yet; allowed: " + allowed);
-  }
-}
-
-/// Values that need a feature Baton does not have yet. Each check goes away
-/// with the change that builds its feature.
-void check_supported(const JobConfig& config) {
-  require_supported(
-      config,
-      "metrics.tensorboard",
-      !config.metrics.tensorboard,
-      "true",
-      "false");
-}
-
 /// True when `s` written plain would read back as something other than a
 /// string (null, a boolean or a number, in YAML 1.1 or 1.2), so it must be
 /// quoted.
@@ -806,7 +781,6 @@ JobConfig load_job_config(
   }
   check_consistency(config);
   check_registered(config);
-  check_supported(config);
   return config;
 }
 

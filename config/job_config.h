@@ -428,7 +428,9 @@ struct MetricsConfig {
   void visit(V&& v) {
     v("log_freq", log_freq, FieldSpec("steps between log lines").at_least(1));
     v("jsonl", jsonl, FieldSpec("write <dump_folder>/metrics.jsonl"));
-    v("tensorboard", tensorboard, FieldSpec("write TensorBoard event files"));
+    v("tensorboard",
+      tensorboard,
+      FieldSpec("write TensorBoard event files in <dump_folder>/tensorboard"));
     v("peak_tflops",
       peak_tflops,
       FieldSpec("peak TFLOP/s for MFU (0: measure at start-up)").at_least(0));

@@ -469,18 +469,13 @@ TEST(JobConfig, RejectsTwoInferredDegrees) {
       load_job_config("", {"parallelism.data_parallel_shard_degree=-1"}));
 }
 
-TEST(JobConfig, RejectsFeaturesNotBuiltYet) {
+TEST(JobConfig, AcceptsTensorBoard) {
   const std::string path =
       write_yaml("metrics:\n  log_freq: 5\n  tensorboard: true\n");
-  EXPECT_THROW(load_job_config(path), ConfigError);
-  EXPECT_EQ(
-      load_error(path),
-      path +
-          ":3: metrics.tensorboard: true is not supported yet; allowed: false");
-  for (const std::string o : {"metrics.tensorboard=true"}) {
-    expect_contains(
-        load_error("", {o}), {"--" + o + ": ", "not supported yet"});
-  }
+  EXPECT_TRUE(load_job_config(path).metrics.tensorboard);
+  EXPECT_TRUE(
+      load_job_config("", {"metrics.tensorboard=true"}).metrics.tensorboard);
+  EXPECT_FALSE(load_job_config("").metrics.tensorboard);
 }
 
 TEST(JobConfig, ActivationCheckpointValuesAreCheckedByName) {
