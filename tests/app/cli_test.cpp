@@ -256,6 +256,39 @@ TEST(Cli, ActivationCheckpointingLowersTheActivationPeak) {
       0.5 * last["none"]["activation_peak_mib"].get<double>());
 }
 
+TEST(Cli, AWarmupLongerThanTheRunWarnsOnceAndTrains) {
+  // The first thing a new user tries: five steps of a config whose warmup
+  // is ten. torchtitan warns and goes on; every step warms up at the
+  // configured slope, step s at s / 11 of optimizer.lr (3e-3).
+  const fs::path dump = testing::fresh_dir("cli_short_warmup");
+  const auto r = run_baton(
+      "train --config " + debug_config() +
+      " --job.dump_folder=" + dump.string() +
+      " --training.steps=5 --training.seq_len=32"
+      " --training.local_batch_size=2 --metrics.log_freq=1"
+      " --metrics.peak_tflops=1 --training.mixed_precision_param=float32");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string warning =
+      "lr_scheduler.warmup_steps: 10 exceeds training.steps 5";
+  const size_t at = r.output.find(warning);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(warning, at + 1), std::string::npos) << r.output;
+  // glog's warning line, naming where warmup_steps was set.
+  EXPECT_NE(
+      r.output.find(debug_config() + ":21: " + warning), std::string::npos)
+      << r.output;
+  const auto lines = testing::read_metrics(dump);
+  ASSERT_EQ(lines.size(), 5u);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["step"].get<int64_t>(), static_cast<int64_t>(i + 1));
+    EXPECT_NEAR(
+        lines[i]["lr"].get<double>(),
+        3e-3 * static_cast<double>(i + 1) / 11.0,
+        1e-12)
+        << "step " << i + 1;
+  }
+}
+
 TEST(Cli, RestartsWithOpenMpPassiveWaitUnlessTheUserChose) {
   const std::string train =
       " train --config " + debug_config() +
