@@ -50,8 +50,9 @@ struct ScheduleArgs {
 struct TokenizerTrainArgs {
   /// Corpus files, folders or globs (--input, repeatable).
   std::vector<std::string> inputs;
-  /// Registered dataset that reads them (jsonl, text, ...).
-  std::string dataset = "jsonl";
+  /// Registered dataset that reads them (jsonl, text, ...); empty = each
+  /// input's by its name (dataset_for_path).
+  std::string dataset;
   /// JSON Lines field with the text.
   std::string text_field = "text";
   /// Pieces in the model.
@@ -66,7 +67,8 @@ struct TokenizerTrainArgs {
 struct DataTokenizeArgs {
   /// Corpus files, folders or globs (--input, repeatable).
   std::vector<std::string> inputs;
-  std::string dataset = "jsonl";
+  /// As TokenizerTrainArgs::dataset.
+  std::string dataset;
   std::string text_field = "text";
   /// Registered tokenizer and its file.
   std::string tokenizer = "bytes";

@@ -390,6 +390,68 @@ TEST(CliData, UsageErrorsExitTwo) {
       << r.output;
 }
 
+TEST(CliData, InputsAreReadByTheirNamesUnlessTheDatasetIsNamed) {
+  // A plain-text corpus (one document per .txt file), as a new user has.
+  std::string text;
+  for (int i = 0; i < 40; ++i) {
+    text += "In the beginning was the word, and the word was plain text.\n";
+  }
+  const fs::path work = testing::fresh_dir("cli_by_name");
+  fs::create_directories(work);
+  const auto corpus = work / "corpus.txt";
+  std::ofstream(corpus) << text;
+  const std::string model = (work / "m.model").string();
+  auto r = run_baton(
+      "tokenizer train --input " + corpus.string() +
+      " --vocab-size 320 --out " + model);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("pieces on 1 documents"), std::string::npos)
+      << r.output;
+  r = run_baton(
+      "data tokenize --input " + corpus.string() + " --out " +
+      (work / "shards").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote 1 documents"), std::string::npos) << r.output;
+  // A named dataset is what reads it: the text is not JSON.
+  r = run_baton(
+      "tokenizer train --input " + corpus.string() +
+      " --dataset jsonl --vocab-size 320 --out " + model);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(
+      r.output.find("[JsonlDataset] " + corpus.string() + ":1:"),
+      std::string::npos)
+      << r.output;
+  // A name that says nothing: exit 2 naming the file and the endings.
+  const auto notes = work / "corpus.md";
+  std::ofstream(notes) << text;
+  r = run_baton(
+      "tokenizer train --input " + corpus.string() + " --input " +
+      notes.string() + " --vocab-size 320 --out " + model);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(
+      r.output.rfind(
+          "error: --input: '" + notes.string() +
+              "': cannot tell its format from its name; allowed: a folder, "
+              "*.txt (text), *.txt.gz (text), *.jsonl (jsonl), *.jsonl.gz "
+              "(jsonl); or name the dataset",
+          0),
+      0u)
+      << r.output;
+  r = run_baton(
+      "tokenizer train --input " + notes.string() +
+      " --dataset text --vocab-size 320 --out " + model);
+  EXPECT_EQ(r.code, 0) << r.output;
+  // Training: debug_model.yaml's `kjv` pointed at the .txt reads it as text.
+  r = run_baton(
+      "train --config " + debug_config() +
+      " --training.dataset_path=" + corpus.string() +
+      " --training.steps=1 --lr_scheduler.warmup_steps=0"
+      " --training.seq_len=32 --training.local_batch_size=2"
+      " --metrics.peak_tflops=1 --job.dump_folder=" +
+      (work / "out").string());
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
 TEST(CliData, BadDataExitsOneNamingFileAndLine) {
   const auto bad = write_file(
       "cli_bad.jsonl", "{\"text\": \"fine\"}\n{\"txt\": \"typo\"}\n");
