@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "app/cli.h"
+#include "common/error.h"
 #include "tests/baton_binary.h"
 
 namespace baton {
@@ -44,6 +46,123 @@ TEST(Cli, HelpExitsZero) {
   const auto r = run_baton("--help");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.output.find("baton train --config FILE"), std::string::npos);
+}
+
+// stdout alone: stderr goes to /dev/null inside the subshell.
+Result run_baton_stdout(const std::string& args) {
+  return testing::run_command(
+      "(" + testing::baton_bin() + " " + args + " 2>/dev/null)");
+}
+
+TEST(Cli, HelpOnEveryCommandPrintsItsOptionsAndExitsZero) {
+  const auto top = run_baton_stdout("--help");
+  EXPECT_EQ(top.code, 0);
+  EXPECT_EQ(top.output, cli_usage());
+  EXPECT_EQ(run_baton_stdout("-h").output, cli_usage());
+  EXPECT_EQ(run_baton_stdout("help").output, cli_usage());
+  for (const CommandUsage& usage : cli_commands()) {
+    const std::string& command = usage.command;
+    const std::string text = command_usage(command);
+    EXPECT_EQ(text.rfind("usage: baton " + command, 0), 0u) << text;
+    EXPECT_NE(top.output.find("  " + command + " "), std::string::npos)
+        << command;
+    // One line per option, within 80 columns.
+    for (const OptionUsage& option : usage.options) {
+      EXPECT_NE(text.find("\n  " + option.form), std::string::npos)
+          << command << ": " << option.form << "\n"
+          << text;
+    }
+    for (size_t begin = 0, end; begin < text.size(); begin = end + 1) {
+      end = text.find('\n', begin);
+      EXPECT_LE(end - begin, 80u) << text.substr(begin, end - begin);
+    }
+    const std::string group = command.substr(0, command.find(' '));
+    for (const std::string args :
+         {command + " --help",
+          command + " -h",
+          group + " --help",
+          "help " + group,
+          // Help wins over whatever else is given, even a bad option.
+          command + " --bogus=1 --help"}) {
+      const auto r = run_baton_stdout(args);
+      EXPECT_EQ(r.code, 0) << args;
+      EXPECT_EQ(r.output, text) << args;
+    }
+  }
+  const auto r = run_baton("help bogus");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(
+      r.output.rfind(
+          "error: unknown command 'bogus'; allowed: train, schedule, "
+          "tokenizer, data, checkpoint (see 'baton --help')",
+          0),
+      0u)
+      << r.output;
+}
+
+TEST(Cli, EveryOptionTheHelpListsIsParsed) {
+  // The usage table drives the "did you mean" hints; each option it names
+  // must be one its command's parser knows.
+  for (const CommandUsage& usage : cli_commands()) {
+    std::vector<std::string> args;
+    for (size_t begin = 0, end; begin <= usage.command.size();
+         begin = end + 1) {
+      end = std::min(usage.command.find(' ', begin), usage.command.size());
+      args.push_back(usage.command.substr(begin, end - begin));
+    }
+    for (const OptionUsage& option : usage.options) {
+      if (option.name.empty()) {
+        continue;
+      }
+      std::vector<std::string> line = args;
+      line.push_back("--" + option.name);
+      line.push_back("1");
+      try {
+        parse_cli(line);
+      } catch (const ConfigError& e) {
+        EXPECT_EQ(
+            std::string(e.what()).find("unknown option"), std::string::npos)
+            << usage.command << " --" << option.name << ": " << e.what();
+      }
+    }
+  }
+}
+
+TEST(Cli, UnknownOptionsExitTwoPointingAtTheCommandsHelp) {
+  auto r = run_baton("train --config " + debug_config() + " --bogus");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(
+      r.output.rfind(
+          "error: unknown option '--bogus'; config overrides are written "
+          "--SECTION.KEY=VALUE (see 'baton train --help')",
+          0),
+      0u)
+      << r.output;
+  r = run_baton("schedule --schedule gpipe --pp 2 --microbatchs 4");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(
+      r.output.rfind(
+          "error: unknown option '--microbatchs'; did you mean "
+          "'--microbatches'? (see 'baton schedule --help')",
+          0),
+      0u)
+      << r.output;
+  r = run_baton("schedule stray");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(
+      r.output.rfind(
+          "error: baton schedule: unexpected argument 'stray'; options start "
+          "with -- (see 'baton schedule --help')",
+          0),
+      0u)
+      << r.output;
+  r = run_baton("checkpoint inspect");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(
+      r.output.find("allowed: one checkpoint folder (see 'baton checkpoint "
+                    "inspect --help')"),
+      std::string::npos)
+      << r.output;
 }
 
 TEST(Cli, UnknownCommandIsUsageError) {
