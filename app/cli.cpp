@@ -445,102 +445,139 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
   return out;
 }
 
+namespace {
+
+// `baton train`.
+CommandUsage train_usage() {
+  return {
+      "train",
+      "trains a model from a YAML job config",
+      {"baton train --config FILE [--nproc N] [--SECTION.KEY=VALUE ...]",
+       "            [--print-config]"},
+      {{"config", "--config FILE", "the YAML job config (see configs/)"},
+       {"",
+        "--SECTION.KEY=VALUE",
+        "sets one config key, e.g. --training.steps=30"},
+       {"builder",
+        "--builder=NAME",
+        "the trainer builder; default auto (pipeline when pp > 1)"},
+       {"nproc",
+        "--nproc N",
+        "launches N local ranks of this binary and waits for them"},
+       {"print-config",
+        "--print-config",
+        "prints the effective config as YAML and exits"}}};
+}
+
+// `baton schedule`.
+CommandUsage schedule_usage() {
+  return {
+      "schedule",
+      "generates or loads, checks and simulates a pipeline schedule",
+      {"baton schedule --schedule NAME --pp P --microbatches M",
+       "               [--stages-per-rank V] [--format FORMAT] [--comms]",
+       "               [--out FILE] [--costs KIND=VALUE,...]",
+       "baton schedule --csv FILE [--format FORMAT] [--comms] [--out FILE]",
+       "               [--costs KIND=VALUE,...]"},
+      {{"schedule",
+        "--schedule NAME",
+        "GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, "
+        "ZBVZeroBubble or DualPipeV (any case)"},
+       {"pp", "--pp P", "pipeline ranks"},
+       {"stages-per-rank",
+        "--stages-per-rank V",
+        "stages per rank; default 1 for GPipe and 1F1B, else 2"},
+       {"microbatches", "--microbatches M", "microbatches per step"},
+       {"csv",
+        "--csv FILE",
+        "loads a custom schedule from CSV instead of --schedule"},
+       {"format",
+        "--format FORMAT",
+        join(pipeline::schedule_formats(), ", ") + "; default text"},
+       {"comms",
+        "--comms",
+        "shows the lowered schedule: sends, receives, gradient "
+        "reductions"},
+       {"out", "--out FILE", "writes to FILE instead of stdout"},
+       {"costs",
+        "--costs KIND=VALUE,...",
+        "simulated cost of F, B, I, W, OVERLAP (-1: F + B) and the P2P "
+        "latency; default 1 each, OVERLAP -1, P2P 0"}}};
+}
+
+// `usage` with the input options `tokenizer train` and `data tokenize`
+// share before its own.
+CommandUsage with_text_inputs(CommandUsage usage) {
+  const std::vector<OptionUsage> inputs = {
+      {"input", "--input PATH", "a corpus file, folder or glob; repeatable"},
+      {"dataset",
+       "--dataset NAME",
+       "jsonl or text; default: by each input's name (*.txt, *.txt.gz: text; "
+       "*.jsonl, *.jsonl.gz, a folder: jsonl)"},
+      {"text-field",
+       "--text-field NAME",
+       "the JSON Lines field with the text; default text"}};
+  usage.options.insert(usage.options.begin(), inputs.begin(), inputs.end());
+  return usage;
+}
+
+// `baton tokenizer train`.
+CommandUsage tokenizer_train_usage() {
+  return with_text_inputs(
+      {"tokenizer train",
+       "trains a SentencePiece tokenizer on text",
+       {"baton tokenizer train --input PATH [--input PATH ...] --vocab-size "
+        "N",
+        "                      --out FILE [--dataset jsonl|text]",
+        "                      [--text-field NAME] [--model-type "
+        "bpe|unigram]"},
+       {{"vocab-size",
+         "--vocab-size N",
+         "pieces in the model, at least 260 (3 special, 256 bytes)"},
+        {"model-type", "--model-type TYPE", "bpe (default) or unigram"},
+        {"out", "--out FILE", "the SentencePiece .model file to write"}}});
+}
+
+// `baton data tokenize`.
+CommandUsage data_tokenize_usage() {
+  return with_text_inputs(
+      {"data tokenize",
+       "tokenises text into token shards for training.dataset: tokens",
+       {"baton data tokenize --input PATH [--input PATH ...] --out DIR",
+        "                    [--dataset jsonl|text] [--text-field NAME]",
+        "                    [--tokenizer NAME] [--tokenizer-path FILE]",
+        "                    [--tokens-per-shard N]"},
+       {{"tokenizer",
+         "--tokenizer NAME",
+         "bytes (default), sentencepiece or tiktoken"},
+        {"tokenizer-path",
+         "--tokenizer-path FILE",
+         "the tokenizer's model file (sentencepiece, tiktoken)"},
+        {"out", "--out DIR", "the folder the shards are written to"},
+        {"tokens-per-shard",
+         "--tokens-per-shard N",
+         "a new shard starts once one holds N tokens; default 2^28"}}});
+}
+
+// `baton checkpoint inspect`.
+CommandUsage checkpoint_inspect_usage() {
+  return {
+      "checkpoint inspect",
+      "lists what a checkpoint holds and checks it byte by byte",
+      {"baton checkpoint inspect DIR"},
+      {{"", "DIR", "a run's checkpoint folder, or one step-N folder"}}};
+}
+
+}  // namespace
+
 const std::vector<CommandUsage>& cli_commands() {
   static const std::vector<CommandUsage> commands = [] {
-    const std::string input_help = "a corpus file, folder or glob; repeatable";
-    const std::string dataset_help =
-        "jsonl or text; default: by each input's name (*.txt, *.txt.gz: "
-        "text; *.jsonl, *.jsonl.gz, a folder: jsonl)";
-    const std::string text_field_help =
-        "the JSON Lines field with the text; default text";
     std::vector<CommandUsage> list = {
-        {"train",
-         "trains a model from a YAML job config",
-         {"baton train --config FILE [--nproc N] [--SECTION.KEY=VALUE ...]",
-          "            [--print-config]"},
-         {{"config", "--config FILE", "the YAML job config (see configs/)"},
-          {"",
-           "--SECTION.KEY=VALUE",
-           "sets one config key, e.g. --training.steps=30"},
-          {"builder",
-           "--builder=NAME",
-           "the trainer builder; default auto (pipeline when pp > 1)"},
-          {"nproc",
-           "--nproc N",
-           "launches N local ranks of this binary and waits for them"},
-          {"print-config",
-           "--print-config",
-           "prints the effective config as YAML and exits"}}},
-        {"schedule",
-         "generates or loads, checks and simulates a pipeline schedule",
-         {"baton schedule --schedule NAME --pp P --microbatches M",
-          "               [--stages-per-rank V] [--format FORMAT] [--comms]",
-          "               [--out FILE] [--costs KIND=VALUE,...]",
-          "baton schedule --csv FILE [--format FORMAT] [--comms] [--out FILE]",
-          "               [--costs KIND=VALUE,...]"},
-         {{"schedule",
-           "--schedule NAME",
-           "GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, "
-           "ZBVZeroBubble or DualPipeV (any case)"},
-          {"pp", "--pp P", "pipeline ranks"},
-          {"stages-per-rank",
-           "--stages-per-rank V",
-           "stages per rank; default 1 for GPipe and 1F1B, else 2"},
-          {"microbatches", "--microbatches M", "microbatches per step"},
-          {"csv",
-           "--csv FILE",
-           "loads a custom schedule from CSV instead of --schedule"},
-          {"format",
-           "--format FORMAT",
-           join(pipeline::schedule_formats(), ", ") + "; default text"},
-          {"comms",
-           "--comms",
-           "shows the lowered schedule: sends, receives, gradient "
-           "reductions"},
-          {"out", "--out FILE", "writes to FILE instead of stdout"},
-          {"costs",
-           "--costs KIND=VALUE,...",
-           "simulated cost of F, B, I, W, OVERLAP (-1: F + B) and the P2P "
-           "latency; default 1 each, OVERLAP -1, P2P 0"}}},
-        {"tokenizer train",
-         "trains a SentencePiece tokenizer on text",
-         {"baton tokenizer train --input PATH [--input PATH ...] --vocab-size "
-          "N",
-          "                      --out FILE [--dataset jsonl|text]",
-          "                      [--text-field NAME] [--model-type "
-          "bpe|unigram]"},
-         {{"input", "--input PATH", input_help},
-          {"dataset", "--dataset NAME", dataset_help},
-          {"text-field", "--text-field NAME", text_field_help},
-          {"vocab-size",
-           "--vocab-size N",
-           "pieces in the model, at least 260 (3 special, 256 bytes)"},
-          {"model-type", "--model-type TYPE", "bpe (default) or unigram"},
-          {"out", "--out FILE", "the SentencePiece .model file to write"}}},
-        {"data tokenize",
-         "tokenises text into token shards for training.dataset: tokens",
-         {"baton data tokenize --input PATH [--input PATH ...] --out DIR",
-          "                    [--dataset jsonl|text] [--text-field NAME]",
-          "                    [--tokenizer NAME] [--tokenizer-path FILE]",
-          "                    [--tokens-per-shard N]"},
-         {{"input", "--input PATH", input_help},
-          {"dataset", "--dataset NAME", dataset_help},
-          {"text-field", "--text-field NAME", text_field_help},
-          {"tokenizer",
-           "--tokenizer NAME",
-           "bytes (default), sentencepiece or tiktoken"},
-          {"tokenizer-path",
-           "--tokenizer-path FILE",
-           "the tokenizer's model file (sentencepiece, tiktoken)"},
-          {"out", "--out DIR", "the folder the shards are written to"},
-          {"tokens-per-shard",
-           "--tokens-per-shard N",
-           "a new shard starts once one holds N tokens; default 2^28"}}},
-        {"checkpoint inspect",
-         "lists what a checkpoint holds and checks it byte by byte",
-         {"baton checkpoint inspect DIR"},
-         {{"", "DIR", "a run's checkpoint folder, or one step-N folder"}}},
-    };
+        train_usage(),
+        schedule_usage(),
+        tokenizer_train_usage(),
+        data_tokenize_usage(),
+        checkpoint_inspect_usage()};
     for (CommandUsage& usage : list) {
       usage.options.push_back(
           {"help", "-h, --help", "prints this help and exits"});
