@@ -131,7 +131,9 @@ int main(int argc, char** argv) {
     const auto cli =
         baton::parse_cli(std::vector<std::string>(argv + 1, argv + argc));
     if (cli.command == "help") {
-      std::cout << baton::cli_usage();
+      std::cout
+          << (cli.help_topic.empty() ? baton::cli_usage()
+                                     : baton::command_usage(cli.help_topic));
       return 0;
     }
     if (cli.command == "schedule") {

@@ -99,6 +99,13 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   check_built(
       c.lr_schedulers && c.lr_schedulers->size() == c.optimizers->size(),
       "build_lr_schedulers must return one scheduler per optimizer");
+  if (const auto warning =
+          config_.lr_scheduler.phases_warning(config_.training.steps);
+      warning && env_.rank == 0) {
+    const std::string where =
+        config_.first_origin({warning->key.c_str(), "training.steps"});
+    LOG(WARNING) << (where.empty() ? "" : where + ": ") << warning->message;
+  }
 
   c.dataloader = build_dataloader(c.tokenizer);
   auto loss = build_loss();

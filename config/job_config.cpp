@@ -740,6 +740,9 @@ void emit(YAML::Emitter& out, const StringLists& v) {
 }  // namespace
 
 int64_t LRSchedulerConfig::decay_steps(int64_t training_steps) const {
+  if (warmup_steps > training_steps) {
+    return 0;
+  }
   return decay_ratio ? static_cast<int64_t>(std::llround(
                            static_cast<double>(training_steps) * *decay_ratio))
                      : training_steps - warmup_steps;
@@ -747,15 +750,9 @@ int64_t LRSchedulerConfig::decay_steps(int64_t training_steps) const {
 
 std::optional<ConfigProblem> LRSchedulerConfig::phases_problem(
     int64_t training_steps) const {
-  if (warmup_steps > training_steps) {
-    return ConfigProblem{
-        "lr_scheduler.warmup_steps",
-        "lr_scheduler.warmup_steps: " + std::to_string(warmup_steps) +
-            " exceeds training.steps " + std::to_string(training_steps) +
-            "; allowed: at most training.steps"};
-  }
   const int64_t decay = decay_steps(training_steps);
-  if (decay_ratio && warmup_steps + decay > training_steps) {
+  if (decay_ratio && warmup_steps <= training_steps &&
+      warmup_steps + decay > training_steps) {
     return ConfigProblem{
         "lr_scheduler.decay_ratio",
         "lr_scheduler.decay_ratio: " + format_number(*decay_ratio) + " gives " +
@@ -768,6 +765,22 @@ std::optional<ConfigProblem> LRSchedulerConfig::phases_problem(
                 static_cast<double>(training_steps))};
   }
   return std::nullopt;
+}
+
+std::optional<ConfigProblem> LRSchedulerConfig::phases_warning(
+    int64_t training_steps) const {
+  if (warmup_steps <= training_steps) {
+    return std::nullopt;
+  }
+  return ConfigProblem{
+      "lr_scheduler.warmup_steps",
+      "lr_scheduler.warmup_steps: " + std::to_string(warmup_steps) +
+          " exceeds training.steps " + std::to_string(training_steps) +
+          "; the run warms up for all its steps (step s at s / " +
+          std::to_string(warmup_steps + 1) +
+          " of optimizer.lr), never reaching the full rate nor decaying; set "
+          "lr_scheduler.warmup_steps at most training.steps for the whole "
+          "schedule"};
 }
 
 JobConfig load_job_config(

@@ -154,11 +154,17 @@ struct LRSchedulerConfig {
   double min_lr_factor = 0.0;
 
   /// Steps of decay at the end of `training_steps`: decay_ratio of them, or
-  /// every step after warmup when decay_ratio is unset.
+  /// every step after warmup when decay_ratio is unset; 0 when warmup is
+  /// longer than the run.
   int64_t decay_steps(int64_t training_steps) const;
   /// Why warmup and decay do not fit in `training_steps`; nothing when they
-  /// do. The config check and the schedule both ask it.
+  /// do. The config check and the schedule both ask it. A warmup longer
+  /// than the run is not a problem but a warning (phases_warning).
   std::optional<ConfigProblem> phases_problem(int64_t training_steps) const;
+  /// A warning when warmup is longer than `training_steps`: the run then
+  /// warms up at the configured slope for all its steps (as torchtitan
+  /// does), never reaching the full rate nor decaying; nothing otherwise.
+  std::optional<ConfigProblem> phases_warning(int64_t training_steps) const;
 
   template <class V>
   void visit(V&& v) {
