@@ -113,13 +113,21 @@ TrainArgs parse_train(const std::vector<std::string>& args) {
       out.config_path = option.value();
     } else if (name == "print-config" && option.is_flag()) {
       out.print_config = true;
+    } else if (name == "dry-run") {
+      out.dry_run = option.is_flag() ? "text" : option.value();
+      if (out.dry_run != "text" && out.dry_run != "json") {
+        throw ConfigError(
+            "--dry-run=" + out.dry_run +
+            ": unknown format; allowed: text, "
+            "json (--dry-run alone is text)");
+      }
     } else if (name == "nproc") {
       out.nproc = parse_count("--nproc", option.value());
     } else if (name.find('.') != std::string::npos || name == "builder") {
       out.overrides.push_back(name + "=" + option.value());
     } else {
       option.fail_unknown(
-          {"config", "print-config", "nproc", "builder"},
+          {"config", "print-config", "dry-run", "nproc", "builder"},
           "config overrides are written --SECTION.KEY=VALUE");
     }
   }
