@@ -198,6 +198,14 @@ TrainArgs parse_train(const std::vector<std::string>& args) {
       out.config_path = option.value();
     } else if (name == "print-config" && option.is_flag()) {
       out.print_config = true;
+    } else if (name == "dry-run") {
+      out.dry_run = option.is_flag() ? "text" : option.value();
+      if (out.dry_run != "text" && out.dry_run != "json") {
+        throw ConfigError(
+            "--dry-run=" + out.dry_run +
+            ": unknown format; allowed: text, "
+            "json (--dry-run alone is text)");
+      }
     } else if (name == "nproc") {
       out.nproc = parse_count("--nproc", option.value());
     } else if (name.find('.') != std::string::npos || name == "builder") {
@@ -453,7 +461,7 @@ CommandUsage train_usage() {
       "train",
       "trains a model from a YAML job config",
       {"baton train --config FILE [--nproc N] [--SECTION.KEY=VALUE ...]",
-       "            [--print-config]"},
+       "            [--print-config] [--dry-run[=text|json]]"},
       {{"config", "--config FILE", "the YAML job config (see configs/)"},
        {"",
         "--SECTION.KEY=VALUE",
@@ -466,7 +474,12 @@ CommandUsage train_usage() {
         "launches N local ranks of this binary and waits for them"},
        {"print-config",
         "--print-config",
-        "prints the effective config as YAML and exits"}}};
+        "prints the effective config as YAML and exits"},
+       {"dry-run",
+        "--dry-run[=text|json]",
+        "prints what every rank would hold (stages, parameters, memory) "
+        "without allocating a weight, for --nproc's world (else the "
+        "degrees'), and exits"}}};
 }
 
 // `baton schedule`.

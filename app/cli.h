@@ -13,6 +13,9 @@ struct TrainArgs {
   /// "section.key=value", in command-line order.
   std::vector<std::string> overrides;
   bool print_config = false;
+  /// --dry-run: "" (train), "text" or "json" (print each rank's footprint
+  /// for the world size and exit).
+  std::string dry_run;
   /// Local ranks to launch; 0 = this process is one rank.
   int64_t nproc = 0;
 };
