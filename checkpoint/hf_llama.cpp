@@ -222,11 +222,13 @@ void check_folder(const fs::path& dir, const Shape& s) {
               "trained with");
     }
   }
-  if (c.value("tie_word_embeddings", false)) {
+  const json tied = c.value("tie_word_embeddings", json(false));
+  if (!tied.is_null() && tied != false) {
     config_problem(
         file,
-        "tie_word_embeddings is true; allowed: false (Baton's llama3 has an "
-        "output projection of its own)");
+        "tie_word_embeddings is " + tied.dump() +
+            "; allowed: false (Baton's llama3 has an output projection of "
+            "its own)");
   }
   if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
     config_problem(
@@ -234,9 +236,9 @@ void check_folder(const fs::path& dir, const Shape& s) {
         "rope_scaling is " + c["rope_scaling"].dump() +
             "; allowed: null (Baton's RoPE has no scaling)");
   }
-  if (c.value("hidden_act", std::string("silu")) != "silu") {
-    config_problem(
-        file, "hidden_act is " + c["hidden_act"].dump() + "; allowed: silu");
+  const json act = c.value("hidden_act", json("silu"));
+  if (act != "silu") {
+    config_problem(file, "hidden_act is " + act.dump() + "; allowed: \"silu\"");
   }
   if (!fs::exists(dir / kIndexFile) && !fs::exists(dir / kSingleFile)) {
     throw ConfigError(

@@ -441,6 +441,22 @@ TEST(HfLlama, BadFoldersNameTheFileAndChangeNothing) {
          "num_hidden_layers is 3",
          "n_layers 4"});
   }
+  const std::pair<const char*, json> unsupported[] = {
+      {"tie_word_embeddings", true},
+      {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}},
+      {"num_key_value_heads", 4},
+      {"rope_theta", 10000.0}};
+  for (const auto& [key, value] : unsupported) {
+    SCOPED_TRACE(key);
+    const auto dir = copy_of(good, "hf_unsupported");
+    json config = json::parse(std::ifstream(dir / "config.json"));
+    config[key] = value;
+    std::ofstream(dir / "config.json") << config.dump();
+    expect_load_fails<ConfigError>(
+        dir,
+        {(dir / "config.json").string(),
+         std::string(key) + " is " + value.dump().substr(0, 4)});
+  }
   {
     SCOPED_TRACE("a tensor missing from model.safetensors");
     const auto dir = copy_of(good, "hf_missing_tensor");
