@@ -237,6 +237,37 @@ int64_t copy_overlap(
   return from.numel();
 }
 
+/// One rank's piece of an exported tensor: where it lies in the whole.
+struct ExportPiece {
+  const SafetensorsReader* reader;
+  SafetensorsEntry entry;
+  std::vector<int64_t> offsets;
+  std::vector<int64_t> global_shape;
+};
+
+/// The whole tensor the pieces of one name tile.
+at::Tensor assemble(const std::vector<ExportPiece>& list) {
+  const auto& head = list.front();
+  at::Tensor whole = at::empty(head.global_shape, head.entry.dtype);
+  int64_t filled = 0;
+  for (const auto& piece : list) {
+    at::Tensor t = at::empty(piece.entry.shape, piece.entry.dtype);
+    piece.reader->read_bytes(piece.entry, t.data_ptr());
+    filled += copy_overlap(
+        t,
+        piece.offsets,
+        whole,
+        std::vector<int64_t>(head.global_shape.size(), 0));
+  }
+  if (filled != whole.numel()) {
+    throw std::logic_error(
+        "[checkpoint] export: tensor '" + head.entry.name +
+        "': its pieces hold " + std::to_string(filled) + " of " +
+        std::to_string(whole.numel()) + " elements");
+  }
+  return whole;
+}
+
 /// Fails when a tensor every rank's model has is missing from `index`, or
 /// `index` has one that none has: judged against every rank's FQNs, the
 /// same way on every rank.
@@ -1083,14 +1114,8 @@ void CheckpointManager::merge_export(
     std::chrono::steady_clock::time_point start) const {
   // The pieces become one file sorted by name, a tensor at a time, each
   // sharded one assembled from its slices.
-  struct Piece {
-    const SafetensorsReader* reader;
-    SafetensorsEntry entry;
-    std::vector<int64_t> offsets;
-    std::vector<int64_t> global_shape;
-  };
   std::vector<std::unique_ptr<SafetensorsReader>> pieces;
-  std::map<std::string, std::vector<Piece>> by_name;
+  std::map<std::string, std::vector<ExportPiece>> by_name;
   for (const auto& entry : fs::directory_iterator(tmp)) {
     if (entry.path().filename().string().rfind("piece-", 0) != 0) {
       continue;
@@ -1099,7 +1124,8 @@ void CheckpointManager::merge_export(
         std::make_unique<SafetensorsReader>(entry.path().string()));
     const auto& reader = *pieces.back();
     for (const auto& e : reader.entries()) {
-      Piece piece{&reader, e, std::vector<int64_t>(e.shape.size(), 0), e.shape};
+      ExportPiece piece{
+          &reader, e, std::vector<int64_t>(e.shape.size(), 0), e.shape};
       const auto it = reader.metadata().find(kSlicePrefix + e.name);
       if (it != reader.metadata().end()) {
         const json where = json::parse(it->second);
@@ -1125,25 +1151,8 @@ void CheckpointManager::merge_export(
     }
     items_by_name[written] = {
         written, first.entry.dtype, first.global_shape, [list = list, shape] {
-          const auto& head = list.front();
-          at::Tensor whole = at::empty(head.global_shape, head.entry.dtype);
-          int64_t filled = 0;
-          for (const auto& piece : list) {
-            at::Tensor t = at::empty(piece.entry.shape, piece.entry.dtype);
-            piece.reader->read_bytes(piece.entry, t.data_ptr());
-            filled += copy_overlap(
-                t,
-                piece.offsets,
-                whole,
-                std::vector<int64_t>(head.global_shape.size(), 0));
-          }
-          if (filled != whole.numel()) {
-            throw std::logic_error(
-                "[checkpoint] export: tensor '" + head.entry.name +
-                "': its pieces hold " + std::to_string(filled) + " of " +
-                std::to_string(whole.numel()) + " elements");
-          }
-          return shape ? hf_llama::to_hf(head.entry.name, whole, *shape)
+          const at::Tensor whole = assemble(list);
+          return shape ? hf_llama::to_hf(list.front().entry.name, whole, *shape)
                        : whole;
         }};
   }
@@ -1166,15 +1175,9 @@ void CheckpointManager::merge_export(
   if (hf) {
     // One file, and the index beside it that sharded HF folders have, so
     // that readers of either form find the weights.
-    json index = {
-        {"metadata", {{"total_size", 0}}}, {"weight_map", json::object()}};
-    uint64_t total = 0;
-    for (const auto& e : entries) {
-      total += e.end - e.begin;
-      index["weight_map"][e.name] = hf_llama::kSingleFile;
-    }
-    index["metadata"]["total_size"] = total;
-    write_synced(tmp / hf_llama::kIndexFile, index.dump(2) + "\n");
+    write_synced(
+        tmp / hf_llama::kIndexFile,
+        hf_llama::index_json(entries, hf_llama::kSingleFile).dump(2) + "\n");
     config = hf_llama::config_json(*shape, config_.export_dtype, config);
   }
   write_synced(tmp / "config.json", config.dump(2) + "\n");

@@ -104,6 +104,50 @@ std::string number_text(double v) {
   return out.str();
 }
 
+/// Each shape field of `c` (absent ones at LlamaConfig's defaults) equals
+/// the model's.
+void check_shape_fields(const json& c, const fs::path& file, const Shape& s) {
+  const int64_t heads = s.num_attention_heads;
+  const std::vector<
+      std::tuple<std::string, double, std::optional<double>, std::string>>
+      fields = {
+          {"hidden_size", s.hidden_size, std::nullopt, "dim"},
+          {"num_hidden_layers", s.num_hidden_layers, std::nullopt, "n_layers"},
+          {"num_attention_heads", heads, std::nullopt, "n_heads"},
+          {"num_key_value_heads",
+           s.num_key_value_heads,
+           number_field(c, file, "num_attention_heads", std::nullopt),
+           "n_kv_heads"},
+          {"intermediate_size",
+           s.intermediate_size,
+           std::nullopt,
+           "ffn_hidden_dim"},
+          {"vocab_size",
+           s.vocab_size,
+           std::nullopt,
+           "vocab_size (it follows model.tokenizer)"},
+          {"head_dim",
+           s.head_dim(),
+           number_field(c, file, "hidden_size", std::nullopt) /
+               number_field(c, file, "num_attention_heads", std::nullopt),
+           "dim / n_heads"},
+          {"rms_norm_eps", s.rms_norm_eps, 1e-6, "norm_eps"},
+          {"rope_theta", s.rope_theta, 10000.0, "rope_theta"},
+      };
+  for (const auto& [key, model, fallback, baton] : fields) {
+    const double v = number_field(c, file, key, fallback);
+    if (std::abs(v - model) > 1e-9 * std::abs(model)) {
+      config_problem(
+          file,
+          key + " is " + number_text(v) + ", but the model (" + s.model +
+              ") has " + baton + " " + number_text(model) +
+              "; allowed: " + number_text(model) +
+              "; choose the model.flavor (and tokenizer) the checkpoint was "
+              "trained with");
+    }
+  }
+}
+
 }  // namespace
 
 Shape shape_of(const json& c) {
@@ -159,6 +203,19 @@ json config_json(
       {"baton", baton}};
 }
 
+json index_json(
+    const std::vector<SafetensorsEntry>& entries, const std::string& file) {
+  json index = {
+      {"metadata", {{"total_size", 0}}}, {"weight_map", json::object()}};
+  uint64_t total = 0;
+  for (const auto& e : entries) {
+    total += e.end - e.begin;
+    index["weight_map"][e.name] = file;
+  }
+  index["metadata"]["total_size"] = total;
+  return index;
+}
+
 void check_folder(const fs::path& dir, const Shape& s) {
   const fs::path file = dir / kConfigFile;
   std::ifstream in(file);
@@ -183,45 +240,7 @@ void check_folder(const fs::path& dir, const Shape& s) {
         "model_type is " + c["model_type"].dump() +
             "; allowed: \"llama\" (Baton's llama3 is that architecture)");
   }
-  const int64_t heads = s.num_attention_heads;
-  const std::vector<
-      std::tuple<std::string, double, std::optional<double>, std::string>>
-      fields = {
-          {"hidden_size", s.hidden_size, std::nullopt, "dim"},
-          {"num_hidden_layers", s.num_hidden_layers, std::nullopt, "n_layers"},
-          {"num_attention_heads", heads, std::nullopt, "n_heads"},
-          {"num_key_value_heads",
-           s.num_key_value_heads,
-           number_field(c, file, "num_attention_heads", std::nullopt),
-           "n_kv_heads"},
-          {"intermediate_size",
-           s.intermediate_size,
-           std::nullopt,
-           "ffn_hidden_dim"},
-          {"vocab_size",
-           s.vocab_size,
-           std::nullopt,
-           "vocab_size (it follows model.tokenizer)"},
-          {"head_dim",
-           s.head_dim(),
-           number_field(c, file, "hidden_size", std::nullopt) /
-               number_field(c, file, "num_attention_heads", std::nullopt),
-           "dim / n_heads"},
-          {"rms_norm_eps", s.rms_norm_eps, 1e-6, "norm_eps"},
-          {"rope_theta", s.rope_theta, 10000.0, "rope_theta"},
-      };
-  for (const auto& [key, model, fallback, baton] : fields) {
-    const double v = number_field(c, file, key, fallback);
-    if (std::abs(v - model) > 1e-9 * std::abs(model)) {
-      config_problem(
-          file,
-          key + " is " + number_text(v) + ", but the model (" + s.model +
-              ") has " + baton + " " + number_text(model) +
-              "; allowed: " + number_text(model) +
-              "; choose the model.flavor (and tokenizer) the checkpoint was "
-              "trained with");
-    }
-  }
+  check_shape_fields(c, file, s);
   const json tied = c.value("tie_word_embeddings", json(false));
   if (!tied.is_null() && tied != false) {
     config_problem(

@@ -20,6 +20,11 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
+
+namespace baton {
+struct SafetensorsEntry;
+}
 
 namespace baton::hf_llama {
 
@@ -57,6 +62,10 @@ nlohmann::json config_json(
     const Shape& shape,
     const std::string& torch_dtype,
     const nlohmann::json& baton);
+
+/// The model.safetensors.index.json of `entries`, all in `file`.
+nlohmann::json index_json(
+    const std::vector<SafetensorsEntry>& entries, const std::string& file);
 
 /// Checks DIR (the value of checkpoint.initial_load_hf): config.json is
 /// there, parses, describes a Llama of `shape` (every shape field, untied
