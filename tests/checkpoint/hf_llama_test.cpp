@@ -503,26 +503,38 @@ TEST(HfLlama, BadFoldersNameTheFileAndChangeNothing) {
   }
 }
 
-TEST(HfLlama, Bf16FilesLoadConvertedToTheModelsDtype) {
+TEST(HfLlama, HalfPrecisionFilesLoadConvertedToTheModelsDtype) {
   at::set_num_threads(1);
-  const fs::path dump = fs::path(::testing::TempDir()) / "hf_bf16";
-  fs::remove_all(dump);
-  CheckpointConfig config = hf_export();
-  config.export_dtype = "bfloat16";
-  const auto trained = testing::run_layout(
-      RunLayout{}, 1, nullptr, [&](LayoutRank& me, int64_t last) {
-        manager_of(RunLayout{}, me, dump, config)->finish({last, 0});
-      });
-  const fs::path dir = dump / "checkpoint" / "export";
-  const auto loaded = testing::run_layout(RunLayout{}, 0, [&](LayoutRank& me) {
-    return manager_of(RunLayout{}, me, dump / "load", hf_load(dir))
-        ->load()
-        .step;
-  });
-  for (const auto& [fqn, p] : trained.params) {
-    const auto& q = loaded.params.at(fqn);
-    EXPECT_EQ(q.scalar_type(), at::kFloat);
-    EXPECT_TRUE(torch::equal(q, p.to(at::kBFloat16).to(at::kFloat))) << fqn;
+  const std::pair<const char*, at::ScalarType> dtypes[] = {
+      {"bfloat16", at::kBFloat16}, {"float16", at::kHalf}};
+  for (const auto& [name, dtype] : dtypes) {
+    SCOPED_TRACE(name);
+    const fs::path dump = fs::path(::testing::TempDir()) / "hf_half";
+    fs::remove_all(dump);
+    CheckpointConfig config = hf_export();
+    config.export_dtype = name;
+    const auto trained = testing::run_layout(
+        RunLayout{}, 1, nullptr, [&](LayoutRank& me, int64_t last) {
+          manager_of(RunLayout{}, me, dump, config)->finish({last, 0});
+        });
+    const fs::path dir = dump / "checkpoint" / "export";
+    EXPECT_EQ(
+        SafetensorsReader((dir / "model.safetensors").string())
+            .entries()
+            .front()
+            .dtype,
+        dtype);
+    const auto loaded =
+        testing::run_layout(RunLayout{}, 0, [&](LayoutRank& me) {
+          return manager_of(RunLayout{}, me, dump / "load", hf_load(dir))
+              ->load()
+              .step;
+        });
+    for (const auto& [fqn, p] : trained.params) {
+      const auto& q = loaded.params.at(fqn);
+      EXPECT_EQ(q.scalar_type(), at::kFloat);
+      EXPECT_TRUE(torch::equal(q, p.to(dtype).to(at::kFloat))) << fqn;
+    }
   }
 }
 
