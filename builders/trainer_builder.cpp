@@ -348,7 +348,7 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
     const LRSchedulersContainer& schedulers,
     DataLoader* dataloader) {
   const CheckpointConfig& ck = config_.checkpoint;
-  if (!ck.enable && !ck.model_only_export) {
+  if (!ck.enable && !ck.model_only_export && ck.initial_load_hf.empty()) {
     return nullptr;
   }
   const auto& p = config_.parallelism;

@@ -393,6 +393,11 @@ struct CheckpointConfig {
   int64_t load_step = -1;
   bool model_only_export = false;
   std::string export_dtype = "float32";
+  /// baton: Baton's FQNs and config.json; hf: a Hugging Face Llama folder.
+  std::string export_format = "baton";
+  /// A Hugging Face Llama folder to start from when there is no checkpoint
+  /// to resume ("" = none).
+  std::string initial_load_hf;
   bool async = false;
   int64_t timeout_seconds = 1800;
 
@@ -414,6 +419,14 @@ struct CheckpointConfig {
       export_dtype,
       FieldSpec("dtype of the exported weights")
           .one_of({"float32", "bfloat16", "float16"}));
+    v("export_format",
+      export_format,
+      FieldSpec("the export's layout: Baton's names or Hugging Face Llama's")
+          .one_of({"baton", "hf"}));
+    v("initial_load_hf",
+      initial_load_hf,
+      FieldSpec("Hugging Face Llama folder to start from when there is no "
+                "checkpoint to resume"));
     v("async", async, FieldSpec("save in a background thread"));
     v("timeout_seconds",
       timeout_seconds,
