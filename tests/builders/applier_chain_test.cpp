@@ -10,12 +10,10 @@
 
 #include <filesystem>
 #include <fstream>
-#include <mutex>
-#include <thread>
 
 #include "builders/builder_registry.h"
 #include "parallel/dist/process_group.h"
-#include "tests/parallel/rank_threads.h"
+#include "tests/builders/rank_builds.h"
 
 namespace baton {
 namespace {
@@ -105,27 +103,10 @@ std::string write_config(const std::string& name, const std::string& extra) {
 /// Trains `config` on `world` ranks, one thread each, over a store this
 /// function hosts; returns global rank 0's metrics.
 std::vector<StepMetrics> train_ranks(const JobConfig& config, int64_t world) {
-  dist::StoreServer store(0, world, std::chrono::seconds(60));
   std::vector<std::vector<StepMetrics>> history(world);
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int64_t r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto builder = make_trainer_builder(config);
-        builder->use_launch_env(testing::rank_env(r, world, store.port()));
-        history[r] = builder->build()->train();
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) {
-    t.join();
-  }
-  for (int64_t r = 0; r < world; ++r) {
-    EXPECT_EQ(errors[r], "") << "rank " << r;
-  }
+  testing::on_each_rank(config, world, [&](int64_t r, TrainerBuilder& b) {
+    history[r] = b.build()->train();
+  });
   return history[0];
 }
 

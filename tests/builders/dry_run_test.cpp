@@ -8,14 +8,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <thread>
-
 #include "builders/builder_registry.h"
 #include "common/error.h"
 #include "models/model_spec.h"
-#include "parallel/dist/process_group.h"
 #include "tests/baton_binary.h"
-#include "tests/parallel/rank_threads.h"
+#include "tests/builders/rank_builds.h"
 #include "trainer/trainer.h"
 
 namespace baton {
@@ -163,34 +160,17 @@ TEST(DryRun, ShapesAreThoseTheModelBuilds) {
 /// Builds `config` on `world` ranks (threads over a store, real Gloo) as a
 /// run does and returns the parameter elements each rank's parts store.
 std::vector<int64_t> built_parameters(const JobConfig& config, int64_t world) {
-  dist::StoreServer store(0, world, std::chrono::seconds(60));
   std::vector<int64_t> counts(world, -1);
-  std::vector<std::string> errors(world);
-  std::vector<std::thread> threads;
-  for (int64_t r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto builder = make_trainer_builder(config);
-        builder->use_launch_env(testing::rank_env(r, world, store.port()));
-        const auto trainer = builder->build();
-        int64_t n = 0;
-        trainer->components().model_parts.for_each([&](ModelPart& part) {
-          for (const auto& p : part.module().parameters()) {
-            n += p.numel();
-          }
-        });
-        counts[r] = n;
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
+  testing::on_each_rank(config, world, [&](int64_t r, TrainerBuilder& b) {
+    const auto trainer = b.build();
+    int64_t n = 0;
+    trainer->components().model_parts.for_each([&](ModelPart& part) {
+      for (const auto& p : part.module().parameters()) {
+        n += p.numel();
       }
     });
-  }
-  for (auto& t : threads) {
-    t.join();
-  }
-  for (int64_t r = 0; r < world; ++r) {
-    EXPECT_EQ(errors[r], "") << "rank " << r;
-  }
+    counts[r] = n;
+  });
   return counts;
 }
 

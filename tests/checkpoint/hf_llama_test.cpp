@@ -21,6 +21,7 @@
 #include "checkpoint/safetensors.h"
 #include "common/error.h"
 #include "tests/baton_binary.h"
+#include "tests/checkpoint/layout_checkpoint.h"
 #include "tests/trainer/layout_run.h"
 
 namespace baton {
@@ -55,30 +56,8 @@ std::unique_ptr<CheckpointManager> manager_of(
     LayoutRank& me,
     const fs::path& dump,
     const CheckpointConfig& config) {
-  const auto dims = ParallelDims::resolve(
-      1, layout.dp_shard, layout.tp, layout.pp, layout.world());
-  CheckpointLayout where;
-  where.rank = me.rank;
-  where.world_size = layout.world();
-  where.dp_rank = me.mesh->coord().dp(dims);
-  where.dp_size = dims.dp();
-  where.tp_rank = me.mesh->coord().tp;
-  where.pp = layout.pp;
-  where.stages_per_rank = layout.stages_per_rank;
-  where.schedule = layout.pp > 1 ? layout.schedule : "";
-  where.dp_shard = layout.dp_shard;
-  where.tp = layout.tp;
-  return std::make_unique<CheckpointManager>(
-      config,
-      dump.string(),
-      me.parts,
-      *me.optimizers,
-      *me.schedulers,
-      /*dataloader=*/nullptr,
-      where,
-      me.runtime ? me.runtime->world()
-                 : dist::ProcessGroup::single("checkpoint"),
-      model_config());
+  return testing::layout_checkpoint(
+      layout, me, dump.string(), config, model_config());
 }
 
 CheckpointConfig hf_export() {

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "checkpoint/checkpoint.h"
+#include "tests/checkpoint/layout_checkpoint.h"
 #include "tests/trainer/layout_run.h"
 
 namespace baton {
@@ -25,32 +26,9 @@ constexpr int64_t kRows = 4;
 
 std::unique_ptr<CheckpointManager> checkpoint_of(
     const RunLayout& layout, LayoutRank& me, const fs::path& dump) {
-  const auto dims = ParallelDims::resolve(
-      1, layout.dp_shard, layout.tp, layout.pp, layout.world());
-  CheckpointLayout where;
-  where.rank = me.rank;
-  where.world_size = layout.world();
-  where.dp_rank = me.mesh->coord().dp(dims);
-  where.dp_size = dims.dp();
-  where.tp_rank = me.mesh->coord().tp;
-  where.pp = layout.pp;
-  where.stages_per_rank = layout.stages_per_rank;
-  where.schedule = layout.pp > 1 ? layout.schedule : "";
-  where.dp_shard = layout.dp_shard;
-  where.tp = layout.tp;
   CheckpointConfig config;
   config.enable = true;
-  return std::make_unique<CheckpointManager>(
-      config,
-      dump.string(),
-      me.parts,
-      *me.optimizers,
-      *me.schedulers,
-      /*dataloader=*/nullptr,
-      where,
-      me.runtime ? me.runtime->world()
-                 : dist::ProcessGroup::single("checkpoint"),
-      "{}");
+  return testing::layout_checkpoint(layout, me, dump.string(), config);
 }
 
 RunLayout with_rows(RunLayout layout) {
