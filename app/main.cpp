@@ -83,8 +83,6 @@ int run_train(const baton::TrainArgs& args, char** argv) {
     for (const auto& o : args.overrides) {
       launch.args.push_back("--" + o);
     }
-    launch.store_timeout =
-        std::chrono::seconds(config.comm.init_timeout_seconds);
     return baton::dist::launch_local(launch);
   }
   // Several intra-op threads must not spin beside OpenBLAS's

@@ -10,12 +10,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <stdexcept>
 
 #include "common/threads.h"
 #include "parallel/dist/launch_env.h"
-#include "parallel/dist/process_group.h"
 
 extern char** environ;
 
@@ -104,7 +104,7 @@ int64_t blas_threads_per_rank(int64_t nproc) {
 namespace {
 
 std::vector<std::string> child_environment(
-    int64_t rank, int64_t nproc, int64_t port) {
+    int64_t rank, int64_t nproc, const std::string& store_file) {
   std::vector<std::string> env;
   std::vector<std::string> ours = {
       "RANK",
@@ -131,9 +131,9 @@ std::vector<std::string> child_environment(
   env.push_back("WORLD_SIZE=" + std::to_string(nproc));
   env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(nproc));
   env.push_back("GROUP_RANK=0");
-  env.push_back("MASTER_ADDR=127.0.0.1");
-  env.push_back("MASTER_PORT=" + std::to_string(port));
-  env.push_back(std::string(kBatonAgentStoreEnv) + "=1");
+  // No MASTER_ADDR / MASTER_PORT: the ranks meet in a file only this user
+  // can reach, not at a port anyone on the network could.
+  env.push_back(std::string(kBatonAgentStoreEnv) + "=" + store_file);
   // BLAS and OpenMP pools sized for one process would oversubscribe the
   // cores N times over (measured: DP 2 on 2 cores went from 2011 to 3512
   // tokens/s with one OpenBLAS thread per rank); as torchrun does, give each
@@ -210,6 +210,37 @@ void spawn(
   child.fds[0] = out[0];
   child.fds[1] = err[0];
 }
+
+/// A private folder (mode 0700, under TMPDIR or /tmp) holding the ranks'
+/// FileStore: c10d's stores have no authentication, and a TCPStore in
+/// libtorch 1.13 listens on every interface. Removed with the launch.
+class RendezvousFolder {
+ public:
+  RendezvousFolder() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string path =
+        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+        "/baton-rendezvous-XXXXXX";
+    if (::mkdtemp(path.data()) == nullptr) {
+      throw std::runtime_error(
+          "[launcher] --nproc: cannot create the rendezvous folder " + path +
+          ": " + std::strerror(errno) + "; set TMPDIR to a writable folder");
+    }
+    folder_ = path;
+  }
+  ~RendezvousFolder() {
+    std::error_code ec;
+    std::filesystem::remove_all(folder_, ec);
+  }
+  RendezvousFolder(const RendezvousFolder&) = delete;
+  RendezvousFolder& operator=(const RendezvousFolder&) = delete;
+  std::string store_file() const {
+    return (folder_ / "store").string();
+  }
+
+ private:
+  std::filesystem::path folder_;
+};
 
 void signal_all(std::vector<Child>& children, int sig) {
   for (auto& c : children) {
@@ -338,7 +369,7 @@ int launch_local(const LocalLaunchOptions& options) {
         "[launcher] --nproc: " + std::to_string(options.nproc) +
         "; allowed: an integer >= 1");
   }
-  StoreServer store(/*port=*/0, options.nproc, options.store_timeout);
+  const RendezvousFolder rendezvous;
   const std::string program =
       options.program.empty() ? "/proc/self/exe" : options.program;
 
@@ -366,7 +397,7 @@ int launch_local(const LocalLaunchOptions& options) {
         children[r],
         program,
         argv,
-        child_environment(r, options.nproc, store.port()));
+        child_environment(r, options.nproc, rendezvous.store_file()));
   }
 
   Supervision s;

@@ -15,23 +15,21 @@ struct LocalLaunchOptions {
   std::vector<std::string> args;
   /// The executable; empty: this process's own (/proc/self/exe).
   std::string program;
-  /// How long the store the launcher hosts waits for a client.
-  std::chrono::milliseconds store_timeout{std::chrono::seconds(300)};
   /// After the first rank fails, how long the others get to notice and exit
   /// with their own message before they are sent SIGTERM (and SIGKILL 5 s
   /// later).
   std::chrono::milliseconds grace{std::chrono::seconds(10)};
 };
 
-/// Hosts the rendezvous store on a free port, starts `nproc` children with
-/// RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and
-/// MASTER_PORT set (and OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, see
-/// blas_threads_per_rank), and copies their stdout and stderr line by line with
-/// a
-/// "[rankN]: " prefix. SIGINT and SIGTERM are forwarded to every child. When
-/// a child fails, the others get `grace` to exit, then are stopped. Returns
-/// 0 when every rank succeeded, else the exit code of the first rank that
-/// failed (128 + signal for a rank killed by a signal).
+/// Makes a private (0700) folder for the ranks' rendezvous store (a c10d
+/// FileStore: nothing listens on a port), starts `nproc` children with
+/// RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and BATON_AGENT_STORE
+/// (the store's file) set (and OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, see
+/// blas_threads_per_rank), and copies their stdout and stderr line by line
+/// with a "[rankN]: " prefix. SIGINT and SIGTERM are forwarded to every
+/// child. When a child fails, the others get `grace` to exit, then are
+/// stopped. Returns 0 when every rank succeeded, else the exit code of the
+/// first rank that failed (128 + signal for a rank killed by a signal).
 int launch_local(const LocalLaunchOptions& options);
 
 /// OMP_NUM_THREADS and OPENBLAS_NUM_THREADS that launch_local gives each of

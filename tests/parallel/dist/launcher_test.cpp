@@ -11,7 +11,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "parallel/dist/launcher.h"
 #include "tests/baton_binary.h"
@@ -35,7 +38,9 @@ TEST(Launcher, ChildrenGetTheTorchrunEnvironmentAndPrefixedOutput) {
   const int code = launch_local(shell(
       3,
       "echo \"r=$RANK lr=$LOCAL_RANK w=$WORLD_SIZE lw=$LOCAL_WORLD_SIZE "
-      "a=$MASTER_ADDR p=${MASTER_PORT:+set}\"; printf 'no newline'"));
+      "a=${MASTER_ADDR:-unset} p=${MASTER_PORT:-unset} "
+      "s=$(stat -c %a \"$(dirname \"$BATON_AGENT_STORE\")\")\"; "
+      "printf 'no newline'"));
   const std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(code, 0);
   EXPECT_GE(blas_threads_per_rank(3), 1);
@@ -44,7 +49,7 @@ TEST(Launcher, ChildrenGetTheTorchrunEnvironmentAndPrefixedOutput) {
     EXPECT_NE(
         out.find(
             "[rank" + rank + "]: r=" + rank + " lr=" + rank +
-            " w=3 lw=3 a=127.0.0.1 p=set\n"),
+            " w=3 lw=3 a=unset p=unset s=700\n"),
         std::string::npos)
         << out;
     EXPECT_NE(out.find("[rank" + rank + "]: no newline\n"), std::string::npos)
@@ -148,6 +153,111 @@ TEST(BatonNproc, TrainsWithTwoDataParallelRanks) {
   EXPECT_LT(
       lines.back()["loss"].get<double>(),
       lines.front()["loss"].get<double>() - 0.5);
+}
+
+/// The socket inodes `pid` holds open.
+std::set<std::string> socket_inodes(pid_t pid) {
+  std::set<std::string> out;
+  std::error_code ec;
+  const fs::path fds = "/proc/" + std::to_string(pid) + "/fd";
+  for (const auto& fd : fs::directory_iterator(fds, ec)) {
+    const std::string target = fs::read_symlink(fd.path(), ec).string();
+    if (target.rfind("socket:[", 0) == 0) {
+      out.insert(target.substr(8, target.size() - 9));
+    }
+  }
+  return out;
+}
+
+/// The processes whose parent is `pid`.
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line) || line.rfind(')') == std::string::npos) {
+      continue;
+    }
+    // "pid (comm) state ppid ...": the name may hold spaces.
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == pid) {
+      out.push_back(std::stoi(entry.path().filename().string()));
+    }
+  }
+  return out;
+}
+
+/// The local address ("0100007F:1F90") of every socket in LISTEN state of
+/// /proc/net/tcp and tcp6 whose inode is in `inodes`.
+std::vector<std::string> listening(const std::set<std::string>& inodes) {
+  std::vector<std::string> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid,
+          timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >>
+          retransmits >> uid >> timeout >> inode;
+      if (state == "0A" && inodes.contains(inode)) {
+        out.push_back(local);
+      }
+    }
+  }
+  return out;
+}
+
+/// 127.0.0.0/8, ::1 or ::ffff:127.x.y.z in /proc/net's hex (each 32-bit
+/// word in host order, little-endian here).
+bool loopback(const std::string& local) {
+  const std::string addr = local.substr(0, local.find(':'));
+  if (addr.size() == 8) {
+    return addr.substr(6, 2) == "7F";
+  }
+  return addr == "00000000000000000000000001000000" ||
+         (addr.substr(0, 16) == "0000000000000000" &&
+          addr.substr(16, 8) == "FFFF0000" && addr.substr(30, 2) == "7F");
+}
+
+TEST(BatonNproc, NothingListensBeyondLoopback) {
+  // Even with GLOO_SOCKET_IFNAME naming another interface: a --nproc job
+  // never leaves the machine.
+  const auto dump = fresh_dump("nproc_sockets");
+  fs::create_directories(dump);
+  baton::testing::BackgroundRun job(
+      "env GLOO_SOCKET_IFNAME=eth0 " +
+          baton_train(dump, "--training.steps=100000"),
+      dump / "output.txt");
+  // Sampled from the start until a few steps are logged: the rendezvous,
+  // the connection of every group (Gloo's listeners) and training.
+  std::set<std::string> seen;
+  const auto sample = [&] {
+    std::set<std::string> inodes = socket_inodes(job.pid());
+    for (const pid_t rank : children_of(job.pid())) {
+      const auto more = socket_inodes(rank);
+      inodes.insert(more.begin(), more.end());
+    }
+    for (const auto& a : listening(inodes)) {
+      seen.insert(a);
+    }
+    return baton::testing::read_metrics(dump).size() >= 3;
+  };
+  ASSERT_TRUE(job.wait_until(sample, std::chrono::seconds(120)))
+      << job.output();
+  EXPECT_EQ(children_of(job.pid()).size(), 2u);
+  // Gloo's pair listeners at least, while the groups connect.
+  EXPECT_FALSE(seen.empty()) << job.output();
+  for (const auto& a : seen) {
+    EXPECT_TRUE(loopback(a)) << "listening on " << a;
+  }
+  job.signal(SIGTERM);
+  EXPECT_NE(job.wait(std::chrono::seconds(60)), -1);
 }
 
 TEST(BatonNproc, BadConfigIsReportedOnceBeforeAnyRankStarts) {
