@@ -1,5 +1,6 @@
 // The `baton` executable: parses the command line, hands the JobConfig to a
-// builder, trains. Exit codes: 0 success, 2 bad usage or config, 1 failure.
+// builder, trains. Exit codes: 0 success, 2 bad usage or config, 1 failure,
+// 75 stopped by SIGTERM / SIGUSR1 at a step boundary (trainer/preemption.h).
 
 #include <c10/util/Exception.h>
 #include <glog/logging.h>
@@ -20,6 +21,7 @@
 #include "parallel/dist/launcher.h"
 #include "parallel/dist/process_group.h"
 #include "trainer/fault_injection.h"
+#include "trainer/preemption.h"
 
 namespace {
 
@@ -106,6 +108,9 @@ int run_train(const baton::TrainArgs& args, char** argv) {
   }
   // Both live outside the try, so the runtime they hold is still there when
   // a failure is reported.
+  // From here a SIGTERM or SIGUSR1 stops the run at a step boundary.
+  baton::Preemption::install(
+      std::chrono::seconds(config.checkpoint.preemption_grace_seconds));
   auto builder = baton::make_trainer_builder(config);
   std::unique_ptr<baton::Trainer> trainer;
   try {
@@ -117,7 +122,7 @@ int run_train(const baton::TrainArgs& args, char** argv) {
     }
     throw;
   }
-  return 0;
+  return trainer->preempted() ? baton::kPreemptedExitCode : 0;
 }
 
 }  // namespace

@@ -409,6 +409,16 @@ void CheckpointManager::maybe_save(const TrainState& state, bool last) {
   }
 }
 
+void CheckpointManager::save_now(const TrainState& state) {
+  if (!config_.enable) {
+    return;
+  }
+  if (state.step != last_saved_step_) {
+    save(state);
+  }
+  wait();
+}
+
 void CheckpointManager::wait() {
   if (worker_.joinable()) {
     worker_.join();
@@ -465,6 +475,17 @@ void CheckpointManager::write(const Snapshot& s) {
                             "through writing the checkpoint";
             google::FlushLogFiles(google::GLOG_INFO);
             ::kill(::getpid(), SIGKILL);
+          }
+        };
+      } else if (FaultInjection::get().stall_during_save(layout_.rank, step)) {
+        options.on_progress = [stalled = false](
+                                  uint64_t written, uint64_t total) mutable {
+          if (2 * written >= total && !stalled) {
+            stalled = true;
+            LOG(WARNING) << "injecting fault 'stallsave': stalled half-way "
+                            "through writing the checkpoint";
+            google::FlushLogFiles(google::GLOG_INFO);
+            std::this_thread::sleep_for(std::chrono::hours(1));
           }
         };
       }

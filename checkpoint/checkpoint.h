@@ -104,6 +104,7 @@ class CheckpointManager final : public Checkpointer {
 
   TrainState load() override;
   void maybe_save(const TrainState& state, bool last) override;
+  void save_now(const TrainState& state) override;
   void finish(const TrainState& state) override;
 
   /// `<dump_folder>/<checkpoint.folder>`.

@@ -31,15 +31,16 @@ const FaultInjection& FaultInjection::get() {
       throw_config_error(
           where,
           "malformed; allowed: KIND:RANK:STEP with KIND throw, kill, hang, "
-          "killsave or badblas");
+          "killsave, stallsave or badblas");
     }
     f.kind_ = kind;
     if (f.kind_ != "throw" && f.kind_ != "kill" && f.kind_ != "hang" &&
-        f.kind_ != "killsave" && f.kind_ != "badblas") {
+        f.kind_ != "killsave" && f.kind_ != "stallsave" &&
+        f.kind_ != "badblas") {
       throw_config_error(
           where,
           "KIND: '" + f.kind_ +
-              "'; allowed: throw, kill, hang, killsave or badblas");
+              "'; allowed: throw, kill, hang, killsave, stallsave or badblas");
     }
     f.rank_ = rank;
     f.step_ = step;
@@ -52,9 +53,13 @@ bool FaultInjection::kill_during_save(int64_t rank, int64_t step) const {
   return kind_ == "killsave" && rank_ == rank && step_ == step;
 }
 
+bool FaultInjection::stall_during_save(int64_t rank, int64_t step) const {
+  return kind_ == "stallsave" && rank_ == rank && step_ == step;
+}
+
 void FaultInjection::at_step_start(int64_t rank, int64_t step) const {
-  if (kind_.empty() || kind_ == "killsave" || kind_ == "badblas" ||
-      rank_ != rank || step_ != step) {
+  if (kind_.empty() || kind_ == "killsave" || kind_ == "stallsave" ||
+      kind_ == "badblas" || rank_ != rank || step_ != step) {
     return;
   }
   LOG(WARNING) << "injecting fault '" << kind_ << "' at step " << step;

@@ -14,6 +14,7 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "common/exit_codes.h"
 #include "common/threads.h"
 #include "parallel/dist/launch_env.h"
 
@@ -258,6 +259,9 @@ struct Supervision {
   Clock::time_point failed_at;
   bool termed = false;
   bool killed = false;
+  /// A rank stopped at a step boundary after a preemption signal: not a
+  /// failure, and the others, stopping at the same step, are left to save.
+  bool preempted = false;
 };
 
 /// Copies what the ranks wrote to our stdout / stderr, waiting up to 100 ms
@@ -326,7 +330,10 @@ void reap(
     c.status = status;
     --s.running;
     const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (ok || s.first_failed >= 0) {
+    const bool preempted =
+        WIFEXITED(status) && WEXITSTATUS(status) == kPreemptedExitCode;
+    s.preempted = s.preempted || preempted;
+    if (ok || preempted || s.first_failed >= 0) {
       continue;
     }
     s.first_failed = c.rank;
@@ -378,8 +385,10 @@ int launch_local(const LocalLaunchOptions& options) {
   sigemptyset(&sa.sa_mask);
   struct sigaction old_int {};
   struct sigaction old_term {};
+  struct sigaction old_usr1 {};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGUSR1, &sa, &old_usr1);
 
   if (std::getenv("OMP_NUM_THREADS") == nullptr ||
       std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
@@ -416,10 +425,11 @@ int launch_local(const LocalLaunchOptions& options) {
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
-  if (s.first_failed < 0) {
-    return 0;
+  sigaction(SIGUSR1, &old_usr1, nullptr);
+  if (s.first_failed >= 0) {
+    return exit_code(children[s.first_failed].status);
   }
-  return exit_code(children[s.first_failed].status);
+  return s.preempted ? kPreemptedExitCode : 0;
 }
 
 }  // namespace baton::dist

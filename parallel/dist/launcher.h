@@ -26,10 +26,12 @@ struct LocalLaunchOptions {
 /// RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and BATON_AGENT_STORE
 /// (the store's file) set (and OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, see
 /// blas_threads_per_rank), and copies their stdout and stderr line by line
-/// with a "[rankN]: " prefix. SIGINT and SIGTERM are forwarded to every
-/// child. When a child fails, the others get `grace` to exit, then are
-/// stopped. Returns 0 when every rank succeeded, else the exit code of the
-/// first rank that failed (128 + signal for a rank killed by a signal).
+/// with a "[rankN]: " prefix. SIGINT, SIGTERM and SIGUSR1 are forwarded to
+/// every child. When a child fails, the others get `grace` to exit, then
+/// are stopped. Returns 0 when every rank succeeded, else the exit code of
+/// the first rank that failed (128 + signal for a rank killed by a signal);
+/// kPreemptedExitCode (common/exit_codes.h) when ranks stopped on a
+/// preemption signal and none failed.
 int launch_local(const LocalLaunchOptions& options);
 
 /// OMP_NUM_THREADS and OPENBLAS_NUM_THREADS that launch_local gives each of

@@ -113,6 +113,28 @@ TEST(Launcher, ForwardsSigterm) {
   EXPECT_EQ(code, 128 + SIGTERM);
 }
 
+TEST(Launcher, ForwardsSigusr1AndReportsAPreemptedRun) {
+  // Ranks that stop on the signal with 75 are not failures: the launcher
+  // waits for all of them (no grace, no SIGTERM) and exits 75.
+  std::thread signaller([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ::kill(::getpid(), SIGUSR1);
+  });
+  auto options = shell(
+      2,
+      "trap 'sleep $RANK; echo saved; exit 75' USR1; sleep 60 & wait; "
+      "sleep 60 & wait");
+  const auto start = std::chrono::steady_clock::now();
+  ::testing::internal::CaptureStdout();
+  const int code = launch_local(options);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  signaller.join();
+  EXPECT_EQ(code, 75);
+  // Rank 1 took a second longer than rank 0 (and the 300 ms grace) to stop.
+  EXPECT_NE(out.find("[rank1]: saved"), std::string::npos) << out;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
 // ------------------------------------------------------- baton --nproc
 
 using baton::testing::BinaryResult;
