@@ -213,10 +213,11 @@ std::vector<pid_t> children_of(pid_t pid) {
   return out;
 }
 
-/// The local address ("0100007F:1F90") of every socket in LISTEN state of
-/// /proc/net/tcp and tcp6 whose inode is in `inodes`.
-std::vector<std::string> listening(const std::set<std::string>& inodes) {
-  std::vector<std::string> out;
+/// The state ("0A": LISTEN) and local address ("0100007F:1F90") of every
+/// socket of /proc/net/tcp and tcp6 whose inode is in `inodes`.
+std::vector<std::pair<std::string, std::string>> tcp_sockets(
+    const std::set<std::string>& inodes) {
+  std::vector<std::pair<std::string, std::string>> out;
   for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
     std::ifstream in(table);
     std::string line;
@@ -227,8 +228,8 @@ std::vector<std::string> listening(const std::set<std::string>& inodes) {
           timeout, inode;
       fields >> slot >> local >> remote >> state >> queues >> timer >>
           retransmits >> uid >> timeout >> inode;
-      if (state == "0A" && inodes.contains(inode)) {
-        out.push_back(local);
+      if (inodes.contains(inode)) {
+        out.emplace_back(state, local);
       }
     }
   }
@@ -259,22 +260,27 @@ TEST(BatonNproc, NothingListensBeyondLoopback) {
   // Sampled from the start until a few steps are logged: the rendezvous,
   // the connection of every group (Gloo's listeners) and training.
   std::set<std::string> seen;
+  size_t tcp_seen = 0;
   const auto sample = [&] {
     std::set<std::string> inodes = socket_inodes(job.pid());
     for (const pid_t rank : children_of(job.pid())) {
       const auto more = socket_inodes(rank);
       inodes.insert(more.begin(), more.end());
     }
-    for (const auto& a : listening(inodes)) {
-      seen.insert(a);
+    for (const auto& [state, local] : tcp_sockets(inodes)) {
+      ++tcp_seen;
+      if (state == "0A") {
+        seen.insert(local);
+      }
     }
     return baton::testing::read_metrics(dump).size() >= 3;
   };
   ASSERT_TRUE(job.wait_until(sample, std::chrono::seconds(120)))
       << job.output();
   EXPECT_EQ(children_of(job.pid()).size(), 2u);
-  // Gloo's pair listeners at least, while the groups connect.
-  EXPECT_FALSE(seen.empty()) << job.output();
+  // The ranks' sockets were found (Gloo's connections at least; its
+  // listeners live only while the groups connect, and may be missed).
+  EXPECT_GT(tcp_seen, 0u) << job.output();
   for (const auto& a : seen) {
     EXPECT_TRUE(loopback(a)) << "listening on " << a;
   }
