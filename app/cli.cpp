@@ -115,15 +115,22 @@ TrainArgs parse_train(const std::vector<std::string>& args) {
       out.print_config = true;
     } else if (name == "nproc") {
       out.nproc = parse_count("--nproc", option.value());
+    } else if (name == "max-restarts") {
+      out.max_restarts = parse_count("--max-restarts", option.value());
     } else if (name.find('.') != std::string::npos || name == "builder") {
       out.overrides.push_back(name + "=" + option.value());
     } else {
       option.fail_unknown(
-          {"config", "print-config", "nproc", "builder"},
+          {"config", "print-config", "nproc", "max-restarts", "builder"},
           "config overrides are written --SECTION.KEY=VALUE");
     }
   }
   require(!out.config_path.empty(), "train", "--config FILE");
+  if (out.max_restarts > 0 && out.nproc == 0) {
+    throw ConfigError(
+        "--max-restarts " + std::to_string(out.max_restarts) +
+        ": needs --nproc N (under torchrun, use torchrun's --max-restarts)");
+  }
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "builders/builder_registry.h"
+#include "checkpoint/checkpoint.h"
 #include "common/blas.h"
 #include "common/error.h"
 #include "common/threads.h"
@@ -53,6 +54,22 @@ std::pair<int, std::string> describe(const std::exception_ptr& error) {
   std::_Exit(code);
 }
 
+/// What a restarted --nproc job resumes from, for the launcher's log.
+std::string resume_note(const baton::JobConfig& config) {
+  if (!config.checkpoint.enable) {
+    return "from step 0 (checkpoint.enable is off: the run starts over)";
+  }
+  const auto folder =
+      std::filesystem::path(config.job.dump_folder) / config.checkpoint.folder;
+  const auto steps = baton::CheckpointManager::list_steps(folder);
+  if (steps.empty()) {
+    return "from step 0 (no checkpoint in " + folder.string() +
+           " yet: the run starts over)";
+  }
+  return "from the latest checkpoint, step " + std::to_string(steps.back()) +
+         " (" + folder.string() + ")";
+}
+
 int run_train(const baton::TrainArgs& args, char** argv) {
   // Every registry is filled before the config is checked against them.
   baton::register_builtin_builders();
@@ -85,6 +102,8 @@ int run_train(const baton::TrainArgs& args, char** argv) {
     for (const auto& o : args.overrides) {
       launch.args.push_back("--" + o);
     }
+    launch.max_restarts = args.max_restarts;
+    launch.resume_note = [config] { return resume_note(config); };
     return baton::dist::launch_local(launch);
   }
   // Several intra-op threads must not spin beside OpenBLAS's

@@ -6,7 +6,9 @@
 namespace baton {
 
 /// Faults the failure tests inject, from the environment variable
-/// BATON_INJECT_FAULT="KIND:RANK:STEP": at the start of step STEP, global
+/// BATON_INJECT_FAULT="KIND:RANK:STEP[:ATTEMPTS]" (with ATTEMPTS, only in
+/// the first ATTEMPTS attempts of a `--max-restarts` job, by
+/// BATON_RESTART_COUNT): at the start of step STEP, global
 /// rank RANK throws (KIND throw), kills itself with SIGKILL (kill) or stops
 /// answering (hang); with killsave the checkpoint save of step STEP kills
 /// the process half-way through writing its file, with stallsave it stops

@@ -53,5 +53,8 @@ LaunchEnv detect_launch_env();
 /// WORLD_SIZE and the other torchrun ones): the path of the FileStore they
 /// meet in ("1": a TCPStore hosted at MASTER_ADDR:MASTER_PORT).
 inline constexpr const char* kBatonAgentStoreEnv = "BATON_AGENT_STORE";
+/// Which attempt of a `baton --nproc --max-restarts` job this is: 0, then
+/// 1 after the first restart, ...
+inline constexpr const char* kBatonRestartCountEnv = "BATON_RESTART_COUNT";
 
 }  // namespace baton::dist

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,10 @@ struct LocalLaunchOptions {
   /// with their own message before they are sent SIGTERM (and SIGKILL 5 s
   /// later).
   std::chrono::milliseconds grace{std::chrono::seconds(10)};
+  /// After a rank fails, every rank is started again, at most this often.
+  int64_t max_restarts = 0;
+  /// Before each restart: what the ranks will resume from, for the log.
+  std::function<std::string()> resume_note;
 };
 
 /// Makes a private (0700) folder for the ranks' rendezvous store (a c10d
@@ -31,7 +36,10 @@ struct LocalLaunchOptions {
 /// are stopped. Returns 0 when every rank succeeded, else the exit code of
 /// the first rank that failed (128 + signal for a rank killed by a signal);
 /// kPreemptedExitCode (common/exit_codes.h) when ranks stopped on a
-/// preemption signal and none failed.
+/// preemption signal and none failed. With max_restarts, a failure (not
+/// one after a signal the launcher forwarded) stops every rank and starts
+/// them all again, in a fresh rendezvous, with BATON_RESTART_COUNT set to
+/// the attempt; each restart is logged with its cause and resume_note().
 int launch_local(const LocalLaunchOptions& options);
 
 /// OMP_NUM_THREADS and OPENBLAS_NUM_THREADS that launch_local gives each of

@@ -346,6 +346,55 @@ TEST(BatonNproc, AHungRankTimesOutTheOthers) {
       << r.output;
 }
 
+TEST(BatonNproc, MaxRestartsSurvivesTwoKilledRanks) {
+  // Rank 1 is killed at step 5 in the first two attempts; each restart
+  // resumes from step 4 and the third attempt ends with the straight run's
+  // losses.
+  const std::string checkpoints =
+      "--training.steps=8 --training.mixed_precision_param=float32 "
+      "--checkpoint.enable=true --checkpoint.interval=2";
+  const auto straight = fresh_dump("nproc_restart_straight");
+  const auto r = run("timeout 300 " + baton_train(straight, checkpoints));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto dump = fresh_dump("nproc_restart");
+  const auto restarted =
+      run("BATON_INJECT_FAULT=kill:1:5:2 timeout 300 " +
+          baton_train(dump, checkpoints + " --max-restarts 2"));
+  ASSERT_EQ(restarted.code, 0) << restarted.output;
+  for (const char* line :
+       {"baton: restart 1 of 2: rank 1 was killed by signal 9",
+        "baton: restart 2 of 2: rank 1 was killed by signal 9",
+        "from the latest checkpoint, step 4"}) {
+    EXPECT_NE(restarted.output.find(line), std::string::npos)
+        << line << "\n"
+        << restarted.output;
+  }
+  EXPECT_EQ(
+      baton::testing::read_losses(dump), baton::testing::read_losses(straight));
+
+  // One restart is not enough for two kills: the second one's code.
+  const auto once = run(
+      "BATON_INJECT_FAULT=kill:1:5:2 timeout 300 " +
+      baton_train(
+          fresh_dump("nproc_restart_once"), checkpoints + " --max-restarts 1"));
+  EXPECT_EQ(once.code, 128 + SIGKILL) << once.output;
+  EXPECT_NE(once.output.find("restart 1 of 1"), std::string::npos);
+  EXPECT_EQ(once.output.find("restart 2"), std::string::npos);
+
+  // Without checkpoints a restart starts over, and says so.
+  const auto over =
+      run("BATON_INJECT_FAULT=throw:1:3:1 timeout 300 " +
+          baton_train(
+              fresh_dump("nproc_restart_over"),
+              "--training.steps=4 --max-restarts 1"));
+  EXPECT_EQ(over.code, 0) << over.output;
+  EXPECT_NE(
+      over.output.find("from step 0 (checkpoint.enable is off: the run "
+                       "starts over)"),
+      std::string::npos)
+      << over.output;
+}
+
 TEST(BatonNproc, MalformedFaultSpecIsAConfigError) {
   const auto r =
       run("BATON_INJECT_FAULT=explode " +
