@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <stdexcept>
 
 #include "common/error.h"
 #include "common/text.h"
@@ -20,6 +21,74 @@ std::string to_upper_ascii(std::string s) {
   return s;
 }
 
+// Where an option's help starts; longer forms put it on the next line.
+constexpr size_t kOptionColumn = 24;
+constexpr size_t kWidth = 80;
+
+std::string pad(const std::string& s, size_t width) {
+  return s.size() >= width ? s + "  " : s + std::string(width - s.size(), ' ');
+}
+
+// "  --form   help", the help wrapped at kWidth under its column.
+std::string option_line(const OptionUsage& option) {
+  std::string text = "  " + option.form;
+  text += text.size() + 2 > kOptionColumn
+              ? "\n" + std::string(kOptionColumn, ' ')
+              : std::string(kOptionColumn - text.size(), ' ');
+  size_t column = kOptionColumn;
+  size_t begin = 0;
+  bool first = true;
+  while (begin < option.help.size()) {
+    size_t end = option.help.find(' ', begin);
+    if (end == std::string::npos) {
+      end = option.help.size();
+    }
+    const std::string word = option.help.substr(begin, end - begin);
+    if (!first && column + 1 + word.size() > kWidth) {
+      text += "\n" + std::string(kOptionColumn, ' ');
+      column = kOptionColumn;
+      first = true;
+    }
+    text += (first ? "" : " ") + word;
+    column += (first ? 0 : 1) + word.size();
+    first = false;
+    begin = end + 1;
+  }
+  return text + "\n";
+}
+
+/// The pointer every usage error ends with: " (see 'baton train --help')".
+std::string see_help(const std::string& command) {
+  return " (see 'baton " + (command.empty() ? "" : command + " ") + "--help')";
+}
+
+const CommandUsage& command_usage_of(const std::string& command) {
+  for (const CommandUsage& usage : cli_commands()) {
+    if (usage.command == command) {
+      return usage;
+    }
+  }
+  throw std::invalid_argument("[cli] no usage for '" + command + "'");
+}
+
+// The command a first argument names: "train", or "tokenizer" for
+// "tokenizer train". Throws ConfigError for an unknown one.
+const CommandUsage& usage_for_word(const std::string& word) {
+  std::vector<std::string> words;
+  for (const CommandUsage& usage : cli_commands()) {
+    const std::string first = usage.command.substr(0, usage.command.find(' '));
+    if (first == word) {
+      return usage;
+    }
+    words.push_back(first);
+  }
+  std::string message = "unknown command '" + word + "'";
+  const std::string hint = closest_match(word, words);
+  message += hint.empty() ? "; allowed: " + join(words, ", ")
+                          : "; did you mean '" + hint + "'?";
+  throw ConfigError(message + see_help(""));
+}
+
 int64_t parse_count(const std::string& flag, const std::string& value) {
   try {
     size_t used = 0;
@@ -33,10 +102,26 @@ int64_t parse_count(const std::string& flag, const std::string& value) {
       flag + ": '" + value + "' is not allowed; allowed: an integer >= 1");
 }
 
-/// Walks `--name=value` / `--name value` options in order.
+bool is_help(const std::string& arg) {
+  return arg == "--help" || arg == "-h";
+}
+
+/// The names `command`'s parser matches, from its usage table.
+std::vector<std::string> option_names(const std::string& command) {
+  std::vector<std::string> names;
+  for (const OptionUsage& option : command_usage_of(command).options) {
+    if (!option.name.empty()) {
+      names.push_back(option.name);
+    }
+  }
+  return names;
+}
+
+/// Walks `--name=value` / `--name value` options of `command` in order.
 class OptionReader {
  public:
-  explicit OptionReader(const std::vector<std::string>& args) : args_(args) {}
+  OptionReader(const std::vector<std::string>& args, std::string command)
+      : args_(args), command_(std::move(command)) {}
 
   /// Moves to the next option; false after the last. Throws ConfigError for
   /// an argument that is not an option.
@@ -47,8 +132,8 @@ class OptionReader {
     const std::string& arg = args_[i_];
     if (arg.rfind("--", 0) != 0) {
       throw ConfigError(
-          "unexpected argument '" + arg + "'; options start with --\n" +
-          cli_usage());
+          "baton " + command_ + ": unexpected argument '" + arg +
+          "'; options start with --" + see_help(command_));
     }
     name_ = arg.substr(2);
     inline_value_.reset();
@@ -77,22 +162,22 @@ class OptionReader {
     return args_[++i_];
   }
   /// Throws ConfigError for the current (unknown) option, suggesting the
-  /// closest of `known`, else `fallback_hint`.
-  [[noreturn]] void fail_unknown(
-      const std::vector<std::string>& known,
-      const std::string& fallback_hint) const {
+  /// closest of the command's options, else `fallback_hint`, and pointing
+  /// at its --help.
+  [[noreturn]] void fail_unknown(const std::string& fallback_hint = "") const {
     std::string message = "unknown option '--" + name_ + "'";
-    const std::string hint = closest_match(name_, known);
+    const std::string hint = closest_match(name_, option_names(command_));
     if (!hint.empty()) {
       message += "; did you mean '--" + hint + "'?";
     } else if (!fallback_hint.empty()) {
       message += "; " + fallback_hint;
     }
-    throw ConfigError(message);
+    throw ConfigError(message + see_help(command_));
   }
 
  private:
   const std::vector<std::string>& args_;
+  std::string command_;
   size_t i_ = static_cast<size_t>(-1);
   std::string name_;
   std::optional<std::string> inline_value_;
@@ -106,13 +191,21 @@ void require(bool present, const std::string& command, const char* what) {
 
 TrainArgs parse_train(const std::vector<std::string>& args) {
   TrainArgs out;
-  OptionReader option(args);
+  OptionReader option(args, "train");
   while (option.next()) {
     const std::string& name = option.name();
     if (name == "config") {
       out.config_path = option.value();
     } else if (name == "print-config" && option.is_flag()) {
       out.print_config = true;
+    } else if (name == "dry-run") {
+      out.dry_run = option.is_flag() ? "text" : option.value();
+      if (out.dry_run != "text" && out.dry_run != "json") {
+        throw ConfigError(
+            "--dry-run=" + out.dry_run +
+            ": unknown format; allowed: text, "
+            "json (--dry-run alone is text)");
+      }
     } else if (name == "nproc") {
       out.nproc = parse_count("--nproc", option.value());
     } else if (name == "max-restarts") {
@@ -120,9 +213,7 @@ TrainArgs parse_train(const std::vector<std::string>& args) {
     } else if (name.find('.') != std::string::npos || name == "builder") {
       out.overrides.push_back(name + "=" + option.value());
     } else {
-      option.fail_unknown(
-          {"config", "print-config", "nproc", "max-restarts", "builder"},
-          "config overrides are written --SECTION.KEY=VALUE");
+      option.fail_unknown("config overrides are written --SECTION.KEY=VALUE");
     }
   }
   require(!out.config_path.empty(), "train", "--config FILE");
@@ -175,18 +266,8 @@ void parse_costs(
 }
 
 ScheduleArgs parse_schedule(const std::vector<std::string>& args) {
-  static const std::vector<std::string> kFlags = {
-      "schedule",
-      "pp",
-      "stages-per-rank",
-      "microbatches",
-      "format",
-      "comms",
-      "out",
-      "csv",
-      "costs"};
   ScheduleArgs out;
-  OptionReader option(args);
+  OptionReader option(args, "schedule");
   while (option.next()) {
     const std::string& name = option.name();
     if (name == "schedule") {
@@ -215,7 +296,7 @@ ScheduleArgs parse_schedule(const std::vector<std::string>& args) {
     } else if (name == "costs") {
       parse_costs(option.value(), out.costs);
     } else {
-      option.fail_unknown(kFlags, "");
+      option.fail_unknown();
     }
   }
   if (!out.csv_path.empty()) {
@@ -251,10 +332,8 @@ bool read_input_option(OptionReader& option, Args& out) {
 }
 
 TokenizerTrainArgs parse_tokenizer_train(const std::vector<std::string>& args) {
-  static const std::vector<std::string> kFlags = {
-      "input", "dataset", "text-field", "vocab-size", "model-type", "out"};
   TokenizerTrainArgs out;
-  OptionReader option(args);
+  OptionReader option(args, "tokenizer train");
   while (option.next()) {
     const std::string& name = option.name();
     if (read_input_option(option, out)) {
@@ -272,7 +351,7 @@ TokenizerTrainArgs parse_tokenizer_train(const std::vector<std::string>& args) {
     } else if (name == "out") {
       out.out_path = option.value();
     } else {
-      option.fail_unknown(kFlags, "");
+      option.fail_unknown();
     }
   }
   require(!out.inputs.empty(), "tokenizer train", "--input PATH");
@@ -289,16 +368,8 @@ TokenizerTrainArgs parse_tokenizer_train(const std::vector<std::string>& args) {
 }
 
 DataTokenizeArgs parse_data_tokenize(const std::vector<std::string>& args) {
-  static const std::vector<std::string> kFlags = {
-      "input",
-      "dataset",
-      "text-field",
-      "tokenizer",
-      "tokenizer-path",
-      "out",
-      "tokens-per-shard"};
   DataTokenizeArgs out;
-  OptionReader option(args);
+  OptionReader option(args, "data tokenize");
   while (option.next()) {
     const std::string& name = option.name();
     if (read_input_option(option, out)) {
@@ -313,7 +384,7 @@ DataTokenizeArgs parse_data_tokenize(const std::vector<std::string>& args) {
     } else if (name == "tokens-per-shard") {
       out.tokens_per_shard = parse_count("--tokens-per-shard", option.value());
     } else {
-      option.fail_unknown(kFlags, "");
+      option.fail_unknown();
     }
   }
   require(!out.inputs.empty(), "data tokenize", "--input PATH");
@@ -328,7 +399,7 @@ CheckpointInspectArgs parse_checkpoint_inspect(
         "baton checkpoint inspect: " +
         (args.empty() ? std::string("no folder")
                       : "'" + args[0] + (args.size() > 1 ? "' ..." : "'")) +
-        "; allowed: one checkpoint folder\n" + cli_usage());
+        "; allowed: one checkpoint folder" + see_help("checkpoint inspect"));
   }
   return {args[0]};
 }
@@ -341,8 +412,8 @@ std::vector<std::string> sub_command_args(
   if (args.empty() || args[0] != action) {
     const std::string got = args.empty() ? "nothing" : "'" + args[0] + "'";
     throw ConfigError(
-        "baton " + group + ": expected '" + action + "', got " + got + "\n" +
-        cli_usage());
+        "baton " + group + ": expected '" + action + "', got " + got +
+        see_help(group + " " + action));
   }
   return std::vector<std::string>(args.begin() + 1, args.end());
 }
@@ -351,86 +422,225 @@ std::vector<std::string> sub_command_args(
 
 CliArgs parse_cli(const std::vector<std::string>& args) {
   CliArgs out;
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" ||
-      args[0] == "help") {
+  if (args.empty() || is_help(args[0])) {
     out.command = "help";
     return out;
   }
-  out.command = args[0];
+  if (args[0] == "help") {
+    out.command = "help";
+    if (args.size() > 1) {
+      out.help_topic = usage_for_word(args[1]).command;
+    }
+    return out;
+  }
+  const std::string command = usage_for_word(args[0]).command;
   const std::vector<std::string> rest(args.begin() + 1, args.end());
-  if (out.command == "train") {
+  if (std::any_of(rest.begin(), rest.end(), is_help)) {
+    out.command = "help";
+    out.help_topic = command;
+    return out;
+  }
+  out.command = command;
+  if (command == "train") {
     out.train = parse_train(rest);
-    return out;
-  }
-  if (out.command == "schedule") {
+  } else if (command == "schedule") {
     out.schedule = parse_schedule(rest);
-    return out;
-  }
-  if (out.command == "tokenizer") {
-    out.command = "tokenizer train";
+  } else if (command == "tokenizer train") {
     out.tokenizer_train =
         parse_tokenizer_train(sub_command_args("tokenizer", "train", rest));
-    return out;
-  }
-  if (out.command == "data") {
-    out.command = "data tokenize";
+  } else if (command == "data tokenize") {
     out.data_tokenize =
         parse_data_tokenize(sub_command_args("data", "tokenize", rest));
-    return out;
-  }
-  if (out.command == "checkpoint") {
-    out.command = "checkpoint inspect";
+  } else if (command == "checkpoint inspect") {
     out.checkpoint_inspect = parse_checkpoint_inspect(
         sub_command_args("checkpoint", "inspect", rest));
-    return out;
+  } else {
+    throw std::logic_error("[cli] no parser for '" + command + "'");
   }
-  std::string message = "unknown command '" + out.command + "'";
-  const std::string hint = closest_match(
-      out.command, {"train", "schedule", "tokenizer", "data", "checkpoint"});
-  if (!hint.empty()) {
-    message += "; did you mean '" + hint + "'?";
-  }
-  throw ConfigError(message + "\n" + cli_usage());
+  return out;
+}
+
+namespace {
+
+// `baton train`.
+CommandUsage train_usage() {
+  return {
+      "train",
+      "trains a model from a YAML job config",
+      {"baton train --config FILE [--nproc N [--max-restarts R]]",
+       "            [--SECTION.KEY=VALUE ...] [--print-config]",
+       "            [--dry-run[=text|json]]"},
+      {{"config", "--config FILE", "the YAML job config (see configs/)"},
+       {"",
+        "--SECTION.KEY=VALUE",
+        "sets one config key, e.g. --training.steps=30"},
+       {"builder",
+        "--builder=NAME",
+        "the trainer builder; default auto (pipeline when pp > 1)"},
+       {"nproc",
+        "--nproc N",
+        "launches N local ranks of this binary and waits for them"},
+       {"max-restarts",
+        "--max-restarts R",
+        "with --nproc: after a rank fails, starts every rank again from the "
+        "latest checkpoint, at most R times"},
+       {"print-config",
+        "--print-config",
+        "prints the effective config as YAML and exits"},
+       {"dry-run",
+        "--dry-run[=text|json]",
+        "prints what every rank would hold (stages, parameters, memory) "
+        "without allocating a weight, for --nproc's world (else the "
+        "degrees'), and exits"}}};
+}
+
+// `baton schedule`.
+CommandUsage schedule_usage() {
+  return {
+      "schedule",
+      "generates or loads, checks and simulates a pipeline schedule",
+      {"baton schedule --schedule NAME --pp P --microbatches M",
+       "               [--stages-per-rank V] [--format FORMAT] [--comms]",
+       "               [--out FILE] [--costs KIND=VALUE,...]",
+       "baton schedule --csv FILE [--format FORMAT] [--comms] [--out FILE]",
+       "               [--costs KIND=VALUE,...]"},
+      {{"schedule",
+        "--schedule NAME",
+        "GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, "
+        "ZBVZeroBubble or DualPipeV (any case)"},
+       {"pp", "--pp P", "pipeline ranks"},
+       {"stages-per-rank",
+        "--stages-per-rank V",
+        "stages per rank; default 1 for GPipe and 1F1B, else 2"},
+       {"microbatches", "--microbatches M", "microbatches per step"},
+       {"csv",
+        "--csv FILE",
+        "loads a custom schedule from CSV instead of --schedule"},
+       {"format",
+        "--format FORMAT",
+        join(pipeline::schedule_formats(), ", ") + "; default text"},
+       {"comms",
+        "--comms",
+        "shows the lowered schedule: sends, receives, gradient "
+        "reductions"},
+       {"out", "--out FILE", "writes to FILE instead of stdout"},
+       {"costs",
+        "--costs KIND=VALUE,...",
+        "simulated cost of F, B, I, W, OVERLAP (-1: F + B) and the P2P "
+        "latency; default 1 each, OVERLAP -1, P2P 0"}}};
+}
+
+// `usage` with the input options `tokenizer train` and `data tokenize`
+// share before its own.
+CommandUsage with_text_inputs(CommandUsage usage) {
+  const std::vector<OptionUsage> inputs = {
+      {"input", "--input PATH", "a corpus file, folder or glob; repeatable"},
+      {"dataset",
+       "--dataset NAME",
+       "jsonl or text; default: by each input's name (*.txt, *.txt.gz: text; "
+       "*.jsonl, *.jsonl.gz, a folder: jsonl)"},
+      {"text-field",
+       "--text-field NAME",
+       "the JSON Lines field with the text; default text"}};
+  usage.options.insert(usage.options.begin(), inputs.begin(), inputs.end());
+  return usage;
+}
+
+// `baton tokenizer train`.
+CommandUsage tokenizer_train_usage() {
+  return with_text_inputs(
+      {"tokenizer train",
+       "trains a SentencePiece tokenizer on text",
+       {"baton tokenizer train --input PATH [--input PATH ...] --vocab-size "
+        "N",
+        "                      --out FILE [--dataset jsonl|text]",
+        "                      [--text-field NAME] [--model-type "
+        "bpe|unigram]"},
+       {{"vocab-size",
+         "--vocab-size N",
+         "pieces in the model, at least 260 (3 special, 256 bytes)"},
+        {"model-type", "--model-type TYPE", "bpe (default) or unigram"},
+        {"out", "--out FILE", "the SentencePiece .model file to write"}}});
+}
+
+// `baton data tokenize`.
+CommandUsage data_tokenize_usage() {
+  return with_text_inputs(
+      {"data tokenize",
+       "tokenises text into token shards for training.dataset: tokens",
+       {"baton data tokenize --input PATH [--input PATH ...] --out DIR",
+        "                    [--dataset jsonl|text] [--text-field NAME]",
+        "                    [--tokenizer NAME] [--tokenizer-path FILE]",
+        "                    [--tokens-per-shard N]"},
+       {{"tokenizer",
+         "--tokenizer NAME",
+         "bytes (default), sentencepiece or tiktoken"},
+        {"tokenizer-path",
+         "--tokenizer-path FILE",
+         "the tokenizer's model file (sentencepiece, tiktoken)"},
+        {"out", "--out DIR", "the folder the shards are written to"},
+        {"tokens-per-shard",
+         "--tokens-per-shard N",
+         "a new shard starts once one holds N tokens; default 2^28"}}});
+}
+
+// `baton checkpoint inspect`.
+CommandUsage checkpoint_inspect_usage() {
+  return {
+      "checkpoint inspect",
+      "lists what a checkpoint holds and checks it byte by byte",
+      {"baton checkpoint inspect DIR"},
+      {{"", "DIR", "a run's checkpoint folder, or one step-N folder"}}};
+}
+
+}  // namespace
+
+const std::vector<CommandUsage>& cli_commands() {
+  static const std::vector<CommandUsage> commands = [] {
+    std::vector<CommandUsage> list = {
+        train_usage(),
+        schedule_usage(),
+        tokenizer_train_usage(),
+        data_tokenize_usage(),
+        checkpoint_inspect_usage()};
+    for (CommandUsage& usage : list) {
+      usage.options.push_back(
+          {"help", "-h, --help", "prints this help and exits"});
+    }
+    return list;
+  }();
+  return commands;
 }
 
 std::string cli_usage() {
-  return "usage:\n"
-         "  baton train --config FILE [--SECTION.KEY=VALUE ...] "
-         "[--print-config]\n"
-         "  baton schedule --schedule NAME --pp P [--stages-per-rank V] "
-         "--microbatches M\n"
-         "                 [--format text|csv|json|chrome|svg] [--comms] "
-         "[--out FILE]\n"
-         "                 [--costs KIND=VALUE,...]\n"
-         "  baton schedule --csv FILE [--format ...] [--comms] [--out FILE]\n"
-         "  baton tokenizer train --input PATH... --vocab-size N --out FILE\n"
-         "                 [--dataset jsonl|text] [--text-field NAME] "
-         "[--model-type bpe|unigram]\n"
-         "  baton data tokenize --input PATH... --out DIR [--dataset "
-         "jsonl|text]\n"
-         "                 [--text-field NAME] [--tokenizer NAME] "
-         "[--tokenizer-path FILE]\n"
-         "                 [--tokens-per-shard N]\n"
-         "  baton checkpoint inspect DIR\n"
-         "\n"
-         "  --config FILE         YAML job config (see configs/)\n"
-         "  --SECTION.KEY=VALUE   override one config key, e.g. "
-         "--training.steps=30\n"
-         "  --print-config        print the effective config as YAML and exit\n"
-         "  --schedule NAME       GPipe, 1F1B, Interleaved1F1B, LoopedBFS,\n"
-         "                        InterleavedZeroBubble, ZBVZeroBubble, "
-         "DualPipeV\n"
-         "  --stages-per-rank V   default 1 for GPipe and 1F1B, else 2\n"
-         "  --comms               show the schedule with sends, receives and\n"
-         "                        gradient reductions\n"
-         "  --costs F=1,B=2,...   simulated cost per kind (F, B, I, W, "
-         "OVERLAP)\n"
-         "                        and P2P latency; all 1 and P2P 0 by default\n"
-         "  --input PATH          a corpus file, folder or glob (repeatable)\n"
-         "  --dataset NAME        reads the inputs: jsonl (default) or text\n"
-         "  --tokenizer NAME      bytes (default), sentencepiece or tiktoken\n"
-         "\n"
-         "exit codes: 0 success, 2 bad usage or config, 1 runtime failure\n";
+  std::string text = "usage: baton COMMAND [OPTIONS]\n\ncommands:\n";
+  for (const CommandUsage& usage : cli_commands()) {
+    text += "  " + pad(usage.command, kOptionColumn - 2) + usage.summary + "\n";
+  }
+  text += "\n";
+  for (const CommandUsage& usage : cli_commands()) {
+    for (const std::string& line : usage.synopsis) {
+      text += "  " + line + "\n";
+    }
+  }
+  text +=
+      "\n'baton COMMAND --help' (or -h) lists a command's options.\n"
+      "exit codes: 0 success, 2 bad usage or config, 1 runtime failure\n";
+  return text;
+}
+
+std::string command_usage(const std::string& command) {
+  const CommandUsage& usage = command_usage_of(command);
+  std::string text;
+  for (size_t i = 0; i < usage.synopsis.size(); ++i) {
+    text += (i == 0 ? "usage: " : "       ") + usage.synopsis[i] + "\n";
+  }
+  text += "\n" + usage.summary + "\n\noptions:\n";
+  for (const OptionUsage& option : usage.options) {
+    text += option_line(option);
+  }
+  text += "\nexit codes: 0 success, 2 bad usage or config, 1 runtime failure\n";
+  return text;
 }
 
 }  // namespace baton

@@ -13,6 +13,9 @@ struct TrainArgs {
   /// "section.key=value", in command-line order.
   std::vector<std::string> overrides;
   bool print_config = false;
+  /// --dry-run: "" (train), "text" or "json" (print each rank's footprint
+  /// for the world size and exit).
+  std::string dry_run;
   /// Local ranks to launch; 0 = this process is one rank.
   int64_t nproc = 0;
   /// With nproc: how many times every rank is restarted after one fails.
@@ -52,8 +55,9 @@ struct ScheduleArgs {
 struct TokenizerTrainArgs {
   /// Corpus files, folders or globs (--input, repeatable).
   std::vector<std::string> inputs;
-  /// Registered dataset that reads them (jsonl, text, ...).
-  std::string dataset = "jsonl";
+  /// Registered dataset that reads them (jsonl, text, ...); empty = each
+  /// input's by its name (dataset_for_path).
+  std::string dataset;
   /// JSON Lines field with the text.
   std::string text_field = "text";
   /// Pieces in the model.
@@ -68,7 +72,8 @@ struct TokenizerTrainArgs {
 struct DataTokenizeArgs {
   /// Corpus files, folders or globs (--input, repeatable).
   std::vector<std::string> inputs;
-  std::string dataset = "jsonl";
+  /// As TokenizerTrainArgs::dataset.
+  std::string dataset;
   std::string text_field = "text";
   /// Registered tokenizer and its file.
   std::string tokenizer = "bytes";
@@ -85,11 +90,40 @@ struct CheckpointInspectArgs {
   std::string dir;
 };
 
+/// One option of a command, as its --help shows it.
+struct OptionUsage {
+  /// The name the parser matches, without `--` ("config"); empty for what
+  /// the parser matches by shape (--SECTION.KEY=VALUE, a positional DIR).
+  std::string name;
+  /// The left column: "--config FILE".
+  std::string form;
+  /// One line.
+  std::string help;
+};
+
+/// A command's usage: what `baton COMMAND --help` prints.
+struct CommandUsage {
+  /// "train", "tokenizer train", ...
+  std::string command;
+  /// What it does, one line.
+  std::string summary;
+  /// Synopsis lines, each starting `baton COMMAND`; continuation lines
+  /// start with spaces.
+  std::vector<std::string> synopsis;
+  std::vector<OptionUsage> options;
+};
+
+/// Every command's usage, in the order `baton --help` lists them. The
+/// parsers' "did you mean" hints come from the same table.
+const std::vector<CommandUsage>& cli_commands();
+
 /// The parsed command line.
 struct CliArgs {
   /// "train", "schedule", "tokenizer train", "data tokenize", "checkpoint
-  /// inspect", or "help" for --help / no arguments.
+  /// inspect", or "help" for --help / -h / `help` / no arguments.
   std::string command;
+  /// With "help": the command whose usage to print; empty = baton's own.
+  std::string help_topic;
   /// Set for "train".
   TrainArgs train;
   /// Set for "schedule".
@@ -102,14 +136,22 @@ struct CliArgs {
   CheckpointInspectArgs checkpoint_inspect;
 };
 
-/// Parses argv[1:]. Throws ConfigError (exit code 2) for an unknown command
-/// or flag, a missing value, a missing --config, a `schedule` without
-/// --schedule / --pp / --microbatches (or --csv) or with an unknown format,
-/// or a `tokenizer train` / `data tokenize` without --input or --out, or a
+/// Parses argv[1:]. `--help` or `-h` anywhere after a command (`baton
+/// tokenizer --help` too), or `baton help COMMAND`, asks for that command's
+/// usage, whatever else is given. Throws ConfigError (exit code 2) for an
+/// unknown command or flag (the message points at the command's --help), a
+/// missing value, a missing --config, a `schedule` without --schedule /
+/// --pp / --microbatches (or --csv) or with an unknown format, or a
+/// `tokenizer train` / `data tokenize` without --input or --out, or a
 /// `checkpoint inspect` without exactly one folder.
 CliArgs parse_cli(const std::vector<std::string>& args);
 
-/// The usage text of `baton --help`.
+/// The usage text of `baton --help`: every command's synopsis.
 std::string cli_usage();
+
+/// The usage text of `baton COMMAND --help`: its synopsis and one line per
+/// option. Throws std::invalid_argument for a command not in
+/// cli_commands().
+std::string command_usage(const std::string& command);
 
 }  // namespace baton

@@ -55,20 +55,27 @@ int run_schedule(const ScheduleArgs& args) {
 
 namespace {
 
-// The datasets `--dataset` makes of each `--input`, indexed up front so the
-// progress has a total.
+// The datasets `--dataset` (else each input's name) makes of each
+// `--input`, indexed up front so the progress has a total. Every input's
+// dataset is found before any is read, so a bad name fails at once.
 std::vector<std::unique_ptr<Dataset>> open_inputs(
     const std::vector<std::string>& inputs,
     const std::string& dataset,
     const std::string& text_field) {
   register_builtin_datasets();
-  const auto& creator = dataset_registry().get(dataset, "--dataset");
-  std::vector<std::unique_ptr<Dataset>> datasets;
+  std::vector<const DatasetCreator*> creators;
   for (const std::string& input : inputs) {
+    creators.push_back(
+        dataset.empty() ? &dataset_registry().get(
+                              dataset_for_path(input, "--input"), "--input")
+                        : &dataset_registry().get(dataset, "--dataset"));
+  }
+  std::vector<std::unique_ptr<Dataset>> datasets;
+  for (size_t i = 0; i < inputs.size(); ++i) {
     DatasetOptions options;
-    options.path = input;
+    options.path = inputs[i];
     options.text_field = text_field;
-    datasets.push_back(creator(options));
+    datasets.push_back((*creators[i])(options));
   }
   return datasets;
 }

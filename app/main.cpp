@@ -14,11 +14,13 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "builders/builder_registry.h"
+#include "builders/dry_run.h"
 #include "checkpoint/checkpoint.h"
 #include "common/blas.h"
 #include "common/error.h"
 #include "common/threads.h"
 #include "config/job_config.h"
+#include "parallel/dist/launch_env.h"
 #include "parallel/dist/launcher.h"
 #include "parallel/dist/process_group.h"
 #include "trainer/fault_injection.h"
@@ -70,6 +72,36 @@ std::string resume_note(const baton::JobConfig& config) {
          " (" + folder.string() + ")";
 }
 
+/// The world a dry run plans for: --nproc, else the launch environment's
+/// (torchrun, SLURM, ...) when it has one, else the product of the degrees.
+int64_t dry_run_world_size(
+    const baton::JobConfig& config, const baton::TrainArgs& args) {
+  if (args.nproc > 0) {
+    return args.nproc;
+  }
+  const auto env = baton::dist::detect_launch_env();
+  if (env.world_size > 1) {
+    return env.world_size;
+  }
+  const auto& p = config.parallelism;
+  int64_t world = 1;
+  for (const auto& [key, degree] :
+       {std::pair{
+            "data_parallel_replicate_degree", p.data_parallel_replicate_degree},
+        std::pair{"data_parallel_shard_degree", p.data_parallel_shard_degree},
+        std::pair{"tensor_parallel_degree", p.tensor_parallel_degree},
+        std::pair{"pipeline_parallel_degree", p.pipeline_parallel_degree}}) {
+    if (degree < 0) {
+      throw baton::ConfigError(
+          "--dry-run: parallelism." + std::string(key) +
+          " is -1 (the rest of the world); allowed: a world size given "
+          "with --nproc N");
+    }
+    world *= degree;
+  }
+  return world;
+}
+
 int run_train(const baton::TrainArgs& args, char** argv) {
   // Every registry is filled before the config is checked against them.
   baton::register_builtin_builders();
@@ -78,6 +110,11 @@ int run_train(const baton::TrainArgs& args, char** argv) {
   baton::FaultInjection::get();
   if (args.print_config) {
     std::cout << baton::job_config_to_yaml(config);
+    return 0;
+  }
+  if (!args.dry_run.empty()) {
+    std::cout << baton::format_dry_run(
+        baton::dry_run(config, dry_run_world_size(config, args)), args.dry_run);
     return 0;
   }
   // OpenBLAS's kernels (common/blas.h): chosen here, and for the ranks
@@ -153,7 +190,9 @@ int main(int argc, char** argv) {
     const auto cli =
         baton::parse_cli(std::vector<std::string>(argv + 1, argv + argc));
     if (cli.command == "help") {
-      std::cout << baton::cli_usage();
+      std::cout
+          << (cli.help_topic.empty() ? baton::cli_usage()
+                                     : baton::command_usage(cli.help_topic));
       return 0;
     }
     if (cli.command == "schedule") {

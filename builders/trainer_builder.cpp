@@ -99,6 +99,13 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   check_built(
       c.lr_schedulers && c.lr_schedulers->size() == c.optimizers->size(),
       "build_lr_schedulers must return one scheduler per optimizer");
+  if (const auto warning =
+          config_.lr_scheduler.phases_warning(config_.training.steps);
+      warning && env_.rank == 0) {
+    const std::string where =
+        config_.first_origin({warning->key.c_str(), "training.steps"});
+    LOG(WARNING) << (where.empty() ? "" : where + ": ") << warning->message;
+  }
 
   c.dataloader = build_dataloader(c.tokenizer);
   auto loss = build_loss();
@@ -341,7 +348,7 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
     const LRSchedulersContainer& schedulers,
     DataLoader* dataloader) {
   const CheckpointConfig& ck = config_.checkpoint;
-  if (!ck.enable && !ck.model_only_export) {
+  if (!ck.enable && !ck.model_only_export && ck.initial_load_hf.empty()) {
     return nullptr;
   }
   const auto& p = config_.parallelism;

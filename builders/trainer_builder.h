@@ -119,8 +119,8 @@ class TrainerBuilder {
       const ModelParts& parts, LossFn loss);
   /// The checkpointer (a CheckpointManager over `parts`, one optimizer and
   /// scheduler per part, and this rank's loader, null where it loads none),
-  /// or null when checkpoint.enable and checkpoint.model_only_export are
-  /// both off.
+  /// or null when checkpoint.enable, checkpoint.model_only_export and
+  /// checkpoint.initial_load_hf are all off.
   virtual std::unique_ptr<Checkpointer> build_checkpointer(
       const ModelParts& parts,
       const OptimizersContainer& optimizers,

@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "checkpoint/checkpoint_index.h"
+#include "checkpoint/hf_llama.h"
 #include "checkpoint/safetensors.h"
 #include "common/torch_compat.h"
 #include "data/dataloader.h"
@@ -234,6 +235,37 @@ int64_t copy_overlap(
   }
   to.copy_(from);
   return from.numel();
+}
+
+/// One rank's piece of an exported tensor: where it lies in the whole.
+struct ExportPiece {
+  const SafetensorsReader* reader;
+  SafetensorsEntry entry;
+  std::vector<int64_t> offsets;
+  std::vector<int64_t> global_shape;
+};
+
+/// The whole tensor the pieces of one name tile.
+at::Tensor assemble(const std::vector<ExportPiece>& list) {
+  const auto& head = list.front();
+  at::Tensor whole = at::empty(head.global_shape, head.entry.dtype);
+  int64_t filled = 0;
+  for (const auto& piece : list) {
+    at::Tensor t = at::empty(piece.entry.shape, piece.entry.dtype);
+    piece.reader->read_bytes(piece.entry, t.data_ptr());
+    filled += copy_overlap(
+        t,
+        piece.offsets,
+        whole,
+        std::vector<int64_t>(head.global_shape.size(), 0));
+  }
+  if (filled != whole.numel()) {
+    throw std::logic_error(
+        "[checkpoint] export: tensor '" + head.entry.name +
+        "': its pieces hold " + std::to_string(filled) + " of " +
+        std::to_string(whole.numel()) + " elements");
+  }
+  return whole;
 }
 
 /// Fails when a tensor every rank's model has is missing from `index`, or
@@ -698,15 +730,23 @@ struct CheckpointManager::Staged {
 };
 
 TrainState CheckpointManager::load() {
-  if (!config_.enable) {
+  // A run's own checkpoint wins over its starting point: a restarted run
+  // that began from HF weights resumes where it stopped.
+  const FolderPlan plan = config_.enable ? agree_on_plan() : FolderPlan{};
+  if (plan.step < 0 && !config_.initial_load_hf.empty()) {
+    load_hf();
+    if (config_.enable) {
+      tidy_everywhere(plan);
+    }
     return {};
   }
-  const FolderPlan plan = agree_on_plan();
   if (plan.step < 0) {
-    // Nothing to load, so no failed load to leave the folder as it was.
-    tidy_everywhere(plan);
-    LOG(INFO) << "checkpoint: none in " << folder_.string()
-              << "; training from step 0";
+    if (config_.enable) {
+      // Nothing to load, so no failed load to leave the folder as it was.
+      tidy_everywhere(plan);
+      LOG(INFO) << "checkpoint: none in " << folder_.string()
+                << "; training from step 0";
+    }
     return {};
   }
   const int64_t step = plan.step;
@@ -741,6 +781,10 @@ TrainState CheckpointManager::load() {
   // (leftovers, later steps moved aside), then phase 2 applies the state.
   tidy_everywhere(plan);
   apply(staged);
+  if (!config_.initial_load_hf.empty()) {
+    LOG(INFO) << "checkpoint: resuming this run's own checkpoint; "
+                 "checkpoint.initial_load_hf is not read";
+  }
   LOG(INFO) << "checkpoint: resumed from step " << step << " ("
             << (folder_ / step_dir_name(step)).string() << ", saved under '"
             << checkpoint_index::describe_layout(index.value("layout", json()))
@@ -783,8 +827,8 @@ void CheckpointManager::tidy_everywhere(const FolderPlan& plan) const {
   throw_any(*group_, error);
 }
 
-std::vector<CheckpointManager::Wanted> CheckpointManager::wanted_tensors()
-    const {
+std::vector<CheckpointManager::Wanted> CheckpointManager::wanted_tensors(
+    bool optimizer_state) const {
   std::vector<Wanted> wanted;
   for (const auto& part : parts_) {
     for (const auto& item : part->module().named_parameters()) {
@@ -795,6 +839,9 @@ std::vector<CheckpointManager::Wanted> CheckpointManager::wanted_tensors()
       w.offsets =
           slice ? slice->offsets : std::vector<int64_t>(w.shape.size(), 0);
       wanted.push_back(w);
+      if (!optimizer_state) {
+        continue;
+      }
       for (const char* field : kOptimizerFields) {
         Wanted f = w;
         f.fqn = optimizer_fqn(item.key(), field);
@@ -978,6 +1025,113 @@ void CheckpointManager::apply(Staged& staged) const {
   }
 }
 
+void CheckpointManager::load_hf() const {
+  const auto start = std::chrono::steady_clock::now();
+  const fs::path dir = config_.initial_load_hf;
+  // Every rank reads the same config.json, so a folder that does not fit
+  // the model fails on every rank alike, before any collective.
+  hf_llama::check_folder(dir, hf_shape());
+  const std::vector<Wanted> wanted = wanted_tensors(/*optimizer_state=*/false);
+  const std::vector<std::string> model_fqns = fqns_of_every_rank(wanted);
+  Staged staged;
+  std::string error;
+  try {
+    stage_hf_tensors(wanted, model_fqns, staged);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  throw_any(*group_, error);
+  // Phase 2: the weights only; the optimizer, the LR schedule and the
+  // loader start afresh, as at step 0.
+  at::NoGradGuard no_grad;
+  for (const auto& part : parts_) {
+    for (const auto& item : part->module().named_parameters()) {
+      item.value().copy_(staged.tensors.at(item.key()));
+    }
+  }
+  LOG(INFO) << "checkpoint: loaded " << model_fqns.size()
+            << " weights from the Hugging Face folder " << dir.string()
+            << " in " << seconds_since(start) << " s; training from step 0";
+}
+
+void CheckpointManager::stage_hf_tensors(
+    const std::vector<Wanted>& wanted,
+    const std::vector<std::string>& model_fqns,
+    Staged& staged) const {
+  const fs::path dir = config_.initial_load_hf;
+  const hf_llama::Shape shape = hf_shape();
+  const hf_llama::WeightMap map = hf_llama::read_weight_map(dir);
+  // Judged against every rank's FQNs, the same way on every rank.
+  std::set<std::string> expected;
+  for (const auto& fqn : model_fqns) {
+    const std::string name = hf_llama::hf_name(fqn);
+    if (name.empty()) {
+      fail(
+          "tensor '" + fqn +
+          "' has no Hugging Face Llama name: checkpoint.initial_load_hf "
+          "needs a llama3 model");
+    }
+    if (!map.files.contains(name)) {
+      fail(
+          map.listing + ": tensor '" + name + "' (Baton's '" + fqn +
+          "') is missing (the model has it; was the checkpoint saved from "
+          "another model?)");
+    }
+    expected.insert(name);
+  }
+  for (const auto& [name, file] : map.files) {
+    if (!expected.contains(name) && !hf_llama::ignorable(name)) {
+      fail(
+          map.listing + ": tensor '" + name + "' (in " + file +
+          ") is not in the model");
+    }
+  }
+  std::map<std::string, std::vector<const Wanted*>> by_file;
+  for (const auto& w : wanted) {
+    by_file[map.files.at(hf_llama::hf_name(w.fqn))].push_back(&w);
+  }
+  for (const auto& [file, needs] : by_file) {
+    const SafetensorsReader reader((dir / file).string());
+    for (const Wanted* w : needs) {
+      const std::string name = hf_llama::hf_name(w->fqn);
+      const SafetensorsEntry* e = reader.find(name);
+      if (e == nullptr) {
+        fail(
+            reader.path() + ": has no tensor '" + name + "' (" + map.listing +
+            " says it does)");
+      }
+      if (e->dtype != at::kFloat && e->dtype != at::kBFloat16 &&
+          e->dtype != at::kHalf) {
+        fail(
+            reader.path() + ": tensor '" + name + "' is " +
+            safetensors_dtype(e->dtype) + "; allowed: F32, BF16, F16");
+      }
+      if (e->shape != w->global_shape) {
+        fail(
+            reader.path() + ": tensor '" + name + "' is " +
+            shape_string(e->shape) + ", but the model's '" + w->fqn + "' is " +
+            shape_string(w->global_shape));
+      }
+      const at::Tensor whole =
+          hf_llama::from_hf(w->fqn, reader.read(name).to(w->dtype), shape);
+      at::Tensor mine = at::empty(w->shape, w->dtype);
+      copy_overlap(
+          whole, std::vector<int64_t>(whole.dim(), 0), mine, w->offsets);
+      staged.tensors[w->fqn] = std::move(mine);
+    }
+  }
+}
+
+hf_llama::Shape CheckpointManager::hf_shape() const {
+  try {
+    return hf_llama::shape_of(json::parse(model_config_json_));
+  } catch (const std::exception& e) {
+    throw std::logic_error(
+        kTag + "the Hugging Face layout needs the model's shape: " +
+        untagged(e.what()));
+  }
+}
+
 void CheckpointManager::finish(const TrainState& state) {
   wait();
   if (config_.model_only_export) {
@@ -1052,14 +1206,8 @@ void CheckpointManager::merge_export(
     std::chrono::steady_clock::time_point start) const {
   // The pieces become one file sorted by name, a tensor at a time, each
   // sharded one assembled from its slices.
-  struct Piece {
-    const SafetensorsReader* reader;
-    SafetensorsEntry entry;
-    std::vector<int64_t> offsets;
-    std::vector<int64_t> global_shape;
-  };
   std::vector<std::unique_ptr<SafetensorsReader>> pieces;
-  std::map<std::string, std::vector<Piece>> by_name;
+  std::map<std::string, std::vector<ExportPiece>> by_name;
   for (const auto& entry : fs::directory_iterator(tmp)) {
     if (entry.path().filename().string().rfind("piece-", 0) != 0) {
       continue;
@@ -1068,7 +1216,8 @@ void CheckpointManager::merge_export(
         std::make_unique<SafetensorsReader>(entry.path().string()));
     const auto& reader = *pieces.back();
     for (const auto& e : reader.entries()) {
-      Piece piece{&reader, e, std::vector<int64_t>(e.shape.size(), 0), e.shape};
+      ExportPiece piece{
+          &reader, e, std::vector<int64_t>(e.shape.size(), 0), e.shape};
       const auto it = reader.metadata().find(kSlicePrefix + e.name);
       if (it != reader.metadata().end()) {
         const json where = json::parse(it->second);
@@ -1078,35 +1227,35 @@ void CheckpointManager::merge_export(
       by_name[e.name].push_back(std::move(piece));
     }
   }
-  std::vector<SafetensorsItem> items;
+  const bool hf = config_.export_format == "hf";
+  const std::optional<hf_llama::Shape> shape =
+      hf ? std::optional(hf_shape()) : std::nullopt;
+  // HF's names sort otherwise than Baton's: items by the name written.
+  std::map<std::string, SafetensorsItem> items_by_name;
   for (const auto& [name, list] : by_name) {
     const auto& first = list.front();
-    items.push_back(
-        {name, first.entry.dtype, first.global_shape, [list = list] {
-           const auto& head = list.front();
-           at::Tensor whole = at::empty(head.global_shape, head.entry.dtype);
-           int64_t filled = 0;
-           for (const auto& piece : list) {
-             at::Tensor t = at::empty(piece.entry.shape, piece.entry.dtype);
-             piece.reader->read_bytes(piece.entry, t.data_ptr());
-             filled += copy_overlap(
-                 t,
-                 piece.offsets,
-                 whole,
-                 std::vector<int64_t>(head.global_shape.size(), 0));
-           }
-           if (filled != whole.numel()) {
-             throw std::logic_error(
-                 "[checkpoint] export: tensor '" + head.entry.name +
-                 "': its pieces hold " + std::to_string(filled) + " of " +
-                 std::to_string(whole.numel()) + " elements");
-           }
-           return whole;
-         }});
+    const std::string written = hf ? hf_llama::hf_name(name) : name;
+    if (written.empty()) {
+      fail(
+          "export: tensor '" + name +
+          "' has no Hugging Face Llama name; export_format hf needs a "
+          "llama3 model");
+    }
+    items_by_name[written] = {
+        written, first.entry.dtype, first.global_shape, [list = list, shape] {
+          const at::Tensor whole = assemble(list);
+          return shape ? hf_llama::to_hf(list.front().entry.name, whole, *shape)
+                       : whole;
+        }};
+  }
+  std::vector<SafetensorsItem> items;
+  for (auto& [name, item] : items_by_name) {
+    items.push_back(std::move(item));
   }
   SafetensorsWriteOptions options;
   options.metadata = {{"format", "pt"}, {"step", std::to_string(state.step)}};
-  write_safetensors((tmp / "model.safetensors").string(), items, options);
+  const auto entries =
+      write_safetensors((tmp / hf_llama::kSingleFile).string(), items, options);
   for (const auto& piece : pieces) {
     fs::remove(piece->path());
   }
@@ -1115,12 +1264,20 @@ void CheckpointManager::merge_export(
   config["torch_dtype"] = config_.export_dtype;
   config["step"] = state.step;
   config["tokens_seen"] = state.tokens_seen;
+  if (hf) {
+    // One file, and the index beside it that sharded HF folders have, so
+    // that readers of either form find the weights.
+    write_synced(
+        tmp / hf_llama::kIndexFile,
+        hf_llama::index_json(entries, hf_llama::kSingleFile).dump(2) + "\n");
+    config = hf_llama::config_json(*shape, config_.export_dtype, config);
+  }
   write_synced(tmp / "config.json", config.dump(2) + "\n");
   sync_directory(tmp.string());
   replace_folder(tmp, dir);
   LOG(INFO) << "checkpoint: exported " << items.size() << " weights ("
-            << config_.export_dtype << ") to "
-            << (dir / "model.safetensors").string() << " in "
+            << config_.export_dtype << (hf ? ", Hugging Face Llama" : "")
+            << ") to " << (dir / "model.safetensors").string() << " in "
             << seconds_since(start) << " s";
 }
 

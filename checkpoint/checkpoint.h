@@ -19,6 +19,9 @@ namespace baton {
 namespace dist {
 class ProcessGroup;
 }
+namespace hf_llama {
+struct Shape;
+}
 class DataLoader;
 class LRSchedulersContainer;
 class OptimizersContainer;
@@ -77,6 +80,12 @@ struct CheckpointLayout {
 /// a copy taken at the step; the next save (and finish()) waits for it.
 /// Saves talk over `group`, a group of every rank used by nothing else (on
 /// Gloo, with a timeout long enough for the slowest writer).
+///
+/// With checkpoint.initial_load_hf and nothing to resume, load() reads the
+/// weights alone from a Hugging Face Llama folder (checkpoint/hf_llama.h)
+/// through the same staging: each rank its parts' FQNs, each cut to its
+/// slice, checked on every rank before any is applied; export_format hf
+/// makes the model-only export that folder.
 ///
 /// At start-up, once the load has been read and checked on every rank (or
 /// there is nothing to load), rank 0 tidies the folder: a save that died
@@ -155,9 +164,10 @@ class CheckpointManager final : public Checkpointer {
   void tidy_everywhere(const FolderPlan& plan) const;
   /// What load() has read and checked, and applies once every rank has.
   struct Staged;
-  /// The tensors this rank restores: its parts' weights and AdamW state.
+  /// The tensors this rank restores: its parts' weights and (with
+  /// `optimizer_state`) their AdamW state.
   struct Wanted;
-  std::vector<Wanted> wanted_tensors() const;
+  std::vector<Wanted> wanted_tensors(bool optimizer_state = true) const;
   /// The FQNs every rank restores (collective).
   std::vector<std::string> fqns_of_every_rank(
       const std::vector<Wanted>& wanted) const;
@@ -175,8 +185,20 @@ class CheckpointManager final : public Checkpointer {
       Staged& staged) const;
   /// Phase 2: sets the weights, optimizer state, loader, schedulers, RNG.
   void apply(Staged& staged) const;
+  /// checkpoint.initial_load_hf: the weights alone from a Hugging Face
+  /// Llama folder, in the same two phases (collective).
+  void load_hf() const;
+  /// Reads this rank's weights from the HF folder's files, renamed and
+  /// permuted into Baton's layout, each cut to this rank's slice.
+  void stage_hf_tensors(
+      const std::vector<Wanted>& wanted,
+      const std::vector<std::string>& model_fqns,
+      Staged& staged) const;
+  /// The model's shape in LlamaConfig's terms, from model_config_json.
+  hf_llama::Shape hf_shape() const;
   void export_model(const TrainState& state);
-  /// Rank 0: merges the ranks' pieces into export/model.safetensors.
+  /// Rank 0: merges the ranks' pieces into export/model.safetensors (HF's
+  /// names and layout, and its index, with export_format hf).
   void merge_export(
       const TrainState& state,
       const std::filesystem::path& tmp,

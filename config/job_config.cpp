@@ -659,31 +659,6 @@ void check_registered(JobConfig& config) {
   });
 }
 
-/// Fails with "not supported yet" when `supported` is false.
-void require_supported(
-    const JobConfig& config,
-    const std::string& key,
-    bool supported,
-    const std::string& value,
-    const std::string& allowed) {
-  if (!supported) {
-    throw_config_error(
-        config.origin(key),
-        key + ": " + value + " is not supported yet; allowed: " + allowed);
-  }
-}
-
-/// Values that need a feature Baton does not have yet. Each check goes away
-/// with the change that builds its feature.
-void check_supported(const JobConfig& config) {
-  require_supported(
-      config,
-      "metrics.tensorboard",
-      !config.metrics.tensorboard,
-      "true",
-      "false");
-}
-
 /// True when `s` written plain would read back as something other than a
 /// string (null, a boolean or a number, in YAML 1.1 or 1.2), so it must be
 /// quoted.
@@ -765,6 +740,9 @@ void emit(YAML::Emitter& out, const StringLists& v) {
 }  // namespace
 
 int64_t LRSchedulerConfig::decay_steps(int64_t training_steps) const {
+  if (warmup_steps > training_steps) {
+    return 0;
+  }
   return decay_ratio ? static_cast<int64_t>(std::llround(
                            static_cast<double>(training_steps) * *decay_ratio))
                      : training_steps - warmup_steps;
@@ -772,15 +750,9 @@ int64_t LRSchedulerConfig::decay_steps(int64_t training_steps) const {
 
 std::optional<ConfigProblem> LRSchedulerConfig::phases_problem(
     int64_t training_steps) const {
-  if (warmup_steps > training_steps) {
-    return ConfigProblem{
-        "lr_scheduler.warmup_steps",
-        "lr_scheduler.warmup_steps: " + std::to_string(warmup_steps) +
-            " exceeds training.steps " + std::to_string(training_steps) +
-            "; allowed: at most training.steps"};
-  }
   const int64_t decay = decay_steps(training_steps);
-  if (decay_ratio && warmup_steps + decay > training_steps) {
+  if (decay_ratio && warmup_steps <= training_steps &&
+      warmup_steps + decay > training_steps) {
     return ConfigProblem{
         "lr_scheduler.decay_ratio",
         "lr_scheduler.decay_ratio: " + format_number(*decay_ratio) + " gives " +
@@ -795,6 +767,22 @@ std::optional<ConfigProblem> LRSchedulerConfig::phases_problem(
   return std::nullopt;
 }
 
+std::optional<ConfigProblem> LRSchedulerConfig::phases_warning(
+    int64_t training_steps) const {
+  if (warmup_steps <= training_steps) {
+    return std::nullopt;
+  }
+  return ConfigProblem{
+      "lr_scheduler.warmup_steps",
+      "lr_scheduler.warmup_steps: " + std::to_string(warmup_steps) +
+          " exceeds training.steps " + std::to_string(training_steps) +
+          "; the run warms up for all its steps (step s at s / " +
+          std::to_string(warmup_steps + 1) +
+          " of optimizer.lr), never reaching the full rate nor decaying; set "
+          "lr_scheduler.warmup_steps at most training.steps for the whole "
+          "schedule"};
+}
+
 JobConfig load_job_config(
     const std::string& path, const std::vector<std::string>& overrides) {
   JobConfig config;
@@ -806,7 +794,6 @@ JobConfig load_job_config(
   }
   check_consistency(config);
   check_registered(config);
-  check_supported(config);
   return config;
 }
 

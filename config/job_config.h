@@ -154,11 +154,17 @@ struct LRSchedulerConfig {
   double min_lr_factor = 0.0;
 
   /// Steps of decay at the end of `training_steps`: decay_ratio of them, or
-  /// every step after warmup when decay_ratio is unset.
+  /// every step after warmup when decay_ratio is unset; 0 when warmup is
+  /// longer than the run.
   int64_t decay_steps(int64_t training_steps) const;
   /// Why warmup and decay do not fit in `training_steps`; nothing when they
-  /// do. The config check and the schedule both ask it.
+  /// do. The config check and the schedule both ask it. A warmup longer
+  /// than the run is not a problem but a warning (phases_warning).
   std::optional<ConfigProblem> phases_problem(int64_t training_steps) const;
+  /// A warning when warmup is longer than `training_steps`: the run then
+  /// warms up at the configured slope for all its steps (as torchtitan
+  /// does), never reaching the full rate nor decaying; nothing otherwise.
+  std::optional<ConfigProblem> phases_warning(int64_t training_steps) const;
 
   template <class V>
   void visit(V&& v) {
@@ -387,6 +393,11 @@ struct CheckpointConfig {
   int64_t load_step = -1;
   bool model_only_export = false;
   std::string export_dtype = "float32";
+  /// baton: Baton's FQNs and config.json; hf: a Hugging Face Llama folder.
+  std::string export_format = "baton";
+  /// A Hugging Face Llama folder to start from when there is no checkpoint
+  /// to resume ("" = none).
+  std::string initial_load_hf;
   bool async = false;
   int64_t timeout_seconds = 1800;
   /// After SIGTERM or SIGUSR1; 0 = no limit.
@@ -410,6 +421,14 @@ struct CheckpointConfig {
       export_dtype,
       FieldSpec("dtype of the exported weights")
           .one_of({"float32", "bfloat16", "float16"}));
+    v("export_format",
+      export_format,
+      FieldSpec("the export's layout: Baton's names or Hugging Face Llama's")
+          .one_of({"baton", "hf"}));
+    v("initial_load_hf",
+      initial_load_hf,
+      FieldSpec("Hugging Face Llama folder to start from when there is no "
+                "checkpoint to resume"));
     v("async", async, FieldSpec("save in a background thread"));
     v("timeout_seconds",
       timeout_seconds,
@@ -435,7 +454,9 @@ struct MetricsConfig {
   void visit(V&& v) {
     v("log_freq", log_freq, FieldSpec("steps between log lines").at_least(1));
     v("jsonl", jsonl, FieldSpec("write <dump_folder>/metrics.jsonl"));
-    v("tensorboard", tensorboard, FieldSpec("write TensorBoard event files"));
+    v("tensorboard",
+      tensorboard,
+      FieldSpec("write TensorBoard event files in <dump_folder>/tensorboard"));
     v("peak_tflops",
       peak_tflops,
       FieldSpec("peak TFLOP/s for MFU (0: measure at start-up)").at_least(0));

@@ -61,14 +61,22 @@ void register_builtin_datasets() {
     registry.add(
         "kjv",
         [](const DatasetOptions& options) -> std::unique_ptr<Dataset> {
-          DatasetOptions kjv = options;
-          if (kjv.path.empty()) {
+          if (options.path.empty()) {
+            DatasetOptions kjv = options;
             kjv.path = resolve_asset_path(kKjvDefaultPath);
+            return std::make_unique<JsonlDataset>(kjv);
           }
-          return std::make_unique<JsonlDataset>(kjv);
+          // A config of the bundled corpus pointed at the user's own: read
+          // it as its name says, not always as JSON Lines.
+          if (dataset_for_path(options.path, "training.dataset_path") ==
+              "text") {
+            return std::make_unique<TextFilesDataset>(options);
+          }
+          return std::make_unique<JsonlDataset>(options);
         },
         "the bundled King James Bible, one chapter per document "
-        "(assets/kjv.jsonl.gz unless training.dataset_path is set)");
+        "(assets/kjv.jsonl.gz); with training.dataset_path set, that path, "
+        "read by its name (*.txt text, *.jsonl JSON Lines)");
     registry.add(
         "jsonl",
         with_required_path<JsonlDataset>(
@@ -89,6 +97,36 @@ void register_builtin_datasets() {
         "pre-tokenised shards written by `baton data tokenize` (a folder of "
         "*.bin or a glob), memory-mapped");
   });
+}
+
+std::string dataset_for_path(
+    const std::string& path, const std::string& where) {
+  static const std::vector<std::pair<std::string, std::string>> kEndings = {
+      {".txt", "text"},
+      {".txt.gz", "text"},
+      {".jsonl", "jsonl"},
+      {".jsonl.gz", "jsonl"}};
+  for (const auto& [ending, dataset] : kEndings) {
+    if (path.ends_with(ending)) {
+      return dataset;
+    }
+  }
+  std::error_code ec;
+  if (path.find_first_of("*?[") == std::string::npos &&
+      fs::is_directory(path, ec)) {
+    return "jsonl";
+  }
+  std::vector<std::string> endings;
+  for (const auto& [ending, dataset] : kEndings) {
+    endings.push_back("*" + ending + " (" + dataset + ")");
+  }
+  throw_config_error(
+      where,
+      "'" + path +
+          "': cannot tell its format from its name; allowed: a folder, " +
+          join(endings, ", ") +
+          "; or name the dataset (--dataset jsonl|text, "
+          "training.dataset)");
 }
 
 std::string resolve_asset_path(const std::string& path) {

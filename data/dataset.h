@@ -51,9 +51,17 @@ using DatasetCreator =
 /// The dataset registry (`training.dataset`).
 Registry<DatasetCreator>& dataset_registry();
 
-/// Registers the built-in datasets: `kjv` (the bundled King James Bible),
-/// `jsonl`, `text` and `tokens` (shards of `baton data tokenize`).
+/// Registers the built-in datasets: `kjv` (the bundled King James Bible;
+/// given a path, the dataset_for_path reads), `jsonl`, `text` and `tokens`
+/// (shards of `baton data tokenize`).
 void register_builtin_datasets();
+
+/// The dataset that reads `path` when none is named, by its name: `text`
+/// for *.txt and *.txt.gz (one document per file), `jsonl` for *.jsonl and
+/// *.jsonl.gz, and for a folder (its *.jsonl and *.jsonl.gz files); a glob
+/// by how its pattern ends. Throws ConfigError starting `where: 'path'`
+/// and listing these endings for any other.
+std::string dataset_for_path(const std::string& path, const std::string& where);
 
 /// `path` when it exists, else the same relative path under the source
 /// tree's assets/ folder (so the bundled corpus is found from any working

@@ -1,19 +1,25 @@
 #include "data/sentencepiece_tokenizer.h"
 
 #include <dlfcn.h>
+#include <glog/logging.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
 
+#include "common/text.h"
 #include "data/sentencepiece_plugin.h"
 
 namespace baton {
 
 namespace {
 
+namespace fs = std::filesystem;
 namespace plugin = sentencepiece_plugin;
 
 // SentencePiece skips sentences longer than its max_sentence_length; long
@@ -26,16 +32,51 @@ struct Plugin {
   plugin::TrainFn train = nullptr;
 };
 
+// Where the plugin may be, in the order tried: BATON_SENTENCEPIECE_PLUGIN
+// alone when set; else relative to this executable, as `cmake --install`
+// lays it out (bin/baton, lib/baton/) and beside it, so an installed or
+// moved binary finds its own; last the build tree's (the path baked in).
+std::vector<std::string> plugin_candidates() {
+  if (const char* path = std::getenv(kSentencePiecePluginVar);
+      path != nullptr && *path != '\0') {
+    return {path};
+  }
+  const fs::path built(BATON_SENTENCEPIECE_BUILD_PATH);
+  std::vector<std::string> candidates;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path dir = exe.parent_path();
+    candidates.push_back(
+        (dir.parent_path() / "lib" / "baton" / built.filename()).string());
+    candidates.push_back((dir / built.filename()).string());
+  }
+  candidates.push_back(built.string());
+  return candidates;
+}
+
 const Plugin& sentencepiece() {
   static Plugin loaded;
   static std::once_flag once;
   static std::string error;
   std::call_once(once, [] {
-    // BATON_SENTENCEPIECE_PLUGIN: the module's path in the build tree.
-    void* handle = ::dlopen(
-        BATON_SENTENCEPIECE_PLUGIN, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    const std::vector<std::string> candidates = plugin_candidates();
+    std::error_code ec;
+    const auto found =
+        std::find_if(candidates.begin(), candidates.end(), [&](const auto& c) {
+          return fs::is_regular_file(c, ec);
+        });
+    if (found == candidates.end()) {
+      error = "none found; looked at " + join(candidates, ", ") +
+              "; allowed: the plugin `cmake --install` puts in "
+              "PREFIX/lib/baton/, or a path in " +
+              kSentencePiecePluginVar;
+      return;
+    }
+    void* handle =
+        ::dlopen(found->c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
     if (handle == nullptr) {
-      error = ::dlerror();
+      error = *found + ": " + ::dlerror();
       return;
     }
     loaded.load = reinterpret_cast<plugin::LoadFn>(
@@ -43,13 +84,14 @@ const Plugin& sentencepiece() {
     loaded.train = reinterpret_cast<plugin::TrainFn>(
         ::dlsym(handle, "baton_sentencepiece_train"));
     if (loaded.load == nullptr || loaded.train == nullptr) {
-      error = "missing entry points";
+      error = *found + ": missing entry points";
+      return;
     }
+    LOG(INFO) << "SentencePiece: plugin " << *found;
   });
   if (!error.empty()) {
     throw std::runtime_error(
-        std::string("[SentencePiece] cannot load the plugin ") +
-        BATON_SENTENCEPIECE_PLUGIN + ": " + error);
+        "[SentencePiece] cannot load the plugin: " + error);
   }
   return loaded;
 }

@@ -12,6 +12,13 @@
 
 namespace baton {
 
+/// The environment variable that names the SentencePiece plugin
+/// (libbaton_sentencepiece.so) to load instead of looking for it: beside
+/// the executable as `cmake --install` lays it out (PREFIX/lib/baton/ for
+/// PREFIX/bin/baton), in the executable's folder, then in the build tree.
+inline constexpr const char* kSentencePiecePluginVar =
+    "BATON_SENTENCEPIECE_PLUGIN";
+
 /// A SentencePiece model file (BPE or unigram). The vocabulary, BOS and EOS
 /// are the model's; a model without BOS or EOS pieces is rejected.
 class SentencePieceTokenizer final : public Tokenizer {

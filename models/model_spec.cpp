@@ -20,6 +20,7 @@ void register_builtin_models() {
       model->init_weights(seed);
       return model;
     };
+    llama3.parameter_shapes = llama::parameter_shapes;
     llama3.num_params = [](const llama::ModelArgs& args) {
       return args.num_params();
     };

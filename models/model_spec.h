@@ -80,6 +80,11 @@ struct ModelSpec {
   std::function<std::shared_ptr<ModelChunk>(
       const llama::ModelArgs& args, const ChunkSpec& chunk, uint64_t seed)>
       build;
+  /// The parameters a chunk holds (FQN, whole shape), in the module's
+  /// order, without building it.
+  std::function<std::vector<llama::ParamShape>(
+      const llama::ModelArgs& args, const ChunkSpec& chunk)>
+      parameter_shapes;
   /// Parameters of the whole model, without building it.
   std::function<int64_t(const llama::ModelArgs& args)> num_params;
   /// Training FLOPs per token at `seq_len` (the numerator of MFU).

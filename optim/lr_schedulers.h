@@ -30,7 +30,9 @@ class LRSchedule {
 /// warmup gets s / (warmup_steps + 1)), then a stable phase at 1, then
 /// `decay_steps` of decay (linear, sqrt or cosine) that reaches
 /// `min_lr_factor` at the last step. Without `decay_ratio` every step after
-/// warmup decays.
+/// warmup decays. A warmup longer than the run keeps its slope: every step
+/// of the run warms up (s / (warmup_steps + 1)) and none decays, as in
+/// torchtitan (LRSchedulerConfig::phases_warning).
 class WarmupStableDecay final : public LRSchedule {
  public:
   /// Throws std::invalid_argument when the phases do not fit in

@@ -13,13 +13,14 @@ struct TrainState {
 };
 
 /// Saves and restores training state. The trainer calls it when the builder
-/// made one (checkpoint.enable or checkpoint.model_only_export); the
+/// made one (checkpoint.enable, model_only_export or initial_load_hf); the
 /// implementation is CheckpointManager (trainer/checkpoint.h).
 class Checkpointer {
  public:
   virtual ~Checkpointer() = default;
   /// Restores the latest (or configured) checkpoint and returns its train
-  /// state; a zero state when there is none to resume.
+  /// state; a zero state when there is none to resume (after loading the
+  /// starting weights, when the config names them).
   virtual TrainState load() = 0;
   /// Saves after `state.step` when the interval says so, or when `last`
   /// (the final step).

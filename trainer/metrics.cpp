@@ -14,13 +14,45 @@
 #include <stdexcept>
 
 namespace baton {
+namespace {
+
+// The numbers of a metrics.jsonl line after `step`, under their keys, in
+// the file's order: one list for the JSON line and the TensorBoard event.
+std::vector<TensorBoardScalar> step_scalars(const StepMetrics& m) {
+  return {
+      {"loss", m.loss},
+      {"grad_norm", m.grad_norm},
+      {"lr", m.lr},
+      {"tokens_per_sec", m.tokens_per_sec},
+      {"tflops", m.tflops},
+      {"mfu_pct", m.mfu_pct},
+      {"step_time_s", m.step_time_s},
+      {"data_time_s", m.data_time_s},
+      {"peak_rss_mib", m.peak_rss_mib},
+      {"tensor_peak_mib", m.tensor_peak_mib},
+      {"activation_peak_mib", m.activation_peak_mib},
+  };
+}
+
+}  // namespace
+
+std::string tensorboard_folder(const std::string& dump_folder) {
+  return (std::filesystem::path(dump_folder) / "tensorboard").string();
+}
 
 MetricsLogger::MetricsLogger(
     const MetricsConfig& config,
     const std::string& dump_folder,
     bool is_logging_rank)
     : config_(config), is_logging_rank_(is_logging_rank) {
-  if (!is_logging_rank_ || !config_.jsonl) {
+  if (!is_logging_rank_) {
+    return;
+  }
+  if (config_.tensorboard) {
+    tensorboard_ =
+        std::make_unique<TensorBoardWriter>(tensorboard_folder(dump_folder));
+  }
+  if (!config_.jsonl) {
     return;
   }
   std::filesystem::create_directories(dump_folder);
@@ -35,6 +67,9 @@ MetricsLogger::MetricsLogger(
 }
 
 void MetricsLogger::start(int64_t resumed_step) {
+  if (tensorboard_ && resumed_step > 0) {
+    tensorboard_->add_session_start(resumed_step + 1);
+  }
   if (!is_logging_rank_ || path_.empty()) {
     return;
   }
@@ -79,24 +114,23 @@ bool MetricsLogger::should_log(int64_t step) const {
 }
 
 std::string metrics_to_json(const StepMetrics& m) {
-  nlohmann::ordered_json j = {
-      {"step", m.step},
-      {"loss", m.loss},
-      {"grad_norm", m.grad_norm},
-      {"lr", m.lr},
-      {"tokens_per_sec", m.tokens_per_sec},
-      {"tflops", m.tflops},
-      {"mfu_pct", m.mfu_pct},
-      {"step_time_s", m.step_time_s},
-      {"data_time_s", m.data_time_s},
-      {"peak_rss_mib", m.peak_rss_mib},
-      {"tensor_peak_mib", m.tensor_peak_mib},
-      {"activation_peak_mib", m.activation_peak_mib},
-  };
+  nlohmann::ordered_json j = {{"step", m.step}};
+  for (const auto& [key, value] : step_scalars(m)) {
+    j[key] = value;
+  }
   if (!m.pipeline_bubble_pct.empty()) {
     j["pipeline_bubble_pct"] = m.pipeline_bubble_pct;
   }
   return j.dump();
+}
+
+std::vector<TensorBoardScalar> metrics_to_scalars(const StepMetrics& m) {
+  std::vector<TensorBoardScalar> scalars = step_scalars(m);
+  for (size_t r = 0; r < m.pipeline_bubble_pct.size(); ++r) {
+    scalars.emplace_back(
+        "pipeline_bubble_pct/" + std::to_string(r), m.pipeline_bubble_pct[r]);
+  }
+  return scalars;
 }
 
 void MetricsLogger::log(const StepMetrics& m) {
@@ -126,6 +160,9 @@ void MetricsLogger::log(const StepMetrics& m) {
   if (jsonl_.is_open()) {
     jsonl_ << metrics_to_json(m) << '\n';
     jsonl_.flush();
+  }
+  if (tensorboard_) {
+    tensorboard_->add_scalars(m.step, metrics_to_scalars(m));
   }
 }
 

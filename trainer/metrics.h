@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "config/job_config.h"
+#include "trainer/tensorboard.h"
 
 namespace baton {
 
@@ -35,11 +37,14 @@ struct StepMetrics {
   std::vector<double> pipeline_bubble_pct;
 };
 
-/// Writes one console line (glog) and one metrics.jsonl object per logged
+/// Writes one console line (glog), one metrics.jsonl object and, with
+/// metrics.tensorboard, one TensorBoard Event of the same scalars per logged
 /// step. Only the logging rank (global rank 0) writes anything.
 class MetricsLogger {
  public:
-  /// `dump_folder` is created when the JSONL file is enabled.
+  /// `dump_folder` is created when a file is enabled; the event file, in
+  /// tensorboard_folder(dump_folder), is created now, so that a folder that
+  /// cannot be written fails before training.
   MetricsLogger(
       const MetricsConfig& config,
       const std::string& dump_folder,
@@ -52,7 +57,9 @@ class MetricsLogger {
   /// empty for a new run (0); for a resumed one, the lines of the earlier
   /// run up to that step (steps it logged later are trained again), then
   /// the new lines after them. Trainer::train calls it; log() before it
-  /// starts a new file.
+  /// starts a new file. The event file gets a SessionLog START at
+  /// `resumed_step` + 1 for a resumed run: TensorBoard drops the steps the
+  /// earlier run's files logged from there on.
   void start(int64_t resumed_step);
 
  private:
@@ -60,10 +67,20 @@ class MetricsLogger {
   bool is_logging_rank_;
   std::string path_;
   std::ofstream jsonl_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
+
+/// The folder of the TensorBoard event files: `<dump_folder>/tensorboard`.
+std::string tensorboard_folder(const std::string& dump_folder);
 
 /// The JSON object of `m`, one line, as written to metrics.jsonl.
 std::string metrics_to_json(const StepMetrics& m);
+
+/// The scalars of `m` as the event file holds them: each number of
+/// metrics.jsonl under its key (step aside: it is the Event's step), in
+/// the same order, then pipeline_bubble_pct's entries as
+/// `pipeline_bubble_pct/<pipeline rank>`.
+std::vector<TensorBoardScalar> metrics_to_scalars(const StepMetrics& m);
 
 /// A matmul (m, k) x (k, n).
 struct GemmShape {

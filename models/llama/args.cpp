@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "models/model_spec.h"
+
 namespace baton::llama {
 
 int64_t ModelArgs::ffn_hidden_dim() const {
@@ -57,6 +59,35 @@ void ModelArgs::validate() const {
       head_dim() % 2 == 0,
       "head_dim " + std::to_string(head_dim()) + " must be even for RoPE");
   check(multiple_of > 0, "multiple_of must be positive");
+}
+
+std::vector<ParamShape> parameter_shapes(
+    const ModelArgs& args, const ChunkSpec& chunk) {
+  const int64_t end = chunk.end_layer < 0 ? args.n_layers : chunk.end_layer;
+  const int64_t q = args.n_heads * args.head_dim();
+  const int64_t kv = args.kv_heads() * args.head_dim();
+  const int64_t hidden = args.ffn_hidden_dim();
+  std::vector<ParamShape> shapes;
+  if (chunk.embedding) {
+    shapes.push_back({"tok_embeddings.weight", {args.vocab_size, args.dim}});
+  }
+  for (int64_t i = chunk.first_layer; i < end; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    shapes.push_back({p + "attention.wq.weight", {q, args.dim}});
+    shapes.push_back({p + "attention.wk.weight", {kv, args.dim}});
+    shapes.push_back({p + "attention.wv.weight", {kv, args.dim}});
+    shapes.push_back({p + "attention.wo.weight", {args.dim, q}});
+    shapes.push_back({p + "feed_forward.w1.weight", {hidden, args.dim}});
+    shapes.push_back({p + "feed_forward.w2.weight", {args.dim, hidden}});
+    shapes.push_back({p + "feed_forward.w3.weight", {hidden, args.dim}});
+    shapes.push_back({p + "attention_norm.weight", {args.dim}});
+    shapes.push_back({p + "ffn_norm.weight", {args.dim}});
+  }
+  if (chunk.output) {
+    shapes.push_back({"norm.weight", {args.dim}});
+    shapes.push_back({"output.weight", {args.vocab_size, args.dim}});
+  }
+  return shapes;
 }
 
 const std::map<std::string, ModelArgs>& llama3_flavors() {

@@ -4,6 +4,12 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
+
+namespace baton {
+struct ChunkSpec;
+}
 
 namespace baton::llama {
 
@@ -45,6 +51,15 @@ struct ModelArgs {
   /// by n_heads, n_heads not divisible by n_kv_heads, odd head_dim, ...).
   void validate() const;
 };
+
+/// A parameter's FQN and whole shape.
+using ParamShape = std::pair<std::string, std::vector<int64_t>>;
+
+/// The parameters the chunk `chunk` of a model shaped `args` holds, in the
+/// order the built module lists them (named_parameters), without building
+/// it: what a dry run counts.
+std::vector<ParamShape> parameter_shapes(
+    const ModelArgs& args, const ChunkSpec& chunk);
 
 /// The flavors of llama3: `debugmodel`, `small` (a CPU-sized model), `8B`,
 /// `70B`, `405B`, keyed by name.

@@ -43,10 +43,9 @@ void shard(
   part.mark_grad_split(fqn, dist::MeshDim::kTp);
 }
 
-/// The rows this rank holds of `total` split evenly over the tp group.
-std::pair<int64_t, int64_t> even_rows(int64_t total, const Region& region) {
-  const int64_t n = region.group->size();
-  return {region.group->rank() * (total / n), total / n};
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 /// Sums the gradient of the replicated `weight` over tp as each backward
@@ -106,6 +105,43 @@ std::optional<ConfigProblem> tensor_parallel_problem(
   return std::nullopt;
 }
 
+std::optional<TensorSlice> tensor_parallel_slice(
+    const llama::ModelArgs& args,
+    const std::string& fqn,
+    int64_t rank,
+    int64_t tp) {
+  // Even blocks of `total` along `dim` (heads and hidden rows divide: the
+  // config checks tensor_parallel_problem).
+  const auto even = [&](int64_t dim, int64_t total) {
+    return TensorSlice{dim, rank * (total / tp), total / tp};
+  };
+  const int64_t q = args.n_heads * args.head_dim();
+  const int64_t kv = args.kv_heads() * args.head_dim();
+  const int64_t hidden = args.ffn_hidden_dim();
+  if (ends_with(fqn, ".attention.wq.weight")) {
+    return even(0, q);
+  }
+  if (ends_with(fqn, ".attention.wk.weight") ||
+      ends_with(fqn, ".attention.wv.weight")) {
+    return even(0, kv);
+  }
+  if (ends_with(fqn, ".attention.wo.weight")) {
+    return even(1, q);
+  }
+  if (ends_with(fqn, ".feed_forward.w1.weight") ||
+      ends_with(fqn, ".feed_forward.w3.weight")) {
+    return even(0, hidden);
+  }
+  if (ends_with(fqn, ".feed_forward.w2.weight")) {
+    return even(1, hidden);
+  }
+  if (fqn == "tok_embeddings.weight" || fqn == "output.weight") {
+    const VocabRange vocab = VocabRange::of(args.vocab_size, rank, tp);
+    return TensorSlice{0, vocab.begin, vocab.size()};
+  }
+  return std::nullopt;
+}
+
 LossFn tensor_parallel_loss(const dist::ParallelMesh& mesh, int64_t vocab) {
   const auto& group = mesh.group(dist::MeshDim::kTp);
   if (group->size() == 1) {
@@ -137,31 +173,30 @@ void TensorParallelApplier::apply(
           tensor_parallel_problem(args, context.config.training.seq_len, n)) {
     throw_config_error(context.config.origin(problem->key), problem->message);
   }
-  const int64_t head_dim = args.head_dim();
   int64_t sharded_bytes = 0;
   const auto params = part.module().named_parameters();
-  const auto cut = [&](const std::string& fqn, int64_t dim, auto rows) {
-    const at::Tensor& p = params[fqn];
-    shard(part, fqn, p, dim, rows.first, rows.second);
-    sharded_bytes += p.nbytes();
-  };
+  // Every parameter the plan cuts (tensor_parallel_slice), in place.
+  for (const auto& item : params) {
+    const auto slice =
+        tensor_parallel_slice(args, item.key(), group->rank(), n);
+    if (slice) {
+      sharded_bytes += item.value().nbytes();
+      shard(
+          part,
+          item.key(),
+          item.value(),
+          slice->dim,
+          slice->begin,
+          slice->size);
+    }
+  }
   for (const auto& item : model->layers->items()) {
     const std::string prefix = "layers." + item.first + ".";
     auto& block = *item.second->as<llama::TransformerBlockImpl>();
-    const auto attention = region(context, prefix + "attention");
-    const auto q = even_rows(args.n_heads * head_dim, *attention);
-    const auto kv = even_rows(args.kv_heads() * head_dim, *attention);
-    cut(prefix + "attention.wq.weight", 0, q);
-    cut(prefix + "attention.wk.weight", 0, kv);
-    cut(prefix + "attention.wv.weight", 0, kv);
-    cut(prefix + "attention.wo.weight", 1, q);
-    block.attention->hooks = sequence_parallel_hooks(attention);
-    const auto ffn = region(context, prefix + "feed_forward");
-    const auto hidden = even_rows(args.ffn_hidden_dim(), *ffn);
-    cut(prefix + "feed_forward.w1.weight", 0, hidden);
-    cut(prefix + "feed_forward.w3.weight", 0, hidden);
-    cut(prefix + "feed_forward.w2.weight", 1, hidden);
-    block.feed_forward->hooks = sequence_parallel_hooks(ffn);
+    block.attention->hooks =
+        sequence_parallel_hooks(region(context, prefix + "attention"));
+    block.feed_forward->hooks =
+        sequence_parallel_hooks(region(context, prefix + "feed_forward"));
     sum_gradient_over_tp(
         block.attention_norm->weight,
         region(context, prefix + "attention_norm"));
@@ -169,9 +204,7 @@ void TensorParallelApplier::apply(
         block.ffn_norm->weight, region(context, prefix + "ffn_norm"));
   }
   const VocabRange vocab = VocabRange::of(args.vocab_size, group->rank(), n);
-  const std::pair<int64_t, int64_t> vocab_rows{vocab.begin, vocab.size()};
   if (model->spec().embedding) {
-    cut("tok_embeddings.weight", 0, vocab_rows);
     const auto r = region(context, "tok_embeddings");
     model->embedding_lookup =
         [r, vocab](const at::Tensor& ids, const at::Tensor& weight) {
@@ -179,7 +212,6 @@ void TensorParallelApplier::apply(
         };
   }
   if (model->spec().output) {
-    cut("output.weight", 0, vocab_rows);
     const auto r = region(context, "output");
     model->output_hooks.enter = [r](const at::Tensor& x) {
       return gather_sequence(x, *r);

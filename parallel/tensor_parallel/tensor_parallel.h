@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "common/error.h"
 #include "models/llama/args.h"
@@ -21,6 +22,24 @@ namespace baton::tensor_parallel {
 /// parallelism.tensor_parallel_degree.
 std::optional<ConfigProblem> tensor_parallel_problem(
     const llama::ModelArgs& args, int64_t seq_len, int64_t tp);
+
+/// The piece of a whole parameter one tp rank holds: `size` entries from
+/// `begin` along `dim`.
+struct TensorSlice {
+  int64_t dim = 0;
+  int64_t begin = 0;
+  int64_t size = 0;
+};
+
+/// Where the tensor_parallel step cuts the parameter `fqn` of a llama3
+/// model shaped `args` for tp rank `rank` of `tp` (the plan below, as
+/// data: the applier cuts by it and a dry run counts by it); nullopt for a
+/// parameter every tp rank holds whole (the norms).
+std::optional<TensorSlice> tensor_parallel_slice(
+    const llama::ModelArgs& args,
+    const std::string& fqn,
+    int64_t rank,
+    int64_t tp);
 
 /// The loss of a run whose output projection is split over `mesh`'s tp
 /// group by vocabulary (`vocab` tokens in all): the vocabulary-parallel

@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "app/cli.h"
+#include "common/error.h"
 #include "tests/baton_binary.h"
 
 namespace baton {
@@ -44,6 +46,123 @@ TEST(Cli, HelpExitsZero) {
   const auto r = run_baton("--help");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.output.find("baton train --config FILE"), std::string::npos);
+}
+
+// stdout alone: stderr goes to /dev/null inside the subshell.
+Result run_baton_stdout(const std::string& args) {
+  return testing::run_command(
+      "(" + testing::baton_bin() + " " + args + " 2>/dev/null)");
+}
+
+TEST(Cli, HelpOnEveryCommandPrintsItsOptionsAndExitsZero) {
+  const auto top = run_baton_stdout("--help");
+  EXPECT_EQ(top.code, 0);
+  EXPECT_EQ(top.output, cli_usage());
+  EXPECT_EQ(run_baton_stdout("-h").output, cli_usage());
+  EXPECT_EQ(run_baton_stdout("help").output, cli_usage());
+  for (const CommandUsage& usage : cli_commands()) {
+    const std::string& command = usage.command;
+    const std::string text = command_usage(command);
+    EXPECT_EQ(text.rfind("usage: baton " + command, 0), 0u) << text;
+    EXPECT_NE(top.output.find("  " + command + " "), std::string::npos)
+        << command;
+    // One line per option, within 80 columns.
+    for (const OptionUsage& option : usage.options) {
+      EXPECT_NE(text.find("\n  " + option.form), std::string::npos)
+          << command << ": " << option.form << "\n"
+          << text;
+    }
+    for (size_t begin = 0, end; begin < text.size(); begin = end + 1) {
+      end = text.find('\n', begin);
+      EXPECT_LE(end - begin, 80u) << text.substr(begin, end - begin);
+    }
+    const std::string group = command.substr(0, command.find(' '));
+    for (const std::string args :
+         {command + " --help",
+          command + " -h",
+          group + " --help",
+          "help " + group,
+          // Help wins over whatever else is given, even a bad option.
+          command + " --bogus=1 --help"}) {
+      const auto r = run_baton_stdout(args);
+      EXPECT_EQ(r.code, 0) << args;
+      EXPECT_EQ(r.output, text) << args;
+    }
+  }
+  const auto r = run_baton("help bogus");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(
+      r.output.rfind(
+          "error: unknown command 'bogus'; allowed: train, schedule, "
+          "tokenizer, data, checkpoint (see 'baton --help')",
+          0),
+      0u)
+      << r.output;
+}
+
+TEST(Cli, EveryOptionTheHelpListsIsParsed) {
+  // The usage table drives the "did you mean" hints; each option it names
+  // must be one its command's parser knows.
+  for (const CommandUsage& usage : cli_commands()) {
+    std::vector<std::string> args;
+    for (size_t begin = 0, end; begin <= usage.command.size();
+         begin = end + 1) {
+      end = std::min(usage.command.find(' ', begin), usage.command.size());
+      args.push_back(usage.command.substr(begin, end - begin));
+    }
+    for (const OptionUsage& option : usage.options) {
+      if (option.name.empty()) {
+        continue;
+      }
+      std::vector<std::string> line = args;
+      line.push_back("--" + option.name);
+      line.push_back("1");
+      try {
+        parse_cli(line);
+      } catch (const ConfigError& e) {
+        EXPECT_EQ(
+            std::string(e.what()).find("unknown option"), std::string::npos)
+            << usage.command << " --" << option.name << ": " << e.what();
+      }
+    }
+  }
+}
+
+TEST(Cli, UnknownOptionsExitTwoPointingAtTheCommandsHelp) {
+  auto r = run_baton("train --config " + debug_config() + " --bogus");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(
+      r.output.rfind(
+          "error: unknown option '--bogus'; config overrides are written "
+          "--SECTION.KEY=VALUE (see 'baton train --help')",
+          0),
+      0u)
+      << r.output;
+  r = run_baton("schedule --schedule gpipe --pp 2 --microbatchs 4");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(
+      r.output.rfind(
+          "error: unknown option '--microbatchs'; did you mean "
+          "'--microbatches'? (see 'baton schedule --help')",
+          0),
+      0u)
+      << r.output;
+  r = run_baton("schedule stray");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(
+      r.output.rfind(
+          "error: baton schedule: unexpected argument 'stray'; options start "
+          "with -- (see 'baton schedule --help')",
+          0),
+      0u)
+      << r.output;
+  r = run_baton("checkpoint inspect");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(
+      r.output.find("allowed: one checkpoint folder (see 'baton checkpoint "
+                    "inspect --help')"),
+      std::string::npos)
+      << r.output;
 }
 
 TEST(Cli, UnknownCommandIsUsageError) {
@@ -256,6 +375,39 @@ TEST(Cli, ActivationCheckpointingLowersTheActivationPeak) {
       0.5 * last["none"]["activation_peak_mib"].get<double>());
 }
 
+TEST(Cli, AWarmupLongerThanTheRunWarnsOnceAndTrains) {
+  // The first thing a new user tries: five steps of a config whose warmup
+  // is ten. torchtitan warns and goes on; every step warms up at the
+  // configured slope, step s at s / 11 of optimizer.lr (3e-3).
+  const fs::path dump = testing::fresh_dir("cli_short_warmup");
+  const auto r = run_baton(
+      "train --config " + debug_config() +
+      " --job.dump_folder=" + dump.string() +
+      " --training.steps=5 --training.seq_len=32"
+      " --training.local_batch_size=2 --metrics.log_freq=1"
+      " --metrics.peak_tflops=1 --training.mixed_precision_param=float32");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string warning =
+      "lr_scheduler.warmup_steps: 10 exceeds training.steps 5";
+  const size_t at = r.output.find(warning);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(warning, at + 1), std::string::npos) << r.output;
+  // glog's warning line, naming where warmup_steps was set.
+  EXPECT_NE(
+      r.output.find(debug_config() + ":21: " + warning), std::string::npos)
+      << r.output;
+  const auto lines = testing::read_metrics(dump);
+  ASSERT_EQ(lines.size(), 5u);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["step"].get<int64_t>(), static_cast<int64_t>(i + 1));
+    EXPECT_NEAR(
+        lines[i]["lr"].get<double>(),
+        3e-3 * static_cast<double>(i + 1) / 11.0,
+        1e-12)
+        << "step " << i + 1;
+  }
+}
+
 TEST(Cli, RestartsWithOpenMpPassiveWaitUnlessTheUserChose) {
   const std::string train =
       " train --config " + debug_config() +
@@ -355,6 +507,68 @@ TEST(CliData, UsageErrorsExitTwo) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("allowed: bpe, unigram"), std::string::npos)
       << r.output;
+}
+
+TEST(CliData, InputsAreReadByTheirNamesUnlessTheDatasetIsNamed) {
+  // A plain-text corpus (one document per .txt file), as a new user has.
+  std::string text;
+  for (int i = 0; i < 40; ++i) {
+    text += "In the beginning was the word, and the word was plain text.\n";
+  }
+  const fs::path work = testing::fresh_dir("cli_by_name");
+  fs::create_directories(work);
+  const auto corpus = work / "corpus.txt";
+  std::ofstream(corpus) << text;
+  const std::string model = (work / "m.model").string();
+  auto r = run_baton(
+      "tokenizer train --input " + corpus.string() +
+      " --vocab-size 320 --out " + model);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("pieces on 1 documents"), std::string::npos)
+      << r.output;
+  r = run_baton(
+      "data tokenize --input " + corpus.string() + " --out " +
+      (work / "shards").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote 1 documents"), std::string::npos) << r.output;
+  // A named dataset is what reads it: the text is not JSON.
+  r = run_baton(
+      "tokenizer train --input " + corpus.string() +
+      " --dataset jsonl --vocab-size 320 --out " + model);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(
+      r.output.find("[JsonlDataset] " + corpus.string() + ":1:"),
+      std::string::npos)
+      << r.output;
+  // A name that says nothing: exit 2 naming the file and the endings.
+  const auto notes = work / "corpus.md";
+  std::ofstream(notes) << text;
+  r = run_baton(
+      "tokenizer train --input " + corpus.string() + " --input " +
+      notes.string() + " --vocab-size 320 --out " + model);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(
+      r.output.rfind(
+          "error: --input: '" + notes.string() +
+              "': cannot tell its format from its name; allowed: a folder, "
+              "*.txt (text), *.txt.gz (text), *.jsonl (jsonl), *.jsonl.gz "
+              "(jsonl); or name the dataset",
+          0),
+      0u)
+      << r.output;
+  r = run_baton(
+      "tokenizer train --input " + notes.string() +
+      " --dataset text --vocab-size 320 --out " + model);
+  EXPECT_EQ(r.code, 0) << r.output;
+  // Training: debug_model.yaml's `kjv` pointed at the .txt reads it as text.
+  r = run_baton(
+      "train --config " + debug_config() +
+      " --training.dataset_path=" + corpus.string() +
+      " --training.steps=1 --lr_scheduler.warmup_steps=0"
+      " --training.seq_len=32 --training.local_batch_size=2"
+      " --metrics.peak_tflops=1 --job.dump_folder=" +
+      (work / "out").string());
+  EXPECT_EQ(r.code, 0) << r.output;
 }
 
 TEST(CliData, BadDataExitsOneNamingFileAndLine) {

@@ -426,20 +426,33 @@ TEST(JobConfig, RejectsMalformedOverrides) {
       {"'training' is a section", "--training.KEY=VALUE"});
 }
 
-TEST(JobConfig, RejectsWarmupBeyondSteps) {
+TEST(JobConfig, WarmupBeyondStepsIsAWarningNotAnError) {
+  // A five-step smoke run of a config made for more: torchtitan warns and
+  // goes on, and so does Baton (the builder logs the warning).
   const std::string path = write_yaml(
       "training:\n  steps: 100\nlr_scheduler:\n  warmup_steps: 200\n");
-  EXPECT_THROW(load_job_config(path), ConfigError);
-  EXPECT_EQ(
-      load_error(path),
-      path +
-          ":4: lr_scheduler.warmup_steps: 200 exceeds training.steps 100; "
-          "allowed: at most training.steps");
-  // Warmup equal to steps is fine.
-  EXPECT_EQ(
-      load_job_config(path, {"lr_scheduler.warmup_steps=100"})
-          .lr_scheduler.warmup_steps,
-      100);
+  JobConfig c;
+  ASSERT_NO_THROW(c = load_job_config(path));
+  const auto warning = c.lr_scheduler.phases_warning(c.training.steps);
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_EQ(warning->key, "lr_scheduler.warmup_steps");
+  expect_contains(
+      warning->message,
+      {"lr_scheduler.warmup_steps: 200 exceeds training.steps 100",
+       "step s at s / 201 of optimizer.lr"});
+  EXPECT_FALSE(c.lr_scheduler.phases_problem(c.training.steps).has_value());
+  EXPECT_EQ(c.lr_scheduler.decay_steps(c.training.steps), 0);
+  // With a decay_ratio too: warmup takes the whole run, nothing decays.
+  c = load_job_config(path, {"lr_scheduler.decay_ratio=0.5"});
+  EXPECT_FALSE(c.lr_scheduler.phases_problem(c.training.steps).has_value());
+  EXPECT_EQ(c.lr_scheduler.decay_steps(c.training.steps), 0);
+  // Warmup equal to steps, or shorter, warns of nothing.
+  for (const char* warmup : {"100", "10"}) {
+    c = load_job_config(
+        path, {std::string("lr_scheduler.warmup_steps=") + warmup});
+    EXPECT_FALSE(c.lr_scheduler.phases_warning(c.training.steps).has_value())
+        << warmup;
+  }
 }
 
 TEST(JobConfig, RejectsDecayRatioBeyondRemainingSteps) {
@@ -469,18 +482,13 @@ TEST(JobConfig, RejectsTwoInferredDegrees) {
       load_job_config("", {"parallelism.data_parallel_shard_degree=-1"}));
 }
 
-TEST(JobConfig, RejectsFeaturesNotBuiltYet) {
+TEST(JobConfig, AcceptsTensorBoard) {
   const std::string path =
       write_yaml("metrics:\n  log_freq: 5\n  tensorboard: true\n");
-  EXPECT_THROW(load_job_config(path), ConfigError);
-  EXPECT_EQ(
-      load_error(path),
-      path +
-          ":3: metrics.tensorboard: true is not supported yet; allowed: false");
-  for (const std::string o : {"metrics.tensorboard=true"}) {
-    expect_contains(
-        load_error("", {o}), {"--" + o + ": ", "not supported yet"});
-  }
+  EXPECT_TRUE(load_job_config(path).metrics.tensorboard);
+  EXPECT_TRUE(
+      load_job_config("", {"metrics.tensorboard=true"}).metrics.tensorboard);
+  EXPECT_FALSE(load_job_config("").metrics.tensorboard);
 }
 
 TEST(JobConfig, ActivationCheckpointValuesAreCheckedByName) {

@@ -233,6 +233,52 @@ TEST_F(DataFilesTest, ResolveAssetPath) {
       << message;
 }
 
+TEST_F(DataFilesTest, DatasetForPathGoesByTheName) {
+  for (const char* text : {"corpus.txt", "a/b.txt.gz", "shards/*.txt"}) {
+    EXPECT_EQ(dataset_for_path(text, "--input"), "text") << text;
+  }
+  for (const char* jsonl : {"corpus.jsonl", "c.jsonl.gz", "d/*.jsonl.gz"}) {
+    EXPECT_EQ(dataset_for_path(jsonl, "--input"), "jsonl") << jsonl;
+  }
+  // A folder is read as before: its *.jsonl and *.jsonl.gz files.
+  EXPECT_EQ(dataset_for_path(dir_.string(), "--input"), "jsonl");
+  for (const std::string other :
+       {"corpus.md", "corpus.json", "corpus.txt.bak", "missing/", "d/*"}) {
+    const std::string message = thrown_message<ConfigError>(
+        [&] { dataset_for_path(other, "--input"); });
+    EXPECT_EQ(
+        message,
+        "--input: '" + other +
+            "': cannot tell its format from its name; allowed: a folder, "
+            "*.txt (text), *.txt.gz (text), *.jsonl (jsonl), *.jsonl.gz "
+            "(jsonl); or name the dataset (--dataset jsonl|text, "
+            "training.dataset)");
+  }
+}
+
+TEST_F(DataFilesTest, KjvGivenAPathReadsItByItsName) {
+  // configs/debug_model.yaml names `kjv`; pointed at a user's own corpus it
+  // reads a .txt as text (one document per file), not as JSON Lines.
+  register_builtin_datasets();
+  const auto& kjv = dataset_registry().get("kjv");
+  const std::string txt = write_plain("mine.txt", "{not json\nline two\n");
+  auto dataset = kjv(at(txt));
+  ASSERT_NE(dynamic_cast<const TextFilesDataset*>(dataset.get()), nullptr);
+  EXPECT_EQ(
+      all_texts(dynamic_cast<const TextDataset&>(*dataset)),
+      (std::vector<std::string>{"{not json\nline two\n"}));
+  const std::string jsonl = write_jsonl("mine.jsonl", {"a", "b"});
+  EXPECT_EQ(kjv(at(jsonl))->size(), 2);
+  const std::string md = write_plain("mine.md", "text\n");
+  EXPECT_EQ(
+      thrown_message<ConfigError>([&] {
+        kjv(at(md));
+      }).rfind("training.dataset_path: '" + md + "': cannot tell", 0),
+      0u);
+  // A named dataset reads what it is told.
+  EXPECT_EQ(dataset_registry().get("text")(at(md))->size(), 1);
+}
+
 TEST_F(DataFilesTest, DatasetRegistry) {
   register_builtin_datasets();
   register_builtin_datasets();  // idempotent

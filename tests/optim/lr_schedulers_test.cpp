@@ -68,6 +68,32 @@ TEST(WarmupStableDecay, NoWarmupAndNoDecay) {
   }
 }
 
+TEST(WarmupStableDecay, WarmupLongerThanTheRunKeepsItsSlope) {
+  // Warmup 10 on a 5-step run (debug_model.yaml with --training.steps=5):
+  // every step warms up as it would in the full run, s / 11, and none
+  // decays, decay_ratio or not.
+  for (const std::optional<double> ratio : {std::optional<double>(), {0.5}}) {
+    const WarmupStableDecay s(schedule(10, ratio, "cosine", 0.1), 5);
+    EXPECT_EQ(s.decay_steps(), 0);
+    for (int64_t step = 1; step <= 5; ++step) {
+      EXPECT_NEAR(s.factor(step), static_cast<double>(step) / 11.0, 1e-12)
+          << "step " << step;
+    }
+  }
+  // On the optimizer: the rate each step uses.
+  auto w = torch::zeros({2}, torch::requires_grad());
+  torch::optim::AdamW optimizer({w}, torch::optim::AdamWOptions(3e-3));
+  LRScheduler scheduler(
+      optimizer,
+      std::make_shared<WarmupStableDecay>(
+          schedule(10, std::nullopt, "cosine", 0.1), 5));
+  for (int64_t step = 1; step <= 5; ++step) {
+    EXPECT_NEAR(scheduler.lr(), 3e-3 * static_cast<double>(step) / 11.0, 1e-15)
+        << "step " << step;
+    scheduler.step();
+  }
+}
+
 TEST(WarmupStableDecay, RejectsPhasesLongerThanTraining) {
   EXPECT_THROW(
       WarmupStableDecay(schedule(8, 0.5, "linear", 0.0), 10),

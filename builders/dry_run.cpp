@@ -1,0 +1,519 @@
+#include "builders/dry_run.h"
+
+#include <torch/cuda.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "common/error.h"
+#include "data/tokenizer.h"
+#include "models/model_spec.h"
+#include "parallel/dist/mesh.h"
+#include "parallel/pipeline/schedule_io.h"
+#include "parallel/pipeline/schedules.h"
+#include "parallel/pipeline/split.h"
+#include "parallel/tensor_parallel/tensor_parallel.h"
+
+namespace baton {
+
+namespace {
+
+/// AdamW keeps exp_avg and exp_avg_sq, float32, per element.
+constexpr int64_t kOptimizerBytesPerElement = 8;
+constexpr int64_t kMasterBytes = 4;
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (const int64_t d : shape) {
+    n *= d;
+  }
+  return n;
+}
+
+/// The rows fully_shard gives rank `r` of `n`: ceil(rows / n) each, the
+/// last ranks fewer or none (parallel/fsdp/fully_shard.h).
+int64_t shard_rows(int64_t rows, int64_t r, int64_t n) {
+  const int64_t per_rank = (rows + n - 1) / n;
+  return std::clamp<int64_t>(rows - r * per_rank, 0, per_rank);
+}
+
+/// The shape this rank stores of a whole parameter: its tensor-parallel
+/// slice, then its fully_shard rows of that.
+std::vector<int64_t> stored_shape(
+    const llama::ModelArgs& args,
+    const llama::ParamShape& param,
+    const dist::MeshCoord& coord,
+    const ParallelDims& dims) {
+  std::vector<int64_t> shape = param.second;
+  if (dims.tp > 1) {
+    if (const auto slice = tensor_parallel::tensor_parallel_slice(
+            args, param.first, coord.tp, dims.tp)) {
+      shape[slice->dim] = slice->size;
+    }
+  }
+  if (dims.dp_shard > 1) {
+    shape[0] = shard_rows(shape[0], coord.dp_shard, dims.dp_shard);
+  }
+  return shape;
+}
+
+/// The elements per token one transformer block leaves saved for backward,
+/// without checkpointing, with `t` tensor-parallel ranks (sequence
+/// parallel): the two norms' inputs (T / t positions), their outputs
+/// gathered for the projections (whole T), q, k and v after RoPE (k and v
+/// expanded to the query heads when grouped), attention's output and its
+/// copy laid out for wo, and the feed-forward's w1, w3, silu(w1) and product
+/// (this rank's hidden rows).
+int64_t block_elements(const llama::ModelArgs& a, int64_t t) {
+  const int64_t q = a.n_heads * a.head_dim();
+  const int64_t kv = a.kv_heads() * a.head_dim();
+  const int64_t kv_saved = a.kv_heads() < a.n_heads ? q : kv;
+  return 2 * a.dim / t + 2 * a.dim + (q + 2 * kv_saved) / t + 2 * q / t +
+         4 * a.ffn_hidden_dim() / t;
+}
+
+/// Under the op-selective policy: the block's input and the outputs of the
+/// seven matmuls and attention (wo's and w2's whole-sequence partial sums
+/// before their reduce-scatter).
+int64_t block_elements_op(const llama::ModelArgs& a, int64_t t) {
+  const int64_t q = a.n_heads * a.head_dim();
+  const int64_t kv = a.kv_heads() * a.head_dim();
+  return a.dim / t + (2 * q + 2 * kv) / t + 2 * a.dim +
+         2 * a.ffn_hidden_dim() / t;
+}
+
+/// Activations of one microbatch of `tokens` in a chunk: what it leaves
+/// saved for backward, and the most a checkpointed block's recomputation
+/// holds at once in backward (one block at a time).
+struct StageActivations {
+  int64_t saved = 0;
+  int64_t recompute = 0;
+};
+
+StageActivations stage_activations(
+    const llama::ModelArgs& args,
+    const ChunkSpec& chunk,
+    const JobConfig& config,
+    int64_t tokens,
+    int64_t t,
+    int64_t dtype_bytes) {
+  const auto& ac = config.activation_checkpoint;
+  const int64_t full = block_elements(args, t);
+  const int64_t input = args.dim / t;
+  const int64_t end = chunk.end_layer < 0 ? args.n_layers : chunk.end_layer;
+  int64_t kept = 0;
+  int64_t recomputed = 0;  // the most one block recomputes at once
+  for (int64_t i = chunk.first_layer; i < end; ++i) {
+    if (ac.mode == "full" ||
+        (ac.mode == "selective" && ac.selective == "layer" &&
+         (i + 1) % ac.selective_every == 0)) {
+      kept += input;
+      recomputed = full;
+    } else if (ac.mode == "selective" && ac.selective == "op") {
+      kept += block_elements_op(args, t);
+      recomputed = full - block_elements_op(args, t);
+    } else {
+      kept += full;
+    }
+  }
+  StageActivations a;
+  a.saved = kept * tokens * dtype_bytes;
+  a.recompute = recomputed * tokens * dtype_bytes;
+  if (chunk.embedding) {
+    a.saved += tokens * 8;  // the ids the lookup's backward reads
+  }
+  if (chunk.output) {
+    // The final norm's input and output (gathered), and the loss's float32
+    // logits and log-softmax over this rank's vocabulary columns.
+    a.saved += (args.dim / t + args.dim) * tokens * dtype_bytes;
+    a.saved += 2 * tokens * ((args.vocab_size + t - 1) / t) * 4;
+  }
+  return a;
+}
+
+/// The vocabulary: the tokenizer's, or the flavor's where its file is not
+/// on this machine (a dry run plans clusters from anywhere).
+std::pair<int64_t, std::string> vocabulary(
+    const JobConfig& config, const llama::ModelArgs& flavor) {
+  const auto& m = config.model;
+  if (!m.tokenizer_path.empty() && !std::filesystem::exists(m.tokenizer_path)) {
+    return {
+        flavor.vocab_size,
+        "the flavor's (tokenizer file " + m.tokenizer_path + " not found)"};
+  }
+  const auto tokenizer = tokenizer_registry().get(
+      m.tokenizer, config.origin("model.tokenizer"))(m.tokenizer_path);
+  return {tokenizer->vocab_size(), "tokenizer " + m.tokenizer};
+}
+
+std::pair<int64_t, std::string> compute_dtype(const JobConfig& config) {
+  const std::string& p = config.training.mixed_precision_param;
+  if (p == "bfloat16") {
+    return {2, "bfloat16"};
+  }
+  if (p == "auto") {
+    if (torch::cuda::is_available()) {
+      return {2, "bfloat16 (auto, on CUDA)"};
+    }
+    return {
+        4,
+        "float32 (auto on this CPU, before its start-up probe; a run may "
+        "choose bfloat16)"};
+  }
+  return {4, "float32"};
+}
+
+std::string describe_ac(const ActivationCheckpointConfig& ac) {
+  if (ac.mode != "selective") {
+    return ac.mode;
+  }
+  if (ac.selective == "op") {
+    return "selective op";
+  }
+  return "selective layer, every " + std::to_string(ac.selective_every);
+}
+
+}  // namespace
+
+DryRunReport dry_run(const JobConfig& config, int64_t world_size) {
+  const auto& p = config.parallelism;
+  DryRunReport report;
+  report.dims = ParallelDims::resolve(
+      p.data_parallel_replicate_degree,
+      p.data_parallel_shard_degree,
+      p.tensor_parallel_degree,
+      p.pipeline_parallel_degree,
+      world_size);
+  const ParallelDims& dims = report.dims;
+
+  const auto& spec =
+      model_registry().get(config.model.name, config.origin("model.name"));
+  llama::ModelArgs args =
+      model_flavor(spec, config.model.flavor, config.origin("model.flavor"));
+  std::tie(args.vocab_size, report.vocab_source) = vocabulary(config, args);
+  report.model = config.model.name;
+  report.flavor = config.model.flavor;
+  report.vocab_size = args.vocab_size;
+  report.model_parameters = spec.num_params(args);
+  if (dims.tp > 1) {
+    if (const auto problem = tensor_parallel::tensor_parallel_problem(
+            args, config.training.seq_len, dims.tp)) {
+      throw_config_error(config.origin(problem->key), problem->message);
+    }
+  }
+  const auto [dtype_bytes, dtype] = compute_dtype(config);
+  report.compute_dtype = dtype;
+  report.activation_checkpoint = describe_ac(config.activation_checkpoint);
+
+  // The stages and where they live, as PipelineTrainerBuilder makes them.
+  std::vector<ChunkSpec> chunks{ChunkSpec{0, args.n_layers, true, true}};
+  std::vector<int64_t> stage_to_rank{0};
+  std::vector<int64_t> peak(dims.pp, 1);
+  const int64_t batch = config.training.local_batch_size;
+  int64_t rows = batch;
+  if (dims.pp_enabled()) {
+    if (batch % p.pipeline_parallel_microbatch_size != 0) {
+      throw_config_error(
+          config.origin("parallelism.pipeline_parallel_microbatch_size"),
+          "parallelism.pipeline_parallel_microbatch_size: " +
+              std::to_string(p.pipeline_parallel_microbatch_size) +
+              " does not divide training.local_batch_size " +
+              std::to_string(batch) +
+              "; allowed: a divisor of the local batch size");
+    }
+    rows = p.pipeline_parallel_microbatch_size;
+    pipeline::register_builtin_schedules();
+    const pipeline::Schedule schedule =
+        !p.pipeline_parallel_schedule_csv.empty()
+            ? pipeline::load_schedule_csv(p.pipeline_parallel_schedule_csv)
+            : pipeline::make_schedule(
+                  p.pipeline_parallel_schedule,
+                  dims.pp,
+                  p.pipeline_parallel_stages_per_rank,
+                  batch / rows);
+    chunks =
+        p.pipeline_parallel_module_fqns_per_stage.empty()
+            ? pipeline::split_model(
+                  args.n_layers,
+                  schedule.num_stages,
+                  p.pipeline_parallel_layers_per_stage)
+            : pipeline::split_model_by_fqns(
+                  args.n_layers, p.pipeline_parallel_module_fqns_per_stage);
+    if (static_cast<int64_t>(chunks.size()) != schedule.num_stages) {
+      throw_config_error(
+          config.origin("parallelism.pipeline_parallel_module_fqns_per_stage"),
+          "parallelism.pipeline_parallel_module_fqns_per_stage: " +
+              std::to_string(chunks.size()) + " stages, but the schedule has " +
+              std::to_string(schedule.num_stages) +
+              "; allowed: one list per stage");
+    }
+    stage_to_rank = schedule.stage_to_rank;
+    peak = pipeline::plan_schedule(schedule, pipeline::SimulationCosts())
+               .simulation.peak_activations;
+    report.schedule = schedule.name;
+    report.num_stages = schedule.num_stages;
+    report.microbatches = schedule.microbatches;
+  }
+  report.microbatch_tokens = rows * config.training.seq_len;
+
+  // fully_shard frees a unit's gathered parameters after its forward unless
+  // it keeps them (pipeline stages by default).
+  const std::string& reshard = p.fsdp_reshard_after_forward;
+  const bool keep_gathered =
+      reshard == "never" || (reshard == "default" && dims.pp_enabled());
+
+  for (int64_t rank = 0; rank < dims.world_size; ++rank) {
+    const dist::MeshCoord coord = dist::mesh_coord(dims, rank);
+    DryRunRank r;
+    r.rank = rank;
+    r.pp = coord.pp;
+    r.dp_replicate = coord.dp_replicate;
+    r.dp_shard = coord.dp_shard;
+    r.tp = coord.tp;
+    int64_t largest_block = 0;  // elements gathered, whole after TP
+    int64_t gathered = 0;      // every unit's, or the root's
+    int64_t sliced_elements = 0;
+    for (size_t s = 0; s < chunks.size(); ++s) {
+      if (stage_to_rank[s] != coord.pp) {
+        continue;
+      }
+      DryRunStage stage;
+      stage.stage = static_cast<int64_t>(s);
+      stage.holds = pipeline::describe_chunk(chunks[s]);
+      std::map<std::string, int64_t> unit;  // "layers.4" or "" (the root)
+      for (const auto& param : spec.parameter_shapes(args, chunks[s])) {
+        stage.parameters += numel(stored_shape(args, param, coord, dims));
+        dist::MeshCoord whole = coord;
+        ParallelDims unsharded = dims;
+        unsharded.dp_shard = 1;
+        whole.dp_shard = 0;
+        const int64_t slice =
+            numel(stored_shape(args, param, whole, unsharded));
+        sliced_elements += slice;
+        const std::string& fqn = param.first;
+        const bool block = fqn.rfind("layers.", 0) == 0;
+        unit[block ? fqn.substr(0, fqn.find('.', 7)) : ""] += slice;
+      }
+      for (const auto& [name, elements] : unit) {
+        if (!name.empty()) {
+          largest_block = std::max(largest_block, elements);
+        }
+        if (keep_gathered || name.empty()) {
+          gathered += elements;
+        }
+      }
+      const StageActivations activations = stage_activations(
+          args,
+          chunks[s],
+          config,
+          report.microbatch_tokens,
+          dims.tp,
+          dtype_bytes);
+      stage.activation_bytes = activations.saved;
+      r.recompute_bytes = std::max(r.recompute_bytes, activations.recompute);
+      r.parameters += stage.parameters;
+      r.activation_bytes_per_microbatch += stage.activation_bytes;
+      r.stages.push_back(std::move(stage));
+    }
+    r.weight_bytes = r.parameters * kMasterBytes;
+    r.gradient_bytes = r.parameters * kMasterBytes;
+    r.optimizer_bytes = r.parameters * kOptimizerBytesPerElement;
+    if (dims.dp_shard > 1) {
+      // The gathered parameters and the whole gradients accumulated into
+      // them: every unit's when kept, else the root's and two blocks'
+      // (the one computing and the one prefetched).
+      if (!keep_gathered) {
+        gathered += 2 * largest_block;
+      }
+      r.buffer_bytes = 2 * gathered * dtype_bytes;
+    } else if (dtype_bytes < kMasterBytes) {
+      r.buffer_bytes = sliced_elements * dtype_bytes;  // the step's casts
+    }
+    r.peak_microbatches = peak.at(coord.pp);
+    // The simulator counts microbatches of one stage: the rank's stages'
+    // mean at that count, and one block recomputing.
+    r.activation_peak_bytes = r.activation_bytes_per_microbatch *
+                                  r.peak_microbatches /
+                                  static_cast<int64_t>(r.stages.size()) +
+                              r.recompute_bytes;
+    r.total_bytes = r.weight_bytes + r.gradient_bytes + r.optimizer_bytes +
+                    r.buffer_bytes + r.activation_peak_bytes;
+    report.ranks.push_back(std::move(r));
+  }
+  return report;
+}
+
+namespace {
+
+std::string human_bytes(int64_t bytes) {
+  char text[32];
+  const double mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
+  if (mib >= 1024.0) {
+    std::snprintf(text, sizeof(text), "%.2f GiB", mib / 1024.0);
+  } else {
+    std::snprintf(text, sizeof(text), "%.1f MiB", mib);
+  }
+  return text;
+}
+
+std::string human_count(int64_t n) {
+  char text[32];
+  if (n >= 1000000000) {
+    std::snprintf(text, sizeof(text), "%.2fB", static_cast<double>(n) / 1e9);
+  } else if (n >= 1000000) {
+    std::snprintf(text, sizeof(text), "%.2fM", static_cast<double>(n) / 1e6);
+  } else {
+    std::snprintf(text, sizeof(text), "%lld", static_cast<long long>(n));
+  }
+  return text;
+}
+
+/// "3" or "0-7".
+std::string span(int64_t first, int64_t last) {
+  return first == last ? std::to_string(first)
+                       : std::to_string(first) + "-" + std::to_string(last);
+}
+
+bool same_figures(const DryRunRank& a, const DryRunRank& b) {
+  if (a.stages.size() != b.stages.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.stages.size(); ++i) {
+    if (a.stages[i].stage != b.stages[i].stage ||
+        a.stages[i].parameters != b.stages[i].parameters) {
+      return false;
+    }
+  }
+  return a.parameters == b.parameters && a.buffer_bytes == b.buffer_bytes &&
+         a.activation_bytes_per_microbatch ==
+             b.activation_bytes_per_microbatch &&
+         a.recompute_bytes == b.recompute_bytes &&
+         a.peak_microbatches == b.peak_microbatches &&
+         a.total_bytes == b.total_bytes;
+}
+
+std::string format_json(const DryRunReport& report) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& r : report.ranks) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (const auto& s : r.stages) {
+      stages.push_back(
+          {{"stage", s.stage},
+           {"holds", s.holds},
+           {"parameters", s.parameters},
+           {"activation_bytes", s.activation_bytes}});
+    }
+    ranks.push_back(
+        {{"rank", r.rank},
+         {"pp", r.pp},
+         {"dp_replicate", r.dp_replicate},
+         {"dp_shard", r.dp_shard},
+         {"tp", r.tp},
+         {"stages", stages},
+         {"parameters", r.parameters},
+         {"weight_bytes", r.weight_bytes},
+         {"gradient_bytes", r.gradient_bytes},
+         {"optimizer_bytes", r.optimizer_bytes},
+         {"buffer_bytes", r.buffer_bytes},
+         {"activation_bytes_per_microbatch", r.activation_bytes_per_microbatch},
+         {"recompute_bytes", r.recompute_bytes},
+         {"peak_microbatches", r.peak_microbatches},
+         {"activation_peak_bytes", r.activation_peak_bytes},
+         {"total_bytes", r.total_bytes}});
+  }
+  const auto& d = report.dims;
+  nlohmann::json out = {
+      {"model", report.model},
+      {"flavor", report.flavor},
+      {"model_parameters", report.model_parameters},
+      {"vocab_size", report.vocab_size},
+      {"vocab_source", report.vocab_source},
+      {"world_size", d.world_size},
+      {"dp_replicate", d.dp_replicate},
+      {"dp_shard", d.dp_shard},
+      {"tp", d.tp},
+      {"pp", d.pp},
+      {"schedule", report.schedule},
+      {"num_stages", report.num_stages},
+      {"microbatches", report.microbatches},
+      {"microbatch_tokens", report.microbatch_tokens},
+      {"compute_dtype", report.compute_dtype},
+      {"activation_checkpoint", report.activation_checkpoint},
+      {"ranks", ranks}};
+  return out.dump(1) + "\n";
+}
+
+std::string format_text(const DryRunReport& report) {
+  std::ostringstream out;
+  const auto& d = report.dims;
+  out << "dry run: " << report.model << " " << report.flavor << ", "
+      << human_count(report.model_parameters) << " parameters, vocabulary "
+      << report.vocab_size << " (" << report.vocab_source << ")\n"
+      << "layout: " << d.to_string() << "\n";
+  if (!report.schedule.empty()) {
+    out << "pipeline: " << report.schedule << ", " << report.num_stages
+        << " stages, " << report.microbatches << " microbatches of "
+        << report.microbatch_tokens << " tokens\n";
+  } else {
+    out << "micro-step: " << report.microbatch_tokens << " tokens per rank\n";
+  }
+  out << "compute " << report.compute_dtype << "; activation checkpointing "
+      << report.activation_checkpoint
+      << "; AdamW: two float32 states per parameter; no weight allocated\n\n";
+  out << "ranks | coordinates (pp dp_replicate dp_shard tp) | stages held | "
+         "parameters | weights | gradients | optimizer | gathered/cast | "
+         "activations saved per microbatch | recompute | activation peak "
+         "(microbatches) | total\n";
+  const auto& ranks = report.ranks;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && same_figures(ranks[i], ranks[j + 1])) {
+      ++j;
+    }
+    const DryRunRank& r = ranks[i];
+    const auto range = [&](auto field) {
+      int64_t lo = field(ranks[i]), hi = lo;
+      for (size_t k = i; k <= j; ++k) {
+        lo = std::min(lo, field(ranks[k]));
+        hi = std::max(hi, field(ranks[k]));
+      }
+      return span(lo, hi);
+    };
+    std::string stages;
+    for (const auto& s : r.stages) {
+      stages += (stages.empty() ? "" : "; ") + std::to_string(s.stage) + " (" +
+                s.holds + ")";
+    }
+    out << span(ranks[i].rank, ranks[j].rank) << " | "
+        << range([](const DryRunRank& x) { return x.pp; }) << " "
+        << range([](const DryRunRank& x) { return x.dp_replicate; }) << " "
+        << range([](const DryRunRank& x) { return x.dp_shard; }) << " "
+        << range([](const DryRunRank& x) { return x.tp; }) << " | " << stages
+        << " | " << human_count(r.parameters) << " | "
+        << human_bytes(r.weight_bytes) << " | " << human_bytes(r.gradient_bytes)
+        << " | " << human_bytes(r.optimizer_bytes) << " | "
+        << human_bytes(r.buffer_bytes) << " | "
+        << human_bytes(r.activation_bytes_per_microbatch) << " | "
+        << human_bytes(r.recompute_bytes) << " | "
+        << human_bytes(r.activation_peak_bytes) << " (" << r.peak_microbatches
+        << ") | " << human_bytes(r.total_bytes) << "\n";
+    i = j + 1;
+  }
+  return out.str();
+}
+
+}  // namespace
+
+std::string format_dry_run(
+    const DryRunReport& report, const std::string& format) {
+  if (format == "json") {
+    return format_json(report);
+  }
+  return format_text(report);
+}
+
+}  // namespace baton

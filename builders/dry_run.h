@@ -1,0 +1,95 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/job_config.h"
+#include "config/parallel_dims.h"
+
+namespace baton {
+
+/// One pipeline stage a rank holds, as a dry run counts it.
+struct DryRunStage {
+  int64_t stage = 0;
+  /// "tok_embeddings, layers.0-3".
+  std::string holds;
+  /// Elements of the stage's parameters this rank stores (its tensor
+  /// parallel slice, and its rows of that under fully_shard).
+  int64_t parameters = 0;
+  /// Activations one microbatch leaves saved for backward in this stage.
+  int64_t activation_bytes = 0;
+};
+
+/// What one rank would hold, computed from the config alone.
+struct DryRunRank {
+  int64_t rank = 0;
+  int64_t pp = 0;
+  int64_t dp_replicate = 0;
+  int64_t dp_shard = 0;
+  int64_t tp = 0;
+  std::vector<DryRunStage> stages;
+  /// Elements of every stage's stored parameters.
+  int64_t parameters = 0;
+  /// The float32 master weights, their float32 gradients, AdamW's two
+  /// float32 states per element.
+  int64_t weight_bytes = 0;
+  int64_t gradient_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  /// Parameters held whole or cast during a step beyond the stored ones:
+  /// fully_shard's gathered units (compute dtype), or mixed precision's
+  /// compute-dtype copies without it.
+  int64_t buffer_bytes = 0;
+  /// Activations one microbatch leaves saved for backward in all of this
+  /// rank's stages.
+  int64_t activation_bytes_per_microbatch = 0;
+  /// What a checkpointed block's recomputation holds in backward, one block
+  /// at a time (0 without activation checkpointing).
+  int64_t recompute_bytes = 0;
+  /// Most microbatches of one stage whose activations the rank holds at
+  /// once (the pipeline simulator's count; 1 without pipelining).
+  int64_t peak_microbatches = 1;
+  /// The activation estimate at that peak, the recomputation included.
+  int64_t activation_peak_bytes = 0;
+  /// weights + gradients + optimizer + buffers + activation peak.
+  int64_t total_bytes = 0;
+};
+
+/// The whole dry run: the layout resolved and every rank's footprint.
+struct DryRunReport {
+  std::string model;
+  std::string flavor;
+  /// Parameters of the whole model.
+  int64_t model_parameters = 0;
+  int64_t vocab_size = 0;
+  /// Where the vocabulary size came from ("tokenizer bytes", "the flavor's:
+  /// ...").
+  std::string vocab_source;
+  ParallelDims dims;
+  /// "" without pipelining.
+  std::string schedule;
+  int64_t num_stages = 1;
+  int64_t microbatches = 1;
+  /// Tokens of one microbatch (batch rows x seq_len).
+  int64_t microbatch_tokens = 0;
+  /// "float32" or "bfloat16", and why when auto chose it.
+  std::string compute_dtype;
+  std::string activation_checkpoint;
+  std::vector<DryRunRank> ranks;
+};
+
+/// Builds the layout of `config` for `world_size` ranks on every rank's
+/// behalf without allocating a weight: the degrees resolved, the schedule
+/// and its placement, the stage split, each parameter's tensor-parallel
+/// slice and fully_shard rows (the appliers' own rules), and the bytes each
+/// rank would hold. The activation figures are estimates (the tensors the
+/// blocks save for backward: docs/ARCHITECTURE.md, section 4). Throws
+/// ConfigError for a layout the run itself would refuse.
+DryRunReport dry_run(const JobConfig& config, int64_t world_size);
+
+/// The report as a table (`format` "text": ranks with equal figures in one
+/// row) or JSON (every rank).
+std::string format_dry_run(
+    const DryRunReport& report, const std::string& format);
+
+}  // namespace baton

@@ -1,0 +1,247 @@
+// `baton train --dry-run`'s arithmetic against figures computed by hand for
+// the debug model (dim 256, 6 layers, 16 heads of 16, no GQA, feed-forward
+// hidden 768, the byte tokenizer's 258 ids), and against the model a run
+// really builds.
+
+#include "builders/dry_run.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <thread>
+
+#include "builders/builder_registry.h"
+#include "common/error.h"
+#include "models/model_spec.h"
+#include "parallel/dist/process_group.h"
+#include "tests/baton_binary.h"
+#include "tests/parallel/rank_threads.h"
+#include "trainer/trainer.h"
+
+namespace baton {
+namespace {
+
+using testing::source_path;
+
+// Per block: wq, wk, wv, wo 256 x 256 each (262144), w1, w2, w3 768 x 256
+// each (589824), two norms of 256: 852480. Embedding and output 258 x 256
+// (66048) each, the final norm 256.
+constexpr int64_t kBlock = 852480;
+constexpr int64_t kVocabRows = 66048;
+
+JobConfig debug_config(const std::vector<std::string>& overrides) {
+  register_builtin_builders();
+  std::vector<std::string> all = {"training.mixed_precision_param=float32"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return load_job_config(source_path("configs/debug_model.yaml"), all);
+}
+
+TEST(DryRun, OneProcessHoldsTheWholeDebugModel) {
+  const auto report = dry_run(debug_config({}), 1);
+  ASSERT_EQ(report.ranks.size(), 1u);
+  const DryRunRank& r = report.ranks[0];
+  const int64_t params = 6 * kBlock + 2 * kVocabRows + 256;
+  EXPECT_EQ(params, 5247232);
+  EXPECT_EQ(report.model_parameters, params);
+  EXPECT_EQ(report.vocab_size, 258);
+  EXPECT_EQ(r.parameters, params);
+  EXPECT_EQ(r.weight_bytes, 4 * params);
+  EXPECT_EQ(r.gradient_bytes, 4 * params);
+  EXPECT_EQ(r.optimizer_bytes, 8 * params);
+  EXPECT_EQ(r.buffer_bytes, 0);  // float32: no casts; no fully_shard
+  // 8 x 256 tokens. Per token and block: norm inputs 2 x 256, their outputs
+  // 2 x 256, q, k, v 3 x 256, attention's output and wo's input 2 x 256,
+  // w1, w3, silu, product 4 x 768: 5376 float32s.
+  const int64_t tokens = 2048;
+  const int64_t blocks = 6 * 5376 * tokens * 4;
+  const int64_t ids = tokens * 8;
+  const int64_t head = (256 + 256) * tokens * 4 + 2 * tokens * 258 * 4;
+  EXPECT_EQ(r.activation_bytes_per_microbatch, blocks + ids + head);
+  EXPECT_EQ(r.activation_bytes_per_microbatch, 272678912);
+  EXPECT_EQ(r.peak_microbatches, 1);
+  EXPECT_EQ(r.activation_peak_bytes, r.activation_bytes_per_microbatch);
+  EXPECT_EQ(r.total_bytes, 16 * params + 272678912);
+}
+
+TEST(DryRun, FullCheckpointingKeepsBlockInputsAndOneRecompute) {
+  const auto report =
+      dry_run(debug_config({"activation_checkpoint.mode=full"}), 1);
+  const int64_t tokens = 2048;
+  // Six block inputs of 256 saved, and one block's 5376 while it is
+  // recomputed.
+  const int64_t saved = 6 * 256 * tokens * 4 + tokens * 8 + 512 * tokens * 4 +
+                        2 * tokens * 258 * 4;
+  const DryRunRank& r = report.ranks[0];
+  EXPECT_EQ(r.activation_bytes_per_microbatch, saved);
+  EXPECT_EQ(r.recompute_bytes, 5376 * tokens * 4);
+  EXPECT_EQ(r.activation_peak_bytes, saved + 5376 * tokens * 4);
+}
+
+TEST(DryRun, PipelineStagesAndInFlightMicrobatches) {
+  const auto report = dry_run(
+      debug_config(
+          {"parallelism.pipeline_parallel_degree=2",
+           "parallelism.pipeline_parallel_schedule=1F1B",
+           "parallelism.pipeline_parallel_microbatch_size=2"}),
+      2);
+  EXPECT_EQ(report.schedule, "1F1B");
+  EXPECT_EQ(report.num_stages, 2);
+  EXPECT_EQ(report.microbatches, 4);
+  EXPECT_EQ(report.microbatch_tokens, 512);
+  ASSERT_EQ(report.ranks.size(), 2u);
+  const auto& first = report.ranks[0];
+  const auto& last = report.ranks[1];
+  ASSERT_EQ(first.stages.size(), 1u);
+  EXPECT_EQ(first.stages[0].holds, "tok_embeddings, layers.0-2");
+  EXPECT_EQ(first.parameters, kVocabRows + 3 * kBlock);
+  EXPECT_EQ(last.parameters, 3 * kBlock + 256 + kVocabRows);
+  // 1F1B: the first rank holds pp = 2 microbatches in flight, the last 1.
+  EXPECT_EQ(first.peak_microbatches, 2);
+  EXPECT_EQ(last.peak_microbatches, 1);
+  const int64_t tokens = 512;
+  const int64_t blocks = 3 * 5376 * tokens * 4;
+  EXPECT_EQ(first.activation_bytes_per_microbatch, blocks + tokens * 8);
+  EXPECT_EQ(
+      last.activation_bytes_per_microbatch,
+      blocks + 512 * tokens * 4 + 2 * tokens * 258 * 4);
+  EXPECT_EQ(first.activation_peak_bytes, 2 * (blocks + tokens * 8));
+}
+
+TEST(DryRun, TensorParallelInsideFullyShardedBfloat16) {
+  // tp 2 x dp_shard 2: rank = dp_shard * 2 + tp.
+  const auto report = dry_run(
+      debug_config(
+          {"parallelism.tensor_parallel_degree=2",
+           "parallelism.data_parallel_shard_degree=2",
+           "training.mixed_precision_param=bfloat16"}),
+      4);
+  ASSERT_EQ(report.ranks.size(), 4u);
+  EXPECT_EQ(report.ranks[1].tp, 1);
+  EXPECT_EQ(report.ranks[2].dp_shard, 1);
+  // A block's slices halve (8 of 16 heads, 384 of 768 hidden rows; norms
+  // whole): 426496, and fully_shard halves each again: 213248. The
+  // vocabulary's 258 rows are 129 per tp rank, of which fully_shard gives
+  // dp_shard 0 ceil(129 / 2) = 65 rows and dp_shard 1 the other 64.
+  const int64_t blocks = 6 * 213248;
+  EXPECT_EQ(report.ranks[0].parameters, blocks + 2 * 65 * 256 + 128);
+  EXPECT_EQ(report.ranks[1].parameters, blocks + 2 * 65 * 256 + 128);
+  EXPECT_EQ(report.ranks[2].parameters, blocks + 2 * 64 * 256 + 128);
+  // Gathered in bf16, with their whole gradients: the root unit (129 x 256
+  // twice and the norm) and two blocks.
+  const int64_t gathered = (2 * 129 * 256 + 256) + 2 * 426496;
+  EXPECT_EQ(report.ranks[0].buffer_bytes, 2 * gathered * 2);
+  // bf16, T / 2 positions between blocks: per token and block 256 + 512 +
+  // 384 + 256 + 1536 = 2944 elements.
+  const int64_t tokens = 2048;
+  EXPECT_EQ(
+      report.ranks[0].activation_bytes_per_microbatch,
+      6 * 2944 * tokens * 2 + tokens * 8 + (128 + 256) * tokens * 2 +
+          2 * tokens * 129 * 4);
+}
+
+TEST(DryRun, ShapesAreThoseTheModelBuilds) {
+  register_builtin_builders();
+  const auto& spec = model_registry().get("llama3");
+  llama::ModelArgs args = spec.flavors.at("small");  // grouped-query
+  args.vocab_size = 258;
+  for (const ChunkSpec chunk :
+       {ChunkSpec{},
+        ChunkSpec{0, 3, true, false},
+        ChunkSpec{3, 5, false, false},
+        ChunkSpec{5, -1, false, true}}) {
+    const auto shapes = spec.parameter_shapes(args, chunk);
+    const auto built = spec.build(args, chunk, 0)->named_parameters();
+    ASSERT_EQ(shapes.size(), built.size());
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      EXPECT_EQ(shapes[i].first, built[i].key());
+      EXPECT_EQ(shapes[i].second, built[i].value().sizes().vec())
+          << shapes[i].first;
+    }
+  }
+}
+
+/// Builds `config` on `world` ranks (threads over a store, real Gloo) as a
+/// run does and returns the parameter elements each rank's parts store.
+std::vector<int64_t> built_parameters(const JobConfig& config, int64_t world) {
+  dist::StoreServer store(0, world, std::chrono::seconds(60));
+  std::vector<int64_t> counts(world, -1);
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto builder = make_trainer_builder(config);
+        builder->use_launch_env(testing::rank_env(r, world, store.port()));
+        const auto trainer = builder->build();
+        int64_t n = 0;
+        trainer->components().model_parts.for_each([&](ModelPart& part) {
+          for (const auto& p : part.module().parameters()) {
+            n += p.numel();
+          }
+        });
+        counts[r] = n;
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  for (int64_t r = 0; r < world; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+  }
+  return counts;
+}
+
+TEST(DryRun, EveryRankHoldsWhatTheBuiltLayoutStores) {
+  for (const auto& layout : std::vector<std::vector<std::string>>{
+           {"parallelism.tensor_parallel_degree=2",
+            "parallelism.data_parallel_shard_degree=2"},
+           {"parallelism.pipeline_parallel_degree=2",
+            "parallelism.pipeline_parallel_schedule=Interleaved1F1B",
+            "parallelism.pipeline_parallel_stages_per_rank=2",
+            "parallelism.pipeline_parallel_microbatch_size=4",
+            "parallelism.data_parallel_shard_degree=2"}}) {
+    std::vector<std::string> overrides = layout;
+    overrides.push_back("training.seq_len=32");
+    overrides.push_back("metrics.peak_tflops=1");
+    overrides.push_back(
+        "job.dump_folder=" + testing::fresh_dir("dry_run_built").string());
+    const JobConfig config = debug_config(overrides);
+    const auto report = dry_run(config, 4);
+    const auto built = built_parameters(config, 4);
+    for (int64_t r = 0; r < 4; ++r) {
+      EXPECT_EQ(report.ranks[r].parameters, built[r])
+          << "rank " << r << " of " << layout[0];
+    }
+  }
+}
+
+TEST(DryRun, ALayoutTheRunRefusesIsAConfigError) {
+  // 3 ranks for degrees whose product is 2.
+  EXPECT_THROW(
+      dry_run(debug_config({"parallelism.pipeline_parallel_degree=2"}), 3),
+      ConfigError);
+  // 16 heads do not split over 3 tp ranks.
+  EXPECT_THROW(
+      dry_run(debug_config({"parallelism.tensor_parallel_degree=3"}), 3),
+      ConfigError);
+}
+
+TEST(DryRun, TextGroupsRanksWithEqualFigures) {
+  const auto report = dry_run(
+      debug_config({"parallelism.data_parallel_replicate_degree=4"}), 4);
+  const std::string text = format_dry_run(report, "text");
+  // Four replicas hold the same: one row for ranks 0-3.
+  EXPECT_NE(
+      text.find("\n0-3 | 0 0-3 0 0 | 0 (tok_embeddings, layers.0-5, "
+                "norm, output) | 5.25M |"),
+      std::string::npos)
+      << text;
+  const std::string json = format_dry_run(report, "json");
+  EXPECT_NE(json.find("\"world_size\": 4"), std::string::npos) << json;
+}
+
+}  // namespace
+}  // namespace baton
