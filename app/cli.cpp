@@ -208,6 +208,8 @@ TrainArgs parse_train(const std::vector<std::string>& args) {
       }
     } else if (name == "nproc") {
       out.nproc = parse_count("--nproc", option.value());
+    } else if (name == "max-restarts") {
+      out.max_restarts = parse_count("--max-restarts", option.value());
     } else if (name.find('.') != std::string::npos || name == "builder") {
       out.overrides.push_back(name + "=" + option.value());
     } else {
@@ -215,6 +217,11 @@ TrainArgs parse_train(const std::vector<std::string>& args) {
     }
   }
   require(!out.config_path.empty(), "train", "--config FILE");
+  if (out.max_restarts > 0 && out.nproc == 0) {
+    throw ConfigError(
+        "--max-restarts " + std::to_string(out.max_restarts) +
+        ": needs --nproc N (under torchrun, use torchrun's --max-restarts)");
+  }
   return out;
 }
 
@@ -460,8 +467,9 @@ CommandUsage train_usage() {
   return {
       "train",
       "trains a model from a YAML job config",
-      {"baton train --config FILE [--nproc N] [--SECTION.KEY=VALUE ...]",
-       "            [--print-config] [--dry-run[=text|json]]"},
+      {"baton train --config FILE [--nproc N [--max-restarts R]]",
+       "            [--SECTION.KEY=VALUE ...] [--print-config]",
+       "            [--dry-run[=text|json]]"},
       {{"config", "--config FILE", "the YAML job config (see configs/)"},
        {"",
         "--SECTION.KEY=VALUE",
@@ -472,6 +480,10 @@ CommandUsage train_usage() {
        {"nproc",
         "--nproc N",
         "launches N local ranks of this binary and waits for them"},
+       {"max-restarts",
+        "--max-restarts R",
+        "with --nproc: after a rank fails, starts every rank again from the "
+        "latest checkpoint, at most R times"},
        {"print-config",
         "--print-config",
         "prints the effective config as YAML and exits"},

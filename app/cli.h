@@ -18,6 +18,8 @@ struct TrainArgs {
   std::string dry_run;
   /// Local ranks to launch; 0 = this process is one rank.
   int64_t nproc = 0;
+  /// With nproc: how many times every rank is restarted after one fails.
+  int64_t max_restarts = 0;
 };
 
 /// `baton schedule` arguments.

@@ -1,5 +1,6 @@
 // The `baton` executable: parses the command line, hands the JobConfig to a
-// builder, trains. Exit codes: 0 success, 2 bad usage or config, 1 failure.
+// builder, trains. Exit codes: 0 success, 2 bad usage or config, 1 failure,
+// 75 stopped by SIGTERM / SIGUSR1 at a step boundary (trainer/preemption.h).
 
 #include <c10/util/Exception.h>
 #include <glog/logging.h>
@@ -14,6 +15,7 @@
 #include "app/commands.h"
 #include "builders/builder_registry.h"
 #include "builders/dry_run.h"
+#include "checkpoint/checkpoint.h"
 #include "common/blas.h"
 #include "common/error.h"
 #include "common/threads.h"
@@ -22,6 +24,7 @@
 #include "parallel/dist/launcher.h"
 #include "parallel/dist/process_group.h"
 #include "trainer/fault_injection.h"
+#include "trainer/preemption.h"
 
 namespace {
 
@@ -51,6 +54,22 @@ std::pair<int, std::string> describe(const std::exception_ptr& error) {
   google::FlushLogFiles(google::GLOG_INFO);
   std::cout.flush();
   std::_Exit(code);
+}
+
+/// What a restarted --nproc job resumes from, for the launcher's log.
+std::string resume_note(const baton::JobConfig& config) {
+  if (!config.checkpoint.enable) {
+    return "from step 0 (checkpoint.enable is off: the run starts over)";
+  }
+  const auto folder =
+      std::filesystem::path(config.job.dump_folder) / config.checkpoint.folder;
+  const auto steps = baton::CheckpointManager::list_steps(folder);
+  if (steps.empty()) {
+    return "from step 0 (no checkpoint in " + folder.string() +
+           " yet: the run starts over)";
+  }
+  return "from the latest checkpoint, step " + std::to_string(steps.back()) +
+         " (" + folder.string() + ")";
 }
 
 /// The world a dry run plans for: --nproc, else the launch environment's
@@ -120,8 +139,8 @@ int run_train(const baton::TrainArgs& args, char** argv) {
     for (const auto& o : args.overrides) {
       launch.args.push_back("--" + o);
     }
-    launch.store_timeout =
-        std::chrono::seconds(config.comm.init_timeout_seconds);
+    launch.max_restarts = args.max_restarts;
+    launch.resume_note = [config] { return resume_note(config); };
     return baton::dist::launch_local(launch);
   }
   // Several intra-op threads must not spin beside OpenBLAS's
@@ -145,6 +164,9 @@ int run_train(const baton::TrainArgs& args, char** argv) {
   }
   // Both live outside the try, so the runtime they hold is still there when
   // a failure is reported.
+  // From here a SIGTERM or SIGUSR1 stops the run at a step boundary.
+  baton::Preemption::install(
+      std::chrono::seconds(config.checkpoint.preemption_grace_seconds));
   auto builder = baton::make_trainer_builder(config);
   std::unique_ptr<baton::Trainer> trainer;
   try {
@@ -156,7 +178,7 @@ int run_train(const baton::TrainArgs& args, char** argv) {
     }
     throw;
   }
-  return 0;
+  return trainer->preempted() ? baton::kPreemptedExitCode : 0;
 }
 
 }  // namespace

@@ -441,6 +441,16 @@ void CheckpointManager::maybe_save(const TrainState& state, bool last) {
   }
 }
 
+void CheckpointManager::save_now(const TrainState& state) {
+  if (!config_.enable) {
+    return;
+  }
+  if (state.step != last_saved_step_) {
+    save(state);
+  }
+  wait();
+}
+
 void CheckpointManager::wait() {
   if (worker_.joinable()) {
     worker_.join();
@@ -497,6 +507,17 @@ void CheckpointManager::write(const Snapshot& s) {
                             "through writing the checkpoint";
             google::FlushLogFiles(google::GLOG_INFO);
             ::kill(::getpid(), SIGKILL);
+          }
+        };
+      } else if (FaultInjection::get().stall_during_save(layout_.rank, step)) {
+        options.on_progress = [stalled = false](
+                                  uint64_t written, uint64_t total) mutable {
+          if (2 * written >= total && !stalled) {
+            stalled = true;
+            LOG(WARNING) << "injecting fault 'stallsave': stalled half-way "
+                            "through writing the checkpoint";
+            google::FlushLogFiles(google::GLOG_INFO);
+            std::this_thread::sleep_for(std::chrono::hours(1));
           }
         };
       }
@@ -577,7 +598,23 @@ void CheckpointManager::prune() {
   }
 }
 
-void CheckpointManager::recover_interrupted_saves() const {
+struct CheckpointManager::FolderPlan {
+  /// A rename (`to` set) or a removal (`to` empty), and the log line that
+  /// says why.
+  struct Move {
+    fs::path from;
+    fs::path to;
+    std::string why;
+  };
+  std::vector<Move> moves;
+  /// The step to resume (-1: none) and where its files are now (a complete
+  /// `.partial` is read where it lies and renamed after).
+  int64_t step = -1;
+  fs::path dir;
+};
+
+CheckpointManager::FolderPlan CheckpointManager::plan_folder() const {
+  FolderPlan plan;
   std::error_code ec;
   std::vector<fs::path> leftovers;
   for (const auto& entry : fs::directory_iterator(folder_, ec)) {
@@ -586,39 +623,48 @@ void CheckpointManager::recover_interrupted_saves() const {
       leftovers.push_back(entry.path());
     }
   }
+  std::sort(leftovers.begin(), leftovers.end());
   // A complete .partial is newer than an .old of the same step: first.
   std::stable_partition(leftovers.begin(), leftovers.end(), [](const auto& p) {
     return p.extension() == ".partial";
   });
+  std::map<int64_t, fs::path> where;
+  for (const int64_t step : list_steps(folder_)) {
+    where[step] = folder_ / step_dir_name(step);
+  }
   for (const auto& path : leftovers) {
     const std::string name = path.filename().string();
     const fs::path target =
         path.parent_path() / name.substr(0, name.rfind('.'));
     // A save that died between writing its index and its rename (.partial)
-    // or inside the swap of an existing folder (.old) is complete: put it
+    // or inside the swap of an existing folder (.old) is complete: it goes
     // back where it belongs.
-    if (parse_step_dir(target.filename().string()) && !fs::exists(target) &&
-        fs::exists(path / kIndexFile)) {
-      LOG(WARNING) << "checkpoint: " << path.string()
-                   << " is complete; renamed to " << target.string();
-      fs::rename(path, target);
+    const auto step = parse_step_dir(target.filename().string());
+    if (step && !where.contains(*step) && fs::exists(path / kIndexFile, ec)) {
+      where[*step] = path;
+      plan.moves.push_back(
+          {path,
+           target,
+           "checkpoint: " + path.string() + " is complete; renamed to " +
+               target.string()});
       continue;
     }
-    LOG(WARNING) << "checkpoint: removing " << path.string()
-                 << ", left by a save that did not finish";
-    fs::remove_all(path);
+    plan.moves.push_back(
+        {path,
+         {},
+         "checkpoint: removing " + path.string() +
+             ", left by a save that did not finish"});
   }
-}
-
-int64_t CheckpointManager::choose_step() const {
-  recover_interrupted_saves();
-  const auto steps = list_steps(folder_);
   if (config_.load_step < 0) {
-    return steps.empty() ? -1 : steps.back();
+    if (!where.empty()) {
+      plan.step = where.rbegin()->first;
+      plan.dir = where.rbegin()->second;
+    }
+    return plan;
   }
-  if (std::find(steps.begin(), steps.end(), config_.load_step) == steps.end()) {
+  if (!where.contains(config_.load_step)) {
     std::string have;
-    for (const int64_t s : steps) {
+    for (const auto& [s, path] : where) {
       have += (have.empty() ? "" : ", ") + std::to_string(s);
     }
     fail(
@@ -627,23 +673,43 @@ int64_t CheckpointManager::choose_step() const {
         folder_.string() +
         " (complete checkpoints: " + (have.empty() ? "none" : have) + ")");
   }
+  plan.step = config_.load_step;
+  plan.dir = where.at(plan.step);
   // Later checkpoints belong to the run being abandoned: moved aside, so
   // that neither "latest" nor keep_latest_k picks them up again.
-  for (const int64_t later : steps) {
+  std::set<fs::path> taken;
+  for (const auto& [later, path] : where) {
     if (later <= config_.load_step) {
       continue;
     }
     const fs::path from = folder_ / step_dir_name(later);
     fs::path to = from.string() + ".superseded";
-    for (int n = 2; fs::exists(to); ++n) {
+    for (int n = 2; fs::exists(to, ec) || taken.contains(to); ++n) {
       to = from.string() + ".superseded." + std::to_string(n);
     }
-    fs::rename(from, to);
-    LOG(WARNING) << "checkpoint: resuming from step " << config_.load_step
-                 << ", so the later " << from.string() << " is moved to "
-                 << to.string() << " (kept, never loaded or pruned)";
+    taken.insert(to);
+    plan.moves.push_back(
+        {from,
+         to,
+         "checkpoint: resuming from step " + std::to_string(plan.step) +
+             ", so the later " + from.string() + " is moved to " + to.string() +
+             " (kept, never loaded or pruned)"});
   }
-  return config_.load_step;
+  return plan;
+}
+
+void CheckpointManager::tidy(const FolderPlan& plan) const {
+  for (const auto& move : plan.moves) {
+    LOG(WARNING) << move.why;
+    if (move.to.empty()) {
+      fs::remove_all(move.from);
+    } else {
+      fs::rename(move.from, move.to);
+    }
+  }
+  if (!plan.moves.empty()) {
+    sync_directory(folder_.string());
+  }
 }
 
 struct CheckpointManager::Wanted {
@@ -666,23 +732,30 @@ struct CheckpointManager::Staged {
 TrainState CheckpointManager::load() {
   // A run's own checkpoint wins over its starting point: a restarted run
   // that began from HF weights resumes where it stopped.
-  const int64_t step = config_.enable ? agree_on_step() : -1;
-  if (step < 0 && !config_.initial_load_hf.empty()) {
+  const FolderPlan plan = config_.enable ? agree_on_plan() : FolderPlan{};
+  if (plan.step < 0 && !config_.initial_load_hf.empty()) {
     load_hf();
+    if (config_.enable) {
+      tidy_everywhere(plan);
+    }
     return {};
   }
-  if (step < 0) {
+  if (plan.step < 0) {
     if (config_.enable) {
+      // Nothing to load, so no failed load to leave the folder as it was.
+      tidy_everywhere(plan);
       LOG(INFO) << "checkpoint: none in " << folder_.string()
                 << "; training from step 0";
     }
     return {};
   }
-  const fs::path dir = folder_ / step_dir_name(step);
+  const int64_t step = plan.step;
+  const fs::path& dir = plan.dir;
   const std::string index_path = (dir / kIndexFile).string();
 
-  // Phase 1: read and check everything; change nothing. Every rank takes
-  // part in the collectives, whatever failed before them.
+  // Phase 1: read and check everything; change nothing, the folder
+  // included. Every rank takes part in the collectives, whatever failed
+  // before them.
   std::string error;
   json index;
   try {
@@ -704,26 +777,31 @@ TrainState CheckpointManager::load() {
   }
   throw_any(*group_, error);
 
-  // Phase 2: every rank has checked everything; apply it.
+  // Every rank holds what it needs in memory: the folder may be tidied
+  // (leftovers, later steps moved aside), then phase 2 applies the state.
+  tidy_everywhere(plan);
   apply(staged);
   if (!config_.initial_load_hf.empty()) {
     LOG(INFO) << "checkpoint: resuming this run's own checkpoint; "
                  "checkpoint.initial_load_hf is not read";
   }
-  LOG(INFO) << "checkpoint: resumed from step " << step << " (" << dir.string()
-            << ", saved under '"
+  LOG(INFO) << "checkpoint: resumed from step " << step << " ("
+            << (folder_ / step_dir_name(step)).string() << ", saved under '"
             << checkpoint_index::describe_layout(index.value("layout", json()))
             << "')";
   return {step, staged.tokens_seen};
 }
 
-int64_t CheckpointManager::agree_on_step() const {
-  // Rank 0 tidies the folder and picks the step, so that every rank loads
-  // the same one.
-  json choice = {{"step", -1}, {"error", ""}};
+CheckpointManager::FolderPlan CheckpointManager::agree_on_plan() const {
+  // Rank 0 looks at the folder and picks the step, so that every rank
+  // loads the same one from the same place.
+  FolderPlan plan;
+  json choice = {{"step", -1}, {"dir", ""}, {"error", ""}};
   if (layout_.rank == 0) {
     try {
-      choice["step"] = choose_step();
+      plan = plan_folder();
+      choice["step"] = plan.step;
+      choice["dir"] = plan.dir.string();
     } catch (const std::exception& e) {
       choice["error"] = e.what();
     }
@@ -732,7 +810,21 @@ int64_t CheckpointManager::agree_on_step() const {
   if (!choice["error"].get<std::string>().empty()) {
     throw CheckpointError(choice["error"].get<std::string>());
   }
-  return choice["step"].get<int64_t>();
+  plan.step = choice["step"].get<int64_t>();
+  plan.dir = choice["dir"].get<std::string>();
+  return plan;
+}
+
+void CheckpointManager::tidy_everywhere(const FolderPlan& plan) const {
+  std::string error;
+  if (layout_.rank == 0) {
+    try {
+      tidy(plan);
+    } catch (const std::exception& e) {
+      error = kTag + folder_.string() + ": tidying failed: " + e.what();
+    }
+  }
+  throw_any(*group_, error);
 }
 
 std::vector<CheckpointManager::Wanted> CheckpointManager::wanted_tensors(

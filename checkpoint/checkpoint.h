@@ -87,11 +87,13 @@ struct CheckpointLayout {
 /// slice, checked on every rank before any is applied; export_format hf
 /// makes the model-only export that folder.
 ///
-/// At start-up, rank 0 tidies the folder: a save that died after its index
-/// was written is renamed into place, other leftovers are removed, and with
-/// a load_step older than the latest the later checkpoints (an abandoned
-/// timeline) are renamed `step-M.superseded` so that neither "latest" nor
-/// keep_latest_k sees them again.
+/// At start-up, once the load has been read and checked on every rank (or
+/// there is nothing to load), rank 0 tidies the folder: a save that died
+/// after its index was written is renamed into place, other leftovers are
+/// removed, and with a load_step older than the latest the later
+/// checkpoints (an abandoned timeline) are renamed `step-M.superseded` so
+/// that neither "latest" nor keep_latest_k sees them again. A load that
+/// fails leaves the folder as it was.
 class CheckpointManager final : public Checkpointer {
  public:
   /// `dataloader` is null on ranks that load no data. `model_config_json`
@@ -111,6 +113,7 @@ class CheckpointManager final : public Checkpointer {
 
   TrainState load() override;
   void maybe_save(const TrainState& state, bool last) override;
+  void save_now(const TrainState& state) override;
   void finish(const TrainState& state) override;
 
   /// `<dump_folder>/<checkpoint.folder>`.
@@ -142,17 +145,23 @@ class CheckpointManager final : public Checkpointer {
       const std::filesystem::path& tmp,
       std::chrono::steady_clock::time_point start);
   void prune();
-  /// Rank 0: puts complete leftovers of interrupted saves in place and
-  /// removes the others.
-  void recover_interrupted_saves() const;
-  /// Rank 0: the step to resume (-1: none); moves later ones aside when
-  /// load_step is not the latest.
-  int64_t choose_step() const;
+  /// What rank 0 finds in the folder at start-up: the step to resume,
+  /// where it lies, and the tidying the folder needs.
+  struct FolderPlan;
+  /// Rank 0: plans, changing nothing. Complete leftovers of interrupted
+  /// saves are to be put in place and the others removed; with a
+  /// load_step older than the latest, the later steps moved aside.
+  FolderPlan plan_folder() const;
+  /// Rank 0: carries out the plan's moves.
+  void tidy(const FolderPlan& plan) const;
 
   // The steps of load(), in order.
-  /// Rank 0 chooses the step (choose_step) and every rank learns it; its
-  /// error is thrown on every rank.
-  int64_t agree_on_step() const;
+  /// Rank 0 plans (plan_folder) and every rank learns the step and where
+  /// it lies; its error is thrown on every rank.
+  FolderPlan agree_on_plan() const;
+  /// Rank 0 tidies (only once the load has been read and checked, or when
+  /// there is none); its error is thrown on every rank.
+  void tidy_everywhere(const FolderPlan& plan) const;
   /// What load() has read and checked, and applies once every rank has.
   struct Staged;
   /// The tensors this rank restores: its parts' weights and (with

@@ -400,6 +400,8 @@ struct CheckpointConfig {
   std::string initial_load_hf;
   bool async = false;
   int64_t timeout_seconds = 1800;
+  /// After SIGTERM or SIGUSR1; 0 = no limit.
+  int64_t preemption_grace_seconds = 120;
 
   template <class V>
   void visit(V&& v) {
@@ -432,6 +434,11 @@ struct CheckpointConfig {
       timeout_seconds,
       FieldSpec("how long ranks wait for each other during a save or load")
           .at_least(1));
+    v("preemption_grace_seconds",
+      preemption_grace_seconds,
+      FieldSpec("after SIGTERM or SIGUSR1: how long the run may take to stop "
+                "and save before it exits at once (0: no limit)")
+          .at_least(0));
   }
 };
 

@@ -3,14 +3,19 @@
 // Runs the `baton` executable (env BATON_BIN) as a user would.
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace baton::testing {
@@ -73,5 +78,90 @@ inline std::vector<double> read_losses(const std::filesystem::path& dump) {
   }
   return out;
 }
+
+/// A command line (`exec`ed by /bin/sh: prefix variables with `env`)
+/// running in the background, its output (both
+/// streams) going to a file, so that a test can watch it and signal it.
+class BackgroundRun {
+ public:
+  BackgroundRun(const std::string& command, std::filesystem::path log)
+      : log_(std::move(log)) {
+    const std::string line =
+        "exec " + command + " > " + log_.string() + " 2>&1";
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+  }
+  ~BackgroundRun() {
+    if (running()) {
+      ::kill(pid_, SIGKILL);
+      wait(std::chrono::seconds(10));
+    }
+  }
+  pid_t pid() const {
+    return pid_;
+  }
+  bool running() const {
+    return pid_ > 0 && code_ == kRunning;
+  }
+  void signal(int sig) const {
+    ::kill(pid_, sig);
+  }
+  /// The exit code (128 + N when killed by signal N); after `timeout` the
+  /// process is killed (SIGKILL) and -1 returned.
+  int wait(std::chrono::milliseconds timeout) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (code_ == kRunning) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        code_ =
+            WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        break;
+      }
+      if (std::chrono::steady_clock::now() > until) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        code_ = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return code_;
+  }
+  /// What it has written so far.
+  std::string output() const {
+    std::ifstream in(log_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  /// Waits until `done()` holds (true) or `timeout` passes or the process
+  /// ends (false).
+  template <class F>
+  bool wait_until(F&& done, std::chrono::milliseconds timeout) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < until) {
+      if (done()) {
+        return true;
+      }
+      int status = 0;
+      if (code_ == kRunning && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+        code_ =
+            WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      if (code_ != kRunning) {
+        return done();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+ private:
+  static constexpr int kRunning = -1000;
+  std::filesystem::path log_;
+  pid_t pid_ = -1;
+  int code_ = kRunning;
+};
 
 }  // namespace baton::testing

@@ -25,6 +25,9 @@ class Checkpointer {
   /// Saves after `state.step` when the interval says so, or when `last`
   /// (the final step).
   virtual void maybe_save(const TrainState& state, bool last) = 0;
+  /// Saves after `state.step` now, unless that step is saved already, and
+  /// waits for every save in flight: the run stops here (preemption).
+  virtual void save_now(const TrainState& state) = 0;
   /// At the end of training: waits for a save in flight and writes what is
   /// due at the end (the model-only export). Every rank calls it.
   virtual void finish(const TrainState& state) = 0;

@@ -6,10 +6,14 @@
 namespace baton {
 
 /// Faults the failure tests inject, from the environment variable
-/// BATON_INJECT_FAULT="KIND:RANK:STEP": at the start of step STEP, global
+/// BATON_INJECT_FAULT="KIND:RANK:STEP[:ATTEMPTS]" (with ATTEMPTS, only in
+/// the first ATTEMPTS attempts of a `--max-restarts` job, by
+/// BATON_RESTART_COUNT): at the start of step STEP, global
 /// rank RANK throws (KIND throw), kills itself with SIGKILL (kill) or stops
 /// answering (hang); with killsave the checkpoint save of step STEP kills
-/// the process half-way through writing its file; with badblas (any RANK
+/// the process half-way through writing its file, with stallsave it stops
+/// there (sleeps) instead, so that a test can signal a save in progress;
+/// with badblas (any RANK
 /// and STEP) the check of the BLAS kernels Baton chose fails
 /// (common/blas.h). Unset: nothing. Read and parsed once per process; only
 /// the train loop, the checkpoint and the start-up ask it.
@@ -24,6 +28,8 @@ class FaultInjection {
   void at_step_start(int64_t rank, int64_t step) const;
   /// True when the save of `step` on `rank` is to die half-way.
   bool kill_during_save(int64_t rank, int64_t step) const;
+  /// True when the save of `step` on `rank` is to stall half-way.
+  bool stall_during_save(int64_t rank, int64_t step) const;
   /// True when the check of chosen BLAS kernels is to fail.
   bool fail_blas_check() const {
     return kind_ == "badblas";
@@ -32,7 +38,7 @@ class FaultInjection {
  private:
   FaultInjection() = default;
 
-  /// throw, kill, hang or killsave; empty when unset.
+  /// throw, kill, hang, killsave, stallsave or badblas; empty when unset.
   std::string kind_;
   int64_t rank_ = -1;
   int64_t step_ = -1;

@@ -12,6 +12,7 @@
 #include "parallel/dist/process_group.h"
 #include "parallel/grad_norm.h"
 #include "trainer/fault_injection.h"
+#include "trainer/preemption.h"
 
 namespace baton {
 
@@ -118,6 +119,16 @@ StepMetrics Trainer::train_step() {
   return m;
 }
 
+bool Trainer::stop_agreed() const {
+  const int64_t mine = Preemption::requested() != 0 ? 1 : 0;
+  if (!c_.runtime) {
+    return mine != 0;
+  }
+  at::Tensor flag = at::full({1}, mine, at::kLong);
+  c_.runtime->world()->all_reduce(flag, dist::ReduceOp::kMax);
+  return flag.item<int64_t>() != 0;
+}
+
 std::vector<StepMetrics> Trainer::train() {
   if (c_.checkpointer) {
     const TrainState resumed = c_.checkpointer->load();
@@ -147,8 +158,18 @@ std::vector<StepMetrics> Trainer::train() {
     if (c_.checkpointer) {
       c_.checkpointer->maybe_save(state(), step_ == steps);
     }
+    if (step_ < steps && stop_agreed()) {
+      // Every rank stops after this same step, and saves it.
+      preempted_ = true;
+      LOG(WARNING) << "preemption: stopping after step " << step_ << " of "
+                   << steps;
+      if (c_.checkpointer) {
+        c_.checkpointer->save_now(state());
+      }
+      break;
+    }
   }
-  if (c_.checkpointer) {
+  if (c_.checkpointer && !preempted_) {
     c_.checkpointer->finish(state());
   }
   if (c_.runtime) {

@@ -53,7 +53,9 @@ struct TrainerComponents {
 
 /// The train loop. Each step: fetch the micro-step batches, run the
 /// TrainStep, clip gradients (clip_grad_norm over the mesh), step
-/// optimizers and LR schedulers, log.
+/// optimizers and LR schedulers, log, save when due; then the ranks agree
+/// whether one was asked to stop (trainer/preemption.h), and if so all
+/// save that step and return.
 class Trainer {
  public:
   Trainer(const JobConfig& config, TrainerComponents components);
@@ -63,6 +65,11 @@ class Trainer {
   std::vector<StepMetrics> train();
   /// Runs one optimizer step and returns its metrics.
   StepMetrics train_step();
+  /// Whether train() stopped early because a rank was asked to
+  /// (SIGTERM, SIGUSR1: trainer/preemption.h).
+  bool preempted() const {
+    return preempted_;
+  }
   /// Optimizer steps taken so far.
   int64_t step() const {
     return step_;
@@ -79,12 +86,16 @@ class Trainer {
   /// The start-up log's line of this rank's parameter, gradient and
   /// optimizer-state bytes.
   void log_memory() const;
+  /// Whether any rank received a preemption signal; every rank calls it at
+  /// the same step boundaries (a MAX all-reduce over the world).
+  bool stop_agreed() const;
 
   JobConfig config_;
   TrainerComponents c_;
   int64_t step_ = 0;
   int64_t tokens_seen_ = 0;
   bool first_step_done_ = false;
+  bool preempted_ = false;
   /// MFU above 100% has been warned about (once a run).
   bool mfu_warned_ = false;
 };

@@ -95,7 +95,11 @@ LaunchEnv detect_launch_env(const GetEnv& getenv) {
     e.local_rank = get_int(getenv, "LOCAL_RANK").value_or(e.rank);
     e.local_world_size =
         get_int(getenv, "LOCAL_WORLD_SIZE").value_or(e.world_size);
-    if (e.world_size > 1 && !getenv("MASTER_PORT")) {
+    const auto agent_store = getenv(kBatonAgentStoreEnv);
+    if (agent_store && *agent_store != "1") {
+      e.store_file = *agent_store;
+    }
+    if (e.world_size > 1 && !getenv("MASTER_PORT") && e.store_file.empty()) {
       throw ConfigError(
           "environment (" + e.source +
           "): RANK and WORLD_SIZE are set but MASTER_PORT is not");

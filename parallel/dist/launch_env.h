@@ -19,6 +19,10 @@ struct LaunchEnv {
   /// True when a launcher (baton --nproc, torchrun's agent) already hosts
   /// the store: every rank, rank 0 included, connects as a client.
   bool store_hosted = false;
+  /// The file of a c10d FileStore that `baton --nproc` made in a private
+  /// (0700) folder: its ranks meet there, and no store listens on a port.
+  /// Empty: the TCPStore at master_addr:master_port.
+  std::string store_file;
   /// Key prefix inside a hosted store (torchrun: /worker/attempt_<n>).
   std::string store_prefix;
   /// "baton", "torchrun", "openmpi", "pmi", "slurm" or "single".
@@ -45,8 +49,12 @@ LaunchEnv detect_launch_env(const GetEnv& getenv);
 /// detect_launch_env over the process environment.
 LaunchEnv detect_launch_env();
 
-/// Variables `baton --nproc` gives its children (beside the torchrun ones)
-/// so that they connect to the store it hosts.
+/// The variable `baton --nproc` gives its children (beside RANK,
+/// WORLD_SIZE and the other torchrun ones): the path of the FileStore they
+/// meet in ("1": a TCPStore hosted at MASTER_ADDR:MASTER_PORT).
 inline constexpr const char* kBatonAgentStoreEnv = "BATON_AGENT_STORE";
+/// Which attempt of a `baton --nproc --max-restarts` job this is: 0, then
+/// 1 after the first restart, ...
+inline constexpr const char* kBatonRestartCountEnv = "BATON_RESTART_COUNT";
 
 }  // namespace baton::dist

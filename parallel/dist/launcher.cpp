@@ -10,12 +10,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <stdexcept>
 
+#include "common/exit_codes.h"
 #include "common/threads.h"
 #include "parallel/dist/launch_env.h"
-#include "parallel/dist/process_group.h"
 
 extern char** environ;
 
@@ -104,7 +105,10 @@ int64_t blas_threads_per_rank(int64_t nproc) {
 namespace {
 
 std::vector<std::string> child_environment(
-    int64_t rank, int64_t nproc, int64_t port) {
+    int64_t rank,
+    int64_t nproc,
+    const std::string& store_file,
+    int64_t attempt) {
   std::vector<std::string> env;
   std::vector<std::string> ours = {
       "RANK",
@@ -115,6 +119,7 @@ std::vector<std::string> child_environment(
       "MASTER_PORT",
       "GROUP_RANK",
       kBatonAgentStoreEnv,
+      kBatonRestartCountEnv,
       "TORCHELASTIC_USE_AGENT_STORE"};
   if (openmp_wait_policy_unset()) {
     ours.push_back(kOmpWaitPolicyVar);  // an empty one is replaced below
@@ -131,9 +136,11 @@ std::vector<std::string> child_environment(
   env.push_back("WORLD_SIZE=" + std::to_string(nproc));
   env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(nproc));
   env.push_back("GROUP_RANK=0");
-  env.push_back("MASTER_ADDR=127.0.0.1");
-  env.push_back("MASTER_PORT=" + std::to_string(port));
-  env.push_back(std::string(kBatonAgentStoreEnv) + "=1");
+  // No MASTER_ADDR / MASTER_PORT: the ranks meet in a file only this user
+  // can reach, not at a port anyone on the network could.
+  env.push_back(std::string(kBatonAgentStoreEnv) + "=" + store_file);
+  env.push_back(
+      std::string(kBatonRestartCountEnv) + "=" + std::to_string(attempt));
   // BLAS and OpenMP pools sized for one process would oversubscribe the
   // cores N times over (measured: DP 2 on 2 cores went from 2011 to 3512
   // tokens/s with one OpenBLAS thread per rank); as torchrun does, give each
@@ -211,6 +218,37 @@ void spawn(
   child.fds[1] = err[0];
 }
 
+/// A private folder (mode 0700, under TMPDIR or /tmp) holding the ranks'
+/// FileStore: c10d's stores have no authentication, and a TCPStore in
+/// libtorch 1.13 listens on every interface. Removed with the launch.
+class RendezvousFolder {
+ public:
+  RendezvousFolder() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string path =
+        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+        "/baton-rendezvous-XXXXXX";
+    if (::mkdtemp(path.data()) == nullptr) {
+      throw std::runtime_error(
+          "[launcher] --nproc: cannot create the rendezvous folder " + path +
+          ": " + std::strerror(errno) + "; set TMPDIR to a writable folder");
+    }
+    folder_ = path;
+  }
+  ~RendezvousFolder() {
+    std::error_code ec;
+    std::filesystem::remove_all(folder_, ec);
+  }
+  RendezvousFolder(const RendezvousFolder&) = delete;
+  RendezvousFolder& operator=(const RendezvousFolder&) = delete;
+  std::string store_file() const {
+    return (folder_ / "store").string();
+  }
+
+ private:
+  std::filesystem::path folder_;
+};
+
 void signal_all(std::vector<Child>& children, int sig) {
   for (auto& c : children) {
     if (c.running) {
@@ -227,6 +265,9 @@ struct Supervision {
   Clock::time_point failed_at;
   bool termed = false;
   bool killed = false;
+  /// A rank stopped at a step boundary after a preemption signal: not a
+  /// failure, and the others, stopping at the same step, are left to save.
+  bool preempted = false;
 };
 
 /// Copies what the ranks wrote to our stdout / stderr, waiting up to 100 ms
@@ -295,7 +336,10 @@ void reap(
     c.status = status;
     --s.running;
     const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (ok || s.first_failed >= 0) {
+    const bool preempted =
+        WIFEXITED(status) && WEXITSTATUS(status) == kPreemptedExitCode;
+    s.preempted = s.preempted || preempted;
+    if (ok || preempted || s.first_failed >= 0) {
       continue;
     }
     s.first_failed = c.rank;
@@ -332,31 +376,25 @@ void stop_stragglers(
 
 }  // namespace
 
-int launch_local(const LocalLaunchOptions& options) {
-  if (options.nproc < 1) {
-    throw std::invalid_argument(
-        "[launcher] --nproc: " + std::to_string(options.nproc) +
-        "; allowed: an integer >= 1");
-  }
-  StoreServer store(/*port=*/0, options.nproc, options.store_timeout);
-  const std::string program =
-      options.program.empty() ? "/proc/self/exe" : options.program;
+namespace {
 
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  struct sigaction old_int {};
-  struct sigaction old_term {};
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+/// How one attempt of the job ended.
+struct Attempt {
+  /// As launch_local returns it.
+  int code = 0;
+  /// The rank that failed first (-1: none) and how.
+  int64_t failed_rank = -1;
+  std::string failure;
+  /// A signal reached the launcher (and was forwarded) meanwhile.
+  bool signalled = false;
+};
 
-  if (std::getenv("OMP_NUM_THREADS") == nullptr ||
-      std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
-    std::cerr << "baton: " << options.nproc << " ranks: OMP_NUM_THREADS and "
-              << "OPENBLAS_NUM_THREADS default to "
-              << blas_threads_per_rank(options.nproc)
-              << " per rank (cores / ranks); set them to choose" << std::endl;
-  }
+/// Starts every rank in a fresh rendezvous and supervises them to the end.
+Attempt run_attempt(
+    const LocalLaunchOptions& options,
+    const std::string& program,
+    int64_t attempt) {
+  const RendezvousFolder rendezvous;
   std::vector<Child> children(options.nproc);
   for (int64_t r = 0; r < options.nproc; ++r) {
     std::vector<std::string> argv{"baton"};
@@ -366,15 +404,16 @@ int launch_local(const LocalLaunchOptions& options) {
         children[r],
         program,
         argv,
-        child_environment(r, options.nproc, store.port()));
+        child_environment(r, options.nproc, rendezvous.store_file(), attempt));
   }
-
+  Attempt result;
   Supervision s;
   s.running = options.nproc;
   while (true) {
     if (pending_signal != 0) {
       const int sig = pending_signal;
       pending_signal = 0;
+      result.signalled = true;
       signal_all(children, sig);
     }
     if (!copy_output(children, s)) {
@@ -383,12 +422,62 @@ int launch_local(const LocalLaunchOptions& options) {
     reap(children, s, options);
     stop_stragglers(children, s, options);
   }
+  if (s.first_failed >= 0) {
+    result.failed_rank = s.first_failed;
+    result.failure = describe_status(children[s.first_failed].status);
+    result.code = exit_code(children[s.first_failed].status);
+  } else {
+    result.code = s.preempted ? kPreemptedExitCode : 0;
+  }
+  return result;
+}
+
+}  // namespace
+
+int launch_local(const LocalLaunchOptions& options) {
+  if (options.nproc < 1) {
+    throw std::invalid_argument(
+        "[launcher] --nproc: " + std::to_string(options.nproc) +
+        "; allowed: an integer >= 1");
+  }
+  const std::string program =
+      options.program.empty() ? "/proc/self/exe" : options.program;
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int {};
+  struct sigaction old_term {};
+  struct sigaction old_usr1 {};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGUSR1, &sa, &old_usr1);
+
+  if (std::getenv("OMP_NUM_THREADS") == nullptr ||
+      std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
+    std::cerr << "baton: " << options.nproc << " ranks: OMP_NUM_THREADS and "
+              << "OPENBLAS_NUM_THREADS default to "
+              << blas_threads_per_rank(options.nproc)
+              << " per rank (cores / ranks); set them to choose" << std::endl;
+  }
+  Attempt last;
+  for (int64_t attempt = 0;; ++attempt) {
+    last = run_attempt(options, program, attempt);
+    // A stop the user (or the scheduler) asked for is not restarted.
+    if (last.failed_rank < 0 || last.signalled ||
+        attempt >= options.max_restarts) {
+      break;
+    }
+    std::cerr << "baton: restart " << attempt + 1 << " of "
+              << options.max_restarts << ": rank " << last.failed_rank << " "
+              << last.failure << "; every rank starts again"
+              << (options.resume_note ? ", " + options.resume_note() : "")
+              << std::endl;
+  }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
-  if (s.first_failed < 0) {
-    return 0;
-  }
-  return exit_code(children[s.first_failed].status);
+  sigaction(SIGUSR1, &old_usr1, nullptr);
+  return last.code;
 }
 
 }  // namespace baton::dist

@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <glog/logging.h>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -106,8 +107,15 @@ c10d::TCPStoreOptions store_options() {
   return opts;
 }
 
-c10::intrusive_ptr<c10d::TCPStore> connect_store(
+c10::intrusive_ptr<c10d::Store> connect_store(
     const LaunchEnv& env, bool is_server, Millis timeout) {
+  if (!env.store_file.empty()) {
+    // baton --nproc's private folder; numWorkers -1: the launcher, not
+    // the last rank out, removes the file.
+    auto store = c10::make_intrusive<c10d::FileStore>(env.store_file, -1);
+    store->setTimeout(timeout);
+    return store;
+  }
   c10d::TCPStoreOptions opts = store_options();
   opts.port = static_cast<uint16_t>(env.master_port);
   opts.isServer = is_server;
@@ -127,6 +135,13 @@ c10::intrusive_ptr<c10d::Store> with_prefix(
 }  // namespace
 
 // ---------------------------------------------------------------- Runtime
+
+/// Where the ranks meet, for messages: the store file or host:port.
+std::string store_address(const LaunchEnv& env) {
+  return env.store_file.empty()
+             ? env.master_addr + ":" + std::to_string(env.master_port)
+             : env.store_file;
+}
 
 /// What groups and works share with their runtime: the store, the
 /// heartbeat, the timeout. Groups hold it (not the Runtime, which holds
@@ -188,7 +203,18 @@ struct Runtime::State {
   const std::shared_ptr<::gloo::transport::Device>& gloo() {
     if (!gloo_device) {
       const LaunchEnv& env = core->env;
-      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
+      const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+      if (!env.store_file.empty()) {
+        // baton --nproc: every rank is on this machine, and its pair
+        // sockets listen on loopback only, whatever the environment says.
+        if (ifname != nullptr && env.rank == 0) {
+          LOG(INFO) << "dist: GLOO_SOCKET_IFNAME=" << ifname
+                    << " is not used by a --nproc job: its ranks talk over "
+                       "loopback (127.0.0.1)";
+        }
+        gloo_device =
+            c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+      } else if (ifname != nullptr) {
         gloo_device = c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
       } else if (env.world_size == env.local_world_size) {
         // Every rank on this machine: loopback needs no name resolution.
@@ -661,12 +687,11 @@ std::shared_ptr<Runtime> Runtime::init(
         "this one has Gloo only");
   }
 #endif
-  const std::string where =
-      env.master_addr + ":" + std::to_string(env.master_port);
+  const std::string where = store_address(env);
   const bool is_server = env.rank == 0 && !env.store_hosted;
   try {
-    auto tcp = connect_store(env, is_server, options.init_timeout);
-    core.store = with_prefix(tcp, env.store_prefix);
+    core.store = with_prefix(
+        connect_store(env, is_server, options.init_timeout), env.store_prefix);
     core.heartbeat_store = with_prefix(
         connect_store(env, /*is_server=*/false, options.init_timeout),
         env.store_prefix);
@@ -844,9 +869,8 @@ std::string Core::diagnose() {
     return "every rank still sends heartbeats: the operation timed out, or "
            "the ranks disagree on the order of operations";
   } catch (const std::exception& e) {
-    return "the rendezvous store at " + env.master_addr + ":" +
-           std::to_string(env.master_port) + " does not answer (" +
-           error_text(e) + "), so its host (" +
+    return "the rendezvous store at " + store_address(env) +
+           " does not answer (" + error_text(e) + "), so its host (" +
            (env.store_hosted ? std::string("the launcher")
                              : std::string("rank 0")) +
            ") is gone";

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
@@ -773,6 +775,78 @@ TEST(Checkpoint, AFailedLoadChangesNothing) {
   EXPECT_TRUE(optimizers[0].state().empty());
   EXPECT_EQ(schedulers.lr(), lr);
   EXPECT_EQ(dataloader.state(), loader);
+}
+
+/// Every file and folder under `dir` (relative names) with its contents.
+std::map<std::string, std::string> folder_bytes(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    const std::string name = fs::relative(entry.path(), dir).string();
+    if (entry.is_directory()) {
+      out[name + "/"] = "";
+      continue;
+    }
+    std::ifstream in(entry.path(), std::ios::binary);
+    out[name] = std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  return out;
+}
+
+TEST(Checkpoint, AFailedLoadLeavesTheFolderByteForByte) {
+  // Steps 5 and 10, an unfinished save of step 12 and a complete one of
+  // step 15 that died before its rename: a successful load of step 5
+  // would move 10 and 15 aside and remove step 12's leftover. With step 5
+  // (or, resuming from the latest, step 15) corrupt, nothing moves.
+  const auto straight = fresh_dir("ck_failed_load_source");
+  ASSERT_EQ(train("debug_model", straight).code, 0);
+  const auto dump = fresh_dir("ck_failed_load");
+  fs::create_directories(dump / "checkpoint");
+  for (const int64_t step : {5, 10}) {
+    fs::copy(step_dir(straight, step), step_dir(dump, step));
+  }
+  const fs::path partial = dump / "checkpoint" / "step-12.partial";
+  fs::create_directories(partial);
+  std::ofstream(partial / "rank-00000.safetensors") << "half a file";
+  fs::copy(step_dir(straight, 10), dump / "checkpoint" / "step-15.partial");
+  const auto flip_a_byte = [](const fs::path& dir) {
+    const fs::path file = dir / "rank-00000.safetensors";
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(fs::file_size(file) - 10));
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x5a);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(file) - 10));
+    f.write(&byte, 1);
+  };
+  flip_a_byte(step_dir(dump, 5));
+  flip_a_byte(dump / "checkpoint" / "step-15.partial");
+  const auto before = folder_bytes(dump / "checkpoint");
+  for (const std::string extra : {" --checkpoint.load_step=5", ""}) {
+    SCOPED_TRACE(extra);
+    const auto r = train("debug_model", dump, extra);
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_NE(r.output.find("checksum mismatch"), std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("superseded"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("removing"), std::string::npos) << r.output;
+    const auto after = folder_bytes(dump / "checkpoint");
+    EXPECT_EQ(after.size(), before.size());
+    for (const auto& [name, bytes] : before) {
+      const auto it = after.find(name);
+      ASSERT_NE(it, after.end()) << name << " is gone";
+      EXPECT_TRUE(it->second == bytes) << name << " changed";
+    }
+    EXPECT_TRUE(read_metrics(dump).empty());
+  }
+  // With step 5 whole again, the same load succeeds and only then tidies.
+  fs::remove_all(step_dir(dump, 5));
+  fs::copy(step_dir(straight, 5), step_dir(dump, 5));
+  const auto ok = train("debug_model", dump, " --checkpoint.load_step=5");
+  ASSERT_EQ(ok.code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("resumed from step 5"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dump / "checkpoint" / "step-10.superseded"));
+  EXPECT_TRUE(fs::exists(dump / "checkpoint" / "step-15.superseded"));
+  EXPECT_FALSE(fs::exists(partial));
 }
 
 TEST(Checkpoint, ModelOnlyExportIsOneSafetensorsFileAnyReaderCanRead) {

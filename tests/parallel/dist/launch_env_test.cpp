@@ -80,6 +80,18 @@ TEST(LaunchEnv, BatonLauncher) {
   EXPECT_EQ(e.store_prefix, "");
 }
 
+TEST(LaunchEnv, BatonLauncherWithAStoreFileNeedsNoPort) {
+  const auto e = detect(
+      {{"RANK", "0"},
+       {"WORLD_SIZE", "2"},
+       {"LOCAL_RANK", "0"},
+       {"LOCAL_WORLD_SIZE", "2"},
+       {kBatonAgentStoreEnv, "/tmp/baton-rendezvous-x/store"}});
+  EXPECT_EQ(e.source, "baton");
+  EXPECT_TRUE(e.store_hosted);
+  EXPECT_EQ(e.store_file, "/tmp/baton-rendezvous-x/store");
+}
+
 TEST(LaunchEnv, OpenMpiComesBeforeSlurm) {
   // mpirun inside sbatch: SLURM_PROCID=0 is inherited by every rank.
   const auto e = detect(

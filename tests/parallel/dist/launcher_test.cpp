@@ -11,7 +11,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "parallel/dist/launcher.h"
 #include "tests/baton_binary.h"
@@ -35,7 +38,9 @@ TEST(Launcher, ChildrenGetTheTorchrunEnvironmentAndPrefixedOutput) {
   const int code = launch_local(shell(
       3,
       "echo \"r=$RANK lr=$LOCAL_RANK w=$WORLD_SIZE lw=$LOCAL_WORLD_SIZE "
-      "a=$MASTER_ADDR p=${MASTER_PORT:+set}\"; printf 'no newline'"));
+      "a=${MASTER_ADDR:-unset} p=${MASTER_PORT:-unset} "
+      "s=$(stat -c %a \"$(dirname \"$BATON_AGENT_STORE\")\")\"; "
+      "printf 'no newline'"));
   const std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(code, 0);
   EXPECT_GE(blas_threads_per_rank(3), 1);
@@ -44,7 +49,7 @@ TEST(Launcher, ChildrenGetTheTorchrunEnvironmentAndPrefixedOutput) {
     EXPECT_NE(
         out.find(
             "[rank" + rank + "]: r=" + rank + " lr=" + rank +
-            " w=3 lw=3 a=127.0.0.1 p=set\n"),
+            " w=3 lw=3 a=unset p=unset s=700\n"),
         std::string::npos)
         << out;
     EXPECT_NE(out.find("[rank" + rank + "]: no newline\n"), std::string::npos)
@@ -108,6 +113,28 @@ TEST(Launcher, ForwardsSigterm) {
   EXPECT_EQ(code, 128 + SIGTERM);
 }
 
+TEST(Launcher, ForwardsSigusr1AndReportsAPreemptedRun) {
+  // Ranks that stop on the signal with 75 are not failures: the launcher
+  // waits for all of them (no grace, no SIGTERM) and exits 75.
+  std::thread signaller([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ::kill(::getpid(), SIGUSR1);
+  });
+  auto options = shell(
+      2,
+      "trap 'sleep $RANK; echo saved; exit 75' USR1; sleep 60 & wait; "
+      "sleep 60 & wait");
+  const auto start = std::chrono::steady_clock::now();
+  ::testing::internal::CaptureStdout();
+  const int code = launch_local(options);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  signaller.join();
+  EXPECT_EQ(code, 75);
+  // Rank 1 took a second longer than rank 0 (and the 300 ms grace) to stop.
+  EXPECT_NE(out.find("[rank1]: saved"), std::string::npos) << out;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
 // ------------------------------------------------------- baton --nproc
 
 using baton::testing::BinaryResult;
@@ -148,6 +175,117 @@ TEST(BatonNproc, TrainsWithTwoDataParallelRanks) {
   EXPECT_LT(
       lines.back()["loss"].get<double>(),
       lines.front()["loss"].get<double>() - 0.5);
+}
+
+/// The socket inodes `pid` holds open.
+std::set<std::string> socket_inodes(pid_t pid) {
+  std::set<std::string> out;
+  std::error_code ec;
+  const fs::path fds = "/proc/" + std::to_string(pid) + "/fd";
+  for (const auto& fd : fs::directory_iterator(fds, ec)) {
+    const std::string target = fs::read_symlink(fd.path(), ec).string();
+    if (target.rfind("socket:[", 0) == 0) {
+      out.insert(target.substr(8, target.size() - 9));
+    }
+  }
+  return out;
+}
+
+/// The processes whose parent is `pid`.
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line) || line.rfind(')') == std::string::npos) {
+      continue;
+    }
+    // "pid (comm) state ppid ...": the name may hold spaces.
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == pid) {
+      out.push_back(std::stoi(entry.path().filename().string()));
+    }
+  }
+  return out;
+}
+
+/// The state ("0A": LISTEN) and local address ("0100007F:1F90") of every
+/// socket of /proc/net/tcp and tcp6 whose inode is in `inodes`.
+std::vector<std::pair<std::string, std::string>> tcp_sockets(
+    const std::set<std::string>& inodes) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid,
+          timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >>
+          retransmits >> uid >> timeout >> inode;
+      if (inodes.contains(inode)) {
+        out.emplace_back(state, local);
+      }
+    }
+  }
+  return out;
+}
+
+/// 127.0.0.0/8, ::1 or ::ffff:127.x.y.z in /proc/net's hex (each 32-bit
+/// word in host order, little-endian here).
+bool loopback(const std::string& local) {
+  const std::string addr = local.substr(0, local.find(':'));
+  if (addr.size() == 8) {
+    return addr.substr(6, 2) == "7F";
+  }
+  return addr == "00000000000000000000000001000000" ||
+         (addr.substr(0, 16) == "0000000000000000" &&
+          addr.substr(16, 8) == "FFFF0000" && addr.substr(30, 2) == "7F");
+}
+
+TEST(BatonNproc, NothingListensBeyondLoopback) {
+  // Even with GLOO_SOCKET_IFNAME naming another interface: a --nproc job
+  // never leaves the machine.
+  const auto dump = fresh_dump("nproc_sockets");
+  fs::create_directories(dump);
+  baton::testing::BackgroundRun job(
+      "env GLOO_SOCKET_IFNAME=eth0 " +
+          baton_train(dump, "--training.steps=100000"),
+      dump / "output.txt");
+  // Sampled from the start until a few steps are logged: the rendezvous,
+  // the connection of every group (Gloo's listeners) and training.
+  std::set<std::string> seen;
+  size_t tcp_seen = 0;
+  const auto sample = [&] {
+    std::set<std::string> inodes = socket_inodes(job.pid());
+    for (const pid_t rank : children_of(job.pid())) {
+      const auto more = socket_inodes(rank);
+      inodes.insert(more.begin(), more.end());
+    }
+    for (const auto& [state, local] : tcp_sockets(inodes)) {
+      ++tcp_seen;
+      if (state == "0A") {
+        seen.insert(local);
+      }
+    }
+    return baton::testing::read_metrics(dump).size() >= 3;
+  };
+  ASSERT_TRUE(job.wait_until(sample, std::chrono::seconds(120)))
+      << job.output();
+  EXPECT_EQ(children_of(job.pid()).size(), 2u);
+  // The ranks' sockets were found (Gloo's connections at least; its
+  // listeners live only while the groups connect, and may be missed).
+  EXPECT_GT(tcp_seen, 0u) << job.output();
+  for (const auto& a : seen) {
+    EXPECT_TRUE(loopback(a)) << "listening on " << a;
+  }
+  job.signal(SIGTERM);
+  EXPECT_NE(job.wait(std::chrono::seconds(60)), -1);
 }
 
 TEST(BatonNproc, BadConfigIsReportedOnceBeforeAnyRankStarts) {
@@ -206,6 +344,55 @@ TEST(BatonNproc, AHungRankTimesOutTheOthers) {
   EXPECT_NE(
       r.output.find("baton: rank 0 exited with code 1"), std::string::npos)
       << r.output;
+}
+
+TEST(BatonNproc, MaxRestartsSurvivesTwoKilledRanks) {
+  // Rank 1 is killed at step 5 in the first two attempts; each restart
+  // resumes from step 4 and the third attempt ends with the straight run's
+  // losses.
+  const std::string checkpoints =
+      "--training.steps=8 --training.mixed_precision_param=float32 "
+      "--checkpoint.enable=true --checkpoint.interval=2";
+  const auto straight = fresh_dump("nproc_restart_straight");
+  const auto r = run("timeout 300 " + baton_train(straight, checkpoints));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto dump = fresh_dump("nproc_restart");
+  const auto restarted =
+      run("BATON_INJECT_FAULT=kill:1:5:2 timeout 300 " +
+          baton_train(dump, checkpoints + " --max-restarts 2"));
+  ASSERT_EQ(restarted.code, 0) << restarted.output;
+  for (const char* line :
+       {"baton: restart 1 of 2: rank 1 was killed by signal 9",
+        "baton: restart 2 of 2: rank 1 was killed by signal 9",
+        "from the latest checkpoint, step 4"}) {
+    EXPECT_NE(restarted.output.find(line), std::string::npos)
+        << line << "\n"
+        << restarted.output;
+  }
+  EXPECT_EQ(
+      baton::testing::read_losses(dump), baton::testing::read_losses(straight));
+
+  // One restart is not enough for two kills: the second one's code.
+  const auto once = run(
+      "BATON_INJECT_FAULT=kill:1:5:2 timeout 300 " +
+      baton_train(
+          fresh_dump("nproc_restart_once"), checkpoints + " --max-restarts 1"));
+  EXPECT_EQ(once.code, 128 + SIGKILL) << once.output;
+  EXPECT_NE(once.output.find("restart 1 of 1"), std::string::npos);
+  EXPECT_EQ(once.output.find("restart 2"), std::string::npos);
+
+  // Without checkpoints a restart starts over, and says so.
+  const auto over =
+      run("BATON_INJECT_FAULT=throw:1:3:1 timeout 300 " +
+          baton_train(
+              fresh_dump("nproc_restart_over"),
+              "--training.steps=4 --max-restarts 1"));
+  EXPECT_EQ(over.code, 0) << over.output;
+  EXPECT_NE(
+      over.output.find("from step 0 (checkpoint.enable is off: the run "
+                       "starts over)"),
+      std::string::npos)
+      << over.output;
 }
 
 TEST(BatonNproc, MalformedFaultSpecIsAConfigError) {
