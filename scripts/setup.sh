@@ -2,7 +2,8 @@
 # Installs, with apt-get, only the Debian packages Baton needs that are missing.
 # Idempotent: when everything is present it prints one line and returns at once.
 # protobuf-compiler is the tests' independent reader of TensorBoard event files
-# (protoc --decode); the binary links no protobuf.
+# (protoc --decode); the binary links no protobuf. iproute2 (`ip`) makes the
+# network namespaces of the two-machine test.
 # `setup.sh bench` adds what `make bench` needs: Debian's python3-torch (the
 # same libtorch 1.13) for the Python peer of the step benchmark.
 # BATON_TORCH_PACKAGES replaces the libtorch and Gloo packages (empty: none,
@@ -22,6 +23,7 @@ packages=(
   libsentencepiece-dev libpcre2-dev
   libopenblas0-pthread
   protobuf-compiler
+  iproute2
 )
 if [ "${1:-}" = bench ]; then
   packages+=(python3 python3-torch)

@@ -24,6 +24,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -146,6 +147,11 @@ std::string store_address(const LaunchEnv& env) {
 /// What groups and works share with their runtime: the store, the
 /// heartbeat, the timeout. Groups hold it (not the Runtime, which holds
 /// the world group), so a Runtime and its groups go away together.
+/// How long a failing rank tries to tell the others before it exits.
+constexpr std::chrono::seconds kReportFailureWait{2};
+/// How long a diagnosis waits for the store beyond its heartbeat wait.
+constexpr std::chrono::seconds kStoreAnswerWait{5};
+
 struct Core {
   LaunchEnv env;
   RuntimeOptions options;
@@ -190,8 +196,13 @@ struct Core {
     }
   }
 
+  /// Blocks while the store does not answer: diagnose_within bounds it.
   std::string diagnose();
 };
+
+/// core->diagnose(), or what an unanswering store means after a bounded
+/// wait.
+std::string diagnose_within(const std::shared_ptr<Core>& core);
 
 struct Runtime::State {
   std::shared_ptr<Core> core;
@@ -215,6 +226,8 @@ struct Runtime::State {
         gloo_device =
             c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
       } else if (ifname != nullptr) {
+        LOG(INFO) << "dist: Gloo talks over interface " << ifname
+                  << " (GLOO_SOCKET_IFNAME)";
         gloo_device = c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
       } else if (env.world_size == env.local_world_size) {
         // Every rank on this machine: loopback needs no name resolution.
@@ -285,7 +298,7 @@ struct ProcessGroup::Impl {
     } catch (const std::exception& e) {
       throw CommError(
           "[dist] " + describe(op) + " could not start: " + error_text(e) +
-          "; " + runtime->diagnose());
+          "; " + diagnose_within(runtime));
     }
   }
 };
@@ -324,7 +337,7 @@ void Work::wait() {
       throw CommError(
           "[dist] " + impl_->what + " failed (timeout " +
           seconds_text(timeout) + "): " + error + "; " +
-          impl_->runtime->diagnose());
+          diagnose_within(impl_->runtime));
     }
   }
   impl_->done = true;
@@ -792,7 +805,7 @@ std::shared_ptr<ProcessGroup> Runtime::new_group(
         "[dist] creating group '" + name + "' of " + std::to_string(size) +
         " ranks (this is global rank " + std::to_string(core.env.rank) +
         ") failed within " + seconds_text(create_timeout) + ": " +
-        error_text(e) + "; " + state_->core->diagnose());
+        error_text(e) + "; " + diagnose_within(state_->core));
   }
   return std::make_shared<ProcessGroup>(std::move(impl));
 }
@@ -806,7 +819,28 @@ std::chrono::milliseconds Runtime::timeout() const {
 }
 
 std::string Runtime::diagnose() {
-  return state_->core->diagnose();
+  return diagnose_within(state_->core);
+}
+
+std::string diagnose_within(const std::shared_ptr<Core>& core) {
+  // A store this rank can no longer reach (its machine gone, a cut link)
+  // blocks each call for the store's own timeout, the rendezvous one:
+  // minutes. The diagnosis runs on a thread of its own, which keeps the
+  // store alive and is left behind if it does not answer in time.
+  const auto wait =
+      std::max<Millis>(Millis(2000), 4 * core->options.heartbeat_interval) +
+      kStoreAnswerWait;
+  auto result = std::make_shared<std::promise<std::string>>();
+  std::future<std::string> text = result->get_future();
+  std::thread([core, result] { result->set_value(core->diagnose()); }).detach();
+  if (text.wait_for(wait) == std::future_status::ready) {
+    return text.get();
+  }
+  return "the rendezvous store at " + store_address(core->env) +
+         " does not answer within " + seconds_text(wait) + ", so its host (" +
+         (core->env.store_hosted ? std::string("the launcher")
+                                 : std::string("rank 0")) +
+         ") is gone or cannot be reached";
 }
 
 std::string Core::diagnose() {
@@ -878,12 +912,29 @@ std::string Core::diagnose() {
 }
 
 void Runtime::report_failure(const std::string& message) noexcept {
+  // Bounded: the store's host may be a machine this rank can no longer
+  // reach (a cut link), where a store call blocks far longer than a failing
+  // rank may take to exit. The call runs on a thread of its own, which
+  // keeps the store alive and is left behind if it does not return in time.
   try {
-    auto& store = *state_->core->heartbeat_store;
-    const int64_t order = store.add("baton/failure_order", 1);
-    store.set(
-        failure_key(state_->core->env.rank),
-        to_bytes(std::to_string(order) + "|" + first_line(message)));
+    auto done = std::make_shared<std::promise<void>>();
+    std::future<void> reported = done->get_future();
+    std::thread([core = state_->core, line = first_line(message), done] {
+      try {
+        auto& store = *core->heartbeat_store;
+        const int64_t order = store.add("baton/failure_order", 1);
+        store.set(
+            failure_key(core->env.rank),
+            to_bytes(std::to_string(order) + "|" + line));
+      } catch (const std::exception&) {
+      }
+      done->set_value();
+    }).detach();
+    if (reported.wait_for(kReportFailureWait) != std::future_status::ready) {
+      LOG(WARNING) << "dist: could not tell the other ranks of this failure "
+                      "through the store within "
+                   << kReportFailureWait.count() << " s; exiting without";
+    }
   } catch (const std::exception&) {
   }
 }
