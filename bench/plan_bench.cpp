@@ -14,9 +14,7 @@
 namespace {
 
 std::string source_path(const std::string& relative) {
-  return (std::filesystem::path(__FILE__).parent_path().parent_path() /
-          relative)
-      .string();
+  return (std::filesystem::path(BATON_SOURCE_DIR) / relative).string();
 }
 
 void BM_Plan405bOn512Ranks(benchmark::State& state) {
