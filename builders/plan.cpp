@@ -982,7 +982,9 @@ PlanResult plan_layouts(
       score_all(base, candidates, model, threads, result);
   if (result.ranked.empty()) {
     throw_config_error(
-        "--memory-per-rank " + gib(result.memory_cap) + " GiB",
+        options.memory_per_rank() > 0
+            ? "--memory-per-rank " + gib(result.memory_cap) + " GiB"
+            : costs.path + ": memory_per_rank_gib " + gib(result.memory_cap),
         "no plan fits: the smallest peak of the " +
             std::to_string(result.considered) + " candidates is " +
             gib(smallest.peak_bytes) + " GiB (" + describe_layout(smallest) +

@@ -138,6 +138,20 @@ TEST(Plan, ACapNoPlanFitsNamesTheSmallestPeak) {
   }
 }
 
+TEST(Plan, TheCostFilesCapNamesItsOrigin) {
+  PlanCosts costs = hand_costs();
+  costs.memory_per_rank_gib = 1e-6;
+  try {
+    plan_layouts(debug_config(), 2, costs);
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("hand: memory_per_rank_gib"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("smallest peak"), std::string::npos) << what;
+  }
+}
+
 TEST(Plan, AWorldNoLayoutDividesIsAConfigError) {
   // 7 ranks: tp 7 does not divide 16 heads, pp 7 exceeds 6 layers, dp 7
   // does not divide 16 sequences.
