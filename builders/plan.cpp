@@ -14,11 +14,11 @@
 #include <thread>
 #include <tuple>
 
+#include "builders/dry_run.h"
 #include "common/error.h"
 #include "models/model_spec.h"
 #include "parallel/pipeline/schedule_io.h"
 #include "parallel/pipeline/schedules.h"
-#include "parallel/pipeline/split.h"
 #include "parallel/tensor_parallel/tensor_parallel.h"
 
 namespace baton {
@@ -92,10 +92,6 @@ class FieldReader {
       fail(key, "'" + value.dump() + "' is not a string", "a string");
     }
     return value.get<std::string>();
-  }
-
-  const std::string& path() const {
-    return path_;
   }
 
  private:

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "builders/dry_run.h"
 #include "config/job_config.h"
 
 namespace baton {
