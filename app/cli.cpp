@@ -195,7 +195,7 @@ TrainArgs parse_train(const std::vector<std::string>& args) {
   while (option.next()) {
     const std::string& name = option.name();
     if (name == "config") {
-      out.config_path = option.value();
+      out.config_paths.push_back(option.value());
     } else if (name == "print-config" && option.is_flag()) {
       out.print_config = true;
     } else if (name == "dry-run") {
@@ -216,11 +216,73 @@ TrainArgs parse_train(const std::vector<std::string>& args) {
       option.fail_unknown("config overrides are written --SECTION.KEY=VALUE");
     }
   }
-  require(!out.config_path.empty(), "train", "--config FILE");
+  require(!out.config_paths.empty(), "train", "--config FILE");
   if (out.max_restarts > 0 && out.nproc == 0) {
     throw ConfigError(
         "--max-restarts " + std::to_string(out.max_restarts) +
         ": needs --nproc N (under torchrun, use torchrun's --max-restarts)");
+  }
+  return out;
+}
+
+double parse_positive(const std::string& flag, const std::string& value) {
+  try {
+    size_t used = 0;
+    const double x = std::stod(value, &used);
+    if (used == value.size() && x > 0.0) {
+      return x;
+    }
+  } catch (const std::exception&) {
+  }
+  throw ConfigError(
+      flag + ": '" + value + "' is not allowed; allowed: a number > 0");
+}
+
+PlanArgs parse_plan(const std::vector<std::string>& args) {
+  PlanArgs out;
+  OptionReader option(args, "plan");
+  while (option.next()) {
+    const std::string& name = option.name();
+    if (name == "config") {
+      out.config_paths.push_back(option.value());
+    } else if (name == "nproc") {
+      out.nproc = parse_count("--nproc", option.value());
+    } else if (name == "memory-per-rank") {
+      out.memory_per_rank_gib =
+          parse_positive("--memory-per-rank", option.value());
+    } else if (name == "costs") {
+      out.costs_path = option.value();
+    } else if (name == "top") {
+      out.top = parse_count("--top", option.value());
+    } else if (name == "out") {
+      out.out_dir = option.value();
+    } else if (name == "global-batch") {
+      out.global_batch = parse_count("--global-batch", option.value());
+    } else if (name == "write-costs-from-flops") {
+      out.write_costs_path = option.value();
+    } else if (name == "peak-tflops") {
+      out.peak_tflops = parse_positive("--peak-tflops", option.value());
+    } else if (name == "efficiency") {
+      out.efficiency = parse_positive("--efficiency", option.value());
+      if (out.efficiency > 1.0) {
+        throw ConfigError(
+            "--efficiency: '" + option.value() +
+            "' is not allowed; allowed: a fraction in (0, 1]");
+      }
+    } else if (name.find('.') != std::string::npos) {
+      out.overrides.push_back(name + "=" + option.value());
+    } else {
+      option.fail_unknown("config overrides are written --SECTION.KEY=VALUE");
+    }
+  }
+  require(!out.config_paths.empty(), "plan", "--config FILE");
+  if (out.write_costs_path.empty()) {
+    require(out.nproc > 0, "plan", "--nproc N");
+    require(
+        !out.costs_path.empty(),
+        "plan",
+        "--costs FILE (profiling on this machine is not built yet; write one "
+        "with --write-costs-from-flops FILE)");
   }
   return out;
 }
@@ -445,6 +507,8 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
     out.train = parse_train(rest);
   } else if (command == "schedule") {
     out.schedule = parse_schedule(rest);
+  } else if (command == "plan") {
+    out.plan = parse_plan(rest);
   } else if (command == "tokenizer train") {
     out.tokenizer_train =
         parse_tokenizer_train(sub_command_args("tokenizer", "train", rest));
@@ -467,10 +531,13 @@ CommandUsage train_usage() {
   return {
       "train",
       "trains a model from a YAML job config",
-      {"baton train --config FILE [--nproc N [--max-restarts R]]",
-       "            [--SECTION.KEY=VALUE ...] [--print-config]",
-       "            [--dry-run[=text|json]]"},
-      {{"config", "--config FILE", "the YAML job config (see configs/)"},
+      {"baton train --config FILE [--config FILE ...]",
+       "            [--nproc N [--max-restarts R]] [--SECTION.KEY=VALUE ...]",
+       "            [--print-config] [--dry-run[=text|json]]"},
+      {{"config",
+        "--config FILE",
+        "the YAML job config (see configs/); repeated, later files set "
+        "their keys over earlier ones' (a baton plan overlay)"},
        {"",
         "--SECTION.KEY=VALUE",
         "sets one config key, e.g. --training.steps=30"},
@@ -584,6 +651,46 @@ CommandUsage data_tokenize_usage() {
          "a new shard starts once one holds N tokens; default 2^28"}}});
 }
 
+// `baton plan`.
+CommandUsage plan_usage() {
+  return {
+      "plan",
+      "ranks layouts, schedules and checkpointing for a world size from a "
+      "cost file",
+      {"baton plan --config FILE --nproc N --costs FILE [--memory-per-rank "
+       "GIB]",
+       "           [--top K] [--out DIR] [--global-batch ROWS]",
+       "           [--SECTION.KEY=VALUE ...]",
+       "baton plan --config FILE --write-costs-from-flops FILE",
+       "           [--peak-tflops X] [--efficiency E]"},
+      {{"config", "--config FILE", "the base job config (repeatable)"},
+       {"", "--SECTION.KEY=VALUE", "sets one key of the base config"},
+       {"nproc", "--nproc N", "the world size to plan for"},
+       {"costs", "--costs FILE", "the cost file (docs/plan.md)"},
+       {"memory-per-rank",
+        "--memory-per-rank GIB",
+        "the memory cap per rank; default the cost file's, else none"},
+       {"top", "--top K", "candidates shown; default 10"},
+       {"out",
+        "--out DIR",
+        "writes plan.yaml (an overlay for baton train's second --config), "
+        "schedule.svg and plan.txt"},
+       {"global-batch",
+        "--global-batch ROWS",
+        "sequences per step over all data-parallel ranks, kept across "
+        "candidates; default local_batch_size x world / (tp x pp)"},
+       {"write-costs-from-flops",
+        "--write-costs-from-flops FILE",
+        "writes a cost file from the model's FLOPs and exits"},
+       {"peak-tflops",
+        "--peak-tflops X",
+        "with --write-costs-from-flops: the peak; default 989 (H100 bf16)"},
+       {"efficiency",
+        "--efficiency E",
+        "with --write-costs-from-flops: the fraction of the peak reached; "
+        "default 0.4"}}};
+}
+
 // `baton checkpoint inspect`.
 CommandUsage checkpoint_inspect_usage() {
   return {
@@ -600,6 +707,7 @@ const std::vector<CommandUsage>& cli_commands() {
     std::vector<CommandUsage> list = {
         train_usage(),
         schedule_usage(),
+        plan_usage(),
         tokenizer_train_usage(),
         data_tokenize_usage(),
         checkpoint_inspect_usage()};

@@ -9,7 +9,8 @@ namespace baton {
 
 /// `baton train` arguments.
 struct TrainArgs {
-  std::string config_path;
+  /// --config files in order; later files override earlier ones key by key.
+  std::vector<std::string> config_paths;
   /// "section.key=value", in command-line order.
   std::vector<std::string> overrides;
   bool print_config = false;
@@ -49,6 +50,32 @@ struct ScheduleArgs {
       {"W", 1.0},
       {"OVERLAP", -1.0},
       {"P2P", 0.0}};
+};
+
+/// `baton plan` arguments.
+struct PlanArgs {
+  /// --config files in order, as for train.
+  std::vector<std::string> config_paths;
+  /// "section.key=value", in command-line order.
+  std::vector<std::string> overrides;
+  /// The world size to plan for.
+  int64_t nproc = 0;
+  /// The cap per rank in GiB; 0 = the cost file's, else none.
+  double memory_per_rank_gib = 0.0;
+  /// The cost file (docs/plan.md).
+  std::string costs_path;
+  /// Candidates the table shows.
+  int64_t top = 10;
+  /// Where plan.yaml, schedule.svg and plan.txt go; empty = none written.
+  std::string out_dir;
+  /// Sequences per step over the data-parallel ranks; 0 = the config's
+  /// local_batch_size x (world / (tp x pp)).
+  int64_t global_batch = 0;
+  /// With --write-costs-from-flops: the cost file to write instead of
+  /// planning, from the model's FLOPs, --peak-tflops and --efficiency.
+  std::string write_costs_path;
+  double peak_tflops = 989.0;
+  double efficiency = 0.4;
 };
 
 /// `baton tokenizer train` arguments.
@@ -119,8 +146,8 @@ const std::vector<CommandUsage>& cli_commands();
 
 /// The parsed command line.
 struct CliArgs {
-  /// "train", "schedule", "tokenizer train", "data tokenize", "checkpoint
-  /// inspect", or "help" for --help / -h / `help` / no arguments.
+  /// "train", "schedule", "plan", "tokenizer train", "data tokenize",
+  /// "checkpoint inspect", or "help" for --help / -h / `help` / no arguments.
   std::string command;
   /// With "help": the command whose usage to print; empty = baton's own.
   std::string help_topic;
@@ -128,6 +155,8 @@ struct CliArgs {
   TrainArgs train;
   /// Set for "schedule".
   ScheduleArgs schedule;
+  /// Set for "plan".
+  PlanArgs plan;
   /// Set for "tokenizer train".
   TokenizerTrainArgs tokenizer_train;
   /// Set for "data tokenize".

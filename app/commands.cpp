@@ -3,14 +3,19 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "app/progress.h"
+#include "builders/plan.h"
 #include "checkpoint/inspect.h"
 #include "common/error.h"
+#include "config/job_config.h"
 #include "data/dataset.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "data/token_shards.h"
@@ -50,6 +55,72 @@ int run_schedule(const ScheduleArgs& args) {
     throw std::runtime_error(
         "[schedule] --out: cannot write '" + args.out_path + "'");
   }
+  return 0;
+}
+
+namespace {
+
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) {
+    throw std::runtime_error("[plan] cannot write '" + path + "'");
+  }
+}
+
+}  // namespace
+
+int run_plan(const PlanArgs& args) {
+  const JobConfig config = load_job_config(args.config_paths, args.overrides);
+  if (!args.write_costs_path.empty()) {
+    const PlanCosts costs = plan_costs_from_flops(
+        config,
+        FlopsCostOptions()
+            .peak_tflops(args.peak_tflops)
+            .efficiency(args.efficiency));
+    write_text_file(args.write_costs_path, plan_costs_to_json(costs));
+    std::cout << "plan: wrote " << args.write_costs_path << " ("
+              << costs.obtained << ")\n";
+    return 0;
+  }
+  const PlanCosts costs = load_plan_costs(args.costs_path);
+  auto options = PlanOptions().global_batch(args.global_batch);
+  if (args.memory_per_rank_gib > 0.0) {
+    options.memory_per_rank(static_cast<int64_t>(
+        args.memory_per_rank_gib * 1024.0 * 1024.0 * 1024.0));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const PlanResult result = plan_layouts(config, args.nproc, costs, options);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  std::ostringstream table;
+  table << format_plan_table(result, costs, args.top) << "planned in "
+        << seconds << " s\n";
+  std::cout << table.str();
+  if (args.out_dir.empty()) {
+    return 0;
+  }
+  std::filesystem::create_directories(args.out_dir);
+  const PlanCandidate& best = result.ranked.front();
+  char why[128];
+  std::snprintf(
+      why,
+      sizeof(why),
+      "rank 1 of %zu, predicted %.4g s per step, %.4g tokens/s per rank",
+      result.ranked.size(),
+      best.step_s,
+      best.tokens_per_s_per_rank);
+  const std::string dir = args.out_dir + "/";
+  write_text_file(dir + "plan.yaml", plan_overlay_yaml(best, why));
+  write_text_file(dir + "plan.txt", table.str());
+  std::cout << "plan: wrote " << dir << "plan.yaml, " << dir << "plan.txt";
+  if (best.pp > 1) {
+    write_text_file(
+        dir + "schedule.svg", plan_schedule_svg(config, best, costs));
+    std::cout << ", " << dir << "schedule.svg";
+  }
+  std::cout << "\n";
   return 0;
 }
 

@@ -7,6 +7,10 @@ namespace baton {
 /// `baton schedule`: generates (or loads) a schedule, plans it and writes it
 /// in the asked format; returns the exit code.
 int run_schedule(const ScheduleArgs& args);
+/// `baton plan`: ranks the layouts of the world size from a cost file,
+/// writes the chosen one as an overlay and its schedule as an SVG (or, with
+/// --write-costs-from-flops, writes a cost file).
+int run_plan(const PlanArgs& args);
 /// `baton tokenizer train`: trains a SentencePiece model on the inputs'
 /// texts.
 int run_tokenizer_train(const TokenizerTrainArgs& args);

@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <exception>
@@ -105,7 +106,7 @@ int64_t dry_run_world_size(
 int run_train(const baton::TrainArgs& args, char** argv) {
   // Every registry is filled before the config is checked against them.
   baton::register_builtin_builders();
-  const auto config = baton::load_job_config(args.config_path, args.overrides);
+  const auto config = baton::load_job_config(args.config_paths, args.overrides);
   // A malformed BATON_INJECT_FAULT fails here, before any rank starts.
   baton::FaultInjection::get();
   if (args.print_config) {
@@ -135,7 +136,11 @@ int run_train(const baton::TrainArgs& args, char** argv) {
     // The config is checked once, here, before any rank starts.
     baton::dist::LocalLaunchOptions launch;
     launch.nproc = args.nproc;
-    launch.args = {"train", "--config", args.config_path};
+    launch.args = {"train"};
+    for (const auto& path : args.config_paths) {
+      launch.args.push_back("--config");
+      launch.args.push_back(path);
+    }
     for (const auto& o : args.overrides) {
       launch.args.push_back("--" + o);
     }
@@ -147,8 +152,12 @@ int run_train(const baton::TrainArgs& args, char** argv) {
   // (common/threads.h): start again with OMP_WAIT_POLICY=PASSIVE unless the
   // user chose a policy; in the same restart as the kernels'. Not when the
   // config could not be read a second time (a pipe, /dev/stdin).
-  const bool rereadable = args.config_path.empty() ||
-                          std::filesystem::is_regular_file(args.config_path);
+  const bool rereadable = std::all_of(
+      args.config_paths.begin(),
+      args.config_paths.end(),
+      [](const std::string& path) {
+        return std::filesystem::is_regular_file(path);
+      });
   const bool passive =
       baton::openmp_wait_policy_unset() &&
       baton::resolve_intra_op_threads(
@@ -197,6 +206,10 @@ int main(int argc, char** argv) {
     }
     if (cli.command == "schedule") {
       return baton::run_schedule(cli.schedule);
+    }
+    if (cli.command == "plan") {
+      baton::register_builtin_builders();
+      return baton::run_plan(cli.plan);
     }
     if (cli.command == "tokenizer train") {
       return baton::run_tokenizer_train(cli.tokenizer_train);

@@ -179,7 +179,8 @@ std::string describe_ac(const ActivationCheckpointConfig& ac) {
 
 }  // namespace
 
-DryRunReport dry_run(const JobConfig& config, int64_t world_size) {
+DryRunReport dry_run(
+    const JobConfig& config, int64_t world_size, const DryRunOptions& options) {
   const auto& p = config.parallelism;
   DryRunReport report;
   report.dims = ParallelDims::resolve(
@@ -252,8 +253,10 @@ DryRunReport dry_run(const JobConfig& config, int64_t world_size) {
               "; allowed: one list per stage");
     }
     stage_to_rank = schedule.stage_to_rank;
-    peak = pipeline::plan_schedule(schedule, pipeline::SimulationCosts())
-               .simulation.peak_activations;
+    peak = options.peak_microbatches().empty()
+               ? pipeline::plan_schedule(schedule, pipeline::SimulationCosts())
+                     .simulation.peak_activations
+               : options.peak_microbatches();
     report.schedule = schedule.name;
     report.num_stages = schedule.num_stages;
     report.microbatches = schedule.microbatches;
@@ -268,6 +271,10 @@ DryRunReport dry_run(const JobConfig& config, int64_t world_size) {
 
   for (int64_t rank = 0; rank < dims.world_size; ++rank) {
     const dist::MeshCoord coord = dist::mesh_coord(dims, rank);
+    if (options.first_rank_per_pipeline_rank() &&
+        (coord.dp_replicate != 0 || coord.dp_shard != 0 || coord.tp != 0)) {
+      continue;
+    }
     DryRunRank r;
     r.rank = rank;
     r.pp = coord.pp;
@@ -275,7 +282,7 @@ DryRunReport dry_run(const JobConfig& config, int64_t world_size) {
     r.dp_shard = coord.dp_shard;
     r.tp = coord.tp;
     int64_t largest_block = 0;  // elements gathered, whole after TP
-    int64_t gathered = 0;      // every unit's, or the root's
+    int64_t gathered = 0;       // every unit's, or the root's
     int64_t sliced_elements = 0;
     for (size_t s = 0; s < chunks.size(); ++s) {
       if (stage_to_rank[s] != coord.pp) {

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <torch/arg.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -78,6 +80,18 @@ struct DryRunReport {
   std::vector<DryRunRank> ranks;
 };
 
+/// What a dry run computes; the defaults give every rank.
+struct DryRunOptions {
+  /// Only the ranks at data-parallel and tensor-parallel coordinate 0, one
+  /// per pipeline rank: fully_shard's and tensor parallel's ceil splits give
+  /// coordinate 0 the largest shard, so these hold the most loaded rank of
+  /// each pipeline rank (what a planner needs, fast).
+  TORCH_ARG(bool, first_rank_per_pipeline_rank) = false;
+  /// The most in-flight microbatches of each pipeline rank, when the caller
+  /// has simulated the schedule already (empty: the dry run simulates it).
+  TORCH_ARG(std::vector<int64_t>, peak_microbatches) = {};
+};
+
 /// Builds the layout of `config` for `world_size` ranks on every rank's
 /// behalf without allocating a weight: the degrees resolved, the schedule
 /// and its placement, the stage split, each parameter's tensor-parallel
@@ -85,7 +99,10 @@ struct DryRunReport {
 /// rank would hold. The activation figures are estimates (the tensors the
 /// blocks save for backward: docs/ARCHITECTURE.md, section 4). Throws
 /// ConfigError for a layout the run itself would refuse.
-DryRunReport dry_run(const JobConfig& config, int64_t world_size);
+DryRunReport dry_run(
+    const JobConfig& config,
+    int64_t world_size,
+    const DryRunOptions& options = DryRunOptions());
 
 /// The report as a table (`format` "text": ranks with equal figures in one
 /// row) or JSON (every rank).

@@ -442,8 +442,10 @@ void decode_section(
     const std::string path = section_name + "." + key;
     const std::string where = file_line(file, entry.first.Mark());
     // yaml-cpp keeps duplicate keys; the YAML spec forbids them, and the
-    // last one silently winning hides edits.
-    if (const auto first = origins.find(path); first != origins.end()) {
+    // last one silently winning hides edits. A later --config file setting
+    // a key again is an overlay, not a duplicate.
+    if (const auto first = origins.find(path);
+        first != origins.end() && first->second.rfind(file + ":", 0) == 0) {
       throw_config_error(
           where,
           "duplicate key '" + path + "' (first set at " + first->second +
@@ -785,8 +787,17 @@ std::optional<ConfigProblem> LRSchedulerConfig::phases_warning(
 
 JobConfig load_job_config(
     const std::string& path, const std::vector<std::string>& overrides) {
+  return load_job_config(
+      path.empty() ? std::vector<std::string>{}
+                   : std::vector<std::string>{path},
+      overrides);
+}
+
+JobConfig load_job_config(
+    const std::vector<std::string>& paths,
+    const std::vector<std::string>& overrides) {
   JobConfig config;
-  if (!path.empty()) {
+  for (const auto& path : paths) {
     decode_file(path, config);
   }
   for (const auto& text : overrides) {

@@ -535,6 +535,13 @@ struct JobConfig {
 JobConfig load_job_config(
     const std::string& path, const std::vector<std::string>& overrides = {});
 
+/// Loads each of `paths` in order over the same config (a later file sets
+/// only the keys it names, over the earlier files'), then applies
+/// `overrides` and validates, as the one-file form does.
+JobConfig load_job_config(
+    const std::vector<std::string>& paths,
+    const std::vector<std::string>& overrides);
+
 /// The effective config as YAML (every key, defaults included), loadable back.
 std::string job_config_to_yaml(const JobConfig& config);
 

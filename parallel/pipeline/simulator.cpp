@@ -251,6 +251,10 @@ class Simulator {
     if (const auto own = own_cost(a)) {
       return *own;
     }
+    if (a.kind == ActionKind::kOverlapFB && costs_.overlap_f_b() < 0.0) {
+      // No gain: its forward's and backward's costs, each its stage's.
+      return cost(a.forward_part()) + cost(a.backward_part());
+    }
     const auto it = costs_.per_stage().find({a.stage, a.kind});
     if (it != costs_.per_stage().end()) {
       return it->second;

@@ -30,7 +30,8 @@ struct SimulationCosts {
   TORCH_ARG(double, backward_input) = 1.0;
   /// A backward for the weight gradient only.
   TORCH_ARG(double, backward_weight) = 1.0;
-  /// An OVERLAP_F_B; negative means forward + backward (no overlap gain).
+  /// An OVERLAP_F_B; negative means its forward's + its backward's cost
+  /// (each by its stage and microbatch: no overlap gain).
   TORCH_ARG(double, overlap_f_b) = -1.0;
   /// From a SEND being posted to its data being usable on the peer (and,
   /// for a compute-only schedule, between stages on different ranks).

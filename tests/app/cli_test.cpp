@@ -93,7 +93,7 @@ TEST(Cli, HelpOnEveryCommandPrintsItsOptionsAndExitsZero) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(
       r.output.rfind(
-          "error: unknown command 'bogus'; allowed: train, schedule, "
+          "error: unknown command 'bogus'; allowed: train, schedule, plan, "
           "tokenizer, data, checkpoint (see 'baton --help')",
           0),
       0u)
@@ -126,6 +126,51 @@ TEST(Cli, EveryOptionTheHelpListsIsParsed) {
       }
     }
   }
+}
+
+TEST(Cli, TrainTakesSeveralConfigsAndPlanItsOptions) {
+  const CliArgs train =
+      parse_cli({"train", "--config", "a.yaml", "--config=b.yaml"});
+  EXPECT_EQ(
+      train.train.config_paths, (std::vector<std::string>{"a.yaml", "b.yaml"}));
+  const CliArgs plan = parse_cli(
+      {"plan",
+       "--config",
+       "a.yaml",
+       "--nproc",
+       "512",
+       "--costs",
+       "c.json",
+       "--memory-per-rank",
+       "80",
+       "--top",
+       "5",
+       "--out",
+       "dir",
+       "--training.seq_len=128"});
+  EXPECT_EQ(plan.command, "plan");
+  EXPECT_EQ(plan.plan.nproc, 512);
+  EXPECT_EQ(plan.plan.costs_path, "c.json");
+  EXPECT_EQ(plan.plan.memory_per_rank_gib, 80.0);
+  EXPECT_EQ(plan.plan.top, 5);
+  EXPECT_EQ(plan.plan.out_dir, "dir");
+  EXPECT_EQ(
+      plan.plan.overrides, (std::vector<std::string>{"training.seq_len=128"}));
+  EXPECT_THROW(
+      parse_cli({"plan", "--config", "a.yaml", "--costs", "c.json"}),
+      ConfigError);
+  EXPECT_THROW(
+      parse_cli(
+          {"plan",
+           "--config",
+           "a.yaml",
+           "--nproc",
+           "2",
+           "--costs",
+           "c",
+           "--memory-per-rank",
+           "-1"}),
+      ConfigError);
 }
 
 TEST(Cli, UnknownOptionsExitTwoPointingAtTheCommandsHelp) {

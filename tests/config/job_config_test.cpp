@@ -63,6 +63,29 @@ TEST(JobConfig, EmptyFileAndEmptySectionsKeepDefaults) {
   EXPECT_EQ(c.job.dump_folder, "./outputs");
 }
 
+TEST(JobConfig, LaterFilesOverrideEarlierOnesKeyByKey) {
+  const std::string base = write_yaml(
+      "training:\n  seq_len: 128\n  local_batch_size: 4\n"
+      "parallelism:\n  pipeline_parallel_degree: 2\n",
+      "_base");
+  const std::string overlay =
+      write_yaml("training:\n  local_batch_size: 16\n", "_overlay");
+  const JobConfig c = load_job_config({base, overlay}, {});
+  EXPECT_EQ(c.training.local_batch_size, 16);
+  EXPECT_EQ(c.training.seq_len, 128);
+  EXPECT_EQ(c.parallelism.pipeline_parallel_degree, 2);
+  EXPECT_EQ(c.origin("training.local_batch_size"), overlay + ":2");
+  EXPECT_EQ(c.origin("training.seq_len"), base + ":2");
+  // Overrides still come last; a key twice in one file is still refused.
+  EXPECT_EQ(
+      load_job_config({base, overlay}, {"training.local_batch_size=2"})
+          .training.local_batch_size,
+      2);
+  const std::string twice =
+      write_yaml("training:\n  seq_len: 128\n  seq_len: 64\n", "_twice");
+  EXPECT_NE(load_error(twice).find("duplicate key"), std::string::npos);
+}
+
 TEST(JobConfig, LoadsFullFile) {
   const std::string path = write_yaml(
       "builder: default\n"

@@ -420,6 +420,37 @@ TEST(SimulatorTest, PerStageCostsReplaceThePerKindOnes) {
       same.makespan, simulate(gpipe, SimulationCosts().backward(2.0)).makespan);
 }
 
+TEST(SimulatorTest, AnOverlapCostsItsPartsPerStageCosts) {
+  // DualPipeV's OVERLAP_F_B without a cost of its own (overlap_f_b -1)
+  // takes its forward's and its backward's per-stage costs: with every
+  // stage's F = 2 and B = 3, each overlap lasts 5, and the busy time of a
+  // rank is its m forwards and m backwards of 2 stages (5 x 2m), whatever
+  // the per-kind defaults say.
+  const int64_t p = 2, m = 4;
+  const auto dualpipe = lower_schedule(make_schedule("DualPipeV", p, 2, m));
+  StageCosts per_stage;
+  for (int64_t s = 0; s < 2 * p; ++s) {
+    per_stage[{s, ActionKind::kF}] = 2.0;
+    per_stage[{s, ActionKind::kB}] = 3.0;
+    per_stage[{s, ActionKind::kI}] = 1.5;
+    per_stage[{s, ActionKind::kW}] = 1.5;
+  }
+  const auto sim = simulate(dualpipe, SimulationCosts().per_stage(per_stage));
+  bool saw_overlap = false;
+  for (const auto& rank : sim.timeline) {
+    for (const auto& a : rank) {
+      if (a.action.kind == ActionKind::kOverlapFB) {
+        saw_overlap = true;
+        EXPECT_DOUBLE_EQ(a.end - a.start, 5.0) << a.action.str();
+      }
+    }
+  }
+  EXPECT_TRUE(saw_overlap);
+  for (const double busy : sim.busy) {
+    EXPECT_DOUBLE_EQ(busy, 5.0 * 2 * m);
+  }
+}
+
 TEST(SimulatorTest, PerActionCostsReplaceOneActionsCost) {
   // GPipe over 2 ranks, m = 2: 0F0 costs 3 by its own entry, the other
   // forwards of stage 0 (0F1) 5 by the per-stage one, all else 1. Rank 1

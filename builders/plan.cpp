@@ -1,0 +1,1105 @@
+#include "builders/plan.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <tuple>
+
+#include "builders/dry_run.h"
+#include "common/error.h"
+#include "models/model_spec.h"
+#include "parallel/pipeline/schedule_io.h"
+#include "parallel/pipeline/schedules.h"
+#include "parallel/tensor_parallel/tensor_parallel.h"
+
+namespace baton {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// ---------------------------------------------------------------- cost file
+
+/// Reads fields of one JSON object, naming `path` and the field path in
+/// every error.
+class FieldReader {
+ public:
+  FieldReader(const json& node, std::string path, std::string field)
+      : node_(node), path_(std::move(path)), field_(std::move(field)) {
+    if (!node_.is_object()) {
+      fail("", "is not an object", "an object");
+    }
+  }
+
+  [[noreturn]] void fail(
+      const std::string& key,
+      const std::string& problem,
+      const std::string& allowed) const {
+    throw_config_error(
+        path_,
+        name(key) + ": " + problem + "; allowed: " + allowed +
+            "; see docs/plan.md");
+  }
+
+  std::string name(const std::string& key) const {
+    if (key.empty()) {
+      return field_.empty() ? "the top level" : field_;
+    }
+    return field_.empty() ? key : field_ + "." + key;
+  }
+
+  bool has(const std::string& key) const {
+    return node_.contains(key);
+  }
+
+  const json& at(const std::string& key) const {
+    if (!node_.contains(key)) {
+      fail(key, "missing", "a value");
+    }
+    return node_.at(key);
+  }
+
+  FieldReader object(const std::string& key) const {
+    return FieldReader(at(key), path_, name(key));
+  }
+
+  double number(const std::string& key, double above = -1.0) const {
+    const json& value = at(key);
+    if (!value.is_number() || value.get<double>() <= above ||
+        !std::isfinite(value.get<double>())) {
+      fail(
+          key,
+          "'" + value.dump() + "' is not allowed",
+          above < 0.0 ? "a number >= 0" : "a number > 0");
+    }
+    return value.get<double>();
+  }
+
+  std::string text(const std::string& key) const {
+    const json& value = at(key);
+    if (!value.is_string()) {
+      fail(key, "'" + value.dump() + "' is not a string", "a string");
+    }
+    return value.get<std::string>();
+  }
+
+ private:
+  const json& node_;
+  std::string path_;
+  std::string field_;
+};
+
+PassCosts read_passes(const FieldReader& r) {
+  PassCosts c;
+  c.f = r.number("F");
+  c.b = r.number("B");
+  c.i = r.number("I");
+  c.w = r.number("W");
+  return c;
+}
+
+LinkCosts read_link(const FieldReader& r) {
+  LinkCosts link;
+  link.latency_s = r.number("latency_s");
+  link.bandwidth = r.number("bandwidth_GBps", 0.0) * 1e9;
+  return link;
+}
+
+CommCosts read_comm(const FieldReader& top, const std::string& key) {
+  const FieldReader r = top.object(key);
+  CommCosts c;
+  c.inter_node = read_link(r);
+  if (r.has("intra_node")) {
+    c.intra_node = read_link(r.object("intra_node"));
+  }
+  return c;
+}
+
+json passes_json(const PassCosts& c) {
+  return {{"F", c.f}, {"B", c.b}, {"I", c.i}, {"W", c.w}};
+}
+
+json link_json(const LinkCosts& l) {
+  return {{"latency_s", l.latency_s}, {"bandwidth_GBps", l.bandwidth / 1e9}};
+}
+
+json comm_json(const CommCosts& c) {
+  json out = link_json(c.inter_node);
+  if (c.intra_node) {
+    out["intra_node"] = link_json(*c.intra_node);
+  }
+  return out;
+}
+
+}  // namespace
+
+PlanCosts load_plan_costs(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    throw_config_error(
+        path, "cannot read the cost file; allowed: a readable JSON file");
+  }
+  json root;
+  try {
+    root = json::parse(in);
+  } catch (const json::exception& e) {
+    throw_config_error(
+        path,
+        std::string("not JSON: ") + e.what() +
+            "; allowed: a cost file (docs/plan.md)");
+  }
+  const FieldReader top(root, path, "");
+  PlanCosts costs;
+  costs.path = path;
+  costs.description = top.text("description");
+  costs.obtained = top.text("obtained");
+  const json& rows = top.at("microbatches");
+  if (!rows.is_array() || rows.empty()) {
+    top.fail(
+        "microbatches",
+        "is not a non-empty list",
+        "a list of {rows, block, embedding, output}");
+  }
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const FieldReader r(
+        rows[k], path, "microbatches[" + std::to_string(k) + "]");
+    MicrobatchCosts m;
+    const double n = r.number("rows", 0.0);
+    if (n != std::floor(n)) {
+      r.fail(
+          "rows",
+          "'" + r.at("rows").dump() + "' is not allowed",
+          "an integer >= 1");
+    }
+    m.rows = static_cast<int64_t>(n);
+    m.block = read_passes(r.object("block"));
+    m.embedding = read_passes(r.object("embedding"));
+    m.output = read_passes(r.object("output"));
+    costs.microbatches.push_back(m);
+  }
+  std::sort(
+      costs.microbatches.begin(),
+      costs.microbatches.end(),
+      [](const MicrobatchCosts& a, const MicrobatchCosts& b) {
+        return a.rows < b.rows;
+      });
+  if (top.has("ranks_per_node")) {
+    costs.ranks_per_node = static_cast<int64_t>(top.number("ranks_per_node"));
+  }
+  costs.p2p = read_comm(top, "p2p");
+  costs.all_reduce = read_comm(top, "all_reduce");
+  costs.all_gather = read_comm(top, "all_gather");
+  costs.reduce_scatter = read_comm(top, "reduce_scatter");
+  if (top.has("memory_per_rank_gib")) {
+    costs.memory_per_rank_gib = top.number("memory_per_rank_gib", 0.0);
+  }
+  return costs;
+}
+
+std::string plan_costs_to_json(const PlanCosts& costs) {
+  json rows = json::array();
+  for (const auto& m : costs.microbatches) {
+    rows.push_back(
+        {{"rows", m.rows},
+         {"block", passes_json(m.block)},
+         {"embedding", passes_json(m.embedding)},
+         {"output", passes_json(m.output)}});
+  }
+  json out = {
+      {"description", costs.description},
+      {"obtained", costs.obtained},
+      {"ranks_per_node", costs.ranks_per_node},
+      {"microbatches", rows},
+      {"p2p", comm_json(costs.p2p)},
+      {"all_reduce", comm_json(costs.all_reduce)},
+      {"all_gather", comm_json(costs.all_gather)},
+      {"reduce_scatter", comm_json(costs.reduce_scatter)}};
+  if (costs.memory_per_rank_gib) {
+    out["memory_per_rank_gib"] = *costs.memory_per_rank_gib;
+  }
+  return out.dump(2) + "\n";
+}
+
+namespace {
+
+/// The model's args with the vocabulary a dry run uses (the tokenizer's, or
+/// the flavor's when its file is absent).
+llama::ModelArgs model_args(const JobConfig& base) {
+  const auto& spec =
+      model_registry().get(base.model.name, base.origin("model.name"));
+  llama::ModelArgs args =
+      model_flavor(spec, base.model.flavor, base.origin("model.flavor"));
+  JobConfig one = base;
+  auto& p = one.parallelism;
+  p.data_parallel_replicate_degree = p.data_parallel_shard_degree = 1;
+  p.tensor_parallel_degree = p.pipeline_parallel_degree = 1;
+  args.vocab_size = dry_run(one, 1).vocab_size;
+  return args;
+}
+
+int64_t compute_dtype_bytes(const JobConfig& config) {
+  // As the dry run takes it: auto is bfloat16 on CUDA, and a plan is for
+  // accelerators.
+  return config.training.mixed_precision_param == "float32" ? 4 : 2;
+}
+
+}  // namespace
+
+PlanCosts plan_costs_from_flops(
+    const JobConfig& config, const FlopsCostOptions& options) {
+  const llama::ModelArgs args = model_args(config);
+  const int64_t seq = config.training.seq_len;
+  const double rate = options.peak_tflops() * 1e12 * options.efficiency();
+  const double block_params = static_cast<double>(args.params_per_layer());
+  const double q = static_cast<double>(args.n_heads * args.head_dim());
+  const double block_flops =
+      2.0 * block_params + 4.0 * static_cast<double>(seq) * q;
+  const double output_flops =
+      2.0 * static_cast<double>(args.vocab_size * args.dim);
+  PlanCosts costs;
+  char text[512];
+  std::snprintf(
+      text,
+      sizeof(text),
+      "FLOPs at %.0f%% of %.0f TFLOP/s: per token a block's forward is 2 x "
+      "%.0f parameters + 4 x seq_len %lld x %lld (attention) = %.4g FLOPs, "
+      "the output's 2 x vocab %lld x dim %lld = %.4g, the embedding's 0; "
+      "B = 2 F, I = W = F. Links: H100 machines of 8 (NVLink: 450 GB/s "
+      "p2p, 360 GB/s bus for collectives, 5 us), 400 Gb/s InfiniBand per "
+      "GPU across (45 GB/s, 15 us); memory 80 GiB",
+      options.efficiency() * 100.0,
+      options.peak_tflops(),
+      block_params,
+      static_cast<long long>(seq),
+      static_cast<long long>(q),
+      block_flops,
+      static_cast<long long>(args.vocab_size),
+      static_cast<long long>(args.dim),
+      output_flops);
+  costs.description = config.model.name + " " + config.model.flavor +
+                      ", seq_len " + std::to_string(seq) + ", costs from FLOPs";
+  costs.obtained = text;
+  for (const int64_t rows : options.rows()) {
+    const double tokens = static_cast<double>(rows * seq);
+    const auto passes = [&](double flops) {
+      const double f = flops * tokens / rate;
+      return PassCosts{f, 2.0 * f, f, f};
+    };
+    costs.microbatches.push_back(
+        {rows, passes(block_flops), PassCosts{}, passes(output_flops)});
+  }
+  costs.ranks_per_node = 8;
+  const LinkCosts ib{15e-6, 45e9};
+  costs.p2p = {ib, LinkCosts{5e-6, 450e9}};
+  costs.all_reduce = {ib, LinkCosts{5e-6, 360e9}};
+  costs.all_gather = costs.all_reduce;
+  costs.reduce_scatter = costs.all_reduce;
+  costs.memory_per_rank_gib = 80.0;
+  return costs;
+}
+
+namespace {
+
+// ------------------------------------------------------------- the model
+
+/// The costs at `rows`: the nearest listed size's, scaled by rows.
+MicrobatchCosts costs_at(const PlanCosts& costs, int64_t rows) {
+  const MicrobatchCosts* best = &costs.microbatches.front();
+  for (const auto& m : costs.microbatches) {
+    if (std::abs(std::log(static_cast<double>(m.rows) / rows)) <
+        std::abs(std::log(static_cast<double>(best->rows) / rows))) {
+      best = &m;
+    }
+  }
+  const double s = static_cast<double>(rows) / best->rows;
+  const auto scale = [s](PassCosts c) {
+    return PassCosts{c.f * s, c.b * s, c.i * s, c.w * s};
+  };
+  return {
+      rows, scale(best->block), scale(best->embedding), scale(best->output)};
+}
+
+/// A group of `size` ranks `stride` apart lies on one machine when the
+/// machine holds its whole span.
+const LinkCosts& link_for(
+    const CommCosts& comm,
+    const PlanCosts& costs,
+    int64_t size,
+    int64_t stride) {
+  const bool intra =
+      costs.ranks_per_node == 0 || stride * size <= costs.ranks_per_node;
+  return intra && comm.intra_node ? *comm.intra_node : comm.inter_node;
+}
+
+/// Ring collectives: all_gather / reduce_scatter move (n-1)/n of the whole
+/// buffer per rank, all_reduce twice that.
+double collective_s(
+    const CommCosts& comm,
+    const PlanCosts& costs,
+    int64_t n,
+    int64_t stride,
+    double whole_bytes,
+    double factor) {
+  if (n <= 1) {
+    return 0.0;
+  }
+  const LinkCosts& link = link_for(comm, costs, n, stride);
+  return link.latency_s + factor * (n - 1) / n * whole_bytes / link.bandwidth;
+}
+
+/// The compute and tensor-parallel time of one pass over the pieces a
+/// stage holds.
+struct StageTimes {
+  double f = 0.0;
+  double b = 0.0;
+  double i = 0.0;
+  double w = 0.0;
+};
+
+struct CostModel {
+  const PlanCosts& costs;
+  int64_t seq_len = 0;
+  int64_t dim = 0;
+  int64_t dtype_bytes = 2;
+  int64_t reduce_bytes = 4;
+
+  /// Seconds of one stage's passes at `rows`, with `layers` blocks.
+  StageTimes stage(
+      const PlanCandidate& c,
+      int64_t rows,
+      int64_t layers,
+      bool embedding,
+      bool output) const {
+    const MicrobatchCosts m = costs_at(costs, rows);
+    const double t = static_cast<double>(c.tp);
+    // Sequence parallel: 2 all-gathers and 2 reduce-scatters of the block's
+    // (rows, T, dim) activations per forward, as many in backward.
+    const double act = static_cast<double>(rows * seq_len * dim * dtype_bytes);
+    const double tp_comm =
+        2.0 * collective_s(costs.all_gather, costs, c.tp, 1, act, 1.0) +
+        2.0 * collective_s(costs.reduce_scatter, costs, c.tp, 1, act, 1.0);
+    const double block_f = m.block.f / t + tp_comm;
+    const double recompute = c.activation_checkpoint == "full" ? block_f : 0.0;
+    const double L = static_cast<double>(layers);
+    StageTimes s;
+    s.f = L * block_f;
+    s.b = L * (m.block.b / t + tp_comm + recompute);
+    s.i = L * (m.block.i / t + tp_comm + recompute);
+    s.w = L * m.block.w / t;
+    for (const auto& [held, piece] :
+         {std::pair{embedding, m.embedding}, std::pair{output, m.output}}) {
+      if (held) {
+        s.f += piece.f / t;
+        s.b += piece.b / t;
+        s.i += piece.i / t;
+        s.w += piece.w / t;
+      }
+    }
+    return s;
+  }
+
+  /// From a SEND to its data usable on the next pipeline rank: this tp
+  /// rank's slice of the (rows, T, dim) activation.
+  double p2p_s(const PlanCandidate& c, int64_t rows) const {
+    const int64_t stride = c.dp_replicate * c.dp_shard * c.tp;
+    const LinkCosts& link = link_for(costs.p2p, costs, 2, stride);
+    const double bytes =
+        static_cast<double>(rows * seq_len * dim * dtype_bytes) / c.tp;
+    return link.latency_s + bytes / link.bandwidth;
+  }
+
+  /// Data-parallel gradient sync of a rank storing `stored` parameter
+  /// elements, after the pipeline (not overlapped): replicate all-reduces
+  /// the gradients; fully_shard all-gathers the parameters (once kept for
+  /// pipeline stages, else again in backward) and reduce-scatters the
+  /// gradients.
+  double dp_sync_s(const PlanCandidate& c, int64_t stored) const {
+    const double n = static_cast<double>(stored);
+    if (c.dp_replicate > 1) {
+      return collective_s(
+          costs.all_reduce,
+          costs,
+          c.dp_replicate,
+          c.tp * c.dp_shard,
+          n * reduce_bytes,
+          2.0);
+    }
+    if (c.dp_shard > 1) {
+      const double whole = n * c.dp_shard;
+      const double gathers = c.pp > 1 ? 1.0 : 2.0;
+      return gathers * collective_s(
+                           costs.all_gather,
+                           costs,
+                           c.dp_shard,
+                           c.tp,
+                           whole * dtype_bytes,
+                           1.0) +
+             collective_s(
+                 costs.reduce_scatter,
+                 costs,
+                 c.dp_shard,
+                 c.tp,
+                 whole * reduce_bytes,
+                 1.0);
+    }
+    return 0.0;
+  }
+};
+
+// ------------------------------------------------------------ the search
+
+/// The stages per rank each schedule may take.
+std::vector<int64_t> stages_per_rank_values(
+    const std::string& schedule, int64_t max_v) {
+  if (schedule == "GPipe" || schedule == "1F1B") {
+    return {1};
+  }
+  if (schedule == "ZBVZeroBubble" || schedule == "DualPipeV") {
+    return {2};
+  }
+  std::vector<int64_t> v;
+  for (int64_t k = 2; k <= max_v; ++k) {
+    v.push_back(k);
+  }
+  return v;
+}
+
+const std::vector<std::string>& schedule_names() {
+  static const std::vector<std::string> names{
+      "GPipe",
+      "1F1B",
+      "Interleaved1F1B",
+      "LoopedBFS",
+      "InterleavedZeroBubble",
+      "ZBVZeroBubble",
+      "DualPipeV"};
+  return names;
+}
+
+std::vector<int64_t> even_split(int64_t n_layers, int64_t stages) {
+  std::vector<int64_t> layers(stages, n_layers / stages);
+  for (int64_t s = 0; s < n_layers % stages; ++s) {
+    ++layers[s];
+  }
+  return layers;
+}
+
+/// The first stage `e` block units lighter (the embedding) and the last
+/// `o` (the output) than an equal share of layers + e + o; the layers left
+/// spread evenly over the middle stages, the extra ones to the earliest.
+std::vector<int64_t> balanced_split(
+    int64_t n_layers, int64_t stages, double e, double o) {
+  const double share = (n_layers + e + o) / stages;
+  const int64_t middle_stages = stages - 2;
+  const auto edge = [&](double lighter) {
+    return std::clamp<int64_t>(
+        std::llround(share - lighter), 1, n_layers - middle_stages - 1);
+  };
+  std::vector<int64_t> layers(stages, 0);
+  layers.front() = edge(e);
+  layers.back() = stages == 2 ? n_layers - layers.front() : edge(o);
+  if (middle_stages > 0) {
+    int64_t left = n_layers - layers.front() - layers.back();
+    if (left < middle_stages) {
+      return even_split(n_layers, stages);
+    }
+    for (int64_t s = 1; s <= middle_stages; ++s) {
+      layers[s] = left / middle_stages + (s <= left % middle_stages ? 1 : 0);
+    }
+  }
+  if (layers.back() < 1) {
+    return even_split(n_layers, stages);
+  }
+  return layers;
+}
+
+/// A schedule lowered once, and its in-flight peaks (cost-free).
+struct CachedSchedule {
+  pipeline::Schedule lowered;
+  std::vector<int64_t> peaks;
+  std::string error;
+};
+
+using ScheduleKey = std::tuple<std::string, int64_t, int64_t, int64_t>;
+
+void parallel_for(
+    int64_t n, int64_t threads, const std::function<void(int64_t)>& fn) {
+  std::atomic<int64_t> next{0};
+  std::vector<std::thread> pool;
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  const int64_t count = std::max<int64_t>(1, std::min(threads, n));
+  for (int64_t t = 0; t < count; ++t) {
+    pool.emplace_back([&] {
+      for (int64_t k = next++; k < n; k = next++) {
+        try {
+          fn(k);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mutex);
+          if (!error) {
+            error = std::current_exception();
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : pool) {
+    t.join();
+  }
+  if (error) {
+    std::rethrow_exception(error);
+  }
+}
+
+JobConfig candidate_config(const JobConfig& base, const PlanCandidate& c) {
+  JobConfig config = base;
+  auto& p = config.parallelism;
+  p.data_parallel_replicate_degree = c.dp_replicate;
+  p.data_parallel_shard_degree = c.dp_shard;
+  p.tensor_parallel_degree = c.tp;
+  p.pipeline_parallel_degree = c.pp;
+  p.pipeline_parallel_schedule = c.schedule.empty() ? "1F1B" : c.schedule;
+  p.pipeline_parallel_stages_per_rank = c.stages_per_rank;
+  p.pipeline_parallel_microbatch_size = c.microbatch_size;
+  p.pipeline_parallel_layers_per_stage = 0;
+  p.pipeline_parallel_schedule_csv.clear();
+  p.pipeline_parallel_module_fqns_per_stage =
+      c.balanced ? split_fqns(c.layers_per_stage)
+                 : std::vector<std::vector<std::string>>{};
+  config.training.local_batch_size = c.local_batch;
+  config.activation_checkpoint.mode = c.activation_checkpoint;
+  return config;
+}
+
+pipeline::SimulationCosts simulation_costs(
+    const CostModel& model, const PlanCandidate& c) {
+  auto costs = pipeline::SimulationCosts().p2p_latency(
+      model.p2p_s(c, c.microbatch_size));
+  pipeline::StageCosts per_stage;
+  const int64_t stages = static_cast<int64_t>(c.layers_per_stage.size());
+  for (int64_t s = 0; s < stages; ++s) {
+    const StageTimes t = model.stage(
+        c, c.microbatch_size, c.layers_per_stage[s], s == 0, s == stages - 1);
+    per_stage[{s, pipeline::ActionKind::kF}] = t.f;
+    per_stage[{s, pipeline::ActionKind::kB}] = t.b;
+    per_stage[{s, pipeline::ActionKind::kI}] = t.i;
+    per_stage[{s, pipeline::ActionKind::kW}] = t.w;
+  }
+  return costs.per_stage(std::move(per_stage));
+}
+
+/// Memory and time of one candidate; false when over `cap`.
+bool score(
+    const JobConfig& base,
+    int64_t world,
+    const CostModel& model,
+    const CachedSchedule* schedule,
+    int64_t cap,
+    PlanCandidate& c) {
+  auto options = DryRunOptions().first_rank_per_pipeline_rank(true);
+  if (schedule != nullptr) {
+    options.peak_microbatches(schedule->peaks);
+  }
+  const DryRunReport report =
+      dry_run(candidate_config(base, c), world, options);
+  int64_t most_stored = 0;
+  for (const auto& r : report.ranks) {
+    c.peak_bytes = std::max(c.peak_bytes, r.total_bytes);
+    most_stored = std::max(most_stored, r.parameters);
+  }
+  if (cap > 0 && c.peak_bytes > cap) {
+    return false;
+  }
+  c.dp_sync_s = model.dp_sync_s(c, most_stored);
+  if (schedule == nullptr) {
+    const StageTimes t =
+        model.stage(c, c.local_batch, c.layers_per_stage.at(0), true, true);
+    c.compute_s = t.f + t.b;
+  } else {
+    const auto sim =
+        pipeline::simulate(schedule->lowered, simulation_costs(model, c));
+    c.compute_s = sim.makespan;
+    c.bubble = sim.max_bubble_fraction();
+  }
+  c.step_s = c.compute_s + c.dp_sync_s;
+  return true;
+}
+
+int64_t default_global_batch(const JobConfig& base, int64_t world) {
+  const auto& p = base.parallelism;
+  const int64_t tp = std::max<int64_t>(1, p.tensor_parallel_degree);
+  const int64_t pp = std::max<int64_t>(1, p.pipeline_parallel_degree);
+  return base.training.local_batch_size *
+         std::max<int64_t>(1, world / (tp * pp));
+}
+
+/// Every (tp, pp, dp) the world and the model allow.
+struct Layout {
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t dp = 1;
+};
+
+std::vector<Layout> layouts(
+    const JobConfig& base,
+    const llama::ModelArgs& args,
+    int64_t world,
+    int64_t global_batch,
+    const PlanOptions& options) {
+  std::vector<Layout> out;
+  for (int64_t tp = 1; tp <= std::min(options.max_tp(), world); ++tp) {
+    if (world % tp != 0 || (tp > 1 && tensor_parallel::tensor_parallel_problem(
+                                          args, base.training.seq_len, tp))) {
+      continue;
+    }
+    for (int64_t pp = 1; pp <= std::min(options.max_pp(), world / tp); ++pp) {
+      if ((world / tp) % pp != 0 || pp > args.n_layers) {
+        continue;
+      }
+      const int64_t dp = world / (tp * pp);
+      if (global_batch % dp == 0) {
+        out.push_back({tp, pp, dp});
+      }
+    }
+  }
+  return out;
+}
+
+/// The candidates of one layout, before memory and time.
+void add_candidates(
+    const Layout& layout,
+    int64_t global_batch,
+    const llama::ModelArgs& args,
+    const MicrobatchCosts& unit,
+    const PlanOptions& options,
+    std::vector<PlanCandidate>& out) {
+  const int64_t local = global_batch / layout.dp;
+  std::vector<std::pair<int64_t, int64_t>> dp_modes{{layout.dp, 1}};
+  if (layout.dp > 1) {
+    dp_modes.push_back({1, layout.dp});
+  }
+  const double block = unit.block.f + unit.block.b;
+  const double e = (unit.embedding.f + unit.embedding.b) / block;
+  const double o = (unit.output.f + unit.output.b) / block;
+  for (const auto& [replicate, shard] : dp_modes) {
+    PlanCandidate c;
+    c.pp = layout.pp;
+    c.tp = layout.tp;
+    c.dp_replicate = replicate;
+    c.dp_shard = shard;
+    c.local_batch = local;
+    if (layout.pp == 1) {
+      c.microbatch_size = local;
+      c.layers_per_stage = {args.n_layers};
+      out.push_back(c);
+      continue;
+    }
+    for (const std::string& name : schedule_names()) {
+      for (const int64_t v :
+           stages_per_rank_values(name, options.max_stages_per_rank())) {
+        const int64_t stages = layout.pp * v;
+        if (stages > args.n_layers) {
+          continue;
+        }
+        for (int64_t mb = 1; mb <= local; ++mb) {
+          if (local % mb != 0 || local / mb > options.max_microbatches()) {
+            continue;
+          }
+          c.schedule = name;
+          c.stages_per_rank = v;
+          c.microbatch_size = mb;
+          c.microbatches = local / mb;
+          c.balanced = false;
+          c.layers_per_stage = even_split(args.n_layers, stages);
+          out.push_back(c);
+          const auto balanced = balanced_split(args.n_layers, stages, e, o);
+          if (balanced != c.layers_per_stage) {
+            c.balanced = true;
+            c.layers_per_stage = balanced;
+            out.push_back(c);
+          }
+        }
+      }
+    }
+  }
+}
+
+std::map<ScheduleKey, CachedSchedule> lower_schedules(
+    const std::vector<PlanCandidate>& candidates, int64_t threads) {
+  std::map<ScheduleKey, CachedSchedule> cache;
+  for (const auto& c : candidates) {
+    if (c.pp > 1) {
+      cache[{c.schedule, c.pp, c.stages_per_rank, c.microbatches}];
+    }
+  }
+  std::vector<std::pair<const ScheduleKey, CachedSchedule>*> entries;
+  for (auto& entry : cache) {
+    entries.push_back(&entry);
+  }
+  parallel_for(static_cast<int64_t>(entries.size()), threads, [&](int64_t k) {
+    const auto& [name, pp, v, m] = entries[k]->first;
+    CachedSchedule& s = entries[k]->second;
+    try {
+      const auto planned = pipeline::plan_schedule(
+          pipeline::make_schedule(name, pp, v, m), pipeline::SimulationCosts());
+      s.lowered = planned.lowered;
+      s.peaks = planned.simulation.peak_activations;
+    } catch (const ConfigError& e) {
+      s.error = e.what();  // a layout the schedule cannot run
+    }
+  });
+  return cache;
+}
+
+std::string describe_layout(const PlanCandidate& c) {
+  std::ostringstream out;
+  out << "pp " << c.pp << " x dp_replicate " << c.dp_replicate << " x dp_shard "
+      << c.dp_shard << " x tp " << c.tp;
+  if (c.pp > 1) {
+    out << ", " << c.schedule << " v " << c.stages_per_rank << ", m "
+        << c.microbatches << " of " << c.microbatch_size;
+  }
+  out << ", ac " << c.activation_checkpoint;
+  return out.str();
+}
+
+/// "2*2,1*2": each run of equal layer counts as count*stages.
+std::string describe_split(const std::vector<int64_t>& layers) {
+  std::string out;
+  for (size_t k = 0; k < layers.size();) {
+    size_t j = k;
+    while (j < layers.size() && layers[j] == layers[k]) {
+      ++j;
+    }
+    out += (out.empty() ? "" : ",") + std::to_string(layers[k]);
+    if (j - k > 1) {
+      out += "*" + std::to_string(j - k);
+    }
+    k = j;
+  }
+  return out;
+}
+
+std::string gib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f", static_cast<double>(bytes) / kGiB);
+  return text;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::string>> split_fqns(
+    const std::vector<int64_t>& layers_per_stage) {
+  std::vector<std::vector<std::string>> fqns;
+  int64_t layer = 0;
+  for (size_t s = 0; s < layers_per_stage.size(); ++s) {
+    std::vector<std::string> stage;
+    if (s == 0) {
+      stage.push_back("tok_embeddings");
+    }
+    for (int64_t k = 0; k < layers_per_stage[s]; ++k) {
+      stage.push_back("layers." + std::to_string(layer++));
+    }
+    if (s + 1 == layers_per_stage.size()) {
+      stage.push_back("norm");
+      stage.push_back("output");
+    }
+    fqns.push_back(std::move(stage));
+  }
+  return fqns;
+}
+
+namespace {
+
+[[noreturn]] void throw_no_layout(
+    const JobConfig& base,
+    const llama::ModelArgs& args,
+    int64_t world,
+    int64_t global_batch,
+    const PlanOptions& options) {
+  throw_config_error(
+      "--nproc " + std::to_string(world),
+      "no layout pp x dp x tp divides " + std::to_string(world) +
+          " ranks for " + base.model.name + " " + base.model.flavor + " (" +
+          std::to_string(args.n_layers) + " layers, " +
+          std::to_string(args.n_heads) + " heads) with a global batch of " +
+          std::to_string(global_batch) +
+          " sequences; allowed: pp <= the layers and max " +
+          std::to_string(options.max_pp()) +
+          ", tp dividing the heads, hidden size and seq_len (max " +
+          std::to_string(options.max_tp()) +
+          "), dp dividing the global batch; try another --nproc or "
+          "--global-batch");
+}
+
+/// The candidates every schedule accepts, and their schedules lowered.
+struct Candidates {
+  std::vector<PlanCandidate> list;
+  std::map<ScheduleKey, CachedSchedule> schedules;
+
+  const CachedSchedule* schedule_of(const PlanCandidate& c) const {
+    if (c.pp == 1) {
+      return nullptr;
+    }
+    return &schedules.at({c.schedule, c.pp, c.stages_per_rank, c.microbatches});
+  }
+};
+
+Candidates valid_candidates(
+    const std::vector<Layout>& found,
+    int64_t global_batch,
+    const llama::ModelArgs& args,
+    const PlanCosts& costs,
+    const PlanOptions& options,
+    int64_t threads) {
+  const MicrobatchCosts unit = costs_at(costs, 1);
+  std::vector<PlanCandidate> all;
+  for (const Layout& layout : found) {
+    add_candidates(layout, global_batch, args, unit, options, all);
+  }
+  Candidates out;
+  out.schedules = lower_schedules(all, threads);
+  // Drop the layouts a schedule refuses (1F1B with m < pp, ...).
+  for (auto& c : all) {
+    const CachedSchedule* schedule = out.schedule_of(c);
+    if (schedule == nullptr || schedule->error.empty()) {
+      out.list.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+/// Scores every candidate without checkpointing, and with full
+/// checkpointing where that does not fit (full only adds compute, so it
+/// never wins where none fits); fills `result`'s ranked list (in candidate
+/// order) and counts. Returns the candidate of the smallest peak.
+PlanCandidate score_all(
+    const JobConfig& base,
+    const Candidates& candidates,
+    const CostModel& model,
+    int64_t threads,
+    PlanResult& result) {
+  const auto& valid = candidates.list;
+  std::vector<std::vector<PlanCandidate>> scored(valid.size());
+  std::vector<PlanCandidate> smallest(valid.size());
+  std::atomic<int64_t> pruned{0}, dominated{0};
+  const double tokens =
+      static_cast<double>(result.global_batch * base.training.seq_len);
+  parallel_for(static_cast<int64_t>(valid.size()), threads, [&](int64_t k) {
+    smallest[k].peak_bytes = INT64_MAX;
+    for (const char* mode : {"none", "full"}) {
+      PlanCandidate c = valid[k];
+      c.activation_checkpoint = mode;
+      const bool fits = score(
+          base,
+          result.world_size,
+          model,
+          candidates.schedule_of(c),
+          result.memory_cap,
+          c);
+      if (c.peak_bytes < smallest[k].peak_bytes) {
+        smallest[k] = c;
+      }
+      if (!fits) {
+        ++pruned;
+        continue;
+      }
+      c.tokens_per_s = tokens / c.step_s;
+      c.tokens_per_s_per_rank = c.tokens_per_s / result.world_size;
+      scored[k].push_back(c);
+      if (c.activation_checkpoint == "none") {
+        ++dominated;
+        break;
+      }
+    }
+  });
+  result.considered = 2 * static_cast<int64_t>(valid.size());
+  result.pruned = pruned;
+  result.dominated = dominated;
+  for (auto& list : scored) {
+    for (auto& c : list) {
+      result.ranked.push_back(std::move(c));
+    }
+  }
+  return *std::min_element(
+      smallest.begin(),
+      smallest.end(),
+      [](const PlanCandidate& a, const PlanCandidate& b) {
+        return a.peak_bytes < b.peak_bytes;
+      });
+}
+
+}  // namespace
+
+PlanResult plan_layouts(
+    const JobConfig& base,
+    int64_t world,
+    const PlanCosts& costs,
+    const PlanOptions& options) {
+  pipeline::register_builtin_schedules();
+  const llama::ModelArgs args = model_args(base);
+  PlanResult result;
+  result.world_size = world;
+  result.global_batch = options.global_batch() > 0
+                            ? options.global_batch()
+                            : default_global_batch(base, world);
+  result.memory_cap = options.memory_per_rank() > 0
+                          ? options.memory_per_rank()
+                          : static_cast<int64_t>(
+                                costs.memory_per_rank_gib.value_or(0.0) * kGiB);
+  const auto found = layouts(base, args, world, result.global_batch, options);
+  if (found.empty()) {
+    throw_no_layout(base, args, world, result.global_batch, options);
+  }
+  const int64_t threads =
+      options.threads() > 0
+          ? options.threads()
+          : std::max<unsigned>(1, std::thread::hardware_concurrency());
+  const Candidates candidates = valid_candidates(
+      found, result.global_batch, args, costs, options, threads);
+  const CostModel model{
+      costs,
+      base.training.seq_len,
+      args.dim,
+      compute_dtype_bytes(base),
+      base.training.mixed_precision_reduce == "bfloat16" ? 2 : 4};
+  const PlanCandidate smallest =
+      score_all(base, candidates, model, threads, result);
+  if (result.ranked.empty()) {
+    throw_config_error(
+        options.memory_per_rank() > 0
+            ? "--memory-per-rank " + gib(result.memory_cap) + " GiB"
+            : costs.path + ": memory_per_rank_gib " + gib(result.memory_cap),
+        "no plan fits: the smallest peak of the " +
+            std::to_string(result.considered) + " candidates is " +
+            gib(smallest.peak_bytes) + " GiB (" + describe_layout(smallest) +
+            "); allowed: a cap of at least that; try more ranks or a "
+            "smaller batch");
+  }
+  std::stable_sort(
+      result.ranked.begin(),
+      result.ranked.end(),
+      [](const PlanCandidate& a, const PlanCandidate& b) {
+        return a.step_s < b.step_s;
+      });
+  return result;
+}
+
+std::string format_plan_table(
+    const PlanResult& result, const PlanCosts& costs, int64_t top) {
+  std::ostringstream out;
+  out << "plan: " << result.world_size << " ranks, global batch "
+      << result.global_batch << " sequences; costs: " << costs.description
+      << " (" << costs.path << ")\n"
+      << "candidates: " << result.considered << " considered, " << result.pruned
+      << " over the memory cap"
+      << (result.memory_cap > 0 ? " of " + gib(result.memory_cap) + " GiB"
+                                : std::string(" (no cap)"))
+      << ", " << result.dominated
+      << " with full checkpointing not scored (none fits and is faster), "
+      << result.ranked.size() << " ranked\n"
+      << "step time = simulated pipeline + data-parallel gradient sync (not "
+         "overlapped)\n\n";
+  out << "rank | pp dp_rep dp_shard tp | schedule v | microbatch x m | "
+         "layers per stage | ac | step s (pipeline + dp sync) | tokens/s | "
+         "tokens/s/rank | bubble % | peak GiB\n";
+  const int64_t n = std::min<int64_t>(top, result.ranked.size());
+  for (int64_t k = 0; k < n; ++k) {
+    const PlanCandidate& c = result.ranked[k];
+    const std::string split =
+        c.pp > 1 ? std::string(c.balanced ? "balanced " : "even ") +
+                       describe_split(c.layers_per_stage)
+                 : std::string("-");
+    char line[512];
+    std::snprintf(
+        line,
+        sizeof(line),
+        "%lld | %lld %lld %lld %lld | %s %lld | %lld x %lld | %s | %s | "
+        "%.4g (%.4g + %.4g) | %.4g | %.4g | %.1f | %s\n",
+        static_cast<long long>(k + 1),
+        static_cast<long long>(c.pp),
+        static_cast<long long>(c.dp_replicate),
+        static_cast<long long>(c.dp_shard),
+        static_cast<long long>(c.tp),
+        c.pp > 1 ? c.schedule.c_str() : "-",
+        static_cast<long long>(c.stages_per_rank),
+        static_cast<long long>(c.microbatch_size),
+        static_cast<long long>(c.microbatches),
+        split.c_str(),
+        c.activation_checkpoint.c_str(),
+        c.step_s,
+        c.compute_s,
+        c.dp_sync_s,
+        c.tokens_per_s,
+        c.tokens_per_s_per_rank,
+        c.bubble * 100.0,
+        gib(c.peak_bytes).c_str());
+    out << line;
+  }
+  return out.str();
+}
+
+std::string plan_overlay_yaml(const PlanCandidate& c, const std::string& why) {
+  std::ostringstream out;
+  out << "# baton plan: " << why << "\n"
+      << "# Use as: baton train --config BASE.yaml --config THIS.yaml\n"
+      << "training:\n"
+      << "  local_batch_size: " << c.local_batch << "\n"
+      << "parallelism:\n"
+      << "  data_parallel_replicate_degree: " << c.dp_replicate << "\n"
+      << "  data_parallel_shard_degree: " << c.dp_shard << "\n"
+      << "  tensor_parallel_degree: " << c.tp << "\n"
+      << "  pipeline_parallel_degree: " << c.pp << "\n";
+  if (c.pp > 1) {
+    out << "  pipeline_parallel_schedule: " << c.schedule << "\n"
+        << "  pipeline_parallel_stages_per_rank: " << c.stages_per_rank << "\n"
+        << "  pipeline_parallel_microbatch_size: " << c.microbatch_size << "\n"
+        << "  pipeline_parallel_schedule_csv: \"\"\n"
+        << "  pipeline_parallel_layers_per_stage: 0\n";
+    if (c.balanced) {
+      out << "  pipeline_parallel_module_fqns_per_stage:\n";
+      for (const auto& stage : split_fqns(c.layers_per_stage)) {
+        out << "    - [";
+        for (size_t k = 0; k < stage.size(); ++k) {
+          out << (k ? ", " : "") << stage[k];
+        }
+        out << "]\n";
+      }
+    } else {
+      out << "  pipeline_parallel_module_fqns_per_stage: []\n";
+    }
+  }
+  out << "activation_checkpoint:\n"
+      << "  mode: " << c.activation_checkpoint << "\n";
+  return out.str();
+}
+
+std::string plan_schedule_svg(
+    const JobConfig& base, const PlanCandidate& c, const PlanCosts& costs) {
+  pipeline::register_builtin_schedules();
+  const llama::ModelArgs args = model_args(base);
+  const CostModel model{
+      costs,
+      base.training.seq_len,
+      args.dim,
+      compute_dtype_bytes(base),
+      base.training.mixed_precision_reduce == "bfloat16" ? 2 : 4};
+  const auto planned = pipeline::plan_schedule(
+      pipeline::make_schedule(
+          c.schedule, c.pp, c.stages_per_rank, c.microbatches),
+      simulation_costs(model, c));
+  return pipeline::format_schedule(planned.compute, planned.simulation, "svg");
+}
+
+}  // namespace baton

@@ -1,0 +1,195 @@
+#pragma once
+
+// `baton plan`: the layouts a world size allows, each one's memory from the
+// dry run and its step time from the pipeline simulator fed with measured
+// (or FLOP-derived) costs, ranked.
+
+#include <torch/arg.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/job_config.h"
+
+namespace baton {
+
+/// Seconds of one forward (F), full backward (B), input-gradient backward
+/// (I) and weight-gradient backward (W) of one piece of the model.
+struct PassCosts {
+  double f = 0.0;
+  double b = 0.0;
+  double i = 0.0;
+  double w = 0.0;
+};
+
+/// The compute costs at one microbatch size, on one rank without tensor
+/// parallelism.
+struct MicrobatchCosts {
+  /// Sequences of seq_len tokens per microbatch.
+  int64_t rows = 1;
+  /// One transformer block.
+  PassCosts block;
+  /// The token embedding.
+  PassCosts embedding;
+  /// The final norm, the output projection and the loss.
+  PassCosts output;
+};
+
+/// A link: time = latency + bytes moved / bandwidth.
+struct LinkCosts {
+  double latency_s = 0.0;
+  /// Bytes per second (the file says GB/s, 1e9 bytes).
+  double bandwidth = 1.0;
+};
+
+/// A communication's costs across machines, and within one where the file
+/// gives them (a group whose ranks all lie on one node uses intra_node).
+struct CommCosts {
+  LinkCosts inter_node;
+  std::optional<LinkCosts> intra_node;
+};
+
+/// A cost file (docs/plan.md): what each piece of work takes.
+struct PlanCosts {
+  /// Where the file came from (for messages).
+  std::string path;
+  std::string description;
+  /// How the figures were obtained ("FLOPs at 40% of 989 TFLOP/s bf16").
+  std::string obtained;
+  /// By increasing rows.
+  std::vector<MicrobatchCosts> microbatches;
+  /// Consecutive ranks per machine; 0 = every rank on one machine.
+  int64_t ranks_per_node = 0;
+  CommCosts p2p;
+  CommCosts all_reduce;
+  CommCosts all_gather;
+  CommCosts reduce_scatter;
+  /// The memory cap per rank, when the file states one.
+  std::optional<double> memory_per_rank_gib;
+};
+
+/// Reads a cost file. Throws ConfigError naming the file and the field for
+/// a malformed or incomplete one.
+PlanCosts load_plan_costs(const std::string& path);
+
+/// The costs as a cost file's JSON.
+std::string plan_costs_to_json(const PlanCosts& costs);
+
+/// How to derive costs from the model's FLOPs.
+struct FlopsCostOptions {
+  /// The accelerator's peak in the compute dtype (989 for an H100's bf16).
+  TORCH_ARG(double, peak_tflops) = 989.0;
+  /// The fraction of the peak a pass reaches.
+  TORCH_ARG(double, efficiency) = 0.4;
+  /// Microbatch sizes (rows) to write.
+  TORCH_ARG(std::vector<int64_t>, rows) = std::vector<int64_t>{1, 2, 4, 8};
+};
+
+/// A cost file for `config`'s model from its FLOPs: per token, a block's
+/// forward is 2 x its parameters + 4 x seq_len x the query width
+/// (attention's two matmuls), the output's 2 x vocab x dim, the embedding's
+/// none; B = 2 F, I = W = F; seconds = FLOPs / (peak x efficiency). The
+/// links are an H100 cluster's (NVLink within 8-GPU machines, 400 Gb/s
+/// InfiniBand per GPU across them), stated in the file.
+PlanCosts plan_costs_from_flops(
+    const JobConfig& config, const FlopsCostOptions& options);
+
+/// What the search covers.
+struct PlanOptions {
+  /// The cap per rank in bytes; 0 = the cost file's, else none.
+  TORCH_ARG(int64_t, memory_per_rank) = 0;
+  /// Sequences per step over all data-parallel ranks; 0 = the base
+  /// config's local_batch_size x (world / (its tp x pp)).
+  TORCH_ARG(int64_t, global_batch) = 0;
+  TORCH_ARG(int64_t, max_tp) = 8;
+  TORCH_ARG(int64_t, max_pp) = 16;
+  TORCH_ARG(int64_t, max_stages_per_rank) = 8;
+  TORCH_ARG(int64_t, max_microbatches) = 64;
+  /// Threads scoring candidates; 0 = the hardware's.
+  TORCH_ARG(int64_t, threads) = 0;
+};
+
+/// One layout, its memory and its predicted time.
+struct PlanCandidate {
+  int64_t pp = 1;
+  int64_t dp_replicate = 1;
+  int64_t dp_shard = 1;
+  int64_t tp = 1;
+  /// "" without pipelining.
+  std::string schedule;
+  int64_t stages_per_rank = 1;
+  /// Sequences per data-parallel rank per step.
+  int64_t local_batch = 1;
+  int64_t microbatch_size = 1;
+  int64_t microbatches = 1;
+  /// Layers of each stage (empty without pipelining).
+  std::vector<int64_t> layers_per_stage;
+  /// True when the split gives the first and last stages fewer layers for
+  /// the embedding and the output; it is then written as module FQNs.
+  bool balanced = false;
+  /// "none" or "full".
+  std::string activation_checkpoint = "none";
+  /// The simulated pipeline (or the one micro-step), seconds.
+  double compute_s = 0.0;
+  /// Data-parallel gradient synchronisation after it, seconds.
+  double dp_sync_s = 0.0;
+  double step_s = 0.0;
+  double tokens_per_s = 0.0;
+  double tokens_per_s_per_rank = 0.0;
+  /// The simulation's largest bubble fraction over pipeline ranks.
+  double bubble = 0.0;
+  /// The most loaded rank's total (dry run).
+  int64_t peak_bytes = 0;
+};
+
+/// The search's outcome.
+struct PlanResult {
+  /// Best first.
+  std::vector<PlanCandidate> ranked;
+  /// Candidates generated (schedule-valid layouts).
+  int64_t considered = 0;
+  /// Of those, over the memory cap.
+  int64_t pruned = 0;
+  /// Not scored because a cheaper one of the same layout fits (full
+  /// checkpointing when none fits).
+  int64_t dominated = 0;
+  int64_t global_batch = 0;
+  int64_t world_size = 0;
+  /// The cap applied (0: none).
+  int64_t memory_cap = 0;
+};
+
+/// Searches the layouts of `world_size` ranks for `base`'s model: pp x
+/// (dp_replicate or dp_shard) x tp, the seven schedules with their stages
+/// per rank, microbatch sizes, even and balanced layer splits, activation
+/// checkpointing none / full, with the global batch kept. Throws
+/// ConfigError when no layout divides the world for the model, or when
+/// none fits the cap (naming the smallest peak found).
+PlanResult plan_layouts(
+    const JobConfig& base,
+    int64_t world_size,
+    const PlanCosts& costs,
+    const PlanOptions& options = PlanOptions());
+
+/// The ranked table, top `top`, with the counts.
+std::string format_plan_table(
+    const PlanResult& result, const PlanCosts& costs, int64_t top);
+
+/// `candidate` as a YAML overlay for `baton train --config base.yaml
+/// --config plan.yaml`.
+std::string plan_overlay_yaml(
+    const PlanCandidate& candidate, const std::string& why);
+
+/// The module FQNs per stage of a split.
+std::vector<std::vector<std::string>> split_fqns(
+    const std::vector<int64_t>& layers_per_stage);
+
+/// `candidate`'s schedule simulated with its costs, as an SVG.
+std::string plan_schedule_svg(
+    const JobConfig& base,
+    const PlanCandidate& candidate,
+    const PlanCosts& costs);
+
+}  // namespace baton

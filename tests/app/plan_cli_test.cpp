@@ -1,0 +1,121 @@
+// `baton plan` as a user runs it: the debug model planned for 2 ranks from
+// a hand-made cost file, its overlay taken by `baton train` as a second
+// --config (a dry run, then 2 real steps), and the error paths' exit 2.
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tests/baton_binary.h"
+
+namespace baton {
+namespace {
+
+using testing::baton_bin;
+using testing::fresh_dir;
+using testing::run_command;
+using testing::source_path;
+
+std::string plan_command(const std::string& args) {
+  return baton_bin() + " plan --config " +
+         source_path("configs/debug_model.yaml") + " --costs " +
+         source_path("bench/costs/debug_hand.json") + " " + args;
+}
+
+std::string read(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(PlanCli, DebugModelOnTwoRanksWritesAnOverlayTrainAccepts) {
+  const auto dir = fresh_dir("plan_cli");
+  const auto r =
+      run_command(plan_command("--nproc 2 --top 25 --out " + dir.string()));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("considered"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\n25 | "), std::string::npos) << r.output;
+  ASSERT_TRUE(std::filesystem::exists(dir / "plan.yaml"));
+  ASSERT_TRUE(std::filesystem::exists(dir / "plan.txt"));
+  const std::string svg = read(dir / "schedule.svg");
+  EXPECT_NE(svg.find("<svg"), std::string::npos);
+  const std::string overlay = read(dir / "plan.yaml");
+  EXPECT_NE(overlay.find("pipeline_parallel_degree: 2"), std::string::npos)
+      << overlay;
+
+  // The overlay over the base config gives the planned layout.
+  const auto report_path = dir / "dry_run.json";
+  const std::string train = baton_bin() + " train --config " +
+                            source_path("configs/debug_model.yaml") +
+                            " --config " + (dir / "plan.yaml").string();
+  const auto d = run_command(
+      train + " --nproc 2 --dry-run=json > " + report_path.string());
+  ASSERT_EQ(d.code, 0) << d.output << read(report_path);
+  const auto report = nlohmann::json::parse(read(report_path));
+  EXPECT_EQ(report["pp"], 2);
+  const std::string line =
+      overlay.substr(overlay.find("pipeline_parallel_schedule: ") + 28);
+  EXPECT_EQ(report["schedule"], line.substr(0, line.find('\n')));
+  EXPECT_EQ(report["microbatches"], 16);
+
+  // And trains with it: two steps.
+  const auto t = run_command(
+      train + " --nproc 2 --training.steps=2 --job.dump_folder=" +
+      (dir / "run").string());
+  EXPECT_EQ(t.code, 0) << t.output;
+}
+
+TEST(PlanCli, BadInputsExitTwoNamingTheCause) {
+  const auto cap =
+      run_command(plan_command("--nproc 2 --memory-per-rank 1e-6"));
+  EXPECT_EQ(cap.code, 2) << cap.output;
+  EXPECT_NE(cap.output.find("smallest peak"), std::string::npos) << cap.output;
+
+  const auto world = run_command(plan_command("--nproc 7 --global-batch 16"));
+  EXPECT_EQ(world.code, 2) << world.output;
+  EXPECT_NE(world.output.find("no layout"), std::string::npos) << world.output;
+
+  const auto dir = fresh_dir("plan_cli_bad");
+  std::filesystem::create_directories(dir);
+  const auto bad = dir / "costs.json";
+  std::ofstream(bad) << R"({"description": "x", "obtained": "y"})";
+  const auto file = run_command(
+      baton_bin() + " plan --config " +
+      source_path("configs/debug_model.yaml") + " --nproc 2 --costs " +
+      bad.string());
+  EXPECT_EQ(file.code, 2) << file.output;
+  EXPECT_NE(file.output.find(bad.string()), std::string::npos) << file.output;
+  EXPECT_NE(file.output.find("microbatches: missing"), std::string::npos)
+      << file.output;
+
+  const auto no_costs = run_command(
+      baton_bin() + " plan --config " +
+      source_path("configs/debug_model.yaml") + " --nproc 2");
+  EXPECT_EQ(no_costs.code, 2) << no_costs.output;
+  EXPECT_NE(no_costs.output.find("--costs FILE"), std::string::npos);
+}
+
+TEST(PlanCli, WritesACostFileFromFlops) {
+  const auto dir = fresh_dir("plan_cli_flops");
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "costs.json";
+  const auto w = run_command(
+      baton_bin() + " plan --config " +
+      source_path("configs/llama3_405b.yaml") + " --write-costs-from-flops " +
+      path.string() + " --peak-tflops 989 --efficiency 0.4");
+  ASSERT_EQ(w.code, 0) << w.output;
+  const auto costs = nlohmann::json::parse(read(path));
+  EXPECT_NE(
+      costs["obtained"].get<std::string>().find("40% of 989 TFLOP/s"),
+      std::string::npos);
+  // 6.912e9 FLOPs per token per block forward x 8192 tokens at 395.6
+  // TFLOP/s.
+  EXPECT_NEAR(
+      costs["microbatches"][0]["block"]["F"].get<double>(), 0.14314, 1e-4);
+}
+
+}  // namespace
+}  // namespace baton
