@@ -18,8 +18,10 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/hf_llama.h"
 #include "checkpoint/inspect.h"
 #include "checkpoint/safetensors.h"
+#include "common/error.h"
 #include "data/dataloader.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
@@ -485,6 +487,125 @@ TEST(CheckpointSweep, InspectReportsOrNamesTheFile) {
     });
   }
   EXPECT_GT(sweep.cases(), 200);
+}
+
+/// Every top-level field of `good` (a JSON object) set to wrong types and
+/// sizes, and removed.
+std::vector<Mutation> json_field_mutations(const std::string& good) {
+  const json j = json::parse(good);
+  const std::vector<json> wrong = {
+      "x",
+      -1,
+      0,
+      1e300,
+      nullptr,
+      json::array(),
+      json::object(),
+      true,
+      18446744073709551615ull};
+  std::vector<Mutation> out;
+  for (const auto& [key, value] : j.items()) {
+    for (const auto& w : wrong) {
+      json changed = j;
+      changed[key] = w;
+      out.push_back({"'" + key + "' = " + w.dump(), changed.dump(1)});
+    }
+    json removed = j;
+    removed.erase(key);
+    out.push_back({"without '" + key + "'", removed.dump(1)});
+  }
+  return out;
+}
+
+/// Truncations, bit flips and `extra` of `good`.
+std::vector<Mutation> file_mutations(
+    const std::string& good, uint64_t seed, std::vector<Mutation> extra) {
+  std::vector<Mutation> out;
+  for (const size_t n : testing::truncation_lengths(good.size(), 600)) {
+    out.push_back({"truncated to " + std::to_string(n), good.substr(0, n)});
+  }
+  for (auto& m : testing::bit_flips(good, seed, 300)) {
+    out.push_back(std::move(m));
+  }
+  for (auto& m : extra) {
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+TEST(CheckpointSweep, HuggingFaceFoldersCheckOrNameTheFile) {
+  Sweep sweep("hf_llama");
+  const auto dir = testing::fresh_dir("ck_sweep_hf");
+  fs::create_directories(dir);
+  const hf_llama::Shape shape = hf_llama::shape_of(
+      {{"model", "llama3"},
+       {"flavor", "debugmodel"},
+       {"dim", 256},
+       {"n_layers", 6},
+       {"n_heads", 16},
+       {"n_kv_heads", 16},
+       {"vocab_size", 258},
+       {"ffn_hidden_dim", 768},
+       {"norm_eps", 1e-5},
+       {"rope_theta", 500000.0}});
+  const std::string good_config =
+      hf_llama::config_json(shape, "float32", json::object()).dump(1);
+  testing::write_bytes(dir / "model.safetensors", "");
+  std::vector<SafetensorsEntry> entries;
+  for (const char* name :
+       {"model.embed_tokens.weight",
+        "model.norm.weight",
+        "lm_head.weight",
+        "model.layers.0.mlp.up_proj.weight"}) {
+    SafetensorsEntry e;
+    e.name = name;
+    entries.push_back(e);
+  }
+  const std::string good_index =
+      hf_llama::index_json(entries, "model.safetensors").dump(1);
+  const std::string config_path = (dir / "config.json").string();
+  const std::string index_path =
+      (dir / "model.safetensors.index.json").string();
+  testing::write_bytes(index_path, good_index);
+  for (const auto& c :
+       file_mutations(good_config, 41, json_field_mutations(good_config))) {
+    sweep.run("config.json: " + c.what, [&]() -> std::string {
+      testing::write_bytes(config_path, c.bytes);
+      try {
+        hf_llama::check_folder(dir, shape);
+        return "";
+      } catch (const ConfigError& e) {
+        return testing::missing_from(e.what(), {config_path});
+      } catch (const std::exception& e) {
+        return std::string("not a ConfigError: ") + e.what();
+      }
+    });
+  }
+  testing::write_bytes(config_path, good_config);
+  std::vector<Mutation> map_damage;
+  for (const json& file :
+       {json(5), json(""), json("../x.safetensors"), json(nullptr)}) {
+    json j = json::parse(good_index);
+    j["weight_map"]["model.norm.weight"] = file;
+    map_damage.push_back({"a file " + file.dump(), j.dump(1)});
+  }
+  for (auto& m : json_field_mutations(good_index)) {
+    map_damage.push_back(std::move(m));
+  }
+  for (const auto& c : file_mutations(good_index, 42, std::move(map_damage))) {
+    sweep.run("index: " + c.what, [&]() -> std::string {
+      testing::write_bytes(index_path, c.bytes);
+      try {
+        hf_llama::read_weight_map(dir);
+        return "";
+      } catch (const CheckpointError& e) {
+        return testing::missing_from(e.what(), {index_path});
+      } catch (const std::exception& e) {
+        return std::string("not a CheckpointError: ") + e.what();
+      }
+    });
+  }
+  EXPECT_GT(sweep.cases(), 1000);
 }
 
 }  // namespace
