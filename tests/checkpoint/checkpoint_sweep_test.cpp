@@ -462,15 +462,18 @@ TEST(CheckpointSweep, InspectReportsOrNamesTheFile) {
   const fs::path dir = step_dir(dump);
   const std::string good_index = testing::read_bytes(dir / "index.json");
   std::vector<Mutation> cases;
-  for (const size_t n : testing::truncation_lengths(good_index.size(), 60)) {
+  for (const size_t n : testing::truncation_lengths(good_index.size(), 40)) {
     cases.push_back(
         {"truncated to " + std::to_string(n), good_index.substr(0, n)});
   }
-  for (auto& m : testing::bit_flips(good_index, 31, 60)) {
+  for (auto& m : testing::bit_flips(good_index, 31, 40)) {
     cases.push_back(std::move(m));
   }
-  for (auto& m : index_mutations(good_index)) {
-    cases.push_back(std::move(m));
+  // inspect reads and checks all 60 MB each time: every other damage of
+  // the load's sweep (which it shares) is enough here.
+  auto damage = index_mutations(good_index);
+  for (size_t k = 0; k < damage.size(); k += 2) {
+    cases.push_back(std::move(damage[k]));
   }
   for (const auto& c : cases) {
     sweep.run("index.json: " + c.what, [&]() -> std::string {
@@ -486,7 +489,7 @@ TEST(CheckpointSweep, InspectReportsOrNamesTheFile) {
       }
     });
   }
-  EXPECT_GT(sweep.cases(), 200);
+  EXPECT_GT(sweep.cases(), 150);
 }
 
 /// Every top-level field of `good` (a JSON object) set to wrong types and
