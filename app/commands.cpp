@@ -42,7 +42,17 @@ int run_schedule(const ScheduleArgs& args) {
                          .backward_weight(args.costs.at("W"))
                          .overlap_f_b(args.costs.at("OVERLAP"))
                          .p2p_latency(args.costs.at("P2P"));
-  const pp::PlannedSchedule plan = pp::plan_schedule(schedule, costs);
+  const pp::PlannedSchedule plan = [&] {
+    try {
+      return pp::plan_schedule(schedule, costs);
+    } catch (const pp::ScheduleError& e) {
+      // The planner knows the actions, not the file they came from.
+      if (args.csv_path.empty()) {
+        throw;
+      }
+      throw pp::ScheduleError(args.csv_path + ": " + e.what());
+    }
+  }();
   const std::string text = pp::format_schedule(
       args.comms ? plan.lowered : plan.compute, plan.simulation, args.format);
   if (args.out_path.empty()) {

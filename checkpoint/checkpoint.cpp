@@ -772,8 +772,11 @@ TrainState CheckpointManager::load() {
     }
     stage_tensors(index, dir, wanted, model_fqns, staged);
     stage_state(index, index_path, staged);
-  } catch (const std::exception& e) {
+  } catch (const CheckpointError& e) {
     error = e.what();
+  } catch (const std::exception& e) {
+    // A field of the wrong type (nlohmann's type_error, say): name the file.
+    error = kTag + index_path + ": malformed (" + e.what() + ")";
   }
   throw_any(*group_, error);
 

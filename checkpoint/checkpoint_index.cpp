@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <fstream>
+#include <optional>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
@@ -70,22 +71,36 @@ std::string describe_layout(const json& l) {
   if (!l.is_object()) {
     return "?";
   }
-  const auto n = [&](const char* key) {
-    return l.contains(key) && l[key].is_number_integer()
-               ? std::to_string(l[key].get<int64_t>())
-               : std::string("?");
+  // A damaged index must still describe: no field's type is trusted.
+  const auto number = [&](const char* key) -> std::optional<int64_t> {
+    if (l.contains(key) && l[key].is_number_integer()) {
+      return l[key].get<int64_t>();
+    }
+    return std::nullopt;
   };
+  const auto n = [&](const char* key) {
+    const auto v = number(key);
+    return v ? std::to_string(*v) : std::string("?");
+  };
+  const auto above_one = [&](const char* key) {
+    return number(key).value_or(1) > 1;
+  };
+  const std::string schedule =
+      l.contains("schedule") && l["schedule"].is_string()
+          ? l["schedule"].get<std::string>()
+          : "?";
   std::string text = "pp " + n("pp");
-  if (l.value("pp", 1) > 1) {
-    text += ", " + n("stages_per_rank") +
-            (l.value("stages_per_rank", 1) == 1 ? " stage" : " stages") +
-            " per rank (" + l.value("schedule", "?") + ")";
+  if (above_one("pp")) {
+    text +=
+        ", " + n("stages_per_rank") +
+        (number("stages_per_rank").value_or(1) == 1 ? " stage" : " stages") +
+        " per rank (" + schedule + ")";
   }
   text += ", dp " + n("dp_replicate");
-  if (l.value("dp_shard", 1) > 1) {
+  if (above_one("dp_shard")) {
     text += " x " + n("dp_shard") + " shards";
   }
-  if (l.value("tp", 1) > 1) {
+  if (above_one("tp")) {
     text += ", tp " + n("tp");
   }
   return text;
@@ -177,6 +192,7 @@ TensorEntry tensor_entry(
   try {
     const json& entry = index.at("tensors").at(fqn);
     t.dtype = entry.at("dtype").get<std::string>();
+    dtype_from_safetensors(t.dtype);  // throws for a dtype the format lacks
     t.shape = entry.at("shape").get<std::vector<int64_t>>();
     const auto dims = static_cast<int64_t>(t.shape.size());
     if (entry.contains("slices")) {
@@ -228,9 +244,12 @@ json read_index(const std::filesystem::path& dir) {
   } catch (const json::exception& e) {
     fail(path + ": not valid JSON (" + e.what() + ")");
   }
-  const int version = index.value("version", 0);
-  if (index.value("format", "") != kFormat || version < 1 ||
-      version > kVersion) {
+  const bool versioned = index.is_object() && index.contains("version") &&
+                         index["version"].is_number_integer();
+  const int64_t version = versioned ? index["version"].get<int64_t>() : 0;
+  const bool formatted = index.is_object() && index.contains("format") &&
+                         index["format"] == kFormat;
+  if (!formatted || version < 1 || version > kVersion) {
     fail(
         path + ": not a " + kFormat + " index of version 1 to " +
         std::to_string(kVersion));

@@ -119,12 +119,16 @@ void inspect_step(
     return;
   }
   const std::string index_path = (step_dir / kIndexFile).string();
-  out << step_dir.filename().string() << ": step "
-      << index.value("step", int64_t{-1}) << ", "
-      << index.value("tokens_seen", int64_t{0}) << " tokens seen, LR step "
-      << index.value("lr_scheduler_steps", json()).dump() << "; saved by "
+  // A field as the index holds it, whatever its type: the report shows a
+  // damaged index as it is.
+  const auto field = [&](const char* key) {
+    return index.contains(key) ? index[key].dump() : std::string("?");
+  };
+  out << step_dir.filename().string() << ": step " << field("step") << ", "
+      << field("tokens_seen") << " tokens seen, LR step "
+      << field("lr_scheduler_steps") << "; saved by "
       << describe_layout(index.value("layout", json())) << " (index version "
-      << index.value("version", 0) << ")\n";
+      << field("version") << ")\n";
   const json loader = index.value("dataloader", json());
   out << "  loader: "
       << (loader.is_object() && loader.contains("state")

@@ -271,6 +271,9 @@ TiktokenTokenizer::TiktokenTokenizer(const std::string& path)
   if (!in) {
     throw std::runtime_error("[TiktokenTokenizer] cannot open '" + path + "'");
   }
+  in.seekg(0, std::ios::end);
+  const int64_t file_bytes = static_cast<int64_t>(in.tellg());
+  in.seekg(0);
   std::vector<std::string> by_rank;
   std::vector<int64_t> line_of_rank;
   std::string line;
@@ -290,6 +293,15 @@ TiktokenTokenizer::TiktokenTokenizer(const std::string& path)
     if (rank > std::numeric_limits<int32_t>::max() - kNumSpecialTokens) {
       throw std::runtime_error(
           where + ": rank " + std::to_string(rank) + " is too large");
+    }
+    // Ranks are 0..n-1, one line each, so none reaches the file's size in
+    // bytes; refused before a damaged rank sizes the table.
+    if (rank >= file_bytes) {
+      throw std::runtime_error(
+          where + ": rank " + std::to_string(rank) +
+          " is out of range; allowed: ranks 0..n-1 for the n lines of the "
+          "file (" +
+          std::to_string(file_bytes) + " bytes)");
     }
     if (static_cast<size_t>(rank) >= by_rank.size()) {
       by_rank.resize(rank + 1);

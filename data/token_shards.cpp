@@ -175,17 +175,23 @@ struct TokenShardDataset::Shard {
           std::to_string(header.token_bytes) +
               " bytes per token; allowed: 2 or 4");
     }
+    // Counts from the header bound the sizes before any product is taken:
+    // a damaged count must not wrap around to the file's size.
+    const uint64_t body = data.size() - sizeof(Header);
+    const bool fits = header.tokens <= body / header.token_bytes &&
+                      header.documents < body / 8;
     const size_t tokens_end =
-        sizeof(Header) + header.tokens * header.token_bytes;
-    const size_t expected = tokens_end + (header.documents + 1) * 8;
-    if (data.size() != expected) {
+        fits ? sizeof(Header) + header.tokens * header.token_bytes : 0;
+    const size_t expected = fits ? tokens_end + (header.documents + 1) * 8 : 0;
+    if (!fits || data.size() != expected) {
       fail(
           data.size(),
           "file size " + std::to_string(data.size()) +
               " does not match its header (" +
               std::to_string(header.documents) + " documents, " +
-              std::to_string(header.tokens) +
-              " tokens: " + std::to_string(expected) +
+              std::to_string(header.tokens) + " tokens: " +
+              (fits ? std::to_string(expected)
+                    : "over " + std::to_string(data.size())) +
               " bytes); the shard is truncated or damaged");
     }
     tokens = data.data() + sizeof(Header);

@@ -238,9 +238,29 @@ Schedule schedule_from_csv(const std::string& text, const std::string& origin) {
   if (max_stage < 0 || max_mb < 0) {
     throw ConfigError(origin + ": no compute actions");
   }
+  // Every stage and microbatch has an action of its own, so an index beyond
+  // the count of cells is a typo, refused before anything is sized by it.
+  int64_t cells = 0;
+  for (const auto& rank : out.ranks) {
+    cells += static_cast<int64_t>(rank.size());
+  }
+  for (const auto& [what, max] :
+       {std::pair{"stage", max_stage}, std::pair{"microbatch", max_mb}}) {
+    if (max >= cells) {
+      throw ConfigError(
+          origin + ": " + what + " " + std::to_string(max) +
+          " is out of range; allowed: " + what + " indices below the " +
+          std::to_string(cells) +
+          " cells of the file (each one needs actions of its own)");
+    }
+  }
   out.num_stages = max_stage + 1;
   out.microbatches = max_mb + 1;
-  out.stage_to_rank = placement_from_actions(out.ranks, out.num_stages);
+  try {
+    out.stage_to_rank = placement_from_actions(out.ranks, out.num_stages);
+  } catch (const ScheduleError& e) {
+    throw ScheduleError(origin + ": " + e.what());
+  }
   out.stages_per_rank =
       out.num_stages % out.pp == 0 ? out.num_stages / out.pp : 0;
   for (int64_t r = 0; r < out.pp && out.stages_per_rank > 0; ++r) {
