@@ -111,6 +111,9 @@ uint64_t FlightRecorder::record(FlightEntry entry, const char* label) {
   entry.start_us = now_us();
   entry.end_us = 0;
   std::lock_guard<std::mutex> lock(mutex_);
+  if (ring_.empty()) {
+    return 0;  // set_capacity(0) ran since the check above
+  }
   entry.id = next_id_++;
   ring_[entry.id % ring_.size()] = entry;
   return entry.id;
@@ -122,6 +125,9 @@ void FlightRecorder::finish(uint64_t id, FlightState state) {
   }
   const int64_t end = now_us();
   std::lock_guard<std::mutex> lock(mutex_);
+  if (ring_.empty()) {
+    return;
+  }
   FlightEntry& e = ring_[id % ring_.size()];
   if (e.id == id) {
     e.state = state;
@@ -194,8 +200,12 @@ void FlightRecorder::dump(
   const std::string text = to_json(rank, world_size, reason);
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
-  const fs::path tmp =
-      path.string() + ".tmp." + std::to_string(static_cast<long>(::getpid()));
+  // Two threads of a process may dump at once (its own failure, a peer's
+  // request): each writes a temporary of its own.
+  static std::atomic<int64_t> dumps{0};
+  const fs::path tmp = path.string() + ".tmp." +
+                       std::to_string(static_cast<long>(::getpid())) + "." +
+                       std::to_string(++dumps);
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << text << '\n';
@@ -363,15 +373,31 @@ std::string hang_report(
   if (votes.empty()) {
     return "";
   }
+  // In a chain (0 waits on 1, which timed out waiting on 2) the end of it:
+  // a rank blamed that had no failed operation of its own.
+  auto waits_itself = [&](int64_t r) {
+    const auto f = files.find(r);
+    return f != files.end() && failed_entry(f->second) != nullptr;
+  };
   int64_t hung = votes.begin()->first;
   for (const auto& [r, n] : votes) {
-    if (n > votes[hung]) {
+    const bool better = waits_itself(hung) && !waits_itself(r);
+    const bool as_good = waits_itself(hung) == waits_itself(r);
+    if (better || (as_good && n > votes[hung])) {
       hung = r;
     }
   }
-  std::string text = "hang report: rank " + std::to_string(hung) +
-                     " stopped answering first (" + waiter[hung] + "); ";
   const auto own = files.find(hung);
+  // A rank that wrote its file on its own failure, not on request, did not
+  // hang: it failed outside any operation (main() reports that failure).
+  const std::string reason =
+      own == files.end() ? "" : own->second.value("reason", "");
+  const bool failed_alone = !reason.empty() && !waits_itself(hung) &&
+                            reason.rfind("asked by ", 0) != 0;
+  std::string text = "hang report: rank " + std::to_string(hung) +
+                     (failed_alone ? " failed first (" + reason + ")"
+                                   : " stopped answering first") +
+                     " (" + waiter[hung] + "); ";
   if (own == files.end()) {
     text += "it wrote no flight-recorder file";
   } else {

@@ -97,10 +97,14 @@ std::string failure_key(int64_t rank) {
   return "baton/failed/" + std::to_string(rank);
 }
 
-/// Set by the first rank whose operation fails: every rank's heartbeat
-/// thread sees it and dumps its flight recorder, so that a rank stuck in
-/// compute, which never reaches a timeout of its own, dumps too.
-constexpr const char* kFlightRequestKey = "baton/flight_recorder/request";
+/// Counts the requests of ranks whose operation failed: every rank's
+/// heartbeat thread watches it and dumps its flight recorder, so that a rank
+/// stuck in compute, which never reaches a timeout of its own, dumps too. A
+/// counter, not a flag: a runtime heeds only requests made after it began
+/// (a restarted job may find an earlier attempt's in the store).
+constexpr const char* kFlightRequestsKey = "baton/flight_recorder/requests";
+/// Why the last request was made ("rank 0: all_reduce ... failed ...").
+constexpr const char* kFlightReasonKey = "baton/flight_recorder/reason";
 /// Counts the dumps written, so the rank that asked can wait for them.
 constexpr const char* kFlightDumpedKey = "baton/flight_recorder/dumped";
 
@@ -172,6 +176,8 @@ struct Core {
   /// This rank has dumped its flight recorder for a failure (its own or a
   /// peer's request): a request seen later changes nothing.
   std::atomic<bool> flight_dumped{false};
+  /// kFlightRequestsKey when this runtime began.
+  int64_t flight_requests_before = 0;
 
   ~Core() {
     {
@@ -231,12 +237,12 @@ struct Core {
   /// On the heartbeat thread: dumps once a peer has asked.
   void dump_flight_if_asked() {
     if (!records_flight() || flight_dumped.load() ||
-        !heartbeat_store->check({kFlightRequestKey})) {
+        heartbeat_store->add(kFlightRequestsKey, 0) <= flight_requests_before) {
       return;
     }
     flight_dumped = true;
     const std::string asked =
-        from_bytes(heartbeat_store->get(kFlightRequestKey));
+        from_bytes(heartbeat_store->get(kFlightReasonKey));
     dump_flight("asked by " + asked, *heartbeat_store);
   }
 
@@ -248,22 +254,26 @@ struct Core {
       return "";
     }
     flight_dumped = true;
+    int64_t dumped_before = 0;
+    try {
+      dumped_before = store->add(kFlightDumpedKey, 0);
+    } catch (const std::exception&) {
+    }
     const std::string path = dump_flight(what, *store);
     if (path.empty()) {
       return "";
     }
     try {
-      if (!store->check({kFlightRequestKey})) {
-        store->set(
-            kFlightRequestKey,
-            to_bytes("rank " + std::to_string(env.rank) + ": " + what));
-      }
+      store->set(
+          kFlightReasonKey,
+          to_bytes("rank " + std::to_string(env.rank) + ": " + what));
+      store->add(kFlightRequestsKey, 1);
       // Before this rank exits (and takes the store with it, when it hosts
       // it): the others dump within a heartbeat interval.
       const auto deadline =
           std::chrono::steady_clock::now() +
           std::max<Millis>(Millis(2000), 4 * options.heartbeat_interval);
-      while (store->add(kFlightDumpedKey, 0) < env.world_size &&
+      while (store->add(kFlightDumpedKey, 0) < dumped_before + env.world_size &&
              std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(Millis(50));
       }
@@ -378,7 +388,6 @@ struct ProcessGroup::Impl {
     if (peer < 0) {
       seq = ++collectives;
     } else {
-      p2p.resize(global_ranks.size());
       seq = ++p2p[peer];
     }
     auto& recorder = FlightRecorder::process();
@@ -834,6 +843,7 @@ std::shared_ptr<Runtime> Runtime::init(
     core.heartbeat_store = with_prefix(
         connect_store(env, /*is_server=*/false, options.init_timeout),
         env.store_prefix);
+    core.flight_requests_before = core.store->add(kFlightRequestsKey, 0);
   } catch (const std::exception& e) {
     throw CommError(
         "[dist] rendezvous: " + env.to_string() + " could not " +
@@ -902,6 +912,7 @@ std::shared_ptr<ProcessGroup> Runtime::new_group(
   impl->rank = me - ranks.begin();
   impl->runtime = state_->core;
   impl->timeout = options.timeout;
+  impl->p2p.assign(ranks.size(), 0);
   FlightRecorder::process().add_group(name, ranks);
   if (ranks.size() == 1) {
     return std::make_shared<ProcessGroup>(std::move(impl));
@@ -1018,6 +1029,12 @@ std::string Core::diagnose() {
 }
 
 void Runtime::report_failure(const std::string& message) noexcept {
+  auto& core = *state_->core;
+  if (core.records_flight() && !core.flight_dumped.exchange(true)) {
+    // A rank that fails on its own (not in an operation) writes its file
+    // too: the hang report shows what it did last.
+    core.dump_flight(first_line(message), *core.heartbeat_store);
+  }
   try {
     auto& store = *state_->core->heartbeat_store;
     const int64_t order = store.add("baton/failure_order", 1);

@@ -289,6 +289,46 @@ TEST(HangReport, BlamesTheMemberBehindInACollective) {
       std::string::npos);
 }
 
+TEST(HangReport, SaysWhenThePeerFailedOnItsOwn) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "hang_failed";
+  fs::remove_all(dir);
+  const auto since = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  write(dir, 0, file(0, {entry("p2p", "recv", "failed", 4, 1)}));
+  json thrower = file(1, {entry("action", "1F0", "completed")});
+  thrower["reason"] = "injected fault";
+  write(dir, 1, thrower);
+  const std::string report = hang_report(dir, 2, since);
+  EXPECT_NE(
+      report.find("rank 1 failed first (injected fault)"), std::string::npos)
+      << report;
+}
+
+TEST(HangReport, FollowsAChainOfWaitsToItsEnd) {
+  // 0 and 1 wait on 2 in a collective of three; 1 also timed out waiting:
+  // 2, which waits on nobody, is the one that stopped answering.
+  const fs::path dir = fs::path(::testing::TempDir()) / "hang_chain";
+  fs::remove_all(dir);
+  const auto since = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  auto of_three = [](int64_t rank, json entries) {
+    json f = file(rank, std::move(entries));
+    f["groups"]["pp"] = {0, 1, 2};
+    return f;
+  };
+  write(dir, 0, of_three(0, {entry("p2p", "recv", "failed", 2, 1)}));
+  write(dir, 1, of_three(1, {entry("collective", "barrier", "failed", 5)}));
+  write(
+      dir,
+      2,
+      of_three(
+          2,
+          {entry("collective", "barrier", "completed", 4),
+           entry("action", "2F1", "started")}));
+  const std::string report = hang_report(dir, 3, since);
+  EXPECT_NE(report.find("rank 2 stopped answering first"), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("pipeline action 2F1"), std::string::npos) << report;
+}
+
 TEST(HangReport, IgnoresOldFilesAndFilesWithoutAFailure) {
   const fs::path dir = fs::path(::testing::TempDir()) / "hang_old";
   fs::remove_all(dir);
