@@ -146,6 +146,11 @@ int run_train(const baton::TrainArgs& args, char** argv) {
     }
     launch.max_restarts = args.max_restarts;
     launch.resume_note = [config] { return resume_note(config); };
+    if (config.comm.flight_recorder_entries > 0) {
+      launch.flight_recorder_dir =
+          (std::filesystem::path(config.job.dump_folder) / "flight_recorder")
+              .string();
+    }
     return baton::dist::launch_local(launch);
   }
   // Several intra-op threads must not spin beside OpenBLAS's

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <stdexcept>
@@ -202,6 +203,10 @@ void TrainerBuilder::init_runtime() {
     options.backend = backend;
     options.init_timeout =
         std::chrono::seconds(config_.comm.init_timeout_seconds);
+    options.flight_recorder_entries = config_.comm.flight_recorder_entries;
+    options.flight_recorder_dir =
+        (std::filesystem::path(config_.job.dump_folder) / "flight_recorder")
+            .string();
     runtime_ = dist::Runtime::init(env_, options);
   }
   mesh_ = std::make_shared<dist::ParallelMesh>(dims_, env_.rank, runtime_);

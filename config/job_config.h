@@ -468,6 +468,10 @@ struct CommConfig {
   std::string backend = "auto";
   int64_t init_timeout_seconds = 300;
   int64_t train_timeout_seconds = 100;
+  /// Collectives, P2P operations and pipeline actions each rank keeps, and
+  /// writes to <job.dump_folder>/flight_recorder/rank<N>.json when one
+  /// times out (docs/launching.md, "Hang reports"); 0: none.
+  int64_t flight_recorder_entries = 512;
 
   template <class V>
   void visit(V&& v) {
@@ -480,6 +484,10 @@ struct CommConfig {
     v("train_timeout_seconds",
       train_timeout_seconds,
       FieldSpec("collective timeout after the first step").at_least(1));
+    v("flight_recorder_entries",
+      flight_recorder_entries,
+      FieldSpec("operations each rank keeps for its hang report (0: none)")
+          .at_least(0));
   }
 };
 

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -40,16 +41,18 @@ const FaultInjection& FaultInjection::get() {
       throw_config_error(
           where,
           "malformed; allowed: KIND:RANK:STEP[:ATTEMPTS] with KIND throw, "
-          "kill, hang, killsave, stallsave or badblas and ATTEMPTS >= 1");
+          "kill, hang, hangaction, killsave, stallsave or badblas and "
+          "ATTEMPTS >= 1");
     }
     f.kind_ = kind;
     if (f.kind_ != "throw" && f.kind_ != "kill" && f.kind_ != "hang" &&
-        f.kind_ != "killsave" && f.kind_ != "stallsave" &&
-        f.kind_ != "badblas") {
+        f.kind_ != "hangaction" && f.kind_ != "killsave" &&
+        f.kind_ != "stallsave" && f.kind_ != "badblas") {
       throw_config_error(
           where,
           "KIND: '" + f.kind_ +
-              "'; allowed: throw, kill, hang, killsave, stallsave or badblas");
+              "'; allowed: throw, kill, hang, hangaction, killsave, "
+              "stallsave or badblas");
     }
     f.rank_ = rank;
     f.step_ = step;
@@ -71,9 +74,34 @@ bool FaultInjection::stall_during_save(int64_t rank, int64_t step) const {
   return kind_ == "stallsave" && rank_ == rank && step_ == step;
 }
 
+namespace {
+
+/// The step at_step_start saw last (the train loop's thread sets it, a
+/// pipeline action of the same step reads it).
+std::atomic<int64_t> current_step{-1};
+
+[[noreturn]] void hang_forever() {
+  while (true) {
+    std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+}
+
+}  // namespace
+
+void FaultInjection::in_pipeline_action(int64_t rank) const {
+  if (kind_ != "hangaction" || rank_ != rank || current_step != step_) {
+    return;
+  }
+  LOG(WARNING) << "injecting fault 'hangaction' at step " << step_;
+  google::FlushLogFiles(google::GLOG_INFO);
+  hang_forever();
+}
+
 void FaultInjection::at_step_start(int64_t rank, int64_t step) const {
+  current_step = step;
   if (kind_.empty() || kind_ == "killsave" || kind_ == "stallsave" ||
-      kind_ == "badblas" || rank_ != rank || step_ != step) {
+      kind_ == "hangaction" || kind_ == "badblas" || rank_ != rank ||
+      step_ != step) {
     return;
   }
   LOG(WARNING) << "injecting fault '" << kind_ << "' at step " << step;
@@ -85,9 +113,7 @@ void FaultInjection::at_step_start(int64_t rank, int64_t step) const {
   if (kind_ == "kill") {
     ::kill(::getpid(), SIGKILL);
   }
-  while (true) {
-    std::this_thread::sleep_for(std::chrono::hours(1));
-  }
+  hang_forever();
 }
 
 }  // namespace baton

@@ -10,10 +10,12 @@ namespace baton {
 /// the first ATTEMPTS attempts of a `--max-restarts` job, by
 /// BATON_RESTART_COUNT): at the start of step STEP, global
 /// rank RANK throws (KIND throw), kills itself with SIGKILL (kill) or stops
-/// answering (hang); with killsave the checkpoint save of step STEP kills
-/// the process half-way through writing its file, with stallsave it stops
-/// there (sleeps) instead, so that a test can signal a save in progress;
-/// with badblas (any RANK
+/// answering (hang); with hangaction it stops answering inside the
+/// REDUCE_GRAD action of step STEP's pipeline schedule (a pipelined run: the
+/// hang report names the action); with killsave the checkpoint save of step
+/// STEP kills the process half-way through writing its file, with stallsave
+/// it stops there (sleeps) instead, so that a test can signal a save in
+/// progress; with badblas (any RANK
 /// and STEP) the check of the BLAS kernels Baton chose fails
 /// (common/blas.h). Unset: nothing. Read and parsed once per process; only
 /// the train loop, the checkpoint and the start-up ask it.
@@ -26,6 +28,9 @@ class FaultInjection {
   /// At the start of step `step` on global rank `rank`: throws, kills or
   /// hangs when asked to; otherwise returns.
   void at_step_start(int64_t rank, int64_t step) const;
+  /// Inside a pipeline action of the step at_step_start last saw, on
+  /// global rank `rank`: hangs when asked to (hangaction); else returns.
+  void in_pipeline_action(int64_t rank) const;
   /// True when the save of `step` on `rank` is to die half-way.
   bool kill_during_save(int64_t rank, int64_t step) const;
   /// True when the save of `step` on `rank` is to stall half-way.
@@ -38,7 +43,8 @@ class FaultInjection {
  private:
   FaultInjection() = default;
 
-  /// throw, kill, hang, killsave, stallsave or badblas; empty when unset.
+  /// throw, kill, hang, hangaction, killsave, stallsave or badblas; empty
+  /// when unset.
   std::string kind_;
   int64_t rank_ = -1;
   int64_t step_ = -1;

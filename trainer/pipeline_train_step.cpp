@@ -7,6 +7,7 @@
 
 #include "parallel/dist/process_group.h"
 #include "parallel/pipeline/trace.h"
+#include "trainer/fault_injection.h"
 
 namespace baton {
 
@@ -75,7 +76,9 @@ StepOutput PipelinedTrainStep::run(
     // says a stage's are complete.
     std::function<void(int64_t)> reduce_grad;
     if (last) {
-      reduce_grad = [&parts, &reduced](int64_t stage) {
+      const int64_t global_rank = pp_group_->global_ranks()[pp_group_->rank()];
+      reduce_grad = [&parts, &reduced, global_rank](int64_t stage) {
+        FaultInjection::get().in_pipeline_action(global_rank);
         parts.at_stage(stage).grad_sync().reduce_now();
         reduced.push_back(stage);
       };

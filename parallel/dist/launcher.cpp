@@ -16,6 +16,7 @@
 
 #include "common/exit_codes.h"
 #include "common/threads.h"
+#include "parallel/dist/flight_recorder.h"
 #include "parallel/dist/launch_env.h"
 
 extern char** environ;
@@ -389,12 +390,28 @@ struct Attempt {
   bool signalled = false;
 };
 
+/// After a failed attempt: the rank the others waited on and its last
+/// action, from the ranks' flight-recorder files written since `since`.
+void report_hang(
+    const LocalLaunchOptions& options, std::filesystem::file_time_type since) {
+  if (options.flight_recorder_dir.empty()) {
+    return;
+  }
+  const std::string report =
+      hang_report(options.flight_recorder_dir, options.nproc, since);
+  if (!report.empty()) {
+    std::cerr << "baton: " << report << std::endl;
+  }
+}
+
 /// Starts every rank in a fresh rendezvous and supervises them to the end.
 Attempt run_attempt(
     const LocalLaunchOptions& options,
     const std::string& program,
     int64_t attempt) {
   const RendezvousFolder rendezvous;
+  // Flight-recorder files older than this attempt are not its own.
+  const auto started = std::filesystem::file_time_type::clock::now();
   std::vector<Child> children(options.nproc);
   for (int64_t r = 0; r < options.nproc; ++r) {
     std::vector<std::string> argv{"baton"};
@@ -426,6 +443,7 @@ Attempt run_attempt(
     result.failed_rank = s.first_failed;
     result.failure = describe_status(children[s.first_failed].status);
     result.code = exit_code(children[s.first_failed].status);
+    report_hang(options, started);
   } else {
     result.code = s.preempted ? kPreemptedExitCode : 0;
   }

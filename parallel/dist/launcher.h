@@ -24,6 +24,10 @@ struct LocalLaunchOptions {
   int64_t max_restarts = 0;
   /// Before each restart: what the ranks will resume from, for the log.
   std::function<std::string()> resume_note;
+  /// The ranks' flight-recorder folder (<job.dump_folder>/flight_recorder):
+  /// after a failed run the launcher names, from the files written there,
+  /// the rank the others waited on and its last action. Empty: none.
+  std::string flight_recorder_dir;
 };
 
 /// Makes a private (0700) folder for the ranks' rendezvous store (a c10d

@@ -24,6 +24,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 #include <mutex>
 #include <set>
@@ -31,6 +32,7 @@
 
 #include "common/text.h"
 #include "common/torch_compat.h"
+#include "parallel/dist/flight_recorder.h"
 
 namespace baton::dist {
 
@@ -95,6 +97,17 @@ std::string heartbeat_key(int64_t rank) {
 std::string failure_key(int64_t rank) {
   return "baton/failed/" + std::to_string(rank);
 }
+
+/// Counts the requests of ranks whose operation failed: every rank's
+/// heartbeat thread watches it and dumps its flight recorder, so that a rank
+/// stuck in compute, which never reaches a timeout of its own, dumps too. A
+/// counter, not a flag: a runtime heeds only requests made after it began
+/// (a restarted job may find an earlier attempt's in the store).
+constexpr const char* kFlightRequestsKey = "baton/flight_recorder/requests";
+/// Why the last request was made ("rank 0: all_reduce ... failed ...").
+constexpr const char* kFlightReasonKey = "baton/flight_recorder/reason";
+/// Counts the dumps written, so the rank that asked can wait for them.
+constexpr const char* kFlightDumpedKey = "baton/flight_recorder/dumped";
 
 /// TCPStore options with the classic server. 2.4 made the libuv one the
 /// default, and a libtorch built without libuv (Debian's 2.6) then fails
@@ -166,6 +179,11 @@ struct Core {
   std::condition_variable stop_cv;
   bool stop = false;
   std::thread heartbeat;
+  /// This rank has dumped its flight recorder for a failure (its own or a
+  /// peer's request): a request seen later changes nothing.
+  std::atomic<bool> flight_dumped{false};
+  /// kFlightRequestsKey when this runtime began.
+  int64_t flight_requests_before = 0;
 
   ~Core() {
     {
@@ -188,6 +206,7 @@ struct Core {
       lock.unlock();
       try {
         heartbeat_store->add(heartbeat_key(env.rank), 1);
+        dump_flight_if_asked();
       } catch (const std::exception&) {
         // The store is gone; diagnose() reports it when an operation fails.
       }
@@ -198,6 +217,89 @@ struct Core {
 
   /// Blocks while the store does not answer: diagnose_within bounds it.
   std::string diagnose();
+
+  bool records_flight() const {
+    return !options.flight_recorder_dir.empty() &&
+           FlightRecorder::process().enabled();
+  }
+
+  /// Writes this rank's flight-recorder file, counting it in the store;
+  /// returns its path, or "" when it could not be written.
+  /// Writes this rank's file; then counts it in `via`'s dump counter unless
+  /// `via` is null (the caller counts it, bounded).
+  std::string dump_flight(const std::string& reason, c10d::Store* via) {
+    const auto path =
+        flight_recorder_file(options.flight_recorder_dir, env.rank);
+    try {
+      FlightRecorder::process().dump(path, env.rank, env.world_size, reason);
+    } catch (const std::exception& e) {
+      LOG(WARNING) << "flight recorder: " << e.what();
+      return "";
+    }
+    try {
+      if (via != nullptr) {
+        via->add(kFlightDumpedKey, 1);
+      }
+    } catch (const std::exception&) {
+    }
+    return path.string();
+  }
+
+  /// On the heartbeat thread: dumps once a peer has asked.
+  void dump_flight_if_asked() {
+    if (!records_flight() || flight_dumped.load() ||
+        heartbeat_store->add(kFlightRequestsKey, 0) <= flight_requests_before) {
+      return;
+    }
+    flight_dumped = true;
+    const std::string asked =
+        from_bytes(heartbeat_store->get(kFlightReasonKey));
+    dump_flight("asked by " + asked, heartbeat_store.get());
+  }
+
+  /// An operation of this rank failed (`what`): dumps this rank's flight
+  /// recorder, asks every other rank to dump theirs and waits a little for
+  /// them. Returns the sentence naming the file for the error, or "".
+  std::string flight_failure(const std::string& what) {
+    if (!records_flight()) {
+      return "";
+    }
+    flight_dumped = true;
+    const std::string path = dump_flight(what, nullptr);
+    if (path.empty()) {
+      return "";
+    }
+    // Count this file, ask the others for theirs and wait a little for
+    // them (before this rank exits and, when it hosts the store, takes it
+    // along): on a thread of its own, bounded, since a store this rank can
+    // no longer reach blocks every call for the rendezvous timeout.
+    const Millis wait =
+        std::max<Millis>(Millis(2000), 4 * options.heartbeat_interval);
+    auto done = std::make_shared<std::promise<void>>();
+    std::future<void> asked = done->get_future();
+    std::thread([store = store,
+                 reason = "rank " + std::to_string(env.rank) + ": " + what,
+                 world = env.world_size,
+                 wait,
+                 done] {
+      try {
+        const int64_t dumped_before = store->add(kFlightDumpedKey, 0);
+        store->add(kFlightDumpedKey, 1);
+        store->set(kFlightReasonKey, to_bytes(reason));
+        store->add(kFlightRequestsKey, 1);
+        const auto deadline = std::chrono::steady_clock::now() + wait;
+        while (store->add(kFlightDumpedKey, 0) < dumped_before + world &&
+               std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(Millis(50));
+        }
+      } catch (const std::exception&) {
+      }
+      done->set_value();
+    }).detach();
+    asked.wait_for(wait + kStoreAnswerWait);
+    return "; flight recorder: " + path +
+           " (every rank writes rank<N>.json there)";
+  }
 };
 
 /// core->diagnose(), or what an unanswering store means after a bounded
@@ -257,6 +359,10 @@ struct ProcessGroup::Impl {
   std::shared_ptr<Core> runtime;       // null for a group of one
   /// This group's own timeout (0: the runtime's current one).
   Millis timeout{0};
+  /// Collectives started on this group, and P2P operations with each
+  /// member, for the flight recorder.
+  mutable int64_t collectives = 0;
+  mutable std::vector<int64_t> p2p;
 
   ~Impl() {
 #if defined(USE_C10D_NCCL) && BATON_TORCH_AT_LEAST(2, 4)
@@ -286,19 +392,57 @@ struct ProcessGroup::Impl {
           " is not another rank of a group of " + std::to_string(size()));
     }
   }
+  /// An operation started, and its entry in the flight recorder.
+  struct Started {
+    c10::intrusive_ptr<c10d::Work> work;
+    uint64_t flight_id = 0;
+  };
   Work make_work(
       const std::string& op,
-      c10::intrusive_ptr<c10d::Work> work,
+      Started started,
       std::function<void()> then = nullptr) const;
-  /// Calls `start` and turns a c10d exception into a CommError.
+  /// Records `op` in the flight recorder: what moves (`tensor`), to or from
+  /// which group rank (`peer`, -1 for a collective).
+  uint64_t record(
+      const char* op,
+      const at::Tensor& tensor,
+      int64_t peer = -1,
+      int64_t tag = -1) const {
+    int64_t seq = 0;
+    if (peer < 0) {
+      seq = ++collectives;
+    } else {
+      seq = ++p2p[peer];
+    }
+    auto& recorder = FlightRecorder::process();
+    if (!recorder.enabled()) {
+      return 0;
+    }
+    FlightEntry e;
+    e.kind = peer >= 0 ? FlightKind::kP2P : FlightKind::kCollective;
+    e.name = op;
+    std::strncpy(e.group, name.c_str(), sizeof(e.group) - 1);
+    e.group_seq = seq;
+    e.peer = peer >= 0 ? global_ranks[peer] : -1;
+    e.tag = tag;
+    if (tensor.defined()) {
+      e.bytes = static_cast<int64_t>(tensor.nbytes());
+      e.dtype = c10::toString(tensor.scalar_type());
+    }
+    return recorder.record(e);
+  }
+  /// Records, then calls `start` and turns a c10d exception into a
+  /// CommError.
   template <class F>
-  c10::intrusive_ptr<c10d::Work> start(const std::string& op, F&& f) const {
+  Started start(const std::string& op, uint64_t flight_id, F&& f) const {
     try {
-      return f();
+      return {f(), flight_id};
     } catch (const std::exception& e) {
+      FlightRecorder::process().finish(flight_id, FlightState::kFailed);
+      const std::string what = describe(op) + " could not start";
       throw CommError(
-          "[dist] " + describe(op) + " could not start: " + error_text(e) +
-          "; " + diagnose_within(runtime));
+          "[dist] " + what + ": " + error_text(e) + "; " +
+          diagnose_within(runtime) + runtime->flight_failure(what));
     }
   }
 };
@@ -310,6 +454,7 @@ struct Work::Impl {
   std::shared_ptr<Core> runtime;
   /// The group's own timeout (0: the runtime's current one).
   Millis timeout{0};
+  uint64_t flight_id = 0;
   bool done = false;
 };
 
@@ -334,11 +479,14 @@ void Work::wait() {
     }
     if (!error.empty()) {
       impl_->done = true;
+      FlightRecorder::process().finish(impl_->flight_id, FlightState::kFailed);
+      const std::string what = impl_->what + " failed (timeout " +
+                               seconds_text(timeout) + "): " + error;
       throw CommError(
-          "[dist] " + impl_->what + " failed (timeout " +
-          seconds_text(timeout) + "): " + error + "; " +
-          diagnose_within(impl_->runtime));
+          "[dist] " + what + "; " + diagnose_within(impl_->runtime) +
+          impl_->runtime->flight_failure(what));
     }
+    FlightRecorder::process().finish(impl_->flight_id, FlightState::kCompleted);
   }
   impl_->done = true;
   if (impl_->then) {
@@ -351,12 +499,11 @@ bool Work::completed() const {
 }
 
 Work ProcessGroup::Impl::make_work(
-    const std::string& op,
-    c10::intrusive_ptr<c10d::Work> work,
-    std::function<void()> then) const {
+    const std::string& op, Started started, std::function<void()> then) const {
   auto impl = std::make_unique<Work::Impl>();
   impl->what = describe(op);
-  impl->work = std::move(work);
+  impl->work = std::move(started.work);
+  impl->flight_id = started.flight_id;
   impl->then = std::move(then);
   impl->runtime = runtime;
   impl->timeout = timeout;
@@ -418,7 +565,8 @@ Work ProcessGroup::all_reduce_async(at::Tensor& tensor, ReduceOp op) {
       }
     };
   }
-  auto work = impl_->start("all_reduce", [&] {
+  const uint64_t id = impl_->record("all_reduce", buffer);
+  auto work = impl_->start("all_reduce", id, [&] {
     std::vector<at::Tensor> tensors{buffer};
     c10d::AllreduceOptions opts;
     opts.reduceOp = to_c10d(op);
@@ -440,7 +588,8 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int64_t root) {
   if (impl_->local()) {
     return;
   }
-  auto work = impl_->start("broadcast", [&] {
+  const uint64_t id = impl_->record("broadcast", tensor);
+  auto work = impl_->start("broadcast", id, [&] {
     std::vector<at::Tensor> tensors{tensor};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
@@ -471,8 +620,9 @@ at::Tensor ProcessGroup::all_gather(const at::Tensor& tensor) {
     outputs[0].push_back(wire(out[r]));
   }
   std::vector<at::Tensor> inputs{wire(tensor.contiguous())};
+  const uint64_t id = impl_->record("all_gather", inputs[0]);
   auto work = impl_->start(
-      "all_gather", [&] { return impl_->pg->allgather(outputs, inputs); });
+      "all_gather", id, [&] { return impl_->pg->allgather(outputs, inputs); });
   impl_->make_work("all_gather", std::move(work)).wait();
   return out;
 }
@@ -496,7 +646,8 @@ Work ProcessGroup::all_gather_into_async(
   at::Tensor in = input.contiguous().view({-1});
 #ifdef USE_C10D_NCCL
   if (impl_->backend == "nccl") {
-    auto work = impl_->start("all_gather_into", [&] {
+    const uint64_t id = impl_->record("all_gather_into", in);
+    auto work = impl_->start("all_gather_into", id, [&] {
       at::Tensor out = flat_out;
       return impl_->pg->_allgather_base(out, in);
     });
@@ -515,8 +666,10 @@ Work ProcessGroup::all_gather_into_async(
     outputs[0].push_back(bf16 ? piece.view(at::kHalf) : piece);
   }
   std::vector<at::Tensor> inputs{in};
-  auto work = impl_->start(
-      "all_gather_into", [&] { return impl_->pg->allgather(outputs, inputs); });
+  const uint64_t id = impl_->record("all_gather_into", in);
+  auto work = impl_->start("all_gather_into", id, [&] {
+    return impl_->pg->allgather(outputs, inputs);
+  });
   return impl_->make_work(
       "all_gather_into", std::move(work), [keep = in, outputs] {});
 }
@@ -550,7 +703,8 @@ Work ProcessGroup::reduce_scatter_async(
   if (impl_->backend == "nccl") {
     at::Tensor out = output.is_contiguous() ? output : output.contiguous();
     at::Tensor in = input.contiguous().view({-1});
-    auto work = impl_->start("reduce_scatter", [&] {
+    const uint64_t id = impl_->record("reduce_scatter", in);
+    auto work = impl_->start("reduce_scatter", id, [&] {
       at::Tensor flat = out.view({-1});
       c10d::ReduceScatterOptions opts;
       opts.reduceOp = to_c10d(op == ReduceOp::kAvg ? ReduceOp::kSum : op);
@@ -577,7 +731,8 @@ Work ProcessGroup::reduce_scatter_async(
   at::Tensor send =
       (upcast ? input.to(at::kFloat) : input.contiguous()).view({-1});
   at::Tensor received = at::empty_like(send);
-  auto work = impl_->start("reduce_scatter", [&] {
+  const uint64_t id = impl_->record("reduce_scatter", send);
+  auto work = impl_->start("reduce_scatter", id, [&] {
     std::vector<int64_t> equal_splits;
     c10d::AllToAllOptions opts;
     return impl_->pg->alltoall_base(
@@ -611,7 +766,8 @@ Work ProcessGroup::isend(const at::Tensor& tensor, int64_t dst, int64_t tag) {
   impl_->check_peer(dst, "send destination");
   TORCH_CHECK(
       tensor.is_contiguous(), "[ProcessGroup] send needs a contiguous tensor");
-  auto work = impl_->start("send to rank " + std::to_string(dst), [&] {
+  const uint64_t id = impl_->record("send", tensor, dst, tag);
+  auto work = impl_->start("send to rank " + std::to_string(dst), id, [&] {
     std::vector<at::Tensor> tensors{tensor};
     return impl_->pg->send(
         tensors, static_cast<int>(dst), static_cast<int>(tag));
@@ -628,7 +784,8 @@ Work ProcessGroup::irecv(at::Tensor& tensor, int64_t src, int64_t tag) {
   impl_->check_peer(src, "receive source");
   TORCH_CHECK(
       tensor.is_contiguous(), "[ProcessGroup] recv needs a contiguous tensor");
-  auto work = impl_->start("recv from rank " + std::to_string(src), [&] {
+  const uint64_t id = impl_->record("recv", tensor, src, tag);
+  auto work = impl_->start("recv from rank " + std::to_string(src), id, [&] {
     std::vector<at::Tensor> tensors{tensor};
     return impl_->pg->recv(
         tensors, static_cast<int>(src), static_cast<int>(tag));
@@ -651,7 +808,8 @@ void ProcessGroup::barrier() {
   if (impl_->local()) {
     return;
   }
-  auto work = impl_->start("barrier", [&] { return impl_->pg->barrier(); });
+  const uint64_t id = impl_->record("barrier", at::Tensor());
+  auto work = impl_->start("barrier", id, [&] { return impl_->pg->barrier(); });
   impl_->make_work("barrier", std::move(work)).wait();
 }
 
@@ -690,6 +848,7 @@ std::shared_ptr<Runtime> Runtime::init(
   core.env = env;
   core.options = options;
   core.timeout_ms = options.init_timeout.count();
+  FlightRecorder::process().set_capacity(options.flight_recorder_entries);
   if (options.backend != "gloo" && options.backend != "nccl") {
     throw std::invalid_argument("[Runtime] unknown backend " + options.backend);
   }
@@ -708,6 +867,7 @@ std::shared_ptr<Runtime> Runtime::init(
     core.heartbeat_store = with_prefix(
         connect_store(env, /*is_server=*/false, options.init_timeout),
         env.store_prefix);
+    core.flight_requests_before = core.store->add(kFlightRequestsKey, 0);
   } catch (const std::exception& e) {
     throw CommError(
         "[dist] rendezvous: " + env.to_string() + " could not " +
@@ -776,6 +936,8 @@ std::shared_ptr<ProcessGroup> Runtime::new_group(
   impl->rank = me - ranks.begin();
   impl->runtime = state_->core;
   impl->timeout = options.timeout;
+  impl->p2p.assign(ranks.size(), 0);
+  FlightRecorder::process().add_group(name, ranks);
   if (ranks.size() == 1) {
     return std::make_shared<ProcessGroup>(std::move(impl));
   }
@@ -912,6 +1074,13 @@ std::string Core::diagnose() {
 }
 
 void Runtime::report_failure(const std::string& message) noexcept {
+  auto& core = *state_->core;
+  bool flight_file = false;
+  if (core.records_flight() && !core.flight_dumped.exchange(true)) {
+    // A rank that fails on its own (not in an operation) writes its file
+    // too: the hang report shows what it did last.
+    flight_file = !core.dump_flight(first_line(message), nullptr).empty();
+  }
   // Bounded: the store's host may be a machine this rank can no longer
   // reach (a cut link), where a store call blocks far longer than a failing
   // rank may take to exit. The call runs on a thread of its own, which
@@ -919,9 +1088,15 @@ void Runtime::report_failure(const std::string& message) noexcept {
   try {
     auto done = std::make_shared<std::promise<void>>();
     std::future<void> reported = done->get_future();
-    std::thread([core = state_->core, line = first_line(message), done] {
+    std::thread([core = state_->core,
+                 line = first_line(message),
+                 flight_file,
+                 done] {
       try {
         auto& store = *core->heartbeat_store;
+        if (flight_file) {
+          store.add(kFlightDumpedKey, 1);
+        }
         const int64_t order = store.add("baton/failure_order", 1);
         store.set(
             failure_key(core->env.rank),

@@ -128,6 +128,12 @@ struct RuntimeOptions {
   std::chrono::milliseconds init_timeout{std::chrono::seconds(300)};
   /// Seconds between liveness heartbeats in the store.
   std::chrono::milliseconds heartbeat_interval{500};
+  /// Entries of the process's flight recorder (parallel/dist/
+  /// flight_recorder.h); 0: none.
+  int64_t flight_recorder_entries = 0;
+  /// Where every rank dumps it when an operation fails
+  /// (`<job.dump_folder>/flight_recorder`); empty: nowhere.
+  std::string flight_recorder_dir;
 };
 
 /// Options of Runtime::new_group.

@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/torch_compat.h"
 #include "config/job_config.h"
+#include "parallel/dist/flight_recorder.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/model_parts.h"
 
@@ -134,6 +135,7 @@ void Unit::unshard() {
   const auto cast = dtypes_.param_cast();
   gather_send_ = cast ? shard_flat_.to(*cast) : shard_flat_;
   gathered_ = at::empty({ranks_ * chunk_numel_}, gather_send_.options());
+  const dist::FlightLabel label(name_);
   gather_ = groups_.shard->all_gather_into_async(gathered_, gather_send_);
   gathering_from_ = state_;
   state_ = State::kGathering;
@@ -227,6 +229,7 @@ void Unit::reduce_grads() {
     p.param.mutable_grad() = at::Tensor();
   }
   reduced_ = at::empty({chunk_numel_}, options);
+  const dist::FlightLabel label(name_);
   reduce_scatter_ =
       groups_.shard->reduce_scatter_async(reduced_, reduce_input_);
   reducing_ = true;

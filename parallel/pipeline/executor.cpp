@@ -4,10 +4,12 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <stdexcept>
 
 #include "models/linear.h"
+#include "parallel/dist/flight_recorder.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/pipeline/schedule_state.h"
 
@@ -336,7 +338,12 @@ ExecutorRun PipelineExecutor::run(
   auto us = [&](Clock::time_point t) {
     return std::chrono::duration<double, std::micro>(t - st.epoch).count();
   };
-  st.exchange_labels();
+  static const std::string kLabels = "labels";
+  {
+    dist::FlightLabel label(kLabels);
+    st.exchange_labels();
+  }
+  auto& recorder = dist::FlightRecorder::process();
 
   const auto& actions = st.schedule.ranks.at(st.rank);
   for (size_t i = 0; i < actions.size(); ++i) {
@@ -344,9 +351,27 @@ ExecutorRun PipelineExecutor::run(
       continue;
     }
     const Action& a = *actions[i];
+    std::string name = a.str();
+    // The action, and any P2P it posts under its name: a hang report shows
+    // which action a rank was in and which one its peer waited on.
+    uint64_t flight_id = 0;
+    if (recorder.enabled()) {
+      dist::FlightEntry e;
+      e.kind = dist::FlightKind::kAction;
+      e.name = "pipeline";
+      std::strncpy(e.group, st.group->name().c_str(), sizeof(e.group) - 1);
+      flight_id = recorder.record(e, name.c_str());
+    }
     const auto t0 = Clock::now();
     const double waited_before = st.wait_s;
-    st.run_action(static_cast<int64_t>(i), a, reduce_grad);
+    try {
+      dist::FlightLabel label(name);
+      st.run_action(static_cast<int64_t>(i), a, reduce_grad);
+    } catch (...) {
+      recorder.finish(flight_id, dist::FlightState::kFailed);
+      throw;
+    }
+    recorder.finish(flight_id, dist::FlightState::kCompleted);
     const auto t1 = Clock::now();
     const bool compute = is_compute(a.kind);
     const double waited = compute ? st.wait_s - waited_before : 0.0;
@@ -354,7 +379,8 @@ ExecutorRun PipelineExecutor::run(
       // Less the time it waited for a receive it needed.
       out.compute_s += std::chrono::duration<double>(t1 - t0).count() - waited;
     }
-    out.actions.push_back({a.str(), us(t0), us(t1), compute, waited * 1e6});
+    out.actions.push_back(
+        {std::move(name), us(t0), us(t1), compute, waited * 1e6});
   }
   for (auto& w : st.sends) {
     w.wait();

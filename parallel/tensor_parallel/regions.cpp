@@ -5,6 +5,7 @@
 
 #include <mutex>
 
+#include "parallel/dist/flight_recorder.h"
 #include "parallel/dist/process_group.h"
 
 namespace baton::tensor_parallel {
@@ -34,6 +35,7 @@ template <class Op>
 at::Tensor named(const Region& region, const std::string& what, const Op& op) {
   const std::string label = "tensor_parallel " + region.name + " " + what;
   RECORD_FUNCTION(label, std::vector<c10::IValue>());
+  const dist::FlightLabel flight_label(label);
   try {
     return op();
   } catch (const dist::CommError& e) {
