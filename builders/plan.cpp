@@ -940,6 +940,19 @@ PlanCandidate score_all(
       });
 }
 
+/// The cost model of `base`'s run shaped `args`, from `costs`.
+CostModel cost_model(
+    const JobConfig& base,
+    const llama::ModelArgs& args,
+    const PlanCosts& costs) {
+  return CostModel{
+      costs,
+      base.training.seq_len,
+      args.dim,
+      compute_dtype_bytes(base),
+      base.training.mixed_precision_reduce == "bfloat16" ? 2 : 4};
+}
+
 }  // namespace
 
 PlanResult plan_layouts(
@@ -968,12 +981,7 @@ PlanResult plan_layouts(
           : std::max<unsigned>(1, std::thread::hardware_concurrency());
   const Candidates candidates = valid_candidates(
       found, result.global_batch, args, costs, options, threads);
-  const CostModel model{
-      costs,
-      base.training.seq_len,
-      args.dim,
-      compute_dtype_bytes(base),
-      base.training.mixed_precision_reduce == "bfloat16" ? 2 : 4};
+  const CostModel model = cost_model(base, args, costs);
   const PlanCandidate smallest =
       score_all(base, candidates, model, threads, result);
   if (result.ranked.empty()) {
@@ -1089,12 +1097,7 @@ std::string plan_schedule_svg(
     const JobConfig& base, const PlanCandidate& c, const PlanCosts& costs) {
   pipeline::register_builtin_schedules();
   const llama::ModelArgs args = model_args(base);
-  const CostModel model{
-      costs,
-      base.training.seq_len,
-      args.dim,
-      compute_dtype_bytes(base),
-      base.training.mixed_precision_reduce == "bfloat16" ? 2 : 4};
+  const CostModel model = cost_model(base, args, costs);
   const auto planned = pipeline::plan_schedule(
       pipeline::make_schedule(
           c.schedule, c.pp, c.stages_per_rank, c.microbatches),
