@@ -17,6 +17,11 @@ if [ "$1" = check ]; then
   ip netns add $probe 2> /tmp/baton_netns_probe.$$ || {
     echo "cannot make a network namespace: $(cat /tmp/baton_netns_probe.$$)"
     rm -f /tmp/baton_netns_probe.$$; exit 1; }
+  # Running in one needs a mount namespace of its own too (not in a chroot).
+  if ! ip netns exec $probe true 2> /tmp/baton_netns_probe.$$; then
+    echo "cannot run in a network namespace: $(cat /tmp/baton_netns_probe.$$)"
+    ip netns del $probe; rm -f /tmp/baton_netns_probe.$$; exit 1
+  fi
   ip netns del $probe; rm -f /tmp/baton_netns_probe.$$
   exit 0
 fi
