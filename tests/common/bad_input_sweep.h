@@ -72,6 +72,41 @@ struct Mutation {
   std::string bytes;
 };
 
+/// The lines of `text` (without their '\n'), and back.
+inline std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    lines.push_back(text.substr(start, end - start));
+    start = end == std::string::npos ? text.size() : end + 1;
+  }
+  return lines;
+}
+
+inline std::string join_lines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& line : lines) {
+    out += line + '\n';
+  }
+  return out;
+}
+
+/// Appends `lines` with line `i` removed and with it repeated, described
+/// as `at` removed / repeated.
+inline void remove_and_repeat_line(
+    const std::vector<std::string>& lines,
+    size_t i,
+    const std::string& at,
+    std::vector<Mutation>& out) {
+  auto removed = lines;
+  removed.erase(removed.begin() + static_cast<std::ptrdiff_t>(i));
+  out.push_back({at + " removed", join_lines(removed)});
+  auto repeated = lines;
+  repeated.insert(repeated.begin() + static_cast<std::ptrdiff_t>(i), lines[i]);
+  out.push_back({at + " repeated", join_lines(repeated)});
+}
+
 /// `count` copies of `good`, each with one to three bits flipped at
 /// positions drawn from `seed` within [begin, end) (end 0: the whole file).
 inline std::vector<Mutation> bit_flips(

@@ -20,7 +20,9 @@ namespace baton {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::join_lines;
 using testing::Mutation;
+using testing::split_lines;
 using testing::Sweep;
 
 /// "" when loading `path` succeeds or fails as a bad config naming it.
@@ -38,25 +40,6 @@ std::string check_load(const std::string& path) {
   } catch (...) {
     return "a non-standard exception";
   }
-}
-
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  size_t start = 0;
-  while (start < text.size()) {
-    const size_t end = text.find('\n', start);
-    lines.push_back(text.substr(start, end - start));
-    start = end == std::string::npos ? text.size() : end + 1;
-  }
-  return lines;
-}
-
-std::string join_lines(const std::vector<std::string>& lines) {
-  std::string out;
-  for (const auto& line : lines) {
-    out += line + '\n';
-  }
-  return out;
 }
 
 /// Values of the wrong type, or no value a key takes.
@@ -102,13 +85,7 @@ std::vector<Mutation> structure_mutations(const std::string& good) {
         out.push_back({at + " set to '" + value + "'", join_lines(changed)});
       }
     }
-    auto removed = lines;
-    removed.erase(removed.begin() + static_cast<std::ptrdiff_t>(i));
-    out.push_back({at + " removed", join_lines(removed)});
-    auto repeated = lines;
-    repeated.insert(
-        repeated.begin() + static_cast<std::ptrdiff_t>(i), lines[i]);
-    out.push_back({at + " repeated", join_lines(repeated)});
+    testing::remove_and_repeat_line(lines, i, at, out);
     auto dedented = lines;
     dedented[i].erase(0, dedented[i].find_first_not_of(' '));
     out.push_back({at + " de-indented", join_lines(dedented)});

@@ -26,7 +26,9 @@ namespace baton {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::join_lines;
 using testing::Mutation;
+using testing::split_lines;
 using testing::Sweep;
 
 const std::string kText =
@@ -54,23 +56,6 @@ void use_tokenizer(const Tokenizer& t) {
     }
   }
   t.decode(ids);
-}
-
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    lines.push_back(line);
-  }
-  return lines;
-}
-
-std::string join_lines(const std::vector<std::string>& lines) {
-  std::string out;
-  for (const auto& line : lines) {
-    out += line + '\n';
-  }
-  return out;
 }
 
 /// Lines of a tiktoken file with bad ranks and tokens, removed or repeated.
@@ -101,13 +86,7 @@ std::vector<Mutation> tiktoken_line_mutations(const std::string& good) {
       changed[i] = token + lines[i].substr(space);
       out.push_back({at + " token '" + token + "'", join_lines(changed)});
     }
-    auto removed = lines;
-    removed.erase(removed.begin() + static_cast<std::ptrdiff_t>(i));
-    out.push_back({at + " removed", join_lines(removed)});
-    auto repeated = lines;
-    repeated.insert(
-        repeated.begin() + static_cast<std::ptrdiff_t>(i), lines[i]);
-    out.push_back({at + " repeated", join_lines(repeated)});
+    testing::remove_and_repeat_line(lines, i, at, out);
   }
   return out;
 }
