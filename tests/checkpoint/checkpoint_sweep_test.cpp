@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -42,10 +43,13 @@ using testing::Sweep;
 
 const std::string kRankFile = "rank-00000.safetensors";
 
-/// A run folder holding the debug model's checkpoint of step 2, made once.
+/// A run folder holding the debug model's checkpoint of step 2, made once
+/// per process (ctest runs each test in a process of its own, in parallel:
+/// one folder per process).
 const fs::path& good_run() {
   static const fs::path dump = [] {
-    const auto dir = testing::fresh_dir("ck_sweep_good");
+    const auto dir =
+        testing::fresh_dir("ck_sweep_good_" + std::to_string(getpid()));
     const auto r = testing::run_command(
         "timeout 300 " + testing::baton_bin() + " train --config " +
         testing::source_path("configs/debug_model.yaml") +
