@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "data/tokenizer.h"
 #include "models/model_spec.h"
+#include "parallel/activation_checkpoint.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/pipeline/schedule_io.h"
 #include "parallel/pipeline/schedules.h"
@@ -94,14 +95,15 @@ struct StageActivations {
   int64_t recompute = 0;
 };
 
+/// `ac`: the section as it applies to this stage (mode none where
+/// activation_checkpoint.stages leaves it out).
 StageActivations stage_activations(
     const llama::ModelArgs& args,
     const ChunkSpec& chunk,
-    const JobConfig& config,
+    const ActivationCheckpointConfig& ac,
     int64_t tokens,
     int64_t t,
     int64_t dtype_bytes) {
-  const auto& ac = config.activation_checkpoint;
   const int64_t full = block_elements(args, t);
   const int64_t input = args.dim / t;
   const int64_t end = chunk.end_layer < 0 ? args.n_layers : chunk.end_layer;
@@ -257,17 +259,33 @@ DryRunReport dry_run(
                ? pipeline::plan_schedule(schedule, pipeline::SimulationCosts())
                      .simulation.peak_activations
                : options.peak_microbatches();
+    if (const auto problem =
+            config.activation_checkpoint.stages_problem(schedule.num_stages)) {
+      throw_config_error(config.origin(problem->key), problem->message);
+    }
     report.schedule = schedule.name;
     report.num_stages = schedule.num_stages;
     report.microbatches = schedule.microbatches;
   }
   report.microbatch_tokens = rows * config.training.seq_len;
+  if (!dims.pp_enabled()) {
+    if (const auto problem = config.activation_checkpoint.stages_problem(1)) {
+      throw_config_error(config.origin(problem->key), problem->message);
+    }
+  }
+  const CheckpointPlan checkpoint_plan =
+      CheckpointPlan::from(config.activation_checkpoint);
 
   // fully_shard frees a unit's gathered parameters after its forward unless
   // it keeps them (pipeline stages by default).
   const std::string& reshard = p.fsdp_reshard_after_forward;
   const bool keep_gathered =
       reshard == "never" || (reshard == "default" && dims.pp_enabled());
+  // The whole gradients outlive a backward when more passes accumulate
+  // into them before the reduction: a stage's microbatches (reduced at
+  // REDUCE_GRAD) or micro-steps without sync.
+  const bool whole_grads_held =
+      dims.pp_enabled() || config.training.gradient_accumulation_steps > 1;
 
   for (int64_t rank = 0; rank < dims.world_size; ++rank) {
     const dist::MeshCoord coord = dist::mesh_coord(dims, rank);
@@ -293,7 +311,8 @@ DryRunReport dry_run(
       stage.holds = pipeline::describe_chunk(chunks[s]);
       std::map<std::string, int64_t> unit;  // "layers.4" or "" (the root)
       for (const auto& param : spec.parameter_shapes(args, chunks[s])) {
-        stage.parameters += numel(stored_shape(args, param, coord, dims));
+        const int64_t stored = numel(stored_shape(args, param, coord, dims));
+        stage.parameters += stored;
         dist::MeshCoord whole = coord;
         ParallelDims unsharded = dims;
         unsharded.dp_shard = 1;
@@ -304,6 +323,9 @@ DryRunReport dry_run(
         const std::string& fqn = param.first;
         const bool block = fqn.rfind("layers.", 0) == 0;
         unit[block ? fqn.substr(0, fqn.find('.', 7)) : ""] += slice;
+        if (!block) {
+          stage.root_parameters += stored;
+        }
       }
       for (const auto& [name, elements] : unit) {
         if (!name.empty()) {
@@ -313,14 +335,14 @@ DryRunReport dry_run(
           gathered += elements;
         }
       }
+      ActivationCheckpointConfig ac = config.activation_checkpoint;
+      if (!checkpoint_plan.checkpoints_stage(stage.stage)) {
+        ac.mode = "none";
+      }
       const StageActivations activations = stage_activations(
-          args,
-          chunks[s],
-          config,
-          report.microbatch_tokens,
-          dims.tp,
-          dtype_bytes);
+          args, chunks[s], ac, report.microbatch_tokens, dims.tp, dtype_bytes);
       stage.activation_bytes = activations.saved;
+      stage.recompute_bytes = activations.recompute;
       r.recompute_bytes = std::max(r.recompute_bytes, activations.recompute);
       r.parameters += stage.parameters;
       r.activation_bytes_per_microbatch += stage.activation_bytes;
@@ -329,18 +351,33 @@ DryRunReport dry_run(
     r.weight_bytes = r.parameters * kMasterBytes;
     r.gradient_bytes = r.parameters * kMasterBytes;
     r.optimizer_bytes = r.parameters * kOptimizerBytesPerElement;
+    r.peak_microbatches = peak.at(coord.pp);
     if (dims.dp_shard > 1) {
       // The gathered parameters and the whole gradients accumulated into
       // them: every unit's when kept, else the root's and two blocks'
       // (the one computing and the one prefetched).
-      if (!keep_gathered) {
-        gathered += 2 * largest_block;
+      if (keep_gathered) {
+        r.buffer_bytes = 2 * gathered * dtype_bytes;
+      } else if (!whole_grads_held) {
+        r.buffer_bytes = 2 * (gathered + 2 * largest_block) * dtype_bytes;
+      } else {
+        // Freed after each forward, but every unit's whole gradient stays
+        // until the reduction. Pipelined, a backward gathers a unit again
+        // and nothing frees it until the next forward: after a backward
+        // the stage holds every unit whole, with one microbatch fewer in
+        // flight than after a forward.
+        const int64_t all = sliced_elements * dtype_bytes;
+        int64_t params = (gathered + 2 * largest_block) * dtype_bytes;
+        if (dims.pp_enabled()) {
+          const int64_t one_microbatch = r.activation_bytes_per_microbatch /
+                                         static_cast<int64_t>(r.stages.size());
+          params = std::max(params, all - one_microbatch);
+        }
+        r.buffer_bytes = all + params;
       }
-      r.buffer_bytes = 2 * gathered * dtype_bytes;
     } else if (dtype_bytes < kMasterBytes) {
       r.buffer_bytes = sliced_elements * dtype_bytes;  // the step's casts
     }
-    r.peak_microbatches = peak.at(coord.pp);
     // The simulator counts microbatches of one stage: the rank's stages'
     // mean at that count, and one block recomputing.
     r.activation_peak_bytes = r.activation_bytes_per_microbatch *
@@ -412,7 +449,9 @@ std::string format_json(const DryRunReport& report) {
           {{"stage", s.stage},
            {"holds", s.holds},
            {"parameters", s.parameters},
-           {"activation_bytes", s.activation_bytes}});
+           {"root_parameters", s.root_parameters},
+           {"activation_bytes", s.activation_bytes},
+           {"recompute_bytes", s.recompute_bytes}});
     }
     ranks.push_back(
         {{"rank", r.rank},

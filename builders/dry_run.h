@@ -19,8 +19,15 @@ struct DryRunStage {
   /// Elements of the stage's parameters this rank stores (its tensor
   /// parallel slice, and its rows of that under fully_shard).
   int64_t parameters = 0;
+  /// Of those, the root unit's (embedding, norm, output): fully_shard
+  /// never frees it after its forward.
+  int64_t root_parameters = 0;
   /// Activations one microbatch leaves saved for backward in this stage.
   int64_t activation_bytes = 0;
+  /// What one checkpointed block of this stage holds while it recomputes
+  /// in backward (0 when the stage checkpoints none:
+  /// activation_checkpoint.stages).
+  int64_t recompute_bytes = 0;
 };
 
 /// What one rank would hold, computed from the config alone.
@@ -39,14 +46,16 @@ struct DryRunRank {
   int64_t gradient_bytes = 0;
   int64_t optimizer_bytes = 0;
   /// Parameters held whole or cast during a step beyond the stored ones:
-  /// fully_shard's gathered units (compute dtype), or mixed precision's
-  /// compute-dtype copies without it.
+  /// fully_shard's gathered units and the whole gradients accumulated into
+  /// them (compute dtype), or mixed precision's compute-dtype copies
+  /// without it.
   int64_t buffer_bytes = 0;
   /// Activations one microbatch leaves saved for backward in all of this
   /// rank's stages.
   int64_t activation_bytes_per_microbatch = 0;
   /// What a checkpointed block's recomputation holds in backward, one block
-  /// at a time (0 without activation checkpointing).
+  /// at a time: the most of the rank's stages (0 without activation
+  /// checkpointing).
   int64_t recompute_bytes = 0;
   /// Most microbatches of one stage whose activations the rank holds at
   /// once (the pipeline simulator's count; 1 without pipelining).

@@ -81,6 +81,10 @@ ModelParts PipelineTrainerBuilder::build_model(const llama::ModelArgs& args) {
             std::to_string(schedule_.num_stages) +
             "; allowed: one list per stage");
   }
+  if (const auto problem =
+          config().activation_checkpoint.stages_problem(schedule_.num_stages)) {
+    throw_config_error(config().origin(problem->key), problem->message);
+  }
   const int64_t my_pp = mesh().coord().pp;
   const auto& spec = model_registry().get(config().model.name);
   ModelParts parts;

@@ -245,6 +245,10 @@ std::shared_ptr<const Tokenizer> TrainerBuilder::build_tokenizer() {
 }
 
 ModelParts TrainerBuilder::build_model(const llama::ModelArgs& args) {
+  // One stage without pipelining (a degree of -1 may have resolved to 1).
+  if (const auto problem = config_.activation_checkpoint.stages_problem(1)) {
+    throw_config_error(config_.origin(problem->key), problem->message);
+  }
   const auto& spec = model_registry().get(config_.model.name);
   ModelParts parts;
   parts.push_back(std::make_shared<ModelPart>(

@@ -35,6 +35,7 @@ std::string JobConfig::first_origin(
 
 namespace {
 
+using Integers = std::vector<int64_t>;
 using Strings = std::vector<std::string>;
 using StringLists = std::vector<std::vector<std::string>>;
 
@@ -145,6 +146,10 @@ std::string allowed_words(const std::vector<double>&, const FieldSpec& spec) {
                         : "numbers";
   const std::string range = range_words(spec);
   return "a list of " + count + (range.empty() ? "" : " each " + range);
+}
+std::string allowed_words(const Integers&, const FieldSpec& spec) {
+  const std::string range = range_words(spec);
+  return "a list of integers" + (range.empty() ? "" : " each " + range);
 }
 std::string allowed_words(const Strings&, const FieldSpec&) {
   return "a list of strings";
@@ -274,6 +279,20 @@ void decode(const Input& in, std::vector<double>& out, const FieldSpec& spec) {
     const Input item = in.element(in.node[i], i);
     values.push_back(parse_number<double>(item, "a number", allowed));
     check_range(item, values.back(), spec, allowed);
+  }
+  out = std::move(values);
+}
+
+void decode(const Input& in, Integers& out, const FieldSpec& spec) {
+  const std::string allowed = allowed_words(out, spec);
+  if (!in.node.IsSequence()) {
+    fail(in, describe(in.node) + " is not a list", allowed);
+  }
+  Integers values;
+  for (size_t i = 0; i < in.node.size(); ++i) {
+    const Input item = in.element(in.node[i], i);
+    values.push_back(parse_number<int64_t>(item, "an integer", allowed));
+    check_range(item, static_cast<double>(values.back()), spec, allowed);
   }
   out = std::move(values);
 }
@@ -616,6 +635,22 @@ void check_consistency(const JobConfig& config) {
           p.pipeline_parallel_degree)) {
     throw_config_error(config.origin(problem->key), problem->message);
   }
+  // The stages are known here without pipelining (one) and for a
+  // generator's schedule of a set degree; the builders check the rest
+  // against the schedule.
+  int64_t num_stages = 0;
+  if (p.pipeline_parallel_degree == 1) {
+    num_stages = 1;
+  } else if (
+      p.pipeline_parallel_degree > 1 &&
+      p.pipeline_parallel_schedule_csv.empty()) {
+    num_stages =
+        p.pipeline_parallel_degree * p.pipeline_parallel_stages_per_rank;
+  }
+  if (const auto problem =
+          config.activation_checkpoint.stages_problem(num_stages)) {
+    throw_config_error(config.origin(problem->key), problem->message);
+  }
 }
 
 /// Each value of a field whose spec names a registry must be registered
@@ -720,6 +755,13 @@ void emit(YAML::Emitter& out, const std::vector<double>& v) {
   }
   out << YAML::EndSeq;
 }
+void emit(YAML::Emitter& out, const Integers& v) {
+  out << YAML::Flow << YAML::BeginSeq;
+  for (const int64_t x : v) {
+    emit(out, x);
+  }
+  out << YAML::EndSeq;
+}
 void emit(YAML::Emitter& out, const Strings& v) {
   out << YAML::Flow << YAML::BeginSeq;
   for (const auto& x : v) {
@@ -740,6 +782,33 @@ void emit(YAML::Emitter& out, const StringLists& v) {
 }
 
 }  // namespace
+
+std::optional<ConfigProblem> ActivationCheckpointConfig::stages_problem(
+    int64_t num_stages) const {
+  const std::string key = "activation_checkpoint.stages";
+  for (size_t k = 0; k < stages.size(); ++k) {
+    const int64_t s = stages[k];
+    if (std::find(stages.begin(), stages.begin() + k, s) !=
+        stages.begin() + k) {
+      return ConfigProblem{
+          key,
+          key + ": stage " + std::to_string(s) +
+              " is listed twice; allowed: distinct stage indices"};
+    }
+    if (num_stages > 0 && (s < 0 || s >= num_stages)) {
+      return ConfigProblem{
+          key,
+          key + ": stage " + std::to_string(s) + " is out of range for " +
+              std::to_string(num_stages) +
+              (num_stages == 1 ? " stage" : " stages") +
+              "; allowed: global stage indices in [0, " +
+              std::to_string(num_stages - 1) +
+              "], or an empty list for every stage; hint: the stages are "
+              "pipeline_parallel_degree x pipeline_parallel_stages_per_rank"};
+    }
+  }
+  return std::nullopt;
+}
 
 int64_t LRSchedulerConfig::decay_steps(int64_t training_steps) const {
   if (warmup_steps > training_steps) {

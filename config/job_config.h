@@ -76,7 +76,8 @@ struct FieldSpec {
 // Every section is a plain struct with inline defaults and a `visit` that
 // names each field once: `v(name, field, spec)`. Field types are int64_t,
 // double, bool, std::string, std::optional<double>, std::vector<double>,
-// std::vector<std::string> and std::vector<std::vector<std::string>>.
+// std::vector<int64_t>, std::vector<std::string> and
+// std::vector<std::vector<std::string>>.
 // ARCHITECTURE.md §4 lists the keys.
 
 /// `job:` section.
@@ -363,6 +364,16 @@ struct ActivationCheckpointConfig {
   /// With selective layer: checkpoint blocks whose index in the model is a
   /// multiple of this minus one (1: every block, 2: every other block).
   int64_t selective_every = 2;
+  /// The pipeline stages (global indices) whose blocks checkpoint with
+  /// `mode`; empty = every stage. Early stages hold the most microbatches
+  /// in flight, so checkpointing only them saves the most per recompute.
+  std::vector<int64_t> stages;
+
+  /// Why `stages` does not fit a pipeline of `num_stages` (a duplicate or
+  /// an index outside [0, num_stages)); nothing when it fits. num_stages
+  /// 0: not known yet, only duplicates are problems. The config check and
+  /// the builders (which know the schedule's stages) both ask it.
+  std::optional<ConfigProblem> stages_problem(int64_t num_stages) const;
 
   template <class V>
   void visit(V&& v) {
@@ -379,6 +390,11 @@ struct ActivationCheckpointConfig {
       selective_every,
       FieldSpec("with selective layer: checkpoint every k-th block")
           .at_least(1));
+    v("stages",
+      stages,
+      FieldSpec("pipeline stages (global indices) that checkpoint with mode; "
+                "empty: every stage")
+          .at_least(0));
   }
 };
 

@@ -1,5 +1,6 @@
 #include "parallel/activation_checkpoint.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "config/job_config.h"
@@ -17,7 +18,13 @@ CheckpointPlan CheckpointPlan::from(const ActivationCheckpointConfig& config) {
     plan.kind = config.selective == "op" ? Kind::kOp : Kind::kLayer;
     plan.every = config.selective_every;
   }
+  plan.stages = config.stages;
   return plan;
+}
+
+bool CheckpointPlan::checkpoints_stage(int64_t stage) const {
+  return stages.empty() ||
+         std::find(stages.begin(), stages.end(), stage) != stages.end();
 }
 
 bool CheckpointPlan::checkpoints(int64_t layer) const {
@@ -32,6 +39,18 @@ bool CheckpointPlan::checkpoints(int64_t layer) const {
 }
 
 std::string CheckpointPlan::describe() const {
+  if (kind == Kind::kNone || stages.empty()) {
+    return describe_blocks();
+  }
+  std::string list;
+  for (const int64_t s : stages) {
+    list += (list.empty() ? "" : ", ") + std::to_string(s);
+  }
+  return describe_blocks() +
+         (stages.size() == 1 ? " on stage " : " on stages ") + list;
+}
+
+std::string CheckpointPlan::describe_blocks() const {
   switch (kind) {
     case Kind::kNone:
       return "none";
@@ -81,6 +100,9 @@ int64_t layer_index(const std::string& unit) {
 void ActivationCheckpointApplier::apply(
     ModelPart& part, const ParallelContext& context) {
   const auto plan = CheckpointPlan::from(context.config.activation_checkpoint);
+  if (!plan.checkpoints_stage(part.stage())) {
+    return;
+  }
   const auto policy = plan.kind == CheckpointPlan::Kind::kOp
                           ? CheckpointPolicy::kKeepExpensiveOps
                           : CheckpointPolicy::kFull;
