@@ -374,13 +374,15 @@ struct CostModel {
   int64_t dtype_bytes = 2;
   int64_t reduce_bytes = 4;
 
-  /// Seconds of one stage's passes at `rows`, with `layers` blocks.
+  /// Seconds of one stage's passes at `rows`, with `layers` blocks; `index`
+  /// is its global stage index (whether it checkpoints).
   StageTimes stage(
       const PlanCandidate& c,
       int64_t rows,
       int64_t layers,
       bool embedding,
-      bool output) const {
+      bool output,
+      int64_t index = 0) const {
     const MicrobatchCosts m = costs_at(costs, rows);
     const double t = static_cast<double>(c.tp);
     // Sequence parallel: 2 all-gathers and 2 reduce-scatters of the block's
@@ -390,7 +392,7 @@ struct CostModel {
         2.0 * collective_s(costs.all_gather, costs, c.tp, 1, act, 1.0) +
         2.0 * collective_s(costs.reduce_scatter, costs, c.tp, 1, act, 1.0);
     const double block_f = m.block.f / t + tp_comm;
-    const double recompute = c.activation_checkpoint == "full" ? block_f : 0.0;
+    const double recompute = c.checkpoints_stage(index) ? block_f : 0.0;
     const double L = static_cast<double>(layers);
     StageTimes s;
     s.f = L * block_f;
@@ -419,41 +421,55 @@ struct CostModel {
     return link.latency_s + bytes / link.bandwidth;
   }
 
-  /// Data-parallel gradient sync of a rank storing `stored` parameter
+  /// Data-parallel gradient reduction of a rank storing `stored` parameter
   /// elements, after the pipeline (not overlapped): replicate all-reduces
-  /// the gradients; fully_shard all-gathers the parameters (once kept for
-  /// pipeline stages, else again in backward) and reduce-scatters the
-  /// gradients.
+  /// the gradients (stride tp); fully_shard reduce-scatters the whole
+  /// gradients over its shard group (size dp_shard, stride tp) and, with
+  /// HSDP, all-reduces the 1/dp_shard it keeps over the replicas (size
+  /// dp_replicate, stride tp x dp_shard), as Unit::to_sharded does.
   double dp_sync_s(const PlanCandidate& c, int64_t stored) const {
     const double n = static_cast<double>(stored);
-    if (c.dp_replicate > 1) {
-      return collective_s(
-          costs.all_reduce,
-          costs,
-          c.dp_replicate,
-          c.tp * c.dp_shard,
-          n * reduce_bytes,
-          2.0);
+    const double replicas = collective_s(
+        costs.all_reduce,
+        costs,
+        c.dp_replicate,
+        c.tp * c.dp_shard,
+        n * reduce_bytes,
+        2.0);
+    if (c.dp_shard == 1) {
+      return replicas;
     }
-    if (c.dp_shard > 1) {
-      const double whole = n * c.dp_shard;
-      const double gathers = c.pp > 1 ? 1.0 : 2.0;
-      return gathers * collective_s(
-                           costs.all_gather,
-                           costs,
-                           c.dp_shard,
-                           c.tp,
-                           whole * dtype_bytes,
-                           1.0) +
-             collective_s(
-                 costs.reduce_scatter,
-                 costs,
-                 c.dp_shard,
-                 c.tp,
-                 whole * reduce_bytes,
-                 1.0);
-    }
-    return 0.0;
+    return collective_s(
+               costs.reduce_scatter,
+               costs,
+               c.dp_shard,
+               c.tp,
+               n * c.dp_shard * reduce_bytes,
+               1.0) +
+           replicas;
+  }
+
+  /// fully_shard's all-gathers of one stage in a step (size dp_shard,
+  /// stride tp, the compute dtype): its blocks' `block_gathers` times, its
+  /// root (embedding, norm, output: never freed after its forward) once.
+  /// `blocks` and `root` are the shard elements this rank stores.
+  double fsdp_gather_s(
+      const PlanCandidate& c,
+      int64_t blocks,
+      int64_t root,
+      int64_t block_gathers) const {
+    const auto gather = [&](int64_t elements) {
+      return elements == 0
+                 ? 0.0
+                 : collective_s(
+                       costs.all_gather,
+                       costs,
+                       c.dp_shard,
+                       c.tp,
+                       static_cast<double>(elements) * c.dp_shard * dtype_bytes,
+                       1.0);
+    };
+    return static_cast<double>(block_gathers) * gather(blocks) + gather(root);
   }
 };
 
@@ -524,12 +540,53 @@ std::vector<int64_t> balanced_split(
   return layers;
 }
 
-/// A schedule lowered once, and its in-flight peaks (cost-free).
+/// A schedule lowered once, its in-flight peaks (cost-free) and how often
+/// each stage's blocks are gathered when freed after every forward.
 struct CachedSchedule {
   pipeline::Schedule lowered;
   std::vector<int64_t> peaks;
+  std::vector<int64_t> freed_gathers;
   std::string error;
 };
+
+/// Per stage, fully_shard's gathers of its blocks in one step of `lowered`
+/// under reshard_after_forward always (parallel/fsdp/fully_shard.cpp): a
+/// forward frees them, so the next forward or backward of the stage
+/// gathers them again; a backward leaves them whole (pipelined, nothing
+/// frees them before the next forward); W reads no parameters; REDUCE_GRAD
+/// returns them to their shards. 1F1B and GPipe: m + 1.
+std::vector<int64_t> freed_block_gathers(const pipeline::Schedule& lowered) {
+  using pipeline::ActionKind;
+  std::vector<int64_t> gathers(lowered.num_stages, 0);
+  std::vector<bool> whole(lowered.num_stages, false);
+  const auto run = [&](const pipeline::Action& a) {
+    if (a.kind == ActionKind::kReduceGrad) {
+      whole.at(a.stage) = false;
+    }
+    if (a.kind != ActionKind::kF && a.kind != ActionKind::kB &&
+        a.kind != ActionKind::kI) {
+      return;
+    }
+    if (!whole.at(a.stage)) {
+      ++gathers[a.stage];
+    }
+    whole[a.stage] = a.kind != ActionKind::kF;
+  };
+  for (const auto& rank : lowered.ranks) {
+    for (const auto& slot : rank) {
+      if (!slot) {
+        continue;
+      }
+      if (slot->kind == ActionKind::kOverlapFB) {
+        run(slot->forward_part());
+        run(slot->backward_part());
+      } else {
+        run(*slot);
+      }
+    }
+  }
+  return gathers;
+}
 
 using ScheduleKey = std::tuple<std::string, int64_t, int64_t, int64_t>;
 
@@ -577,8 +634,10 @@ JobConfig candidate_config(const JobConfig& base, const PlanCandidate& c) {
   p.pipeline_parallel_module_fqns_per_stage =
       c.balanced ? split_fqns(c.layers_per_stage)
                  : std::vector<std::vector<std::string>>{};
+  p.fsdp_reshard_after_forward = c.fsdp_reshard;
   config.training.local_batch_size = c.local_batch;
   config.activation_checkpoint.mode = c.activation_checkpoint;
+  config.activation_checkpoint.stages = c.checkpoint_stages;
   return config;
 }
 
@@ -590,7 +649,12 @@ pipeline::SimulationCosts simulation_costs(
   const int64_t stages = static_cast<int64_t>(c.layers_per_stage.size());
   for (int64_t s = 0; s < stages; ++s) {
     const StageTimes t = model.stage(
-        c, c.microbatch_size, c.layers_per_stage[s], s == 0, s == stages - 1);
+        c,
+        c.microbatch_size,
+        c.layers_per_stage[s],
+        s == 0,
+        s == stages - 1,
+        s);
     per_stage[{s, pipeline::ActionKind::kF}] = t.f;
     per_stage[{s, pipeline::ActionKind::kB}] = t.b;
     per_stage[{s, pipeline::ActionKind::kI}] = t.i;
@@ -613,15 +677,30 @@ bool score(
   }
   const DryRunReport report =
       dry_run(candidate_config(base, c), world, options);
-  int64_t most_stored = 0;
   for (const auto& r : report.ranks) {
     c.peak_bytes = std::max(c.peak_bytes, r.total_bytes);
-    most_stored = std::max(most_stored, r.parameters);
   }
   if (cap > 0 && c.peak_bytes > cap) {
     return false;
   }
-  c.dp_sync_s = model.dp_sync_s(c, most_stored);
+  c.dp_sync_s = 0.0;
+  for (const auto& r : report.ranks) {
+    double sync = model.dp_sync_s(c, r.parameters);
+    if (c.dp_shard > 1) {
+      for (const auto& stage : r.stages) {
+        const int64_t block_gathers =
+            c.fsdp_reshard == "never" ? 1
+            : schedule == nullptr     ? 2
+                                      : schedule->freed_gathers.at(stage.stage);
+        sync += model.fsdp_gather_s(
+            c,
+            stage.parameters - stage.root_parameters,
+            stage.root_parameters,
+            block_gathers);
+      }
+    }
+    c.dp_sync_s = std::max(c.dp_sync_s, sync);
+  }
   if (schedule == nullptr) {
     const StageTimes t =
         model.stage(c, c.local_batch, c.layers_per_stage.at(0), true, true);
@@ -685,10 +764,25 @@ void add_candidates(
     const PlanOptions& options,
     std::vector<PlanCandidate>& out) {
   const int64_t local = global_batch / layout.dp;
+  // Replicate, shard, and HSDP's replicas of shard groups: dp = r x s.
   std::vector<std::pair<int64_t, int64_t>> dp_modes{{layout.dp, 1}};
-  if (layout.dp > 1) {
-    dp_modes.push_back({1, layout.dp});
+  for (int64_t shard = 2; shard <= layout.dp; ++shard) {
+    if (layout.dp % shard == 0) {
+      dp_modes.push_back({layout.dp / shard, shard});
+    }
   }
+  // fully_shard's default is one of always (unpipelined) and never
+  // (pipelined): both are searched, by name.
+  const auto push = [&out](PlanCandidate c) {
+    if (c.dp_shard == 1) {
+      out.push_back(std::move(c));
+      return;
+    }
+    for (const char* reshard : {"always", "never"}) {
+      c.fsdp_reshard = reshard;
+      out.push_back(c);
+    }
+  };
   const double block = unit.block.f + unit.block.b;
   const double e = (unit.embedding.f + unit.embedding.b) / block;
   const double o = (unit.output.f + unit.output.b) / block;
@@ -702,7 +796,7 @@ void add_candidates(
     if (layout.pp == 1) {
       c.microbatch_size = local;
       c.layers_per_stage = {args.n_layers};
-      out.push_back(c);
+      push(c);
       continue;
     }
     for (const std::string& name : schedule_names()) {
@@ -722,12 +816,12 @@ void add_candidates(
           c.microbatches = local / mb;
           c.balanced = false;
           c.layers_per_stage = even_split(args.n_layers, stages);
-          out.push_back(c);
+          push(c);
           const auto balanced = balanced_split(args.n_layers, stages, e, o);
           if (balanced != c.layers_per_stage) {
             c.balanced = true;
             c.layers_per_stage = balanced;
-            out.push_back(c);
+            push(c);
           }
         }
       }
@@ -755,11 +849,22 @@ std::map<ScheduleKey, CachedSchedule> lower_schedules(
           pipeline::make_schedule(name, pp, v, m), pipeline::SimulationCosts());
       s.lowered = planned.lowered;
       s.peaks = planned.simulation.peak_activations;
+      s.freed_gathers = freed_block_gathers(s.lowered);
     } catch (const ConfigError& e) {
       s.error = e.what();  // a layout the schedule cannot run
     }
   });
   return cache;
+}
+
+/// "none", "full", or "full 0-2" when only the first stages checkpoint.
+std::string describe_ac(const PlanCandidate& c) {
+  if (c.checkpoint_stages.empty()) {
+    return c.activation_checkpoint;
+  }
+  const int64_t last = c.checkpoint_stages.back();
+  return c.activation_checkpoint + " " +
+         (last == 0 ? "0" : "0-" + std::to_string(last));
 }
 
 std::string describe_layout(const PlanCandidate& c) {
@@ -770,7 +875,10 @@ std::string describe_layout(const PlanCandidate& c) {
     out << ", " << c.schedule << " v " << c.stages_per_rank << ", m "
         << c.microbatches << " of " << c.microbatch_size;
   }
-  out << ", ac " << c.activation_checkpoint;
+  out << ", ac " << describe_ac(c);
+  if (c.dp_shard > 1) {
+    out << ", reshard " << c.fsdp_reshard;
+  }
   return out.str();
 }
 
@@ -798,6 +906,14 @@ std::string gib(int64_t bytes) {
 }
 
 }  // namespace
+
+bool PlanCandidate::checkpoints_stage(int64_t stage) const {
+  return activation_checkpoint == "full" &&
+         (checkpoint_stages.empty() ||
+          std::find(
+              checkpoint_stages.begin(), checkpoint_stages.end(), stage) !=
+              checkpoint_stages.end());
+}
 
 std::vector<std::vector<std::string>> split_fqns(
     const std::vector<int64_t>& layers_per_stage) {
@@ -880,10 +996,33 @@ Candidates valid_candidates(
   return out;
 }
 
-/// Scores every candidate without checkpointing, and with full
-/// checkpointing where that does not fit (full only adds compute, so it
-/// never wins where none fits); fills `result`'s ranked list (in candidate
-/// order) and counts. Returns the candidate of the smallest peak.
+/// A candidate's checkpointing choices, cheapest first: none; without
+/// pipelining full; pipelined full on the first k stages, k = 1 .. stages
+/// (the last: every stage, written as an empty list). Each adds compute
+/// to the one before, so the first that fits is the one to rank.
+std::vector<std::pair<std::string, std::vector<int64_t>>> checkpoint_choices(
+    const PlanCandidate& c) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> choices{
+      {"none", {}}};
+  const auto stages =
+      c.pp > 1 ? static_cast<int64_t>(c.layers_per_stage.size()) : 1;
+  std::vector<int64_t> prefix;
+  for (int64_t k = 1; k < stages; ++k) {
+    prefix.push_back(k - 1);
+    choices.push_back({"full", prefix});
+  }
+  choices.push_back({"full", {}});
+  return choices;
+}
+
+/// Scores each candidate's checkpointing choices up to the first that fits
+/// the cap; the later ones only add compute (counted as dominated, not
+/// scored). Memory falls as more stages checkpoint (but for one block's
+/// recompute transient on a rank's first checkpointed stage), so where full
+/// on every stage does not fit no prefix is scored (all counted over the
+/// cap), and otherwise the first prefix that fits is found by bisection
+/// (those below it counted over the cap). Fills `result`'s ranked list (in
+/// candidate order) and counts. Returns the candidate of the smallest peak.
 PlanCandidate score_all(
     const JobConfig& base,
     const Candidates& candidates,
@@ -893,14 +1032,17 @@ PlanCandidate score_all(
   const auto& valid = candidates.list;
   std::vector<std::vector<PlanCandidate>> scored(valid.size());
   std::vector<PlanCandidate> smallest(valid.size());
-  std::atomic<int64_t> pruned{0}, dominated{0};
+  std::atomic<int64_t> considered{0}, pruned{0}, dominated{0};
   const double tokens =
       static_cast<double>(result.global_batch * base.training.seq_len);
   parallel_for(static_cast<int64_t>(valid.size()), threads, [&](int64_t k) {
     smallest[k].peak_bytes = INT64_MAX;
-    for (const char* mode : {"none", "full"}) {
-      PlanCandidate c = valid[k];
-      c.activation_checkpoint = mode;
+    const auto choices = checkpoint_choices(valid[k]);
+    const auto n = static_cast<int64_t>(choices.size());
+    considered += n;
+    const auto attempt = [&](int64_t j, PlanCandidate& c) {
+      c = valid[k];
+      std::tie(c.activation_checkpoint, c.checkpoint_stages) = choices[j];
       const bool fits = score(
           base,
           result.world_size,
@@ -911,20 +1053,39 @@ PlanCandidate score_all(
       if (c.peak_bytes < smallest[k].peak_bytes) {
         smallest[k] = c;
       }
-      if (!fits) {
-        ++pruned;
-        continue;
-      }
+      return fits;
+    };
+    const auto rank = [&](PlanCandidate c, int64_t j) {
       c.tokens_per_s = tokens / c.step_s;
       c.tokens_per_s_per_rank = c.tokens_per_s / result.world_size;
-      scored[k].push_back(c);
-      if (c.activation_checkpoint == "none") {
-        ++dominated;
-        break;
+      scored[k].push_back(std::move(c));
+      pruned += j;  // the cheaper choices before it
+      dominated += n - 1 - j;
+    };
+    PlanCandidate c;
+    if (attempt(0, c)) {
+      return rank(c, 0);
+    }
+    PlanCandidate best;
+    if (!attempt(n - 1, best)) {
+      pruned += n;
+      return;
+    }
+    // Choice lo does not fit, hi does.
+    int64_t lo = 0;
+    int64_t hi = n - 1;
+    while (hi - lo > 1) {
+      const int64_t mid = (lo + hi) / 2;
+      if (attempt(mid, c)) {
+        hi = mid;
+        best = c;
+      } else {
+        lo = mid;
       }
     }
+    rank(best, hi);
   });
-  result.considered = 2 * static_cast<int64_t>(valid.size());
+  result.considered = considered;
   result.pruned = pruned;
   result.dominated = dominated;
   for (auto& list : scored) {
@@ -1015,13 +1176,13 @@ std::string format_plan_table(
       << (result.memory_cap > 0 ? " of " + gib(result.memory_cap) + " GiB"
                                 : std::string(" (no cap)"))
       << ", " << result.dominated
-      << " with full checkpointing not scored (none fits and is faster), "
+      << " not scored (checkpointing more stages than one that fits), "
       << result.ranked.size() << " ranked\n"
       << "step time = simulated pipeline + data-parallel gradient sync (not "
          "overlapped)\n\n";
-  out << "rank | pp dp_rep dp_shard tp | schedule v | microbatch x m | "
-         "layers per stage | ac | step s (pipeline + dp sync) | tokens/s | "
-         "tokens/s/rank | bubble % | peak GiB\n";
+  out << "rank | pp dp_rep dp_shard tp | reshard | schedule v | "
+         "microbatch x m | layers per stage | ac (stages) | step s (pipeline + "
+         "dp sync) | tokens/s | tokens/s/rank | bubble % | peak GiB\n";
   const int64_t n = std::min<int64_t>(top, result.ranked.size());
   for (int64_t k = 0; k < n; ++k) {
     const PlanCandidate& c = result.ranked[k];
@@ -1033,19 +1194,20 @@ std::string format_plan_table(
     std::snprintf(
         line,
         sizeof(line),
-        "%lld | %lld %lld %lld %lld | %s %lld | %lld x %lld | %s | %s | "
+        "%lld | %lld %lld %lld %lld | %s | %s %lld | %lld x %lld | %s | %s | "
         "%.4g (%.4g + %.4g) | %.4g | %.4g | %.1f | %s\n",
         static_cast<long long>(k + 1),
         static_cast<long long>(c.pp),
         static_cast<long long>(c.dp_replicate),
         static_cast<long long>(c.dp_shard),
         static_cast<long long>(c.tp),
+        c.dp_shard > 1 ? c.fsdp_reshard.c_str() : "-",
         c.pp > 1 ? c.schedule.c_str() : "-",
         static_cast<long long>(c.stages_per_rank),
         static_cast<long long>(c.microbatch_size),
         static_cast<long long>(c.microbatches),
         split.c_str(),
-        c.activation_checkpoint.c_str(),
+        describe_ac(c).c_str(),
         c.step_s,
         c.compute_s,
         c.dp_sync_s,
@@ -1068,7 +1230,8 @@ std::string plan_overlay_yaml(const PlanCandidate& c, const std::string& why) {
       << "  data_parallel_replicate_degree: " << c.dp_replicate << "\n"
       << "  data_parallel_shard_degree: " << c.dp_shard << "\n"
       << "  tensor_parallel_degree: " << c.tp << "\n"
-      << "  pipeline_parallel_degree: " << c.pp << "\n";
+      << "  pipeline_parallel_degree: " << c.pp << "\n"
+      << "  fsdp_reshard_after_forward: " << c.fsdp_reshard << "\n";
   if (c.pp > 1) {
     out << "  pipeline_parallel_schedule: " << c.schedule << "\n"
         << "  pipeline_parallel_stages_per_rank: " << c.stages_per_rank << "\n"
@@ -1089,7 +1252,12 @@ std::string plan_overlay_yaml(const PlanCandidate& c, const std::string& why) {
     }
   }
   out << "activation_checkpoint:\n"
-      << "  mode: " << c.activation_checkpoint << "\n";
+      << "  mode: " << c.activation_checkpoint << "\n"
+      << "  stages: [";
+  for (size_t k = 0; k < c.checkpoint_stages.size(); ++k) {
+    out << (k ? ", " : "") << c.checkpoint_stages[k];
+  }
+  out << "]\n";
   return out.str();
 }
 

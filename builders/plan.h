@@ -131,6 +131,12 @@ struct PlanCandidate {
   bool balanced = false;
   /// "none" or "full".
   std::string activation_checkpoint = "none";
+  /// With full: the pipeline stages that checkpoint, a prefix 0 .. k-1
+  /// (activation_checkpoint.stages); empty = every stage.
+  std::vector<int64_t> checkpoint_stages;
+  /// parallelism.fsdp_reshard_after_forward: "always" or "never" with
+  /// dp_shard > 1 (both are searched), else "default".
+  std::string fsdp_reshard = "default";
   /// The simulated pipeline (or the one micro-step), seconds.
   double compute_s = 0.0;
   /// Data-parallel gradient synchronisation after it, seconds.
@@ -142,18 +148,24 @@ struct PlanCandidate {
   double bubble = 0.0;
   /// The most loaded rank's total (dry run).
   int64_t peak_bytes = 0;
+
+  /// Whether pipeline stage `stage`'s blocks recompute in backward.
+  bool checkpoints_stage(int64_t stage) const;
 };
 
 /// The search's outcome.
 struct PlanResult {
   /// Best first.
   std::vector<PlanCandidate> ranked;
-  /// Candidates generated (schedule-valid layouts).
+  /// Candidates generated: each schedule-valid layout with each of its
+  /// checkpointing choices (none; without pipelining full; pipelined full
+  /// on the first k stages, k = 1 .. stages, the last being every stage).
+  /// considered = pruned + dominated + ranked.
   int64_t considered = 0;
-  /// Of those, over the memory cap.
+  /// Of those, scored and over the memory cap.
   int64_t pruned = 0;
-  /// Not scored because a cheaper one of the same layout fits (full
-  /// checkpointing when none fits).
+  /// Not scored because a cheaper choice of the same layout fits (one that
+  /// checkpoints fewer stages adds less compute).
   int64_t dominated = 0;
   int64_t global_batch = 0;
   int64_t world_size = 0;
@@ -162,9 +174,11 @@ struct PlanResult {
 };
 
 /// Searches the layouts of `world_size` ranks for `base`'s model: pp x
-/// (dp_replicate or dp_shard) x tp, the seven schedules with their stages
-/// per rank, microbatch sizes, even and balanced layer splits, activation
-/// checkpointing none / full, with the global batch kept. Throws
+/// dp x tp with dp as dp_replicate, dp_shard or both (HSDP, r x s), FSDP
+/// resharding after forward always / never, the seven schedules with their
+/// stages per rank, microbatch sizes, even and balanced layer splits,
+/// activation checkpointing none / full on the first k stages, with the
+/// global batch kept. Throws
 /// ConfigError when no layout divides the world for the model, or when
 /// none fits the cap (naming the smallest peak found).
 PlanResult plan_layouts(
