@@ -170,13 +170,21 @@ std::pair<int64_t, std::string> compute_dtype(const JobConfig& config) {
 }
 
 std::string describe_ac(const ActivationCheckpointConfig& ac) {
-  if (ac.mode != "selective") {
+  std::string stages;
+  for (const int64_t s : ac.stages) {
+    stages += (stages.empty() ? " on stages " : ", ") + std::to_string(s);
+  }
+  if (ac.mode == "none") {
     return ac.mode;
   }
-  if (ac.selective == "op") {
-    return "selective op";
+  if (ac.mode != "selective") {
+    return ac.mode + stages;
   }
-  return "selective layer, every " + std::to_string(ac.selective_every);
+  if (ac.selective == "op") {
+    return "selective op" + stages;
+  }
+  return "selective layer, every " + std::to_string(ac.selective_every) +
+         stages;
 }
 
 }  // namespace

@@ -8,10 +8,15 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <array>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 
 #include "builders/builder_registry.h"
+#include "builders/pipeline_trainer_builder.h"
 #include "parallel/dist/process_group.h"
 #include "tests/builders/rank_builds.h"
 
@@ -227,6 +232,135 @@ TEST(ActivationCheckpointFromYaml, EveryModeTrainsAsNoneUnderPipelineAndDp) {
       EXPECT_NEAR(run[i].loss, reference[i].loss, 1e-6) << i;
       EXPECT_NEAR(run[i].grad_norm, reference[i].grad_norm, 1e-6) << i;
     }
+  }
+}
+
+/// Runs of each pipeline stage's blocks: forwards and recomputations.
+std::array<std::atomic<int64_t>, 2> block_runs;
+
+/// Counts each run of a block of the part's stage; placed inside
+/// activation checkpointing's wrapper, it sees the recomputations too.
+class CountBlockRuns final : public Applier {
+ public:
+  void apply(ModelPart& part, const ParallelContext&) override {
+    for (const auto& unit : part.module().unit_names()) {
+      if (unit.rfind("layers.", 0) == 0) {
+        part.module().wrap_unit(
+            unit, std::make_shared<Counter>(block_runs.at(part.stage())));
+      }
+    }
+  }
+
+ private:
+  class Counter final : public UnitWrapper {
+   public:
+    explicit Counter(std::atomic<int64_t>& runs) : runs_(runs) {}
+    at::Tensor forward(
+        const std::function<at::Tensor(const at::Tensor&)>& run,
+        const at::Tensor& input) override {
+      ++runs_;
+      return run(input);
+    }
+
+   private:
+    std::atomic<int64_t>& runs_;
+  };
+};
+
+/// The pipeline builder with CountBlockRuns innermost: before
+/// activation_checkpoint where the chain has it.
+class CountingPipelineBuilder final : public PipelineTrainerBuilder {
+ public:
+  using PipelineTrainerBuilder::PipelineTrainerBuilder;
+
+ protected:
+  ApplierChain build_appliers() override {
+    ApplierChain chain = PipelineTrainerBuilder::build_appliers();
+    if (chain.contains("activation_checkpoint")) {
+      chain.insert_before(
+          "activation_checkpoint",
+          "count_block_runs",
+          std::make_unique<CountBlockRuns>());
+    } else {
+      chain.append("count_block_runs", std::make_unique<CountBlockRuns>());
+    }
+    return chain;
+  }
+};
+
+/// What a pp 2 run ends with: rank 0's metrics, every rank's parameters
+/// by FQN, and each stage's block runs.
+struct PipelineRun {
+  std::vector<StepMetrics> metrics;
+  std::map<std::string, at::Tensor> params;
+  std::array<int64_t, 2> runs{};
+};
+
+PipelineRun train_counting(const std::string& name, const std::string& ac) {
+  if (!builder_registry().contains("counting_pipeline")) {
+    builder_registry().add(
+        "counting_pipeline",
+        [](const JobConfig& c) {
+          return std::make_unique<CountingPipelineBuilder>(c);
+        },
+        "test: the pipeline builder counting its blocks' runs");
+  }
+  for (auto& runs : block_runs) {
+    runs = 0;
+  }
+  const JobConfig config = load_job_config(write_config(
+      name,
+      "builder: counting_pipeline\n"
+      "parallelism:\n"
+      "  pipeline_parallel_degree: 2\n"
+      "  pipeline_parallel_schedule: 1F1B\n"
+      "  pipeline_parallel_microbatch_size: 1\n" +
+          ac));
+  PipelineRun out;
+  std::mutex mutex;
+  testing::on_each_rank(config, 2, [&](int64_t r, TrainerBuilder& b) {
+    auto trainer = b.build();
+    auto metrics = trainer->train();
+    std::lock_guard<std::mutex> lock(mutex);
+    if (r == 0) {
+      out.metrics = std::move(metrics);
+    }
+    trainer->components().model_parts.for_each([&](ModelPart& part) {
+      for (const auto& item : part.module().named_parameters()) {
+        out.params[item.key()] = item.value().detach().clone();
+      }
+    });
+  });
+  out.runs = {block_runs[0].load(), block_runs[1].load()};
+  return out;
+}
+
+TEST(
+    ActivationCheckpointFromYaml, OnlyTheListedStageRecomputesAndTrainsAsNone) {
+  register_test_extensions();
+  const PipelineRun none = train_counting("ac_stage_none", "");
+  const PipelineRun first = train_counting(
+      "ac_stage_first",
+      "activation_checkpoint:\n  mode: full\n  stages: [0]\n");
+  // 4 steps x 2 microbatches x 3 blocks per stage; stage 0 runs each block
+  // again in backward.
+  EXPECT_EQ(none.runs[0], 24);
+  EXPECT_EQ(none.runs[1], 24);
+  EXPECT_EQ(first.runs[0], 48);
+  EXPECT_EQ(first.runs[1], 24);
+  ASSERT_EQ(none.metrics.size(), 4u);
+  ASSERT_EQ(first.metrics.size(), 4u);
+  for (size_t i = 0; i < none.metrics.size(); ++i) {
+    EXPECT_NEAR(first.metrics[i].loss, none.metrics[i].loss, 1e-6) << i;
+    EXPECT_NEAR(first.metrics[i].grad_norm, none.metrics[i].grad_norm, 1e-6)
+        << i;
+  }
+  ASSERT_EQ(first.params.size(), none.params.size());
+  EXPECT_GT(none.params.size(), 0u);
+  for (const auto& [fqn, want] : none.params) {
+    ASSERT_EQ(first.params.count(fqn), 1u) << fqn;
+    EXPECT_LE((first.params.at(fqn) - want).abs().max().item<double>(), 1e-6)
+        << fqn;
   }
 }
 

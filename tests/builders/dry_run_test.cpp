@@ -104,6 +104,103 @@ TEST(DryRun, PipelineStagesAndInFlightMicrobatches) {
   EXPECT_EQ(first.activation_peak_bytes, 2 * (blocks + tokens * 8));
 }
 
+TEST(DryRun, CheckpointingOnlyTheFirstStageCountsItsRankAlone) {
+  const std::vector<std::string> pipeline = {
+      "parallelism.pipeline_parallel_degree=2",
+      "parallelism.pipeline_parallel_schedule=1F1B",
+      "parallelism.pipeline_parallel_microbatch_size=2"};
+  const auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), pipeline.begin(), pipeline.end());
+    return dry_run(debug_config(extra), 2);
+  };
+  const auto none = with({});
+  const auto full = with({"activation_checkpoint.mode=full"});
+  const auto first_only = with(
+      {"activation_checkpoint.mode=full", "activation_checkpoint.stages=[0]"});
+  ASSERT_EQ(first_only.ranks.size(), 2u);
+  const int64_t tokens = 512;
+  // Stage 0 keeps its three blocks' inputs and the ids, and recomputes one
+  // block at a time; stage 1 keeps everything and recomputes nothing.
+  const auto& s0 = first_only.ranks[0].stages.at(0);
+  const auto& s1 = first_only.ranks[1].stages.at(0);
+  EXPECT_EQ(s0.activation_bytes, 3 * 256 * tokens * 4 + tokens * 8);
+  EXPECT_EQ(s0.recompute_bytes, 5376 * tokens * 4);
+  EXPECT_EQ(
+      s1.activation_bytes,
+      3 * 5376 * tokens * 4 + 512 * tokens * 4 + 2 * tokens * 258 * 4);
+  EXPECT_EQ(s1.recompute_bytes, 0);
+  // 1F1B's first rank holds 2 microbatches, plus the recompute.
+  EXPECT_EQ(
+      first_only.ranks[0].activation_peak_bytes,
+      2 * s0.activation_bytes + 5376 * tokens * 4);
+  EXPECT_EQ(first_only.ranks[0].total_bytes, full.ranks[0].total_bytes);
+  EXPECT_EQ(first_only.ranks[1].total_bytes, none.ranks[1].total_bytes);
+  EXPECT_LT(first_only.ranks[0].total_bytes, none.ranks[0].total_bytes);
+  // A stage the schedule does not have: known only once the degree is.
+  try {
+    dry_run(
+        debug_config(
+            {"parallelism.pipeline_parallel_degree=-1",
+             "activation_checkpoint.mode=full",
+             "activation_checkpoint.stages=[2]"}),
+        2);
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "activation_checkpoint.stages: stage 2 is out of range for 2 "
+            "stages"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(DryRun, FullyShardedStagesHoldWholeGradientsUntilTheirReduction) {
+  const auto run = [](const std::string& reshard,
+                      std::vector<std::string> extra,
+                      int64_t world = 2) {
+    extra.push_back("parallelism.data_parallel_shard_degree=2");
+    extra.push_back("parallelism.fsdp_reshard_after_forward=" + reshard);
+    return dry_run(debug_config(extra), world);
+  };
+  // pp 2 x dp_shard 2, 1F1B, microbatches of 2: rank 0 holds the
+  // embedding (258 rows: 129 here) and layers 0-2.
+  const std::vector<std::string> pipeline = {
+      "parallelism.pipeline_parallel_degree=2",
+      "parallelism.pipeline_parallel_schedule=1F1B",
+      "parallelism.pipeline_parallel_microbatch_size=2"};
+  const auto never = run("never", pipeline, 4);
+  const auto always = run("always", pipeline, 4);
+  const int64_t all = kVocabRows + 3 * kBlock;  // whole, float32
+  EXPECT_EQ(never.ranks[0].stages.at(0).root_parameters, 129 * 256);
+  // Kept: every unit whole and its whole gradient.
+  EXPECT_EQ(never.ranks[0].buffer_bytes, 2 * all * 4);
+  // Freed after each forward: the whole gradients stay over the stage's
+  // microbatches; the parameters whole are the root and two blocks after a
+  // forward, or every unit after a backward with one microbatch fewer in
+  // flight (here smaller: a microbatch outweighs the stage's weights).
+  const int64_t one_microbatch =
+      always.ranks[0].activation_bytes_per_microbatch;
+  EXPECT_GT(one_microbatch, all * 4);
+  EXPECT_EQ(
+      always.ranks[0].buffer_bytes,
+      all * 4 + std::max<int64_t>(
+                    (kVocabRows + 2 * kBlock) * 4, all * 4 - one_microbatch));
+  EXPECT_LT(always.ranks[0].total_bytes, never.ranks[0].total_bytes);
+  // Without pipelining each unit's gradient is reduced as its backward
+  // ends, unless micro-steps accumulate into it.
+  const int64_t whole = 6 * kBlock + 2 * kVocabRows + 256;
+  const int64_t root = 2 * kVocabRows + 256;
+  EXPECT_EQ(
+      run("always", {}).ranks[0].buffer_bytes, 2 * (root + 2 * kBlock) * 4);
+  EXPECT_EQ(
+      run("always", {"training.gradient_accumulation_steps=2"})
+          .ranks[0]
+          .buffer_bytes,
+      whole * 4 + (root + 2 * kBlock) * 4);
+  EXPECT_EQ(run("never", {}).ranks[0].buffer_bytes, 2 * whole * 4);
+}
+
 TEST(DryRun, TensorParallelInsideFullyShardedBfloat16) {
   // tp 2 x dp_shard 2: rank = dp_shard * 2 + tp.
   const auto report = dry_run(

@@ -6,9 +6,15 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "builders/builder_registry.h"
+#include "builders/dry_run.h"
 #include "common/error.h"
 #include "tests/baton_binary.h"
 
@@ -104,6 +110,265 @@ TEST(Plan, RanksTheDebugModelOnTwoRanksAsWorkedOutByHand) {
     }
   }
   EXPECT_TRUE(saw_dp);
+}
+
+/// The first ranked candidate `pick` accepts.
+const PlanCandidate* find_if(
+    const PlanResult& result,
+    const std::function<bool(const PlanCandidate&)>& pick) {
+  for (const auto& c : result.ranked) {
+    if (pick(c)) {
+      return &c;
+    }
+  }
+  return nullptr;
+}
+
+/// The debug config as a candidate's layout sets it (float32 compute and
+/// reductions: 4 bytes each).
+JobConfig layout_config(const std::vector<std::string>& overrides) {
+  register_builtin_builders();
+  std::vector<std::string> all = {"training.mixed_precision_param=float32"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return load_job_config(source_path("configs/debug_model.yaml"), all);
+}
+
+/// A hand collective of the hand costs over 2 ranks: 1000 s + (n - 1) / n
+/// x bytes / 1 GB/s, twice the bytes for an all-reduce.
+double hand_collective(double bytes, double factor = 1.0) {
+  return 1000.0 + factor * 0.5 * bytes / 1e9;
+}
+
+/// The data-parallel sync worked out from a dry run's stored elements:
+/// fully_shard over 2 (float32) reduce-scatters the whole gradients, gathers
+/// the blocks `block_gathers` times and the root once; with HSDP over 2
+/// replicas, all-reduces the shard too. The most of the report's ranks.
+double hand_fsdp_sync(
+    const DryRunReport& report, int64_t block_gathers, bool hsdp) {
+  double most = 0.0;
+  for (const auto& r : report.ranks) {
+    const double n = static_cast<double>(r.parameters);
+    double t = hand_collective(n * 2 * 4);
+    if (hsdp) {
+      t += hand_collective(n * 4, 2.0);
+    }
+    for (const auto& stage : r.stages) {
+      const double root = static_cast<double>(stage.root_parameters);
+      const double blocks = static_cast<double>(stage.parameters) - root;
+      t += block_gathers * hand_collective(blocks * 2 * 4);
+      if (root > 0) {
+        t += hand_collective(root * 2 * 4);
+      }
+    }
+    most = std::max(most, t);
+  }
+  return most;
+}
+
+int64_t max_total(const DryRunReport& report) {
+  int64_t most = 0;
+  for (const auto& r : report.ranks) {
+    most = std::max(most, r.total_bytes);
+  }
+  return most;
+}
+
+TEST(Plan, HsdpOnFourRanksPaysTheReplicasAllReduceOfTheShard) {
+  const PlanResult result = plan_layouts(debug_config(), 4, hand_costs());
+  const auto hsdp = [&](const std::string& reshard) {
+    return find_if(result, [&](const PlanCandidate& c) {
+      return c.pp == 1 && c.tp == 1 && c.dp_replicate == 2 && c.dp_shard == 2 &&
+             c.fsdp_reshard == reshard;
+    });
+  };
+  const PlanCandidate* never = hsdp("never");
+  const PlanCandidate* always = hsdp("always");
+  ASSERT_NE(never, nullptr);
+  ASSERT_NE(always, nullptr);
+  // Plain replicate 4 and shard 4 are there too.
+  EXPECT_NE(
+      find_if(result, [](const PlanCandidate& c) { return c.dp_shard == 4; }),
+      nullptr);
+  EXPECT_NE(
+      find_if(
+          result, [](const PlanCandidate& c) { return c.dp_replicate == 4; }),
+      nullptr);
+  // Rank 0 stores half of every parameter's rows (ceil): n elements. It
+  // reduce-scatters 2n float32s over its shard pair (1000 + 0.5 x 8n / 1e9
+  // s), all-reduces its n over its replica pair (1000 + 2 x 0.5 x 4n /
+  // 1e9), and gathers the blocks once kept (never) or twice freed (always)
+  // and the root (embedding, norm, output) once.
+  const auto report = dry_run(
+      layout_config(
+          {"parallelism.data_parallel_replicate_degree=2",
+           "parallelism.data_parallel_shard_degree=2"}),
+      4,
+      DryRunOptions().first_rank_per_pipeline_rank(true));
+  const double n = static_cast<double>(report.ranks.at(0).parameters);
+  const double root =
+      static_cast<double>(report.ranks.at(0).stages.at(0).root_parameters);
+  const double by_hand = 1000.0 + 0.5 * 8 * n / 1e9 + 1000.0 + 4 * n / 1e9 +
+                         1000.0 + 0.5 * 8 * (n - root) / 1e9 + 1000.0 +
+                         0.5 * 8 * root / 1e9;
+  EXPECT_NEAR(never->dp_sync_s, by_hand, 1e-9);
+  EXPECT_NEAR(never->dp_sync_s, hand_fsdp_sync(report, 1, true), 1e-9);
+  EXPECT_NEAR(
+      always->dp_sync_s - never->dp_sync_s,
+      1000.0 + 0.5 * 8 * (n - root) / 1e9,
+      1e-9);
+  EXPECT_EQ(always->compute_s, never->compute_s);
+  // Kept, the gathered blocks and their whole gradients stay all the step.
+  EXPECT_GT(never->peak_bytes, always->peak_bytes);
+}
+
+TEST(Plan, ReshardingAPipelineStageGathersItsBlocksPerMicrobatch) {
+  const PlanResult result = plan_layouts(debug_config(), 4, hand_costs());
+  const auto staged = [&](const std::string& reshard) {
+    return find_if(result, [&](const PlanCandidate& c) {
+      return c.pp == 2 && c.dp_shard == 2 && c.dp_replicate == 1 &&
+             c.schedule == "1F1B" && c.microbatch_size == 1 && !c.balanced &&
+             c.fsdp_reshard == reshard;
+    });
+  };
+  const PlanCandidate* never = staged("never");
+  const PlanCandidate* always = staged("always");
+  ASSERT_NE(never, nullptr);
+  ASSERT_NE(always, nullptr);
+  ASSERT_EQ(never->microbatches, 16);
+  const auto report = [](const std::string& reshard) {
+    return dry_run(
+        layout_config(
+            {"parallelism.pipeline_parallel_degree=2",
+             "parallelism.data_parallel_shard_degree=2",
+             "parallelism.pipeline_parallel_schedule=1F1B",
+             "parallelism.pipeline_parallel_microbatch_size=1",
+             "training.local_batch_size=16",
+             "parallelism.fsdp_reshard_after_forward=" + reshard}),
+        4);
+  };
+  // Kept: each stage's blocks gathered once a step. Freed after every
+  // forward: 1F1B's m forwards each free them and the stage's next action
+  // gathers them again, m + 1 = 17 gathers.
+  EXPECT_NEAR(
+      never->dp_sync_s, hand_fsdp_sync(report("never"), 1, false), 1e-9);
+  EXPECT_NEAR(
+      always->dp_sync_s, hand_fsdp_sync(report("always"), 17, false), 1e-9);
+  EXPECT_EQ(always->compute_s, never->compute_s);
+  EXPECT_EQ(never->peak_bytes, max_total(report("never")));
+  EXPECT_EQ(always->peak_bytes, max_total(report("always")));
+  EXPECT_GT(never->peak_bytes, always->peak_bytes);
+}
+
+/// The 1F1B candidate of pp 2 on 2 ranks, microbatches of 1, even split.
+const PlanCandidate* one_f_one_b_pp2(const PlanResult& result) {
+  return find_if(result, [](const PlanCandidate& c) {
+    return c.pp == 2 && c.schedule == "1F1B" && c.microbatch_size == 1 &&
+           !c.balanced;
+  });
+}
+
+JobConfig pp2_config(const std::vector<std::string>& ac) {
+  std::vector<std::string> all = {
+      "parallelism.pipeline_parallel_degree=2",
+      "parallelism.pipeline_parallel_schedule=1F1B",
+      "parallelism.pipeline_parallel_microbatch_size=1",
+      "training.local_batch_size=16"};
+  all.insert(all.end(), ac.begin(), ac.end());
+  return layout_config(all);
+}
+
+TEST(Plan, ChecksTheFirstStageAloneWhereNoneDoesNotFit) {
+  // 1F1B's stage 0 holds 2 microbatches, stage 1 one: under a cap of what
+  // checkpointing stage 0 alone peaks at, none does not fit and that does.
+  const int64_t none = max_total(dry_run(pp2_config({}), 2));
+  const int64_t first = max_total(dry_run(
+      pp2_config(
+          {"activation_checkpoint.mode=full",
+           "activation_checkpoint.stages=[0]"}),
+      2));
+  ASSERT_LT(first, none);
+  const PlanResult result = plan_layouts(
+      debug_config(), 2, hand_costs(), PlanOptions().memory_per_rank(first));
+  const PlanCandidate* c = one_f_one_b_pp2(result);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->activation_checkpoint, "full");
+  EXPECT_EQ(c->checkpoint_stages, (std::vector<int64_t>{0}));
+  EXPECT_EQ(c->peak_bytes, first);
+  // Stage 0's B recomputes its 3 blocks' forward: F = 3, B = 9 s per
+  // microbatch there, F = 3, B = 6 on stage 1. At least stage 0's 16 x 12
+  // s of work; less than full on both stages, (m + p - 1) x 12 = 204.
+  EXPECT_GE(c->compute_s, 192.0);
+  EXPECT_LT(c->compute_s, 204.0);
+  EXPECT_EQ(
+      result.considered,
+      result.pruned + result.dominated +
+          static_cast<int64_t>(result.ranked.size()));
+  EXPECT_GT(result.pruned, 0);
+}
+
+TEST(Plan, OverlaysOfHsdpAndPerStageCheckpointingRoundTripThroughTheDryRun) {
+  const auto dir = fresh_dir("plan_overlays");
+  std::filesystem::create_directories(dir);
+  const auto dry_run_json =
+      [&](const PlanCandidate& c, const std::string& name, int64_t world) {
+        const auto overlay = dir / (name + ".yaml");
+        std::ofstream(overlay) << plan_overlay_yaml(c, "test");
+        const auto out = dir / (name + ".json");
+        const auto r = testing::run_command(
+            testing::baton_bin() + " train --config " +
+            source_path("configs/debug_model.yaml") + " --config " +
+            overlay.string() + " --training.mixed_precision_param=float32" +
+            " --nproc " + std::to_string(world) + " --dry-run=json > " +
+            out.string());
+        EXPECT_EQ(r.code, 0) << r.output;
+        std::ifstream in(out);
+        return nlohmann::json::parse(in);
+      };
+  const int64_t first = max_total(dry_run(
+      pp2_config(
+          {"activation_checkpoint.mode=full",
+           "activation_checkpoint.stages=[0]"}),
+      2));
+  const PlanResult capped = plan_layouts(
+      debug_config(), 2, hand_costs(), PlanOptions().memory_per_rank(first));
+  const PlanCandidate* staged = one_f_one_b_pp2(capped);
+  ASSERT_NE(staged, nullptr);
+  const auto a = dry_run_json(*staged, "stage0", 2);
+  EXPECT_EQ(a["activation_checkpoint"], "full on stages 0");
+  EXPECT_GT(a["ranks"][0]["stages"][0]["recompute_bytes"], 0);
+  EXPECT_EQ(a["ranks"][1]["stages"][0]["recompute_bytes"], 0);
+  EXPECT_EQ(
+      std::max(
+          a["ranks"][0]["total_bytes"].get<int64_t>(),
+          a["ranks"][1]["total_bytes"].get<int64_t>()),
+      staged->peak_bytes);
+
+  const PlanResult four = plan_layouts(debug_config(), 4, hand_costs());
+  const PlanCandidate* hsdp = find_if(four, [](const PlanCandidate& c) {
+    return c.dp_replicate == 2 && c.dp_shard == 2 && c.pp == 1 &&
+           c.fsdp_reshard == "always";
+  });
+  ASSERT_NE(hsdp, nullptr);
+  const std::string overlay = plan_overlay_yaml(*hsdp, "test");
+  EXPECT_NE(
+      overlay.find("fsdp_reshard_after_forward: always"), std::string::npos)
+      << overlay;
+  const auto b = dry_run_json(*hsdp, "hsdp", 4);
+  EXPECT_EQ(b["dp_replicate"], 2);
+  EXPECT_EQ(b["dp_shard"], 2);
+  EXPECT_EQ(b["ranks"][0]["total_bytes"].get<int64_t>(), hsdp->peak_bytes);
+
+  // A stage the pipeline lacks exits 2 naming the key.
+  const auto bad = testing::run_command(
+      testing::baton_bin() + " train --config " +
+      source_path("configs/debug_model.yaml") +
+      " --parallelism.pipeline_parallel_degree=2" +
+      " --activation_checkpoint.stages=[0,2] --nproc 2 --dry-run");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(
+      bad.output.find("activation_checkpoint.stages: stage 2 is out of range"),
+      std::string::npos)
+      << bad.output;
 }
 
 TEST(Plan, BalancedSplitsGiveTheOutputStageFewerLayers) {
@@ -216,7 +481,8 @@ TEST(Plan, Llama405bOn512H100sRanksInterleavedAbove1F1B) {
   const auto at_888 = [&](const std::string& schedule, int64_t v) {
     for (const auto& c : result.ranked) {
       if (c.pp == 8 && c.tp == 8 && c.dp_shard == 8 && c.schedule == schedule &&
-          c.stages_per_rank == v && c.microbatch_size == 1 && !c.balanced) {
+          c.stages_per_rank == v && c.microbatch_size == 1 && !c.balanced &&
+          c.fsdp_reshard == "never") {
         return &c;
       }
     }

@@ -668,6 +668,56 @@ TEST(JobConfig, AppliersAreAListOfRegisteredNames) {
       c.parallelism.appliers);
 }
 
+TEST(JobConfig, ActivationCheckpointStagesAreDistinctStagesOfThePipeline) {
+  const auto ok = load_job_config(
+      "",
+      {"activation_checkpoint.mode=full",
+       "activation_checkpoint.stages=[0, 2]",
+       "parallelism.pipeline_parallel_degree=2",
+       "parallelism.pipeline_parallel_stages_per_rank=2"});
+  EXPECT_EQ(ok.activation_checkpoint.stages, (std::vector<int64_t>{0, 2}));
+  EXPECT_TRUE(load_job_config("").activation_checkpoint.stages.empty());
+  // Without pipelining the one stage is 0.
+  EXPECT_EQ(
+      load_job_config("", {"activation_checkpoint.stages=[0]"})
+          .activation_checkpoint.stages,
+      (std::vector<int64_t>{0}));
+  const std::string twice = write_yaml(
+      "parallelism:\n  pipeline_parallel_degree: 2\n"
+      "activation_checkpoint:\n  mode: full\n  stages: [1, 1]\n",
+      "_twice");
+  expect_contains(
+      load_error(twice),
+      {twice + ":5: activation_checkpoint.stages: stage 1 is listed twice",
+       "allowed: distinct"});
+  expect_contains(
+      load_error(
+          "",
+          {"parallelism.pipeline_parallel_degree=2",
+           "activation_checkpoint.stages=[2]"}),
+      {"--activation_checkpoint.stages=[2]: activation_checkpoint.stages: "
+       "stage 2 is out of range for 2 stages; allowed: global stage indices "
+       "in [0, 1]"});
+  expect_contains(
+      load_error("", {"activation_checkpoint.stages=[1]"}),
+      {"activation_checkpoint.stages: stage 1 is out of range for 1 stage"});
+  expect_contains(
+      load_error("", {"activation_checkpoint.stages=[-1]"}),
+      {"activation_checkpoint.stages[0]: -1 is out of range",
+       "a list of integers each >= 0"});
+  expect_contains(
+      load_error("", {"activation_checkpoint.stages=[first]"}),
+      {"activation_checkpoint.stages[0]: 'first' is not an integer"});
+  expect_contains(
+      load_error("", {"activation_checkpoint.stages=0"}),
+      {"activation_checkpoint.stages: '0' is not a list"});
+  // An inferred degree leaves the range to the builders and the dry run.
+  EXPECT_NO_THROW(load_job_config(
+      "",
+      {"parallelism.pipeline_parallel_degree=-1",
+       "activation_checkpoint.stages=[5]"}));
+}
+
 TEST(JobConfig, DegreesAreCheckedBeforeTheWorldSizeIsKnown) {
   EXPECT_EQ(
       load_error("", {"parallelism.pipeline_parallel_degree=0"}),
