@@ -137,6 +137,44 @@ StageActivations stage_activations(
   return a;
 }
 
+/// What fully_shard holds of one rank's units beyond their shards.
+struct FsdpHeld {
+  /// Gathered parameters kept after forward (reshard never, or default
+  /// pipelined).
+  bool kept = false;
+  /// Whole gradients outlive a backward (passes accumulate before the
+  /// reduction).
+  bool whole_grads_held = false;
+  bool pipelined = false;
+  /// Elements, whole after tensor parallel: the units gathered all step
+  /// (every unit when kept, else the root), the largest block, every unit.
+  int64_t gathered = 0;
+  int64_t largest_block = 0;
+  int64_t all = 0;
+  /// Bytes of one microbatch's activations in one of the rank's stages.
+  int64_t one_microbatch = 0;
+};
+
+/// The gathered parameters and the whole gradients accumulated into them,
+/// in the compute dtype.
+int64_t fsdp_buffer_bytes(const FsdpHeld& h, int64_t dtype_bytes) {
+  if (h.kept) {
+    return 2 * h.gathered * dtype_bytes;  // every unit and its gradient
+  }
+  // Freed after forward: the root and two blocks (the one computing and
+  // the one prefetched), and their gradients.
+  const int64_t freed = (h.gathered + 2 * h.largest_block) * dtype_bytes;
+  if (!h.whole_grads_held) {
+    return 2 * freed;
+  }
+  // Every unit's whole gradient stays until the reduction. Pipelined, a
+  // backward gathers a unit again and nothing frees it until the next
+  // forward: after a backward the stage holds every unit whole, with one
+  // microbatch fewer in flight than after a forward.
+  const int64_t all = h.all * dtype_bytes;
+  return all + (h.pipelined ? std::max(freed, all - h.one_microbatch) : freed);
+}
+
 /// The vocabulary: the tokenizer's, or the flavor's where its file is not
 /// on this machine (a dry run plans clusters from anywhere).
 std::pair<int64_t, std::string> vocabulary(
@@ -361,28 +399,16 @@ DryRunReport dry_run(
     r.optimizer_bytes = r.parameters * kOptimizerBytesPerElement;
     r.peak_microbatches = peak.at(coord.pp);
     if (dims.dp_shard > 1) {
-      // The gathered parameters and the whole gradients accumulated into
-      // them: every unit's when kept, else the root's and two blocks'
-      // (the one computing and the one prefetched).
-      if (keep_gathered) {
-        r.buffer_bytes = 2 * gathered * dtype_bytes;
-      } else if (!whole_grads_held) {
-        r.buffer_bytes = 2 * (gathered + 2 * largest_block) * dtype_bytes;
-      } else {
-        // Freed after each forward, but every unit's whole gradient stays
-        // until the reduction. Pipelined, a backward gathers a unit again
-        // and nothing frees it until the next forward: after a backward
-        // the stage holds every unit whole, with one microbatch fewer in
-        // flight than after a forward.
-        const int64_t all = sliced_elements * dtype_bytes;
-        int64_t params = (gathered + 2 * largest_block) * dtype_bytes;
-        if (dims.pp_enabled()) {
-          const int64_t one_microbatch = r.activation_bytes_per_microbatch /
-                                         static_cast<int64_t>(r.stages.size());
-          params = std::max(params, all - one_microbatch);
-        }
-        r.buffer_bytes = all + params;
-      }
+      FsdpHeld held;
+      held.kept = keep_gathered;
+      held.whole_grads_held = whole_grads_held;
+      held.pipelined = dims.pp_enabled();
+      held.gathered = gathered;
+      held.largest_block = largest_block;
+      held.all = sliced_elements;
+      held.one_microbatch = r.activation_bytes_per_microbatch /
+                            static_cast<int64_t>(r.stages.size());
+      r.buffer_bytes = fsdp_buffer_bytes(held, dtype_bytes);
     } else if (dtype_bytes < kMasterBytes) {
       r.buffer_bytes = sliced_elements * dtype_bytes;  // the step's casts
     }
