@@ -204,6 +204,19 @@ PlanCosts load_plan_costs(const std::string& path) {
   if (top.has("memory_per_rank_gib")) {
     costs.memory_per_rank_gib = top.number("memory_per_rank_gib", 0.0);
   }
+  if (top.has("optimizer")) {
+    costs.optimizer_s_per_parameter =
+        top.object("optimizer").number("seconds_per_parameter");
+  }
+  if (top.has("compute_dtype")) {
+    costs.compute_dtype = top.text("compute_dtype");
+    if (costs.compute_dtype != "float32" && costs.compute_dtype != "bfloat16") {
+      top.fail(
+          "compute_dtype",
+          "'" + costs.compute_dtype + "' is not allowed",
+          "float32 | bfloat16");
+    }
+  }
   return costs;
 }
 
@@ -228,14 +241,19 @@ std::string plan_costs_to_json(const PlanCosts& costs) {
   if (costs.memory_per_rank_gib) {
     out["memory_per_rank_gib"] = *costs.memory_per_rank_gib;
   }
+  if (costs.optimizer_s_per_parameter > 0.0) {
+    out["optimizer"] = {
+        {"seconds_per_parameter", costs.optimizer_s_per_parameter}};
+  }
+  if (!costs.compute_dtype.empty()) {
+    out["compute_dtype"] = costs.compute_dtype;
+  }
   return out.dump(2) + "\n";
 }
 
-namespace {
-
-/// The model's args with the vocabulary a dry run uses (the tokenizer's, or
-/// the flavor's when its file is absent).
-llama::ModelArgs model_args(const JobConfig& base) {
+/// The vocabulary is the tokenizer's, or the flavor's when its file is
+/// absent.
+llama::ModelArgs plan_model_args(const JobConfig& base) {
   const auto& spec =
       model_registry().get(base.model.name, base.origin("model.name"));
   llama::ModelArgs args =
@@ -248,9 +266,15 @@ llama::ModelArgs model_args(const JobConfig& base) {
   return args;
 }
 
-int64_t compute_dtype_bytes(const JobConfig& config) {
-  // As the dry run takes it: auto is bfloat16 on CUDA, and a plan is for
-  // accelerators.
+namespace {
+
+/// The bytes of an activation element: the cost file's measured dtype, else
+/// the config's as the dry run takes it (auto is bfloat16 on CUDA, and a
+/// plan is for accelerators).
+int64_t compute_dtype_bytes(const JobConfig& config, const PlanCosts* costs) {
+  if (costs != nullptr && !costs->compute_dtype.empty()) {
+    return costs->compute_dtype == "float32" ? 4 : 2;
+  }
   return config.training.mixed_precision_param == "float32" ? 4 : 2;
 }
 
@@ -258,7 +282,7 @@ int64_t compute_dtype_bytes(const JobConfig& config) {
 
 PlanCosts plan_costs_from_flops(
     const JobConfig& config, const FlopsCostOptions& options) {
-  const llama::ModelArgs args = model_args(config);
+  const llama::ModelArgs args = plan_model_args(config);
   const int64_t seq = config.training.seq_len;
   const double rate = options.peak_tflops() * 1e12 * options.efficiency();
   const double block_params = static_cast<double>(args.params_per_layer());
@@ -622,6 +646,8 @@ bool score(
     return false;
   }
   c.dp_sync_s = model.dp_sync_s(c, most_stored);
+  c.optimizer_s =
+      static_cast<double>(most_stored) * model.costs.optimizer_s_per_parameter;
   if (schedule == nullptr) {
     const StageTimes t =
         model.stage(c, c.local_batch, c.layers_per_stage.at(0), true, true);
@@ -632,7 +658,7 @@ bool score(
     c.compute_s = sim.makespan;
     c.bubble = sim.max_bubble_fraction();
   }
-  c.step_s = c.compute_s + c.dp_sync_s;
+  c.step_s = c.compute_s + c.dp_sync_s + c.optimizer_s;
   return true;
 }
 
@@ -949,7 +975,7 @@ CostModel cost_model(
       costs,
       base.training.seq_len,
       args.dim,
-      compute_dtype_bytes(base),
+      compute_dtype_bytes(base, &costs),
       base.training.mixed_precision_reduce == "bfloat16" ? 2 : 4};
 }
 
@@ -961,7 +987,7 @@ PlanResult plan_layouts(
     const PlanCosts& costs,
     const PlanOptions& options) {
   pipeline::register_builtin_schedules();
-  const llama::ModelArgs args = model_args(base);
+  const llama::ModelArgs args = plan_model_args(base);
   PlanResult result;
   result.world_size = world;
   result.global_batch = options.global_batch() > 0
@@ -1004,6 +1030,32 @@ PlanResult plan_layouts(
   return result;
 }
 
+std::vector<int64_t> plan_microbatch_rows(
+    const JobConfig& base, int64_t world, const PlanOptions& options) {
+  const llama::ModelArgs args = plan_model_args(base);
+  const int64_t global_batch = options.global_batch() > 0
+                                   ? options.global_batch()
+                                   : default_global_batch(base, world);
+  const auto found = layouts(base, args, world, global_batch, options);
+  if (found.empty()) {
+    throw_no_layout(base, args, world, global_batch, options);
+  }
+  std::vector<int64_t> rows;
+  for (const Layout& layout : found) {
+    const int64_t local = global_batch / layout.dp;
+    for (int64_t mb = 1; mb <= local; ++mb) {
+      const bool pipelined_size = layout.pp > 1 && local % mb == 0 &&
+                                  local / mb <= options.max_microbatches();
+      if (pipelined_size || (layout.pp == 1 && mb == local)) {
+        rows.push_back(mb);
+      }
+    }
+  }
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
 std::string format_plan_table(
     const PlanResult& result, const PlanCosts& costs, int64_t top) {
   std::ostringstream out;
@@ -1018,9 +1070,14 @@ std::string format_plan_table(
       << " with full checkpointing not scored (none fits and is faster), "
       << result.ranked.size() << " ranked\n"
       << "step time = simulated pipeline + data-parallel gradient sync (not "
-         "overlapped)\n\n";
+         "overlapped) + optimizer step"
+      << (costs.optimizer_s_per_parameter > 0.0
+              ? std::string()
+              : std::string(" (not in the cost file: left out)"))
+      << "\n\n";
   out << "rank | pp dp_rep dp_shard tp | schedule v | microbatch x m | "
-         "layers per stage | ac | step s (pipeline + dp sync) | tokens/s | "
+         "layers per stage | ac | step s (pipeline + dp sync + optimizer) | "
+         "tokens/s | "
          "tokens/s/rank | bubble % | peak GiB\n";
   const int64_t n = std::min<int64_t>(top, result.ranked.size());
   for (int64_t k = 0; k < n; ++k) {
@@ -1034,7 +1091,7 @@ std::string format_plan_table(
         line,
         sizeof(line),
         "%lld | %lld %lld %lld %lld | %s %lld | %lld x %lld | %s | %s | "
-        "%.4g (%.4g + %.4g) | %.4g | %.4g | %.1f | %s\n",
+        "%.4g (%.4g + %.4g + %.4g) | %.4g | %.4g | %.1f | %s\n",
         static_cast<long long>(k + 1),
         static_cast<long long>(c.pp),
         static_cast<long long>(c.dp_replicate),
@@ -1049,6 +1106,7 @@ std::string format_plan_table(
         c.step_s,
         c.compute_s,
         c.dp_sync_s,
+        c.optimizer_s,
         c.tokens_per_s,
         c.tokens_per_s_per_rank,
         c.bubble * 100.0,
@@ -1056,6 +1114,50 @@ std::string format_plan_table(
     out << line;
   }
   return out.str();
+}
+
+std::string plan_result_json(const PlanResult& result, const PlanCosts& costs) {
+  json ranked = json::array();
+  for (size_t k = 0; k < result.ranked.size(); ++k) {
+    const PlanCandidate& c = result.ranked[k];
+    ranked.push_back(
+        {{"rank", k + 1},
+         {"layout", describe_layout(c)},
+         {"pp", c.pp},
+         {"dp_replicate", c.dp_replicate},
+         {"dp_shard", c.dp_shard},
+         {"tp", c.tp},
+         {"schedule", c.schedule},
+         {"stages_per_rank", c.stages_per_rank},
+         {"local_batch", c.local_batch},
+         {"microbatch_size", c.microbatch_size},
+         {"microbatches", c.microbatches},
+         {"layers_per_stage", c.layers_per_stage},
+         {"balanced", c.balanced},
+         {"activation_checkpoint", c.activation_checkpoint},
+         {"compute_s", c.compute_s},
+         {"dp_sync_s", c.dp_sync_s},
+         {"optimizer_s", c.optimizer_s},
+         {"step_s", c.step_s},
+         {"tokens_per_s", c.tokens_per_s},
+         {"tokens_per_s_per_rank", c.tokens_per_s_per_rank},
+         {"bubble", c.bubble},
+         {"peak_bytes", c.peak_bytes},
+         {"overlay", plan_overlay_yaml(c, "rank " + std::to_string(k + 1))}});
+  }
+  const json out = {
+      {"world_size", result.world_size},
+      {"global_batch", result.global_batch},
+      {"considered", result.considered},
+      {"pruned", result.pruned},
+      {"dominated", result.dominated},
+      {"memory_cap", result.memory_cap},
+      {"costs",
+       {{"path", costs.path},
+        {"description", costs.description},
+        {"obtained", costs.obtained}}},
+      {"ranked", ranked}};
+  return out.dump(2) + "\n";
 }
 
 std::string plan_overlay_yaml(const PlanCandidate& c, const std::string& why) {
@@ -1096,7 +1198,7 @@ std::string plan_overlay_yaml(const PlanCandidate& c, const std::string& why) {
 std::string plan_schedule_svg(
     const JobConfig& base, const PlanCandidate& c, const PlanCosts& costs) {
   pipeline::register_builtin_schedules();
-  const llama::ModelArgs args = model_args(base);
+  const llama::ModelArgs args = plan_model_args(base);
   const CostModel model = cost_model(base, args, costs);
   const auto planned = pipeline::plan_schedule(
       pipeline::make_schedule(

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""`baton plan` on this machine: predicted against measured step time.
+
+For the debug and small flavors on 2 ranks, `baton plan --nproc 2 --out DIR`
+profiles this machine (its ranks time every piece together, the cost file
+goes to DIR/costs.json) and ranks the layouts (DIR/plan.json). This script
+then runs the plan's top 5 and 5 others spread evenly over the rest of the
+ranking as real processes: `baton train` with the base config and the
+candidate's overlay as a second --config, each rank a process with one ATen
+and one OpenBLAS thread (process_runs.py), the candidates interleaved in
+each of R rounds. Measured: the median step time of steps 3.. of a run, the
+median over the rounds. It reports each candidate's error, the Spearman
+rank correlation of predicted and measured, and the chosen plan (rank 1)
+against the best measured.
+
+Usage: plan_runs.py BUILD_DIR OUT.json [--rounds R] [--steps N]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import process_runs
+
+# Both flavors: float32, one ATen thread per rank, no start-up probe. The
+# global batch is the plan's (--global-batch); each candidate's overlay sets
+# its local batch, so the runs take no local_batch_size override.
+COMMON = [
+    "--config", "configs/debug_model.yaml",
+    "--training.num_threads=1", "--training.seq_len=256",
+    "--training.mixed_precision_param=float32",
+]
+RUN_ONLY = ["--metrics.log_freq=1", "--metrics.peak_tflops=1",
+            "--lr_scheduler.warmup_steps=2", "--checkpoint.enable=false"]
+FLAVORS = [
+    ("debugmodel", [], 16),
+    ("small", ["--model.flavor=small"], 8),
+]
+TOP = 5
+OTHERS = 5
+
+
+def plan(build, flavor_args, global_batch, out_dir):
+    cmd = [os.path.join(build, "baton"), "plan", *COMMON, *flavor_args,
+           "--nproc", "2", "--global-batch", str(global_batch),
+           "--top", "10", "--out", out_dir]
+    start = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit("baton plan failed:\n" + done.stdout[-3000:] + done.stderr[-3000:])
+    wall = time.monotonic() - start
+    with open(os.path.join(out_dir, "plan.json")) as f:
+        result = json.load(f)
+    with open(os.path.join(out_dir, "costs.json")) as f:
+        costs = json.load(f)
+    print(done.stdout, flush=True)
+    return result, costs, wall
+
+
+def picks(n):
+    """The top TOP ranks and OTHERS spread evenly over the rest (0-based)."""
+    chosen = list(range(min(TOP, n)))
+    rest = list(range(TOP, n))
+    if len(rest) <= OTHERS:
+        return chosen + rest
+    step = (len(rest) - 1) / (OTHERS - 1)
+    return chosen + sorted({rest[round(k * step)] for k in range(OTHERS)})
+
+
+def ranks_of(values):
+    """Ranks 1..n, ties sharing their mean rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(xs, ys):
+    rx, ry = ranks_of(xs), ranks_of(ys)
+    mx, my = statistics.mean(rx), statistics.mean(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    vx = sum((a - mx) ** 2 for a in rx)
+    vy = sum((b - my) ** 2 for b in ry)
+    return cov / (vx * vy) ** 0.5 if vx and vy else 0.0
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("build")
+    parser.add_argument("out")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--flavors", default="debugmodel,small")
+    args = parser.parse_args()
+    report = {"rounds": args.rounds, "steps": args.steps, "flavors": []}
+    with tempfile.TemporaryDirectory(prefix="baton_plan_runs_") as tmp:
+        for flavor, flavor_args, global_batch in FLAVORS:
+            if flavor not in args.flavors.split(","):
+                continue
+            out_dir = os.path.join(tmp, flavor)
+            result, costs, wall = plan(args.build, flavor_args, global_batch, out_dir)
+            ranked = result["ranked"]
+            chosen = picks(len(ranked))
+            runs = {k: [] for k in chosen}
+            for r in range(args.rounds):
+                for k in chosen:
+                    c = ranked[k]
+                    overlay = os.path.join(out_dir, f"candidate_{k + 1}.yaml")
+                    with open(overlay, "w") as f:
+                        f.write(c["overlay"])
+                    rows, _, _ = process_runs.train(
+                        args.build, f"{flavor}_{k + 1}_{r}", 2,
+                        [*COMMON, *flavor_args, "--config", overlay, *RUN_ONLY,
+                         f"--training.steps={args.steps}"], tmp)
+                    step = process_runs.speed(rows)["step_s"]
+                    runs[k].append(step)
+                    print(json.dumps({"flavor": flavor, "rank": k + 1,
+                                      "layout": c["layout"], "round": r,
+                                      "predicted_s": c["step_s"],
+                                      "measured_s": step}), flush=True)
+            candidates = []
+            for k in chosen:
+                c = ranked[k]
+                measured = statistics.median(runs[k])
+                candidates.append({
+                    "rank": k + 1, "layout": c["layout"],
+                    "layers_per_stage": c["layers_per_stage"],
+                    "balanced": c["balanced"],
+                    "predicted_s": c["step_s"], "compute_s": c["compute_s"],
+                    "dp_sync_s": c["dp_sync_s"], "optimizer_s": c["optimizer_s"],
+                    "bubble": c["bubble"], "peak_bytes": c["peak_bytes"],
+                    "measured_s": measured, "per_round_s": runs[k],
+                    "error": measured / c["step_s"] - 1.0})
+            predicted = [c["predicted_s"] for c in candidates]
+            measured = [c["measured_s"] for c in candidates]
+            best = min(measured)
+            report["flavors"].append({
+                "flavor": flavor, "global_batch": global_batch,
+                "considered": result["considered"], "pruned": result["pruned"],
+                "dominated": result["dominated"], "ranked": len(ranked),
+                "plan_wall_s": wall, "costs": costs,
+                "candidates": candidates,
+                "spearman": spearman(predicted, measured),
+                "worst_error": max(abs(c["error"]) for c in candidates),
+                "chosen_over_best": candidates[0]["measured_s"] / best})
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
