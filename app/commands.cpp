@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -134,11 +135,18 @@ int run_profile_rank(const JobConfig& config, const PlanArgs& args) {
   }
   at::set_num_threads(static_cast<int>(resolve_intra_op_threads(
       config.training.num_threads, env.local_world_size)));
+  const PlanOptions options = plan_options(args);
+  TensorParallelRows tensor_parallel;
+  for (const int64_t tp :
+       plan_tensor_parallel_degrees(config, args.nproc, options)) {
+    tensor_parallel[tp] = plan_microbatch_rows(config, args.nproc, options, tp);
+  }
   const PlanCosts costs = profile_plan_costs(
       config,
       runtime.get(),
       ProfileOptions()
-          .rows(plan_microbatch_rows(config, args.nproc, plan_options(args)))
+          .rows(plan_microbatch_rows(config, args.nproc, options))
+          .tensor_parallel(tensor_parallel)
           .repeats(args.profile_repeats)
           .compute_ranks(args.profile_compute_ranks));
   if (env.rank == 0) {

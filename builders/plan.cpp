@@ -74,6 +74,12 @@ class FieldReader {
     return FieldReader(at(key), path_, name(key));
   }
 
+  /// Entry `k` of the list `key`.
+  FieldReader item(const std::string& key, size_t k) const {
+    return FieldReader(
+        at(key).at(k), path_, name(key) + "[" + std::to_string(k) + "]");
+  }
+
   double number(const std::string& key, double above = -1.0) const {
     const json& value = at(key);
     if (!value.is_number() || value.get<double>() <= above ||
@@ -142,6 +148,54 @@ json comm_json(const CommCosts& c) {
   return out;
 }
 
+/// `r`'s "microbatches": a non-empty list of {rows, block, embedding,
+/// output}, by increasing rows.
+std::vector<MicrobatchCosts> read_microbatches(const FieldReader& r) {
+  const json& rows = r.at("microbatches");
+  if (!rows.is_array() || rows.empty()) {
+    r.fail(
+        "microbatches",
+        "is not a non-empty list",
+        "a list of {rows, block, embedding, output}");
+  }
+  std::vector<MicrobatchCosts> out;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const FieldReader m_reader = r.item("microbatches", k);
+    MicrobatchCosts m;
+    const double n = m_reader.number("rows", 0.0);
+    if (n != std::floor(n)) {
+      m_reader.fail(
+          "rows",
+          "'" + m_reader.at("rows").dump() + "' is not allowed",
+          "an integer >= 1");
+    }
+    m.rows = static_cast<int64_t>(n);
+    m.block = read_passes(m_reader.object("block"));
+    m.embedding = read_passes(m_reader.object("embedding"));
+    m.output = read_passes(m_reader.object("output"));
+    out.push_back(m);
+  }
+  std::sort(
+      out.begin(),
+      out.end(),
+      [](const MicrobatchCosts& a, const MicrobatchCosts& b) {
+        return a.rows < b.rows;
+      });
+  return out;
+}
+
+json microbatches_json(const std::vector<MicrobatchCosts>& list) {
+  json rows = json::array();
+  for (const auto& m : list) {
+    rows.push_back(
+        {{"rows", m.rows},
+         {"block", passes_json(m.block)},
+         {"embedding", passes_json(m.embedding)},
+         {"output", passes_json(m.output)}});
+  }
+  return rows;
+}
+
 }  // namespace
 
 PlanCosts load_plan_costs(const std::string& path) {
@@ -164,36 +218,7 @@ PlanCosts load_plan_costs(const std::string& path) {
   costs.path = path;
   costs.description = top.text("description");
   costs.obtained = top.text("obtained");
-  const json& rows = top.at("microbatches");
-  if (!rows.is_array() || rows.empty()) {
-    top.fail(
-        "microbatches",
-        "is not a non-empty list",
-        "a list of {rows, block, embedding, output}");
-  }
-  for (size_t k = 0; k < rows.size(); ++k) {
-    const FieldReader r(
-        rows[k], path, "microbatches[" + std::to_string(k) + "]");
-    MicrobatchCosts m;
-    const double n = r.number("rows", 0.0);
-    if (n != std::floor(n)) {
-      r.fail(
-          "rows",
-          "'" + r.at("rows").dump() + "' is not allowed",
-          "an integer >= 1");
-    }
-    m.rows = static_cast<int64_t>(n);
-    m.block = read_passes(r.object("block"));
-    m.embedding = read_passes(r.object("embedding"));
-    m.output = read_passes(r.object("output"));
-    costs.microbatches.push_back(m);
-  }
-  std::sort(
-      costs.microbatches.begin(),
-      costs.microbatches.end(),
-      [](const MicrobatchCosts& a, const MicrobatchCosts& b) {
-        return a.rows < b.rows;
-      });
+  costs.microbatches = read_microbatches(top);
   if (top.has("ranks_per_node")) {
     costs.ranks_per_node = static_cast<int64_t>(top.number("ranks_per_node"));
   }
@@ -203,6 +228,28 @@ PlanCosts load_plan_costs(const std::string& path) {
   costs.reduce_scatter = read_comm(top, "reduce_scatter");
   if (top.has("memory_per_rank_gib")) {
     costs.memory_per_rank_gib = top.number("memory_per_rank_gib", 0.0);
+  }
+  if (top.has("tensor_parallel")) {
+    const json& list = top.at("tensor_parallel");
+    if (!list.is_array()) {
+      top.fail(
+          "tensor_parallel",
+          "is not a list",
+          "a list of {degree, microbatches}");
+    }
+    for (size_t k = 0; k < list.size(); ++k) {
+      const FieldReader r(
+          list[k], path, "tensor_parallel[" + std::to_string(k) + "]");
+      const double degree = r.number("degree", 1.0);
+      if (degree != std::floor(degree)) {
+        r.fail(
+            "degree",
+            "'" + r.at("degree").dump() + "' is not allowed",
+            "an integer >= 2");
+      }
+      costs.tensor_parallel[static_cast<int64_t>(degree)] =
+          read_microbatches(r);
+    }
   }
   if (top.has("optimizer")) {
     costs.optimizer_s_per_parameter =
@@ -221,14 +268,7 @@ PlanCosts load_plan_costs(const std::string& path) {
 }
 
 std::string plan_costs_to_json(const PlanCosts& costs) {
-  json rows = json::array();
-  for (const auto& m : costs.microbatches) {
-    rows.push_back(
-        {{"rows", m.rows},
-         {"block", passes_json(m.block)},
-         {"embedding", passes_json(m.embedding)},
-         {"output", passes_json(m.output)}});
-  }
+  const json rows = microbatches_json(costs.microbatches);
   json out = {
       {"description", costs.description},
       {"obtained", costs.obtained},
@@ -240,6 +280,14 @@ std::string plan_costs_to_json(const PlanCosts& costs) {
       {"reduce_scatter", comm_json(costs.reduce_scatter)}};
   if (costs.memory_per_rank_gib) {
     out["memory_per_rank_gib"] = *costs.memory_per_rank_gib;
+  }
+  if (!costs.tensor_parallel.empty()) {
+    json list = json::array();
+    for (const auto& [degree, measured] : costs.tensor_parallel) {
+      list.push_back(
+          {{"degree", degree}, {"microbatches", microbatches_json(measured)}});
+    }
+    out["tensor_parallel"] = list;
   }
   if (costs.optimizer_s_per_parameter > 0.0) {
     out["optimizer"] = {
@@ -338,9 +386,10 @@ namespace {
 // ------------------------------------------------------------- the model
 
 /// The costs at `rows`: the nearest listed size's, scaled by rows.
-MicrobatchCosts costs_at(const PlanCosts& costs, int64_t rows) {
-  const MicrobatchCosts* best = &costs.microbatches.front();
-  for (const auto& m : costs.microbatches) {
+MicrobatchCosts costs_at(
+    const std::vector<MicrobatchCosts>& list, int64_t rows) {
+  const MicrobatchCosts* best = &list.front();
+  for (const auto& m : list) {
     if (std::abs(std::log(static_cast<double>(m.rows) / rows)) <
         std::abs(std::log(static_cast<double>(best->rows) / rows))) {
       best = &m;
@@ -405,14 +454,23 @@ struct CostModel {
       int64_t layers,
       bool embedding,
       bool output) const {
-    const MicrobatchCosts m = costs_at(costs, rows);
-    const double t = static_cast<double>(c.tp);
-    // Sequence parallel: 2 all-gathers and 2 reduce-scatters of the block's
-    // (rows, T, dim) activations per forward, as many in backward.
+    // Measured at this tp degree (the collectives inside), or the whole
+    // pieces' costs / tp plus the modelled sequence-parallel collectives: 2
+    // all-gathers and 2 reduce-scatters of the block's (rows, T, dim)
+    // activations per forward, as many in backward.
+    const auto measured = costs.tensor_parallel.find(c.tp);
+    const bool tp_measured =
+        c.tp > 1 && measured != costs.tensor_parallel.end();
+    const MicrobatchCosts m =
+        costs_at(tp_measured ? measured->second : costs.microbatches, rows);
+    const double t = tp_measured ? 1.0 : static_cast<double>(c.tp);
     const double act = static_cast<double>(rows * seq_len * dim * dtype_bytes);
     const double tp_comm =
-        2.0 * collective_s(costs.all_gather, costs, c.tp, 1, act, 1.0) +
-        2.0 * collective_s(costs.reduce_scatter, costs, c.tp, 1, act, 1.0);
+        tp_measured
+            ? 0.0
+            : 2.0 * collective_s(costs.all_gather, costs, c.tp, 1, act, 1.0) +
+                  2.0 * collective_s(
+                            costs.reduce_scatter, costs, c.tp, 1, act, 1.0);
     const double block_f = m.block.f / t + tp_comm;
     const double recompute = c.activation_checkpoint == "full" ? block_f : 0.0;
     const double L = static_cast<double>(layers);
@@ -889,7 +947,7 @@ Candidates valid_candidates(
     const PlanCosts& costs,
     const PlanOptions& options,
     int64_t threads) {
-  const MicrobatchCosts unit = costs_at(costs, 1);
+  const MicrobatchCosts unit = costs_at(costs.microbatches, 1);
   std::vector<PlanCandidate> all;
   for (const Layout& layout : found) {
     add_candidates(layout, global_batch, args, unit, options, all);
@@ -1031,7 +1089,10 @@ PlanResult plan_layouts(
 }
 
 std::vector<int64_t> plan_microbatch_rows(
-    const JobConfig& base, int64_t world, const PlanOptions& options) {
+    const JobConfig& base,
+    int64_t world,
+    const PlanOptions& options,
+    int64_t tp) {
   const llama::ModelArgs args = plan_model_args(base);
   const int64_t global_batch = options.global_batch() > 0
                                    ? options.global_batch()
@@ -1042,6 +1103,9 @@ std::vector<int64_t> plan_microbatch_rows(
   }
   std::vector<int64_t> rows;
   for (const Layout& layout : found) {
+    if (tp > 0 && layout.tp != tp) {
+      continue;
+    }
     const int64_t local = global_batch / layout.dp;
     for (int64_t mb = 1; mb <= local; ++mb) {
       const bool pipelined_size = layout.pp > 1 && local % mb == 0 &&
@@ -1054,6 +1118,24 @@ std::vector<int64_t> plan_microbatch_rows(
   std::sort(rows.begin(), rows.end());
   rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
   return rows;
+}
+
+std::vector<int64_t> plan_tensor_parallel_degrees(
+    const JobConfig& base, int64_t world, const PlanOptions& options) {
+  const llama::ModelArgs args = plan_model_args(base);
+  const int64_t global_batch = options.global_batch() > 0
+                                   ? options.global_batch()
+                                   : default_global_batch(base, world);
+  std::vector<int64_t> degrees;
+  for (const Layout& layout :
+       layouts(base, args, world, global_batch, options)) {
+    if (layout.tp > 1) {
+      degrees.push_back(layout.tp);
+    }
+  }
+  std::sort(degrees.begin(), degrees.end());
+  degrees.erase(std::unique(degrees.begin(), degrees.end()), degrees.end());
+  return degrees;
 }
 
 std::string format_plan_table(

@@ -7,6 +7,7 @@
 #include <torch/arg.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -72,6 +73,11 @@ struct PlanCosts {
   /// The optimizer step with gradient clipping, seconds per parameter a
   /// rank stores; 0 when the file leaves it out (then so does the model).
   double optimizer_s_per_parameter = 0.0;
+  /// Measured with tensor parallelism, by degree: per microbatch size,
+  /// the pieces one tp rank runs, their collectives included (the
+  /// profile's). A degree absent here takes `microbatches` / tp plus the
+  /// modelled sequence-parallel collectives.
+  std::map<int64_t, std::vector<MicrobatchCosts>> tensor_parallel;
   /// The dtype the compute costs were measured in ("float32",
   /// "bfloat16"); empty: the config's, as the dry run takes it. Sizes the
   /// activations the links move.
@@ -191,9 +197,17 @@ PlanResult plan_layouts(
 /// give a candidate: the divisors of each data-parallel degree's local
 /// batch, at most options.max_microbatches() microbatches, and the local
 /// batches themselves (one micro-step without pipelining). What the
-/// profile times. Throws ConfigError, as plan_layouts, when no layout
-/// divides the world.
+/// profile times; with `tp` > 0, those of the layouts of that degree only.
+/// Throws ConfigError, as plan_layouts, when no layout divides the world.
 std::vector<int64_t> plan_microbatch_rows(
+    const JobConfig& base,
+    int64_t world_size,
+    const PlanOptions& options = PlanOptions(),
+    int64_t tp = 0);
+
+/// The tensor-parallel degrees above 1 the search of `world_size` ranks
+/// can give a candidate.
+std::vector<int64_t> plan_tensor_parallel_degrees(
     const JobConfig& base,
     int64_t world_size,
     const PlanOptions& options = PlanOptions());

@@ -20,6 +20,7 @@
 #include "parallel/grad_norm.h"
 #include "parallel/mixed_precision.h"
 #include "parallel/model_parts.h"
+#include "parallel/tensor_parallel/tensor_parallel.h"
 
 namespace baton {
 
@@ -84,8 +85,14 @@ struct Chunk {
   std::shared_ptr<ModelPart> part;
   bool takes_ids = false;
   bool ends_in_loss = false;
+  /// The loss of a chunk that ends in it (vocabulary-parallel under tp).
+  LossFn loss = cross_entropy_sum;
+  /// The hidden states between blocks hold T / sequence_shards positions.
+  int64_t sequence_shards = 1;
 };
 
+/// With `context`'s mesh of tp > 1, the chunk is cut by the
+/// tensor_parallel step first, as the builder does.
 Chunk make_chunk(
     const JobConfig& config,
     const llama::ModelArgs& args,
@@ -95,6 +102,13 @@ Chunk make_chunk(
   Chunk chunk;
   chunk.part = std::make_shared<ModelPart>(
       model.build(args, spec, config.training.seed), /*stage=*/0);
+  const int64_t tp = context.mesh.group(dist::MeshDim::kTp)->size();
+  if (tp > 1) {
+    tensor_parallel::TensorParallelApplier().apply(*chunk.part, context);
+    chunk.loss =
+        tensor_parallel::tensor_parallel_loss(context.mesh, args.vocab_size);
+    chunk.sequence_shards = tp;
+  }
   MixedPrecisionApplier().apply(*chunk.part, context);
   chunk.takes_ids = spec.embedding;
   chunk.ends_in_loss = spec.output;
@@ -116,7 +130,8 @@ PassCosts time_chunk(
   ModelChunk& module = chunk.part->module();
   const at::Tensor ids =
       at::randint(args.vocab_size, {rows, seq_len}, at::kLong);
-  const at::Tensor hidden = at::randn({rows, seq_len, args.dim}) * 0.5;
+  const at::Tensor hidden =
+      at::randn({rows, seq_len / chunk.sequence_shards, args.dim}) * 0.5;
   const at::Tensor labels =
       at::randint(args.vocab_size, {rows, seq_len}, at::kLong);
   const double loss_scale = 1.0 / static_cast<double>(rows * seq_len);
@@ -128,7 +143,7 @@ PassCosts time_chunk(
     WeightGradSlotGuard guard(&slot);
     at::Tensor out = module.forward(input);
     if (chunk.ends_in_loss) {
-      out = cross_entropy_sum(out, labels) * loss_scale;
+      out = chunk.loss(out, labels) * loss_scale;
     } else if (!grad_out.defined()) {
       grad_out = at::randn_like(out) * 1e-3;
     }
@@ -359,42 +374,71 @@ PlanCosts profile_plan_costs(
       });
   const ParallelContext context{
       config, single, cpu, /*pipelined=*/true, mp.dtypes};
-  const int64_t n = args.n_layers;
-  Chunk block =
-      make_chunk(config, args, ChunkSpec{0, 1, false, false}, context);
-  Chunk embedding =
-      make_chunk(config, args, ChunkSpec{0, 0, true, false}, context);
-  Chunk output =
-      make_chunk(config, args, ChunkSpec{n, n, false, true}, context);
+  const auto pieces = [&](const ParallelContext& on,
+                          const std::vector<int64_t>& rows_list,
+                          bool runs) {
+    const int64_t n = args.n_layers;
+    Chunk block = make_chunk(config, args, ChunkSpec{0, 1, false, false}, on);
+    Chunk embedding =
+        make_chunk(config, args, ChunkSpec{0, 0, true, false}, on);
+    Chunk output = make_chunk(config, args, ChunkSpec{n, n, false, true}, on);
+    std::vector<double> figures;
+    for (const int64_t rows : rows_list) {
+      for (Chunk* chunk : {&block, &embedding, &output}) {
+        const PassCosts c =
+            time_chunk(*chunk, args, rows, seq_len, ranks, runs, options);
+        figures.insert(figures.end(), {c.f, c.b, c.i, c.w});
+      }
+    }
+    figures = ranks.mean_over(std::move(figures), compute_ranks);
+    std::vector<MicrobatchCosts> out;
+    size_t k = 0;
+    const auto next = [&] {
+      PassCosts c{figures[k], figures[k + 1], figures[k + 2], figures[k + 3]};
+      k += 4;
+      return c;
+    };
+    for (const int64_t rows : rows_list) {
+      MicrobatchCosts m;
+      m.rows = rows;
+      m.block = next();
+      m.embedding = next();
+      m.output = next();
+      out.push_back(m);
+    }
+    return std::make_pair(out, std::move(block));
+  };
 
   PlanCosts costs;
   costs.path = "the profile";
-  std::vector<double> figures;
-  for (const int64_t rows : options.rows()) {
-    for (Chunk* chunk : {&block, &embedding, &output}) {
-      const PassCosts c =
-          time_chunk(*chunk, args, rows, seq_len, ranks, computes, options);
-      figures.insert(figures.end(), {c.f, c.b, c.i, c.w});
+  auto [measured, block] = pieces(context, options.rows(), computes);
+  costs.microbatches = std::move(measured);
+  costs.optimizer_s_per_parameter =
+      ranks
+          .mean_over(
+              {time_optimizer(config, block, single, ranks, computes, options)},
+              compute_ranks)
+          .front();
+  // Tensor parallel: each degree's pieces cut as the builder cuts them,
+  // every rank of the world in a tp group at once (only where every rank
+  // times compute).
+  std::string tp_done;
+  for (const auto& [tp, rows_list] : options.tensor_parallel()) {
+    if (runtime == nullptr || tp < 2 || ranks.size() % tp != 0 ||
+        compute_ranks < ranks.size()) {
+      continue;
     }
+    ParallelDims dims;
+    dims.tp = tp;
+    dims.dp_replicate = ranks.size() / tp;
+    dims.world_size = ranks.size();
+    const dist::ParallelMesh mesh(
+        dims, ranks.rank(), runtime->shared_from_this());
+    const ParallelContext on{config, mesh, cpu, /*pipelined=*/true, mp.dtypes};
+    costs.tensor_parallel[tp] = pieces(on, rows_list, true).first;
+    tp_done += (tp_done.empty() ? "" : ", ") + std::to_string(tp) + " (" +
+               describe_rows(rows_list) + " sequences)";
   }
-  figures.push_back(
-      time_optimizer(config, block, single, ranks, computes, options));
-  figures = ranks.mean_over(std::move(figures), compute_ranks);
-  size_t k = 0;
-  const auto next = [&] {
-    PassCosts c{figures[k], figures[k + 1], figures[k + 2], figures[k + 3]};
-    k += 4;
-    return c;
-  };
-  for (const int64_t rows : options.rows()) {
-    MicrobatchCosts m;
-    m.rows = rows;
-    m.block = next();
-    m.embedding = next();
-    m.output = next();
-    costs.microbatches.push_back(m);
-  }
-  costs.optimizer_s_per_parameter = figures[k];
   costs.compute_dtype = mixed_precision_name(mp.dtypes.param);
 
   std::ostringstream obtained;
@@ -406,6 +450,11 @@ PlanCosts profile_plan_costs(
            << " sequence(s) of " << seq_len << " tokens, the median of "
            << options.repeats() << " runs after " << options.warmup()
            << " warm-up(s)";
+  if (!tp_done.empty()) {
+    obtained << "; tensor parallel " << tp_done
+             << ", each piece cut by the tensor_parallel step over that many "
+                "ranks, its collectives included";
+  }
   if (ranks.size() >= 2) {
     costs.p2p.inter_node = time_p2p(ranks, options);
     costs.all_reduce.inter_node = time_collective("all_reduce", ranks, options);

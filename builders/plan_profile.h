@@ -8,6 +8,7 @@
 #include <torch/arg.h>
 
 #include <cstdint>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,9 @@ class Runtime;
 }
 
 /// What the profile measures and how often.
+/// Microbatch sizes per tensor-parallel degree.
+using TensorParallelRows = std::map<int64_t, std::vector<int64_t>>;
+
 struct ProfileOptions {
   /// Microbatch sizes (sequences of seq_len tokens) to time.
   TORCH_ARG(std::vector<int64_t>, rows) = std::vector<int64_t>{1};
@@ -32,6 +36,10 @@ struct ProfileOptions {
   /// take part in the communication (a world larger than the cores). 0:
   /// every rank.
   TORCH_ARG(int64_t, compute_ranks) = 0;
+  /// Tensor-parallel degrees to time, each with its microbatch sizes: the
+  /// pieces cut by the tensor_parallel step over that many ranks (only
+  /// where the world divides by it and every rank times compute).
+  TORCH_ARG(TensorParallelRows, tensor_parallel) = {};
   /// Byte sizes the P2P and the collectives are timed at.
   TORCH_ARG(std::vector<int64_t>, comm_bytes) = std::vector<int64_t>{
       1 << 14, 1 << 18, 1 << 20, 1 << 22, 1 << 24};
@@ -48,7 +56,9 @@ LinkCosts fit_link_costs(const std::vector<std::pair<double, double>>& points);
 /// - at each of options.rows, F, B, I and W of three chunks built as a
 ///   pipeline stage builds them (the model's own code, its mixed
 ///   precision applied): one block; the embedding alone; the final norm,
-///   output projection and loss;
+///   output projection and loss; and, for each options.tensor_parallel
+///   degree, the same pieces cut by the tensor_parallel step over that
+///   many ranks (their collectives inside the passes);
 /// - the optimizer step with gradient clipping, per parameter;
 /// - with two ranks or more, P2P between ranks 0 and 1 (half a round trip)
 ///   and the world's all_reduce, all_gather and reduce_scatter at

@@ -86,7 +86,8 @@ TEST(PlanProfile, TwoRankThreadsAgreeOnTheCostsAndMeasureTheLinks) {
   std::vector<PlanCosts> got(2);
   const auto errors =
       testing::run_rank_threads(2, [&](int64_t rank, dist::Runtime& runtime) {
-        got[rank] = profile_plan_costs(config, &runtime, quick({1}));
+        got[rank] = profile_plan_costs(
+            config, &runtime, quick({1}).tensor_parallel({{2, {1, 2}}}));
       });
   ASSERT_EQ(errors, std::vector<std::string>(2)) << errors[0] << errors[1];
   // One mean over the ranks, the same on both.
@@ -104,6 +105,52 @@ TEST(PlanProfile, TwoRankThreadsAgreeOnTheCostsAndMeasureTheLinks) {
   }
   EXPECT_NE(costs.obtained.find("over gloo"), std::string::npos)
       << costs.obtained;
+  // The pieces cut over the two ranks by the tensor_parallel step.
+  ASSERT_EQ(costs.tensor_parallel.count(2), 1u);
+  const auto& tp = costs.tensor_parallel.at(2);
+  ASSERT_EQ(tp.size(), 2u);
+  EXPECT_EQ(tp[1].rows, 2);
+  expect_measured(tp[0].block, "tp block");
+  expect_measured(tp[1].output, "tp output");
+  EXPECT_NE(
+      costs.obtained.find("tensor parallel 2 (1, 2 sequences)"),
+      std::string::npos)
+      << costs.obtained;
+  const auto dir = fresh_dir("plan_profile_two");
+  std::filesystem::create_directories(dir);
+  const auto path = (dir / "costs.json").string();
+  std::ofstream(path) << plan_costs_to_json(costs);
+  EXPECT_EQ(
+      plan_costs_to_json(load_plan_costs(path)), plan_costs_to_json(costs));
+}
+
+TEST(PlanProfile, MeasuredTensorParallelCostsReplaceTheModelledOnes) {
+  register_builtin_builders();
+  const JobConfig config = load_job_config(
+      source_path("configs/debug_model.yaml"),
+      {"training.mixed_precision_param=float32"});
+  PlanCosts costs = load_plan_costs(source_path("bench/costs/debug_hand.json"));
+  const auto tp_candidate = [](const PlanResult& r) {
+    for (const auto& c : r.ranked) {
+      if (c.tp == 2) {
+        return c;
+      }
+    }
+    ADD_FAILURE() << "no tp 2 candidate";
+    return PlanCandidate();
+  };
+  // Modelled: 4 collectives of 1000 s per block forward.
+  EXPECT_GT(tp_candidate(plan_layouts(config, 2, costs)).step_s, 24000.0);
+  // Measured: per sequence and block F = 0.5 s, B = 1 s on one tp rank,
+  // collectives inside. tp 2 runs the global 16 sequences in one
+  // micro-step: 6 blocks x 16 x (0.5 + 1) = 144 s.
+  MicrobatchCosts m;
+  m.rows = 1;
+  m.block = PassCosts{0.5, 1.0, 0.5, 0.5};
+  costs.tensor_parallel[2] = {m};
+  const PlanCandidate c = tp_candidate(plan_layouts(config, 2, costs));
+  EXPECT_NEAR(c.compute_s, 144.0, 1e-9);
+  EXPECT_NEAR(c.step_s, 144.0, 1e-9);
 }
 
 TEST(PlanProfile, AWorldLargerThanTheComputeRanksTimesOnTheFirstOnly) {
