@@ -4,8 +4,9 @@
 For the debug and small flavors on 2 ranks, `baton plan --nproc 2 --out DIR`
 profiles this machine (its ranks time every piece together, the cost file
 goes to DIR/costs.json) and ranks the layouts (DIR/plan.json). This script
-then runs the plan's top 5 and 5 others spread evenly over the rest of the
-ranking as real processes: `baton train` with the base config and the
+then runs the plan's top 5 and 5 others as real processes (the best candidate of
+each layout the top 5 leave out, then ones spread evenly over the rest of
+the ranking): `baton train` with the base config and the
 candidate's overlay as a second --config, each rank a process with one ATen
 and one OpenBLAS thread (process_runs.py), the candidates interleaved in
 each of R rounds. Measured: the median step time of steps 3.. of a run, the
@@ -62,14 +63,28 @@ def plan(build, flavor_args, global_batch, out_dir):
     return result, costs, wall
 
 
-def picks(n):
-    """The top TOP ranks and OTHERS spread evenly over the rest (0-based)."""
+def layout_of(c):
+    return (c["pp"], c["dp_replicate"], c["dp_shard"], c["tp"])
+
+
+def picks(ranked):
+    """The top TOP ranks (0-based), then OTHERS from the rest: the best of
+    each layout (pp, dp_replicate, dp_shard, tp) the top leaves out, and
+    the remainder spread evenly over what is left of the ranking."""
+    n = len(ranked)
     chosen = list(range(min(TOP, n)))
-    rest = list(range(TOP, n))
-    if len(rest) <= OTHERS:
-        return chosen + rest
-    step = (len(rest) - 1) / (OTHERS - 1)
-    return chosen + sorted({rest[round(k * step)] for k in range(OTHERS)})
+    seen = {layout_of(ranked[k]) for k in chosen}
+    others = []
+    for k in range(TOP, n):
+        if layout_of(ranked[k]) not in seen and len(others) < OTHERS:
+            seen.add(layout_of(ranked[k]))
+            others.append(k)
+    rest = [k for k in range(TOP, n) if k not in others]
+    want = OTHERS - len(others)
+    if want > 0 and rest:
+        step = (len(rest) - 1) / max(1, want - 1)
+        others += [rest[round(j * step)] for j in range(min(want, len(rest)))]
+    return chosen + sorted(set(others))
 
 
 def ranks_of(values):
@@ -96,6 +111,48 @@ def spearman(xs, ys):
     return cov / (vx * vy) ** 0.5 if vx and vy else 0.0
 
 
+def cluster(build, tmp):
+    """Llama 3 405B on 512 H100-class ranks from the FLOP-derived cost file:
+    the planning time (median of 3 runs of `baton plan`, wall) and the
+    Interleaved1F1B / 1F1B throughput at torchtitan's layout (FSDP 8 x TP 8
+    x PP 8, microbatches of one sequence, full checkpointing, v 2, even
+    split)."""
+    out_dir = os.path.join(tmp, "405b")
+    cmd = [os.path.join(build, "baton"), "plan",
+           "--config", "configs/llama3_405b.yaml", "--nproc", "512",
+           "--costs", "bench/costs/llama3_405b_h100.json", "--out", out_dir]
+    walls = []
+    for _ in range(3):
+        start = time.monotonic()
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        walls.append(time.monotonic() - start)
+        if done.returncode != 0:
+            sys.exit("baton plan (405B) failed:\n" + done.stderr[-3000:])
+    with open(os.path.join(out_dir, "plan.json")) as f:
+        result = json.load(f)
+    with open("bench/costs/llama3_405b_h100.json") as f:
+        obtained = json.load(f)["obtained"]
+
+    def at_torchtitans(schedule, v):
+        for c in result["ranked"]:
+            if (c["pp"], c["tp"], c["dp_shard"], c["dp_replicate"]) == (8, 8, 8, 1) \
+                    and c["schedule"] == schedule and c["stages_per_rank"] == v \
+                    and c["microbatch_size"] == 1 and not c["balanced"] \
+                    and c["activation_checkpoint"] == "full":
+                return c
+        return None
+
+    inter, one = at_torchtitans("Interleaved1F1B", 2), at_torchtitans("1F1B", 1)
+    best = result["ranked"][0]
+    return {"wall_s": statistics.median(walls), "walls_s": walls,
+            "considered": result["considered"], "pruned": result["pruned"],
+            "ranked": len(result["ranked"]), "obtained": obtained,
+            "interleaved": inter, "one_f_one_b": one,
+            "ratio": inter["tokens_per_s"] / one["tokens_per_s"],
+            "best": {k: best[k] for k in ("layout", "tokens_per_s_per_rank",
+                                          "bubble", "peak_bytes")}}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("build")
@@ -104,15 +161,20 @@ def main():
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--flavors", default="debugmodel,small")
     args = parser.parse_args()
-    report = {"rounds": args.rounds, "steps": args.steps, "flavors": []}
+    report = {"rounds": args.rounds, "steps": args.steps, "flavors": [],
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     with tempfile.TemporaryDirectory(prefix="baton_plan_runs_") as tmp:
+        report["cluster"] = cluster(args.build, tmp)
+        print(json.dumps({k: report["cluster"][k]
+                          for k in ("wall_s", "ratio", "considered", "ranked")}),
+              flush=True)
         for flavor, flavor_args, global_batch in FLAVORS:
             if flavor not in args.flavors.split(","):
                 continue
             out_dir = os.path.join(tmp, flavor)
             result, costs, wall = plan(args.build, flavor_args, global_batch, out_dir)
             ranked = result["ranked"]
-            chosen = picks(len(ranked))
+            chosen = picks(ranked)
             runs = {k: [] for k in chosen}
             for r in range(args.rounds):
                 for k in chosen:
