@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import process_runs
@@ -44,6 +45,40 @@ FLAVORS = [
 ]
 TOP = 5
 OTHERS = 5
+
+
+class Conditions:
+    """What else runs meanwhile, every 10 s: the 1-minute load average and
+    the compilers running (a prediction is only as good as the machine is
+    quiet)."""
+
+    def __init__(self):
+        self.samples = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            load = float(open("/proc/loadavg").read().split()[0])
+            compilers = 0
+            for pid in os.listdir("/proc"):
+                try:
+                    if pid.isdigit() and open(f"/proc/{pid}/comm").read().strip() == "cc1plus":
+                        compilers += 1
+                except OSError:
+                    pass
+            self.samples.append((load, compilers))
+            self._stop.wait(10)
+
+    def summary(self):
+        self._stop.set()
+        self._thread.join()
+        loads = [l for l, _ in self.samples]
+        return {"samples": len(self.samples),
+                "with_compilers": sum(1 for _, c in self.samples if c > 0),
+                "load_median": statistics.median(loads) if loads else 0.0,
+                "load_max": max(loads) if loads else 0.0}
 
 
 def plan(build, flavor_args, global_batch, out_dir):
@@ -163,6 +198,7 @@ def main():
     args = parser.parse_args()
     report = {"rounds": args.rounds, "steps": args.steps, "flavors": [],
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    conditions = Conditions()
     with tempfile.TemporaryDirectory(prefix="baton_plan_runs_") as tmp:
         report["cluster"] = cluster(args.build, tmp)
         print(json.dumps({k: report["cluster"][k]
@@ -217,6 +253,7 @@ def main():
                 "spearman": spearman(predicted, measured),
                 "worst_error": max(abs(c["error"]) for c in candidates),
                 "chosen_over_best": candidates[0]["measured_s"] / best})
+    report["conditions"] = conditions.summary()
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
 

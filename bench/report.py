@@ -581,7 +581,13 @@ def plan_section(doc, targets):
              "as a second --config, float32, one ATen and one OpenBLAS thread per "
              f"rank, {doc['steps']} steps; measured: the median step of steps "
              f"3.. of a run, the median over {doc['rounds']} rounds (the "
-             "candidates interleaved in each). Error: measured / predicted - 1.",
+             "candidates interleaved in each). Error: measured / predicted - 1."
+             + (" Other work on the machine meanwhile, sampled every 10 s: compilers "
+                f"running in {doc['conditions']['with_compilers']} of "
+                f"{doc['conditions']['samples']} samples; 1-minute load average "
+                f"median {doc['conditions']['load_median']:.1f}, max "
+                f"{doc['conditions']['load_max']:.1f} (2 cores)."
+                if doc.get("conditions") else ""),
              ""]
     for f in doc["flavors"]:
         lines += [f"### {f['flavor']}: global batch {f['global_batch']} x 256 tokens",
