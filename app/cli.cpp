@@ -260,6 +260,15 @@ PlanArgs parse_plan(const std::vector<std::string>& args) {
       out.global_batch = parse_count("--global-batch", option.value());
     } else if (name == "write-costs-from-flops") {
       out.write_costs_path = option.value();
+    } else if (name == "write-costs") {
+      out.profile_path = option.value();
+    } else if (name == "profile-repeats") {
+      out.profile_repeats = parse_count("--profile-repeats", option.value());
+    } else if (name == "profile-rank") {
+      out.profile_rank_path = option.value();
+    } else if (name == "profile-compute-ranks") {
+      out.profile_compute_ranks =
+          parse_count("--profile-compute-ranks", option.value());
     } else if (name == "peak-tflops") {
       out.peak_tflops = parse_positive("--peak-tflops", option.value());
     } else if (name == "efficiency") {
@@ -278,11 +287,11 @@ PlanArgs parse_plan(const std::vector<std::string>& args) {
   require(!out.config_paths.empty(), "plan", "--config FILE");
   if (out.write_costs_path.empty()) {
     require(out.nproc > 0, "plan", "--nproc N");
-    require(
-        !out.costs_path.empty(),
-        "plan",
-        "--costs FILE (profiling on this machine is not built yet; write one "
-        "with --write-costs-from-flops FILE)");
+  }
+  if (!out.costs_path.empty() && !out.profile_path.empty()) {
+    throw ConfigError(
+        "plan: --costs and --write-costs are not allowed together; allowed: "
+        "--costs FILE (plan from it) or --write-costs FILE (profile here)");
   }
   return out;
 }
@@ -657,16 +666,28 @@ CommandUsage plan_usage() {
       "plan",
       "ranks layouts, schedules and checkpointing for a world size from a "
       "cost file",
-      {"baton plan --config FILE --nproc N --costs FILE [--memory-per-rank "
+      {"baton plan --config FILE --nproc N [--costs FILE] [--memory-per-rank "
        "GIB]",
        "           [--top K] [--out DIR] [--global-batch ROWS]",
        "           [--SECTION.KEY=VALUE ...]",
+       "baton plan --config FILE --nproc N --write-costs FILE "
+       "[--profile-repeats R]",
        "baton plan --config FILE --write-costs-from-flops FILE",
        "           [--peak-tflops X] [--efficiency E]"},
       {{"config", "--config FILE", "the base job config (repeatable)"},
        {"", "--SECTION.KEY=VALUE", "sets one key of the base config"},
        {"nproc", "--nproc N", "the world size to plan for"},
-       {"costs", "--costs FILE", "the cost file (docs/plan.md)"},
+       {"costs",
+        "--costs FILE",
+        "the cost file (docs/plan.md); without it the costs are profiled "
+        "on this machine first (min(N, cores) ranks at once) and written "
+        "to DIR/costs.json with --out"},
+       {"write-costs",
+        "--write-costs FILE",
+        "profiles on this machine, writes the cost file and exits"},
+       {"profile-repeats",
+        "--profile-repeats R",
+        "timed runs per profile measurement (the median is kept); default 5"},
        {"memory-per-rank",
         "--memory-per-rank GIB",
         "the memory cap per rank; default the cost file's, else none"},

@@ -76,6 +76,16 @@ struct PlanArgs {
   std::string write_costs_path;
   double peak_tflops = 989.0;
   double efficiency = 0.4;
+  /// With --write-costs: profile on this machine, write this cost file and
+  /// stop (without --costs the profile runs anyway and the plan follows).
+  std::string profile_path;
+  /// Timed runs per profile measurement.
+  int64_t profile_repeats = 5;
+  /// Internal: set on the ranks the profile launches (--profile-rank FILE),
+  /// where rank 0 writes the costs.
+  std::string profile_rank_path;
+  /// Internal: how many of those ranks time the compute.
+  int64_t profile_compute_ranks = 0;
 };
 
 /// `baton tokenizer train` arguments.

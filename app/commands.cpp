@@ -2,27 +2,38 @@
 
 #include <unistd.h>
 
+#include <glog/logging.h>
+#include <torch/types.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <thread>
 
 #include "app/progress.h"
 #include "builders/plan.h"
+#include "builders/plan_profile.h"
 #include "checkpoint/inspect.h"
+#include "common/allocator.h"
 #include "common/error.h"
+#include "common/threads.h"
 #include "config/job_config.h"
 #include "data/dataset.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
+#include "parallel/dist/launch_env.h"
+#include "parallel/dist/launcher.h"
+#include "parallel/dist/process_group.h"
 #include "parallel/pipeline/schedule_io.h"
 #include "parallel/pipeline/schedules.h"
 #include "parallel/pipeline/simulator.h"
+#include "trainer/fault_injection.h"
 
 namespace baton {
 
@@ -80,8 +91,135 @@ void write_text_file(const std::string& path, const std::string& text) {
 
 }  // namespace
 
+BlasStartup prepare_blas_for(const JobConfig& config) {
+  const char* forced = std::getenv(kBlasKernelsVar);
+  const bool from_env = forced != nullptr && *forced != '\0';
+  const BlasStartup blas = prepare_blas_kernels(
+      from_env ? std::string(forced) : config.training.blas_kernels,
+      from_env ? std::string(kBlasKernelsVar) + "=" + forced
+               : config.origin("training.blas_kernels"),
+      FaultInjection::get().fail_blas_check());
+  if (blas.warning) {
+    LOG(WARNING) << blas.log;
+  } else {
+    LOG(INFO) << blas.log;
+  }
+  return blas;
+}
+
+namespace {
+
+PlanOptions plan_options(const PlanArgs& args) {
+  auto options = PlanOptions().global_batch(args.global_batch);
+  if (args.memory_per_rank_gib > 0.0) {
+    options.memory_per_rank(static_cast<int64_t>(
+        args.memory_per_rank_gib * 1024.0 * 1024.0 * 1024.0));
+  }
+  return options;
+}
+
+/// One rank of the profile's launch: times what the cost file holds with
+/// the others (builders/plan_profile.h); rank 0 writes it.
+int run_profile_rank(const JobConfig& config, const PlanArgs& args) {
+  prepare_blas_for(config);
+  keep_freed_memory_in_process();
+  const dist::LaunchEnv env = dist::detect_launch_env();
+  std::shared_ptr<dist::Runtime> runtime;
+  if (env.distributed()) {
+    dist::RuntimeOptions options;
+    options.init_timeout =
+        std::chrono::seconds(config.comm.init_timeout_seconds);
+    runtime = dist::Runtime::init(env, options);
+    runtime->set_timeout(
+        std::chrono::seconds(config.comm.train_timeout_seconds));
+  }
+  at::set_num_threads(static_cast<int>(resolve_intra_op_threads(
+      config.training.num_threads, env.local_world_size)));
+  const PlanOptions options = plan_options(args);
+  TensorParallelRows tensor_parallel;
+  for (const int64_t tp :
+       plan_tensor_parallel_degrees(config, args.nproc, options)) {
+    tensor_parallel[tp] = plan_microbatch_rows(config, args.nproc, options, tp);
+  }
+  const PlanCosts costs = profile_plan_costs(
+      config,
+      runtime.get(),
+      ProfileOptions()
+          .rows(plan_microbatch_rows(config, args.nproc, options))
+          .tensor_parallel(tensor_parallel)
+          .repeats(args.profile_repeats)
+          .compute_ranks(args.profile_compute_ranks));
+  if (env.rank == 0) {
+    write_text_file(args.profile_rank_path, plan_costs_to_json(costs));
+  }
+  return 0;
+}
+
+/// Profiles on this machine: min(N, cores) ranks time the compute at once,
+/// as a run of N ranks here would (two at least, for the links, when N >
+/// 1). Returns the costs; writes them to `path`.
+PlanCosts profile_here(
+    const JobConfig& config, const PlanArgs& args, const std::string& path) {
+  prepare_blas_for(config);
+  const int64_t cores =
+      std::max<int64_t>(1, std::thread::hardware_concurrency());
+  const int64_t compute = std::min(args.nproc, cores);
+  const int64_t ranks = args.nproc > 1 ? std::max<int64_t>(2, compute) : 1;
+  dist::LocalLaunchOptions launch;
+  launch.nproc = ranks;
+  launch.args = {"plan"};
+  for (const auto& file : args.config_paths) {
+    launch.args.insert(launch.args.end(), {"--config", file});
+  }
+  for (const auto& o : args.overrides) {
+    launch.args.push_back("--" + o);
+  }
+  launch.args.insert(
+      launch.args.end(),
+      {"--nproc",
+       std::to_string(args.nproc),
+       "--profile-repeats",
+       std::to_string(args.profile_repeats),
+       "--profile-compute-ranks",
+       std::to_string(compute),
+       "--profile-rank",
+       path});
+  if (args.global_batch > 0) {
+    launch.args.insert(
+        launch.args.end(),
+        {"--global-batch", std::to_string(args.global_batch)});
+  }
+  if (args.memory_per_rank_gib > 0.0) {
+    launch.args.insert(
+        launch.args.end(),
+        {"--memory-per-rank", std::to_string(args.memory_per_rank_gib)});
+  }
+  std::cout << "plan: profiling on this machine with " << ranks << " rank(s) ("
+            << compute << " timing compute, "
+            << dist::blas_threads_per_rank(ranks) << " BLAS thread(s) each)\n"
+            << std::flush;
+  const auto start = std::chrono::steady_clock::now();
+  if (const int code = dist::launch_local(launch); code != 0) {
+    throw std::runtime_error(
+        "[plan] the profile's ranks failed (exit " + std::to_string(code) +
+        "); their messages are above");
+  }
+  PlanCosts costs = load_plan_costs(path);
+  std::cout << "plan: profiled in "
+            << std::chrono::duration<double>(
+                   std::chrono::steady_clock::now() - start)
+                   .count()
+            << " s; wrote " << path << " (reuse it with --costs)\n";
+  return costs;
+}
+
+}  // namespace
+
 int run_plan(const PlanArgs& args) {
   const JobConfig config = load_job_config(args.config_paths, args.overrides);
+  if (!args.profile_rank_path.empty()) {
+    return run_profile_rank(config, args);
+  }
   if (!args.write_costs_path.empty()) {
     const PlanCosts costs = plan_costs_from_flops(
         config,
@@ -93,11 +231,27 @@ int run_plan(const PlanArgs& args) {
               << costs.obtained << ")\n";
     return 0;
   }
-  const PlanCosts costs = load_plan_costs(args.costs_path);
-  auto options = PlanOptions().global_batch(args.global_batch);
-  if (args.memory_per_rank_gib > 0.0) {
-    options.memory_per_rank(static_cast<int64_t>(
-        args.memory_per_rank_gib * 1024.0 * 1024.0 * 1024.0));
+  // A world no layout divides is refused before anything is measured.
+  const auto options = plan_options(args);
+  plan_microbatch_rows(config, args.nproc, options);
+  PlanCosts costs;
+  if (!args.profile_path.empty()) {
+    profile_here(config, args, args.profile_path);
+    return 0;
+  }
+  if (args.costs_path.empty()) {
+    std::string path;
+    if (!args.out_dir.empty()) {
+      std::filesystem::create_directories(args.out_dir);
+      path = args.out_dir + "/costs.json";
+    } else {
+      path = (std::filesystem::path(config.job.dump_folder) / "plan_costs.json")
+                 .string();
+      std::filesystem::create_directories(config.job.dump_folder);
+    }
+    costs = profile_here(config, args, path);
+  } else {
+    costs = load_plan_costs(args.costs_path);
   }
   const auto start = std::chrono::steady_clock::now();
   const PlanResult result = plan_layouts(config, args.nproc, costs, options);
@@ -124,7 +278,9 @@ int run_plan(const PlanArgs& args) {
   const std::string dir = args.out_dir + "/";
   write_text_file(dir + "plan.yaml", plan_overlay_yaml(best, why));
   write_text_file(dir + "plan.txt", table.str());
-  std::cout << "plan: wrote " << dir << "plan.yaml, " << dir << "plan.txt";
+  write_text_file(dir + "plan.json", plan_result_json(result, costs));
+  std::cout << "plan: wrote " << dir << "plan.yaml, " << dir << "plan.txt, "
+            << dir << "plan.json";
   if (best.pp > 1) {
     write_text_file(
         dir + "schedule.svg", plan_schedule_svg(config, best, costs));

@@ -1,15 +1,25 @@
 #pragma once
 
 #include "app/cli.h"
+#include "common/blas.h"
 
 namespace baton {
+
+struct JobConfig;
+
+/// OpenBLAS's kernels for a run of `config` (training.blas_kernels, or
+/// BATON_BLAS_KERNELS): chosen, checked and logged (common/blas.h). The
+/// ranks a launch starts inherit the choice.
+BlasStartup prepare_blas_for(const JobConfig& config);
 
 /// `baton schedule`: generates (or loads) a schedule, plans it and writes it
 /// in the asked format; returns the exit code.
 int run_schedule(const ScheduleArgs& args);
-/// `baton plan`: ranks the layouts of the world size from a cost file,
-/// writes the chosen one as an overlay and its schedule as an SVG (or, with
-/// --write-costs-from-flops, writes a cost file).
+/// `baton plan`: ranks the layouts of the world size from a cost file (or
+/// from the costs it profiles on this machine first, launching min(N,
+/// cores) ranks), writes the chosen one as an overlay and its schedule as
+/// an SVG (or, with --write-costs-from-flops / --write-costs, writes a cost
+/// file). On the ranks the profile launches (--profile-rank) it profiles.
 int run_plan(const PlanArgs& args);
 /// `baton tokenizer train`: trains a SentencePiece model on the inputs'
 /// texts.

@@ -120,18 +120,7 @@ int run_train(const baton::TrainArgs& args, char** argv) {
   }
   // OpenBLAS's kernels (common/blas.h): chosen here, and for the ranks
   // a launch starts, which inherit the choice and check it themselves.
-  const char* forced = std::getenv(baton::kBlasKernelsVar);
-  const bool from_env = forced != nullptr && *forced != '\0';
-  const baton::BlasStartup blas = baton::prepare_blas_kernels(
-      from_env ? std::string(forced) : config.training.blas_kernels,
-      from_env ? std::string(baton::kBlasKernelsVar) + "=" + forced
-               : config.origin("training.blas_kernels"),
-      baton::FaultInjection::get().fail_blas_check());
-  if (blas.warning) {
-    LOG(WARNING) << blas.log;
-  } else {
-    LOG(INFO) << blas.log;
-  }
+  const baton::BlasStartup blas = baton::prepare_blas_for(config);
   if (args.nproc > 0) {
     // The config is checked once, here, before any rank starts.
     baton::dist::LocalLaunchOptions launch;

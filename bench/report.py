@@ -566,6 +566,80 @@ def scaling_section(doc, targets):
     return lines + [""]
 
 
+def plan_section(doc, targets):
+    """`baton plan`'s predictions against real runs, and the cluster plan."""
+    if not doc:
+        return []
+    lines = ["## `baton plan`: predicted against measured (process runs)", "",
+             f"`bench/plan_runs.py`, {doc['date']}: for each flavor, `baton plan "
+             "--nproc 2` profiles this machine (two ranks timing each piece at "
+             "once, one ATen and one OpenBLAS thread each; the cost file it "
+             "wrote is in bench/results/plan_runs.json) and ranks the layouts; "
+             "the plan's top 5 and 5 others (the best of each layout the top 5 "
+             "leave out, then ones spread over the rest of the ranking) then "
+             "run as real processes, `baton train` with the candidate's overlay "
+             "as a second --config, float32, one ATen and one OpenBLAS thread per "
+             f"rank, {doc['steps']} steps; measured: the median step of steps "
+             f"3.. of a run, the median over {doc['rounds']} rounds (the "
+             "candidates interleaved in each). Error: measured / predicted - 1."
+             + (" Other work on the machine meanwhile, sampled every 10 s: compilers "
+                f"running in {doc['conditions']['with_compilers']} of "
+                f"{doc['conditions']['samples']} samples; 1-minute load average "
+                f"median {doc['conditions']['load_median']:.1f}, max "
+                f"{doc['conditions']['load_max']:.1f} (2 cores)."
+                if doc.get("conditions") else ""),
+             ""]
+    for f in doc["flavors"]:
+        lines += [f"### {f['flavor']}: global batch {f['global_batch']} x 256 tokens",
+                  "",
+                  f"{f['considered']} considered, {f['pruned']} over the cap, "
+                  f"{f['dominated']} with full checkpointing not scored, "
+                  f"**{f['ranked']} ranked**; profile and plan took "
+                  f"{f['plan_wall_s']:.0f} s. Costs: {f['costs']['obtained']}.", "",
+                  "| plan rank | layout | layers per stage | predicted | measured | "
+                  "per round | error |", "|---|---|---|---|---|---|---|"]
+        for c in f["candidates"]:
+            split = ("balanced " if c["balanced"] else "even ") + \
+                "/".join(str(n) for n in c["layers_per_stage"]) \
+                if len(c["layers_per_stage"]) > 1 else "-"
+            rounds = " / ".join(f"{t * 1e3:.0f}" for t in c["per_round_s"])
+            lines.append(f"| {c['rank']} | {c['layout']} | {split} | "
+                         f"{c['predicted_s'] * 1e3:.0f} ms | "
+                         f"{c['measured_s'] * 1e3:.0f} ms | {rounds} | "
+                         f"{100 * c['error']:+.1f} % |")
+        lines += ["", f"Spearman rank correlation {f['spearman']:.2f}; worst error "
+                  f"{100 * f['worst_error']:.1f} %; the chosen plan (rank 1) "
+                  f"measured {f['chosen_over_best']:.3f}x the best measured.", ""]
+        targets.setdefault("plan", []).append(f)
+    c = doc.get("cluster")
+    if c:
+        i, o = c["interleaved"], c["one_f_one_b"]
+        lines += ["### Llama 3 405B on 512 H100-class GPUs, from FLOPs", "",
+                  "`baton plan --config configs/llama3_405b.yaml --nproc 512 --costs "
+                  "bench/costs/llama3_405b_h100.json` (" + c["obtained"] + "): "
+                  f"{c['considered']} considered, {c['pruned']} over the cap, "
+                  f"{c['ranked']} ranked in {c['wall_s']:.1f} s of wall time (median "
+                  "of 3). At torchtitan's layout (FSDP 8 x TP 8 x PP 8, microbatches "
+                  "of one sequence, full checkpointing):", "",
+                  "| schedule | predicted tokens/s/GPU | bubble | torchtitan (H100, "
+                  "published) |", "|---|---|---|---|",
+                  f"| Interleaved1F1B, 2 stages per rank | {i['tokens_per_s_per_rank']:.1f} "
+                  f"| {100 * i['bubble']:.1f} % | 128 |",
+                  f"| 1F1B | {o['tokens_per_s_per_rank']:.1f} | "
+                  f"{100 * o['bubble']:.1f} % | 100 |",
+                  f"| ratio | {c['ratio']:.2f} | | 1.28 |", "",
+                  "What the model leaves out (docs/plan.md): the overlap of the "
+                  "data-parallel sync and of P2P with compute (the sync is added after "
+                  "the pipeline), kernel efficiency varying with the shapes (one "
+                  "efficiency for every pass), the optimizer step (the FLOP-derived file "
+                  "has none), the embedding's and the loss's tensor-parallel "
+                  "collectives, and the allocator. The best plan it finds: "
+                  f"{c['best']['layout']}, {c['best']['tokens_per_s_per_rank']:.1f} "
+                  "tokens/s/GPU.", ""]
+        targets["plan_cluster"] = c
+    return lines
+
+
 def tp_traffic_section(doc, targets):
     """Tensor parallel's bytes per layer against the formula."""
     runs = gbench_medians(doc)
@@ -731,7 +805,7 @@ def busy_fraction(results):
 
 
 def targets_section(t):
-    lines = ["## Targets (issues #8, #16, #17, #18 and #19)", ""]
+    lines = ["## Targets (issues #8, #16, #17, #18, #19 and #21)", ""]
     if t.get("busy", 0.0) > 0.25:
         lines += [
             f"Other builds ran beside this run for {100 * t['busy']:.0f} % of it "
@@ -820,6 +894,25 @@ def targets_section(t):
                      f"{'yes' if t['bf16_loss'] <= 0.02 else 'no'} |")
         lines.append("| mixed precision (#19): bf16's step against fp32's on this CPU | "
                      f"{t['bf16_speed']:.2f}x | measured |")
+    for f in t.get("plan", []):
+        name = f["flavor"]
+        lines.append(f"| plan (#21): `baton plan --nproc 2` ranks at least 20 candidates, "
+                     f"{name} | {f['ranked']} | {'yes' if f['ranked'] >= 20 else 'no'} |")
+        lines.append(f"| plan (#21): every run's step within 10 % of its prediction, "
+                     f"{name} (top 5 + 5 others) | worst {100 * f['worst_error']:.1f} % | "
+                     f"{verdict(f['worst_error'] <= 0.10)} |")
+        lines.append(f"| plan (#21): Spearman rank correlation of predicted and measured "
+                     f">= 0.8, {name} | {f['spearman']:.2f} | "
+                     f"{verdict(f['spearman'] >= 0.8)} |")
+        lines.append(f"| plan (#21): the chosen plan within 5 % of the best measured, "
+                     f"{name} | {f['chosen_over_best']:.3f}x | "
+                     f"{verdict(f['chosen_over_best'] <= 1.05)} |")
+    c = t.get("plan_cluster")
+    if c:
+        lines.append("| plan (#21): planning Llama 3 405B for 512 ranks from a cost file "
+                     f"under 10 s | {c['wall_s']:.1f} s | {verdict(c['wall_s'] < 10)} |")
+        lines.append("| plan (#21): 405B Interleaved1F1B / 1F1B tokens/s at FSDP 8 x TP 8 "
+                     f"x PP 8, beside torchtitan's 1.28 | {c['ratio']:.2f} | measured |")
     gpu = t.get("gpu")
     if gpu:
         lines.append("| GPU: `bench/gpu.sh` (Llama 3 8B-shaped layers, bf16) | "
@@ -939,6 +1032,7 @@ def main():
     body += fsdp_section(load(results, "fsdp_runs.json"), targets)
     body += scaling_section(load(results, "scaling_runs.json"), targets)
     body += tp_traffic_section(load(results, "tensor_parallel.json"), targets)
+    body += plan_section(load(results, "plan_runs.json"), targets)
     body += memory_section(load(results, "memory_runs.json"), targets)
     body += precision_section(load(results, "precision_runs.json"), machine, targets)
     body += collectives_section(pipe)

@@ -74,6 +74,12 @@ class FieldReader {
     return FieldReader(at(key), path_, name(key));
   }
 
+  /// Entry `k` of the list `key`.
+  FieldReader item(const std::string& key, size_t k) const {
+    return FieldReader(
+        at(key).at(k), path_, name(key) + "[" + std::to_string(k) + "]");
+  }
+
   double number(const std::string& key, double above = -1.0) const {
     const json& value = at(key);
     if (!value.is_number() || value.get<double>() <= above ||
@@ -142,6 +148,54 @@ json comm_json(const CommCosts& c) {
   return out;
 }
 
+/// `r`'s "microbatches": a non-empty list of {rows, block, embedding,
+/// output}, by increasing rows.
+std::vector<MicrobatchCosts> read_microbatches(const FieldReader& r) {
+  const json& rows = r.at("microbatches");
+  if (!rows.is_array() || rows.empty()) {
+    r.fail(
+        "microbatches",
+        "is not a non-empty list",
+        "a list of {rows, block, embedding, output}");
+  }
+  std::vector<MicrobatchCosts> out;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const FieldReader m_reader = r.item("microbatches", k);
+    MicrobatchCosts m;
+    const double n = m_reader.number("rows", 0.0);
+    if (n != std::floor(n)) {
+      m_reader.fail(
+          "rows",
+          "'" + m_reader.at("rows").dump() + "' is not allowed",
+          "an integer >= 1");
+    }
+    m.rows = static_cast<int64_t>(n);
+    m.block = read_passes(m_reader.object("block"));
+    m.embedding = read_passes(m_reader.object("embedding"));
+    m.output = read_passes(m_reader.object("output"));
+    out.push_back(m);
+  }
+  std::sort(
+      out.begin(),
+      out.end(),
+      [](const MicrobatchCosts& a, const MicrobatchCosts& b) {
+        return a.rows < b.rows;
+      });
+  return out;
+}
+
+json microbatches_json(const std::vector<MicrobatchCosts>& list) {
+  json rows = json::array();
+  for (const auto& m : list) {
+    rows.push_back(
+        {{"rows", m.rows},
+         {"block", passes_json(m.block)},
+         {"embedding", passes_json(m.embedding)},
+         {"output", passes_json(m.output)}});
+  }
+  return rows;
+}
+
 }  // namespace
 
 PlanCosts load_plan_costs(const std::string& path) {
@@ -164,36 +218,7 @@ PlanCosts load_plan_costs(const std::string& path) {
   costs.path = path;
   costs.description = top.text("description");
   costs.obtained = top.text("obtained");
-  const json& rows = top.at("microbatches");
-  if (!rows.is_array() || rows.empty()) {
-    top.fail(
-        "microbatches",
-        "is not a non-empty list",
-        "a list of {rows, block, embedding, output}");
-  }
-  for (size_t k = 0; k < rows.size(); ++k) {
-    const FieldReader r(
-        rows[k], path, "microbatches[" + std::to_string(k) + "]");
-    MicrobatchCosts m;
-    const double n = r.number("rows", 0.0);
-    if (n != std::floor(n)) {
-      r.fail(
-          "rows",
-          "'" + r.at("rows").dump() + "' is not allowed",
-          "an integer >= 1");
-    }
-    m.rows = static_cast<int64_t>(n);
-    m.block = read_passes(r.object("block"));
-    m.embedding = read_passes(r.object("embedding"));
-    m.output = read_passes(r.object("output"));
-    costs.microbatches.push_back(m);
-  }
-  std::sort(
-      costs.microbatches.begin(),
-      costs.microbatches.end(),
-      [](const MicrobatchCosts& a, const MicrobatchCosts& b) {
-        return a.rows < b.rows;
-      });
+  costs.microbatches = read_microbatches(top);
   if (top.has("ranks_per_node")) {
     costs.ranks_per_node = static_cast<int64_t>(top.number("ranks_per_node"));
   }
@@ -204,18 +229,46 @@ PlanCosts load_plan_costs(const std::string& path) {
   if (top.has("memory_per_rank_gib")) {
     costs.memory_per_rank_gib = top.number("memory_per_rank_gib", 0.0);
   }
+  if (top.has("tensor_parallel")) {
+    const json& list = top.at("tensor_parallel");
+    if (!list.is_array()) {
+      top.fail(
+          "tensor_parallel",
+          "is not a list",
+          "a list of {degree, microbatches}");
+    }
+    for (size_t k = 0; k < list.size(); ++k) {
+      const FieldReader r(
+          list[k], path, "tensor_parallel[" + std::to_string(k) + "]");
+      const double degree = r.number("degree", 1.0);
+      if (degree != std::floor(degree)) {
+        r.fail(
+            "degree",
+            "'" + r.at("degree").dump() + "' is not allowed",
+            "an integer >= 2");
+      }
+      costs.tensor_parallel[static_cast<int64_t>(degree)] =
+          read_microbatches(r);
+    }
+  }
+  if (top.has("optimizer")) {
+    costs.optimizer_s_per_parameter =
+        top.object("optimizer").number("seconds_per_parameter");
+  }
+  if (top.has("compute_dtype")) {
+    costs.compute_dtype = top.text("compute_dtype");
+    if (costs.compute_dtype != "float32" && costs.compute_dtype != "bfloat16") {
+      top.fail(
+          "compute_dtype",
+          "'" + costs.compute_dtype + "' is not allowed",
+          "float32 | bfloat16");
+    }
+  }
   return costs;
 }
 
 std::string plan_costs_to_json(const PlanCosts& costs) {
-  json rows = json::array();
-  for (const auto& m : costs.microbatches) {
-    rows.push_back(
-        {{"rows", m.rows},
-         {"block", passes_json(m.block)},
-         {"embedding", passes_json(m.embedding)},
-         {"output", passes_json(m.output)}});
-  }
+  const json rows = microbatches_json(costs.microbatches);
   json out = {
       {"description", costs.description},
       {"obtained", costs.obtained},
@@ -228,14 +281,27 @@ std::string plan_costs_to_json(const PlanCosts& costs) {
   if (costs.memory_per_rank_gib) {
     out["memory_per_rank_gib"] = *costs.memory_per_rank_gib;
   }
+  if (!costs.tensor_parallel.empty()) {
+    json list = json::array();
+    for (const auto& [degree, measured] : costs.tensor_parallel) {
+      list.push_back(
+          {{"degree", degree}, {"microbatches", microbatches_json(measured)}});
+    }
+    out["tensor_parallel"] = list;
+  }
+  if (costs.optimizer_s_per_parameter > 0.0) {
+    out["optimizer"] = {
+        {"seconds_per_parameter", costs.optimizer_s_per_parameter}};
+  }
+  if (!costs.compute_dtype.empty()) {
+    out["compute_dtype"] = costs.compute_dtype;
+  }
   return out.dump(2) + "\n";
 }
 
-namespace {
-
-/// The model's args with the vocabulary a dry run uses (the tokenizer's, or
-/// the flavor's when its file is absent).
-llama::ModelArgs model_args(const JobConfig& base) {
+/// The vocabulary is the tokenizer's, or the flavor's when its file is
+/// absent.
+llama::ModelArgs plan_model_args(const JobConfig& base) {
   const auto& spec =
       model_registry().get(base.model.name, base.origin("model.name"));
   llama::ModelArgs args =
@@ -248,9 +314,15 @@ llama::ModelArgs model_args(const JobConfig& base) {
   return args;
 }
 
-int64_t compute_dtype_bytes(const JobConfig& config) {
-  // As the dry run takes it: auto is bfloat16 on CUDA, and a plan is for
-  // accelerators.
+namespace {
+
+/// The bytes of an activation element: the cost file's measured dtype, else
+/// the config's as the dry run takes it (auto is bfloat16 on CUDA, and a
+/// plan is for accelerators).
+int64_t compute_dtype_bytes(const JobConfig& config, const PlanCosts* costs) {
+  if (costs != nullptr && !costs->compute_dtype.empty()) {
+    return costs->compute_dtype == "float32" ? 4 : 2;
+  }
   return config.training.mixed_precision_param == "float32" ? 4 : 2;
 }
 
@@ -258,7 +330,7 @@ int64_t compute_dtype_bytes(const JobConfig& config) {
 
 PlanCosts plan_costs_from_flops(
     const JobConfig& config, const FlopsCostOptions& options) {
-  const llama::ModelArgs args = model_args(config);
+  const llama::ModelArgs args = plan_model_args(config);
   const int64_t seq = config.training.seq_len;
   const double rate = options.peak_tflops() * 1e12 * options.efficiency();
   const double block_params = static_cast<double>(args.params_per_layer());
@@ -314,9 +386,10 @@ namespace {
 // ------------------------------------------------------------- the model
 
 /// The costs at `rows`: the nearest listed size's, scaled by rows.
-MicrobatchCosts costs_at(const PlanCosts& costs, int64_t rows) {
-  const MicrobatchCosts* best = &costs.microbatches.front();
-  for (const auto& m : costs.microbatches) {
+MicrobatchCosts costs_at(
+    const std::vector<MicrobatchCosts>& list, int64_t rows) {
+  const MicrobatchCosts* best = &list.front();
+  for (const auto& m : list) {
     if (std::abs(std::log(static_cast<double>(m.rows) / rows)) <
         std::abs(std::log(static_cast<double>(best->rows) / rows))) {
       best = &m;
@@ -383,14 +456,23 @@ struct CostModel {
       bool embedding,
       bool output,
       int64_t index = 0) const {
-    const MicrobatchCosts m = costs_at(costs, rows);
-    const double t = static_cast<double>(c.tp);
-    // Sequence parallel: 2 all-gathers and 2 reduce-scatters of the block's
-    // (rows, T, dim) activations per forward, as many in backward.
+    // Measured at this tp degree (the collectives inside), or the whole
+    // pieces' costs / tp plus the modelled sequence-parallel collectives: 2
+    // all-gathers and 2 reduce-scatters of the block's (rows, T, dim)
+    // activations per forward, as many in backward.
+    const auto measured = costs.tensor_parallel.find(c.tp);
+    const bool tp_measured =
+        c.tp > 1 && measured != costs.tensor_parallel.end();
+    const MicrobatchCosts m =
+        costs_at(tp_measured ? measured->second : costs.microbatches, rows);
+    const double t = tp_measured ? 1.0 : static_cast<double>(c.tp);
     const double act = static_cast<double>(rows * seq_len * dim * dtype_bytes);
     const double tp_comm =
-        2.0 * collective_s(costs.all_gather, costs, c.tp, 1, act, 1.0) +
-        2.0 * collective_s(costs.reduce_scatter, costs, c.tp, 1, act, 1.0);
+        tp_measured
+            ? 0.0
+            : 2.0 * collective_s(costs.all_gather, costs, c.tp, 1, act, 1.0) +
+                  2.0 * collective_s(
+                            costs.reduce_scatter, costs, c.tp, 1, act, 1.0);
     const double block_f = m.block.f / t + tp_comm;
     const double recompute = c.checkpoints_stage(index) ? block_f : 0.0;
     const double L = static_cast<double>(layers);
@@ -683,8 +765,10 @@ bool score(
   if (cap > 0 && c.peak_bytes > cap) {
     return false;
   }
+  int64_t most_stored = 0;
   c.dp_sync_s = 0.0;
   for (const auto& r : report.ranks) {
+    most_stored = std::max(most_stored, r.parameters);
     double sync = model.dp_sync_s(c, r.parameters);
     if (c.dp_shard > 1) {
       for (const auto& stage : r.stages) {
@@ -701,6 +785,8 @@ bool score(
     }
     c.dp_sync_s = std::max(c.dp_sync_s, sync);
   }
+  c.optimizer_s =
+      static_cast<double>(most_stored) * model.costs.optimizer_s_per_parameter;
   if (schedule == nullptr) {
     const StageTimes t =
         model.stage(c, c.local_batch, c.layers_per_stage.at(0), true, true);
@@ -711,7 +797,7 @@ bool score(
     c.compute_s = sim.makespan;
     c.bubble = sim.max_bubble_fraction();
   }
-  c.step_s = c.compute_s + c.dp_sync_s;
+  c.step_s = c.compute_s + c.dp_sync_s + c.optimizer_s;
   return true;
 }
 
@@ -979,7 +1065,7 @@ Candidates valid_candidates(
     const PlanCosts& costs,
     const PlanOptions& options,
     int64_t threads) {
-  const MicrobatchCosts unit = costs_at(costs, 1);
+  const MicrobatchCosts unit = costs_at(costs.microbatches, 1);
   std::vector<PlanCandidate> all;
   for (const Layout& layout : found) {
     add_candidates(layout, global_batch, args, unit, options, all);
@@ -1110,7 +1196,7 @@ CostModel cost_model(
       costs,
       base.training.seq_len,
       args.dim,
-      compute_dtype_bytes(base),
+      compute_dtype_bytes(base, &costs),
       base.training.mixed_precision_reduce == "bfloat16" ? 2 : 4};
 }
 
@@ -1122,7 +1208,7 @@ PlanResult plan_layouts(
     const PlanCosts& costs,
     const PlanOptions& options) {
   pipeline::register_builtin_schedules();
-  const llama::ModelArgs args = model_args(base);
+  const llama::ModelArgs args = plan_model_args(base);
   PlanResult result;
   result.world_size = world;
   result.global_batch = options.global_batch() > 0
@@ -1165,6 +1251,56 @@ PlanResult plan_layouts(
   return result;
 }
 
+std::vector<int64_t> plan_microbatch_rows(
+    const JobConfig& base,
+    int64_t world,
+    const PlanOptions& options,
+    int64_t tp) {
+  const llama::ModelArgs args = plan_model_args(base);
+  const int64_t global_batch = options.global_batch() > 0
+                                   ? options.global_batch()
+                                   : default_global_batch(base, world);
+  const auto found = layouts(base, args, world, global_batch, options);
+  if (found.empty()) {
+    throw_no_layout(base, args, world, global_batch, options);
+  }
+  std::vector<int64_t> rows;
+  for (const Layout& layout : found) {
+    if (tp > 0 && layout.tp != tp) {
+      continue;
+    }
+    const int64_t local = global_batch / layout.dp;
+    for (int64_t mb = 1; mb <= local; ++mb) {
+      const bool pipelined_size = layout.pp > 1 && local % mb == 0 &&
+                                  local / mb <= options.max_microbatches();
+      if (pipelined_size || (layout.pp == 1 && mb == local)) {
+        rows.push_back(mb);
+      }
+    }
+  }
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
+std::vector<int64_t> plan_tensor_parallel_degrees(
+    const JobConfig& base, int64_t world, const PlanOptions& options) {
+  const llama::ModelArgs args = plan_model_args(base);
+  const int64_t global_batch = options.global_batch() > 0
+                                   ? options.global_batch()
+                                   : default_global_batch(base, world);
+  std::vector<int64_t> degrees;
+  for (const Layout& layout :
+       layouts(base, args, world, global_batch, options)) {
+    if (layout.tp > 1) {
+      degrees.push_back(layout.tp);
+    }
+  }
+  std::sort(degrees.begin(), degrees.end());
+  degrees.erase(std::unique(degrees.begin(), degrees.end()), degrees.end());
+  return degrees;
+}
+
 std::string format_plan_table(
     const PlanResult& result, const PlanCosts& costs, int64_t top) {
   std::ostringstream out;
@@ -1179,10 +1315,15 @@ std::string format_plan_table(
       << " not scored (checkpointing more stages than one that fits), "
       << result.ranked.size() << " ranked\n"
       << "step time = simulated pipeline + data-parallel gradient sync (not "
-         "overlapped)\n\n";
+         "overlapped) + optimizer step"
+      << (costs.optimizer_s_per_parameter > 0.0
+              ? std::string()
+              : std::string(" (not in the cost file: left out)"))
+      << "\n\n";
   out << "rank | pp dp_rep dp_shard tp | reshard | schedule v | "
          "microbatch x m | layers per stage | ac (stages) | step s (pipeline + "
-         "dp sync) | tokens/s | tokens/s/rank | bubble % | peak GiB\n";
+         "dp sync + optimizer) | tokens/s | tokens/s/rank | bubble % | peak "
+         "GiB\n";
   const int64_t n = std::min<int64_t>(top, result.ranked.size());
   for (int64_t k = 0; k < n; ++k) {
     const PlanCandidate& c = result.ranked[k];
@@ -1195,7 +1336,7 @@ std::string format_plan_table(
         line,
         sizeof(line),
         "%lld | %lld %lld %lld %lld | %s | %s %lld | %lld x %lld | %s | %s | "
-        "%.4g (%.4g + %.4g) | %.4g | %.4g | %.1f | %s\n",
+        "%.4g (%.4g + %.4g + %.4g) | %.4g | %.4g | %.1f | %s\n",
         static_cast<long long>(k + 1),
         static_cast<long long>(c.pp),
         static_cast<long long>(c.dp_replicate),
@@ -1211,6 +1352,7 @@ std::string format_plan_table(
         c.step_s,
         c.compute_s,
         c.dp_sync_s,
+        c.optimizer_s,
         c.tokens_per_s,
         c.tokens_per_s_per_rank,
         c.bubble * 100.0,
@@ -1218,6 +1360,52 @@ std::string format_plan_table(
     out << line;
   }
   return out.str();
+}
+
+std::string plan_result_json(const PlanResult& result, const PlanCosts& costs) {
+  json ranked = json::array();
+  for (size_t k = 0; k < result.ranked.size(); ++k) {
+    const PlanCandidate& c = result.ranked[k];
+    ranked.push_back(
+        {{"rank", k + 1},
+         {"layout", describe_layout(c)},
+         {"pp", c.pp},
+         {"dp_replicate", c.dp_replicate},
+         {"dp_shard", c.dp_shard},
+         {"tp", c.tp},
+         {"schedule", c.schedule},
+         {"stages_per_rank", c.stages_per_rank},
+         {"local_batch", c.local_batch},
+         {"microbatch_size", c.microbatch_size},
+         {"microbatches", c.microbatches},
+         {"layers_per_stage", c.layers_per_stage},
+         {"balanced", c.balanced},
+         {"activation_checkpoint", c.activation_checkpoint},
+         {"checkpoint_stages", c.checkpoint_stages},
+         {"fsdp_reshard", c.fsdp_reshard},
+         {"compute_s", c.compute_s},
+         {"dp_sync_s", c.dp_sync_s},
+         {"optimizer_s", c.optimizer_s},
+         {"step_s", c.step_s},
+         {"tokens_per_s", c.tokens_per_s},
+         {"tokens_per_s_per_rank", c.tokens_per_s_per_rank},
+         {"bubble", c.bubble},
+         {"peak_bytes", c.peak_bytes},
+         {"overlay", plan_overlay_yaml(c, "rank " + std::to_string(k + 1))}});
+  }
+  const json out = {
+      {"world_size", result.world_size},
+      {"global_batch", result.global_batch},
+      {"considered", result.considered},
+      {"pruned", result.pruned},
+      {"dominated", result.dominated},
+      {"memory_cap", result.memory_cap},
+      {"costs",
+       {{"path", costs.path},
+        {"description", costs.description},
+        {"obtained", costs.obtained}}},
+      {"ranked", ranked}};
+  return out.dump(2) + "\n";
 }
 
 std::string plan_overlay_yaml(const PlanCandidate& c, const std::string& why) {
@@ -1264,7 +1452,7 @@ std::string plan_overlay_yaml(const PlanCandidate& c, const std::string& why) {
 std::string plan_schedule_svg(
     const JobConfig& base, const PlanCandidate& c, const PlanCosts& costs) {
   pipeline::register_builtin_schedules();
-  const llama::ModelArgs args = model_args(base);
+  const llama::ModelArgs args = plan_model_args(base);
   const CostModel model = cost_model(base, args, costs);
   const auto planned = pipeline::plan_schedule(
       pipeline::make_schedule(

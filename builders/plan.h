@@ -7,11 +7,13 @@
 #include <torch/arg.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "config/job_config.h"
+#include "models/llama/args.h"
 
 namespace baton {
 
@@ -68,6 +70,18 @@ struct PlanCosts {
   CommCosts reduce_scatter;
   /// The memory cap per rank, when the file states one.
   std::optional<double> memory_per_rank_gib;
+  /// The optimizer step with gradient clipping, seconds per parameter a
+  /// rank stores; 0 when the file leaves it out (then so does the model).
+  double optimizer_s_per_parameter = 0.0;
+  /// Measured with tensor parallelism, by degree: per microbatch size,
+  /// the pieces one tp rank runs, their collectives included (the
+  /// profile's). A degree absent here takes `microbatches` / tp plus the
+  /// modelled sequence-parallel collectives.
+  std::map<int64_t, std::vector<MicrobatchCosts>> tensor_parallel;
+  /// The dtype the compute costs were measured in ("float32",
+  /// "bfloat16"); empty: the config's, as the dry run takes it. Sizes the
+  /// activations the links move.
+  std::string compute_dtype;
 };
 
 /// Reads a cost file. Throws ConfigError naming the file and the field for
@@ -95,6 +109,10 @@ struct FlopsCostOptions {
 /// InfiniBand per GPU across them), stated in the file.
 PlanCosts plan_costs_from_flops(
     const JobConfig& config, const FlopsCostOptions& options);
+
+/// The model's shapes for `config` with the vocabulary its dry run uses
+/// (the tokenizer's).
+llama::ModelArgs plan_model_args(const JobConfig& config);
 
 /// What the search covers.
 struct PlanOptions {
@@ -141,6 +159,8 @@ struct PlanCandidate {
   double compute_s = 0.0;
   /// Data-parallel gradient synchronisation after it, seconds.
   double dp_sync_s = 0.0;
+  /// The optimizer step with clipping on the most loaded rank, seconds.
+  double optimizer_s = 0.0;
   double step_s = 0.0;
   double tokens_per_s = 0.0;
   double tokens_per_s_per_rank = 0.0;
@@ -187,9 +207,33 @@ PlanResult plan_layouts(
     const PlanCosts& costs,
     const PlanOptions& options = PlanOptions());
 
+/// The microbatch sizes (sequences) the search of `world_size` ranks can
+/// give a candidate: the divisors of each data-parallel degree's local
+/// batch, at most options.max_microbatches() microbatches, and the local
+/// batches themselves (one micro-step without pipelining). What the
+/// profile times; with `tp` > 0, those of the layouts of that degree only.
+/// Throws ConfigError, as plan_layouts, when no layout divides the world.
+std::vector<int64_t> plan_microbatch_rows(
+    const JobConfig& base,
+    int64_t world_size,
+    const PlanOptions& options = PlanOptions(),
+    int64_t tp = 0);
+
+/// The tensor-parallel degrees above 1 the search of `world_size` ranks
+/// can give a candidate.
+std::vector<int64_t> plan_tensor_parallel_degrees(
+    const JobConfig& base,
+    int64_t world_size,
+    const PlanOptions& options = PlanOptions());
+
 /// The ranked table, top `top`, with the counts.
 std::string format_plan_table(
     const PlanResult& result, const PlanCosts& costs, int64_t top);
+
+/// The whole result as JSON: the counts, the costs' description, and every
+/// ranked candidate with its figures and its overlay (what bench scripts
+/// read).
+std::string plan_result_json(const PlanResult& result, const PlanCosts& costs);
 
 /// `candidate` as a YAML overlay for `baton train --config base.yaml
 /// --config plan.yaml`.

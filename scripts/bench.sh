@@ -151,6 +151,7 @@ OPENBLAS_NUM_THREADS=1 gbench pipeline_bench pipeline
 "$python" bench/pipeline_runs.py "$build_dir" "$out/pipeline_runs.json"
 "$python" bench/fsdp_runs.py "$build_dir" "$out/fsdp_runs.json"
 "$python" bench/scaling_runs.py "$build_dir" "$out/scaling_runs.json"
+"$python" bench/plan_runs.py "$build_dir" "$out/plan_runs.json"
 OPENBLAS_NUM_THREADS=1 gbench tensor_parallel_bench tensor_parallel
 "$python" bench/memory_runs.py "$build_dir" "$out/memory_runs.json"
 "$python" bench/precision_runs.py "$build_dir" "$out/precision_runs.json"

@@ -91,11 +91,77 @@ TEST(PlanCli, BadInputsExitTwoNamingTheCause) {
   EXPECT_NE(file.output.find("microbatches: missing"), std::string::npos)
       << file.output;
 
-  const auto no_costs = run_command(
+  const auto both = run_command(
+      plan_command("--nproc 2 --write-costs " + (dir / "w.json").string()));
+  EXPECT_EQ(both.code, 2) << both.output;
+  EXPECT_NE(both.output.find("not allowed together"), std::string::npos)
+      << both.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "w.json"));
+
+  // A world no layout divides is refused before the profile starts.
+  const auto unprofiled = run_command(
       baton_bin() + " plan --config " +
-      source_path("configs/debug_model.yaml") + " --nproc 2");
-  EXPECT_EQ(no_costs.code, 2) << no_costs.output;
-  EXPECT_NE(no_costs.output.find("--costs FILE"), std::string::npos);
+      source_path("configs/debug_model.yaml") +
+      " --nproc 7 --global-batch 16 --write-costs " +
+      (dir / "p.json").string());
+  EXPECT_EQ(unprofiled.code, 2) << unprofiled.output;
+  EXPECT_NE(unprofiled.output.find("no layout"), std::string::npos)
+      << unprofiled.output;
+  EXPECT_EQ(unprofiled.output.find("profiling"), std::string::npos)
+      << unprofiled.output;
+}
+
+TEST(PlanCli, WithoutACostFileProfilesThisMachineThenPlans) {
+  // The debug model cut to 32 tokens, two ranks as processes, one timed
+  // run per measurement: the whole path, quickly.
+  const auto dir = fresh_dir("plan_cli_profile");
+  const auto r = run_command(
+      baton_bin() + " plan --config " +
+      source_path("configs/debug_model.yaml") +
+      " --training.seq_len=32 --training.mixed_precision_param=float32"
+      " --nproc 2 --profile-repeats 1 --out " +
+      dir.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(
+      r.output.find("profiling on this machine with 2 rank(s)"),
+      std::string::npos)
+      << r.output;
+  const auto costs = nlohmann::json::parse(read(dir / "costs.json"));
+  EXPECT_NE(
+      costs["obtained"].get<std::string>().find("measured by baton plan"),
+      std::string::npos);
+  // The sizes the search can choose: 1, 2, 4, 8 and 16 sequences.
+  EXPECT_EQ(costs["microbatches"].size(), 5u);
+  EXPECT_GT(costs["all_reduce"]["bandwidth_GBps"].get<double>(), 0.0);
+  EXPECT_GT(costs["optimizer"]["seconds_per_parameter"].get<double>(), 0.0);
+  const auto plan = nlohmann::json::parse(read(dir / "plan.json"));
+  EXPECT_GE(plan["ranked"].size(), 20u);
+  EXPECT_EQ(plan["ranked"][0]["rank"], 1);
+  EXPECT_NE(
+      plan["ranked"][0]["overlay"].get<std::string>().find(
+          "pipeline_parallel_degree"),
+      std::string::npos);
+  // The file it wrote plans again without a profile.
+  const auto again = run_command(
+      baton_bin() + " plan --config " +
+      source_path("configs/debug_model.yaml") +
+      " --training.seq_len=32 --nproc 2 --costs " +
+      (dir / "costs.json").string());
+  EXPECT_EQ(again.code, 0) << again.output;
+  EXPECT_EQ(again.output.find("profiling"), std::string::npos) << again.output;
+
+  // --write-costs profiles and stops.
+  const auto w = run_command(
+      baton_bin() + " plan --config " +
+      source_path("configs/debug_model.yaml") +
+      " --training.seq_len=32 --nproc 1 --profile-repeats 1 --write-costs " +
+      (dir / "one.json").string());
+  ASSERT_EQ(w.code, 0) << w.output;
+  EXPECT_EQ(w.output.find("candidates:"), std::string::npos) << w.output;
+  const auto one = nlohmann::json::parse(read(dir / "one.json"));
+  EXPECT_NE(
+      one["obtained"].get<std::string>().find("communication not measured"),
+      std::string::npos);
 }
 
 TEST(PlanCli, WritesACostFileFromFlops) {

@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""`baton plan` on this machine: predicted against measured step time.
+
+For the debug and small flavors on 2 ranks, `baton plan --nproc 2 --out DIR`
+profiles this machine (its ranks time every piece together, the cost file
+goes to DIR/costs.json) and ranks the layouts (DIR/plan.json). This script
+then runs the plan's top 5 and 5 others as real processes (the best candidate of
+each layout the top 5 leave out, then ones spread evenly over the rest of
+the ranking): `baton train` with the base config and the
+candidate's overlay as a second --config, each rank a process with one ATen
+and one OpenBLAS thread (process_runs.py), the candidates interleaved in
+each of R rounds. Measured: the median step time of steps 3.. of a run, the
+median over the rounds. It reports each candidate's error, the Spearman
+rank correlation of predicted and measured, and the chosen plan (rank 1)
+against the best measured.
+
+Usage: plan_runs.py BUILD_DIR OUT.json [--rounds R] [--steps N]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import process_runs
+
+# Both flavors: float32, one ATen thread per rank, no start-up probe. The
+# global batch is the plan's (--global-batch); each candidate's overlay sets
+# its local batch, so the runs take no local_batch_size override.
+COMMON = [
+    "--config", "configs/debug_model.yaml",
+    "--training.num_threads=1", "--training.seq_len=256",
+    "--training.mixed_precision_param=float32",
+]
+RUN_ONLY = ["--metrics.log_freq=1", "--metrics.peak_tflops=1",
+            "--lr_scheduler.warmup_steps=2", "--checkpoint.enable=false"]
+FLAVORS = [
+    ("debugmodel", [], 16),
+    ("small", ["--model.flavor=small"], 8),
+]
+TOP = 5
+OTHERS = 5
+
+
+class Conditions:
+    """What else runs meanwhile, every 10 s: the 1-minute load average and
+    the compilers running (a prediction is only as good as the machine is
+    quiet)."""
+
+    def __init__(self):
+        self.samples = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            load = float(open("/proc/loadavg").read().split()[0])
+            compilers = 0
+            for pid in os.listdir("/proc"):
+                try:
+                    if pid.isdigit() and open(f"/proc/{pid}/comm").read().strip() == "cc1plus":
+                        compilers += 1
+                except OSError:
+                    pass
+            self.samples.append((load, compilers))
+            self._stop.wait(10)
+
+    def summary(self):
+        self._stop.set()
+        self._thread.join()
+        loads = [l for l, _ in self.samples]
+        return {"samples": len(self.samples),
+                "with_compilers": sum(1 for _, c in self.samples if c > 0),
+                "load_median": statistics.median(loads) if loads else 0.0,
+                "load_max": max(loads) if loads else 0.0}
+
+
+def plan(build, flavor_args, global_batch, out_dir):
+    cmd = [os.path.join(build, "baton"), "plan", *COMMON, *flavor_args,
+           "--nproc", "2", "--global-batch", str(global_batch),
+           "--top", "10", "--out", out_dir]
+    start = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit("baton plan failed:\n" + done.stdout[-3000:] + done.stderr[-3000:])
+    wall = time.monotonic() - start
+    with open(os.path.join(out_dir, "plan.json")) as f:
+        result = json.load(f)
+    with open(os.path.join(out_dir, "costs.json")) as f:
+        costs = json.load(f)
+    print(done.stdout, flush=True)
+    return result, costs, wall
+
+
+def layout_of(c):
+    return (c["pp"], c["dp_replicate"], c["dp_shard"], c["tp"])
+
+
+def picks(ranked):
+    """The top TOP ranks (0-based), then OTHERS from the rest: the best of
+    each layout (pp, dp_replicate, dp_shard, tp) the top leaves out, and
+    the remainder spread evenly over what is left of the ranking."""
+    n = len(ranked)
+    chosen = list(range(min(TOP, n)))
+    seen = {layout_of(ranked[k]) for k in chosen}
+    others = []
+    for k in range(TOP, n):
+        if layout_of(ranked[k]) not in seen and len(others) < OTHERS:
+            seen.add(layout_of(ranked[k]))
+            others.append(k)
+    rest = [k for k in range(TOP, n) if k not in others]
+    want = OTHERS - len(others)
+    if want > 0 and rest:
+        step = (len(rest) - 1) / max(1, want - 1)
+        others += [rest[round(j * step)] for j in range(min(want, len(rest)))]
+    return chosen + sorted(set(others))
+
+
+def ranks_of(values):
+    """Ranks 1..n, ties sharing their mean rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(xs, ys):
+    rx, ry = ranks_of(xs), ranks_of(ys)
+    mx, my = statistics.mean(rx), statistics.mean(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    vx = sum((a - mx) ** 2 for a in rx)
+    vy = sum((b - my) ** 2 for b in ry)
+    return cov / (vx * vy) ** 0.5 if vx and vy else 0.0
+
+
+def cluster(build, tmp):
+    """Llama 3 405B on 512 H100-class ranks from the FLOP-derived cost file:
+    the planning time (median of 3 runs of `baton plan`, wall) and the
+    Interleaved1F1B / 1F1B throughput at torchtitan's layout (FSDP 8 x TP 8
+    x PP 8, microbatches of one sequence, full checkpointing, v 2, even
+    split)."""
+    out_dir = os.path.join(tmp, "405b")
+    cmd = [os.path.join(build, "baton"), "plan",
+           "--config", "configs/llama3_405b.yaml", "--nproc", "512",
+           "--costs", "bench/costs/llama3_405b_h100.json", "--out", out_dir]
+    walls = []
+    for _ in range(3):
+        start = time.monotonic()
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        walls.append(time.monotonic() - start)
+        if done.returncode != 0:
+            sys.exit("baton plan (405B) failed:\n" + done.stderr[-3000:])
+    with open(os.path.join(out_dir, "plan.json")) as f:
+        result = json.load(f)
+    with open("bench/costs/llama3_405b_h100.json") as f:
+        obtained = json.load(f)["obtained"]
+
+    def at_torchtitans(schedule, v):
+        for c in result["ranked"]:
+            if (c["pp"], c["tp"], c["dp_shard"], c["dp_replicate"]) == (8, 8, 8, 1) \
+                    and c["schedule"] == schedule and c["stages_per_rank"] == v \
+                    and c["microbatch_size"] == 1 and not c["balanced"] \
+                    and c["activation_checkpoint"] == "full":
+                return c
+        return None
+
+    inter, one = at_torchtitans("Interleaved1F1B", 2), at_torchtitans("1F1B", 1)
+    best = result["ranked"][0]
+    return {"wall_s": statistics.median(walls), "walls_s": walls,
+            "considered": result["considered"], "pruned": result["pruned"],
+            "ranked": len(result["ranked"]), "obtained": obtained,
+            "interleaved": inter, "one_f_one_b": one,
+            "ratio": inter["tokens_per_s"] / one["tokens_per_s"],
+            "best": {k: best[k] for k in ("layout", "tokens_per_s_per_rank",
+                                          "bubble", "peak_bytes")}}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("build")
+    parser.add_argument("out")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--flavors", default="debugmodel,small")
+    args = parser.parse_args()
+    report = {"rounds": args.rounds, "steps": args.steps, "flavors": [],
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    conditions = Conditions()
+    with tempfile.TemporaryDirectory(prefix="baton_plan_runs_") as tmp:
+        report["cluster"] = cluster(args.build, tmp)
+        print(json.dumps({k: report["cluster"][k]
+                          for k in ("wall_s", "ratio", "considered", "ranked")}),
+              flush=True)
+        for flavor, flavor_args, global_batch in FLAVORS:
+            if flavor not in args.flavors.split(","):
+                continue
+            out_dir = os.path.join(tmp, flavor)
+            result, costs, wall = plan(args.build, flavor_args, global_batch, out_dir)
+            ranked = result["ranked"]
+            chosen = picks(ranked)
+            runs = {k: [] for k in chosen}
+            for r in range(args.rounds):
+                for k in chosen:
+                    c = ranked[k]
+                    overlay = os.path.join(out_dir, f"candidate_{k + 1}.yaml")
+                    with open(overlay, "w") as f:
+                        f.write(c["overlay"])
+                    rows, _, _ = process_runs.train(
+                        args.build, f"{flavor}_{k + 1}_{r}", 2,
+                        [*COMMON, *flavor_args, "--config", overlay, *RUN_ONLY,
+                         f"--training.steps={args.steps}"], tmp)
+                    step = process_runs.speed(rows)["step_s"]
+                    runs[k].append(step)
+                    print(json.dumps({"flavor": flavor, "rank": k + 1,
+                                      "layout": c["layout"], "round": r,
+                                      "predicted_s": c["step_s"],
+                                      "measured_s": step}), flush=True)
+            candidates = []
+            for k in chosen:
+                c = ranked[k]
+                measured = statistics.median(runs[k])
+                candidates.append({
+                    "rank": k + 1, "layout": c["layout"],
+                    "layers_per_stage": c["layers_per_stage"],
+                    "balanced": c["balanced"],
+                    "predicted_s": c["step_s"], "compute_s": c["compute_s"],
+                    "dp_sync_s": c["dp_sync_s"], "optimizer_s": c["optimizer_s"],
+                    "bubble": c["bubble"], "peak_bytes": c["peak_bytes"],
+                    "measured_s": measured, "per_round_s": runs[k],
+                    "error": measured / c["step_s"] - 1.0})
+            predicted = [c["predicted_s"] for c in candidates]
+            measured = [c["measured_s"] for c in candidates]
+            best = min(measured)
+            report["flavors"].append({
+                "flavor": flavor, "global_batch": global_batch,
+                "considered": result["considered"], "pruned": result["pruned"],
+                "dominated": result["dominated"], "ranked": len(ranked),
+                "plan_wall_s": wall, "costs": costs,
+                "candidates": candidates,
+                "spearman": spearman(predicted, measured),
+                "worst_error": max(abs(c["error"]) for c in candidates),
+                "chosen_over_best": candidates[0]["measured_s"] / best})
+    report["conditions"] = conditions.summary()
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

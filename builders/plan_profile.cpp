@@ -1,0 +1,486 @@
+#include "builders/plan_profile.h"
+
+#include <torch/autograd.h>
+#include <torch/optim/optimizer.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+
+#include "common/error.h"
+#include "models/linear.h"
+#include "models/loss.h"
+#include "models/model_spec.h"
+#include "optim/optimizers.h"
+#include "parallel/applier.h"
+#include "parallel/dist/mesh.h"
+#include "parallel/dist/process_group.h"
+#include "parallel/grad_norm.h"
+#include "parallel/mixed_precision.h"
+#include "parallel/model_parts.h"
+#include "parallel/tensor_parallel/tensor_parallel.h"
+
+namespace baton {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// The ranks of the launch, lined up before each timed piece so that they
+/// run it together.
+class Ranks {
+ public:
+  explicit Ranks(dist::Runtime* runtime)
+      : world_(runtime != nullptr ? runtime->world().get() : nullptr) {}
+
+  int64_t rank() const {
+    return world_ != nullptr ? world_->rank() : 0;
+  }
+  int64_t size() const {
+    return world_ != nullptr ? world_->size() : 1;
+  }
+  void line_up() const {
+    if (world_ != nullptr) {
+      world_->barrier();
+    }
+  }
+  dist::ProcessGroup* world() const {
+    return world_;
+  }
+
+  /// The mean of `values` over the first `n` ranks (each rank's own values
+  /// before; every rank gets the mean).
+  std::vector<double> mean_over(std::vector<double> values, int64_t n) const {
+    if (world_ == nullptr) {
+      return values;
+    }
+    at::Tensor t = at::tensor(values, at::kDouble);
+    if (rank() >= n) {
+      t.zero_();
+    }
+    world_->all_reduce(t);
+    t.div_(static_cast<double>(n));
+    return {t.data_ptr<double>(), t.data_ptr<double>() + t.numel()};
+  }
+
+ private:
+  dist::ProcessGroup* world_;
+};
+
+/// One chunk of the model as a pipeline stage holds it: built by the
+/// model's spec, with the run's mixed precision applied.
+struct Chunk {
+  std::shared_ptr<ModelPart> part;
+  bool takes_ids = false;
+  bool ends_in_loss = false;
+  /// The loss of a chunk that ends in it (vocabulary-parallel under tp).
+  LossFn loss = cross_entropy_sum;
+  /// The hidden states between blocks hold T / sequence_shards positions.
+  int64_t sequence_shards = 1;
+};
+
+/// With `context`'s mesh of tp > 1, the chunk is cut by the
+/// tensor_parallel step first, as the builder does.
+Chunk make_chunk(
+    const JobConfig& config,
+    const llama::ModelArgs& args,
+    const ChunkSpec& spec,
+    const ParallelContext& context) {
+  const auto& model = model_registry().get(config.model.name);
+  Chunk chunk;
+  chunk.part = std::make_shared<ModelPart>(
+      model.build(args, spec, config.training.seed), /*stage=*/0);
+  const int64_t tp = context.mesh.group(dist::MeshDim::kTp)->size();
+  if (tp > 1) {
+    tensor_parallel::TensorParallelApplier().apply(*chunk.part, context);
+    chunk.loss =
+        tensor_parallel::tensor_parallel_loss(context.mesh, args.vocab_size);
+    chunk.sequence_shards = tp;
+  }
+  MixedPrecisionApplier().apply(*chunk.part, context);
+  chunk.takes_ids = spec.embedding;
+  chunk.ends_in_loss = spec.output;
+  return chunk;
+}
+
+/// The medians of one chunk's F, B, I and W at `rows`, timed as the
+/// pipeline executor runs them: F under a weight-gradient slot, B a full
+/// backward, I a backward that defers the weight gradients, W the deferred
+/// work.
+PassCosts time_chunk(
+    Chunk& chunk,
+    const llama::ModelArgs& args,
+    int64_t rows,
+    int64_t seq_len,
+    const Ranks& ranks,
+    bool runs,
+    const ProfileOptions& options) {
+  ModelChunk& module = chunk.part->module();
+  const at::Tensor ids =
+      at::randint(args.vocab_size, {rows, seq_len}, at::kLong);
+  const at::Tensor hidden =
+      at::randn({rows, seq_len / chunk.sequence_shards, args.dim}) * 0.5;
+  const at::Tensor labels =
+      at::randint(args.vocab_size, {rows, seq_len}, at::kLong);
+  const double loss_scale = 1.0 / static_cast<double>(rows * seq_len);
+  at::Tensor grad_out;
+  WeightGradSlot slot;
+  const auto forward = [&] {
+    const at::Tensor input =
+        chunk.takes_ids ? ids : hidden.detach().requires_grad_(true);
+    WeightGradSlotGuard guard(&slot);
+    at::Tensor out = module.forward(input);
+    if (chunk.ends_in_loss) {
+      out = chunk.loss(out, labels) * loss_scale;
+    } else if (!grad_out.defined()) {
+      grad_out = at::randn_like(out) * 1e-3;
+    }
+    return out;
+  };
+  const auto backward = [&](const at::Tensor& out) {
+    if (chunk.ends_in_loss) {
+      torch::autograd::backward({out});
+    } else {
+      torch::autograd::backward({out}, {grad_out});
+    }
+  };
+  std::vector<double> f, b, i, w;
+  for (int64_t k = 0; k < options.warmup() + options.repeats(); ++k) {
+    // A rank that does not run meets the same barriers.
+    double tf = 0, tb = 0, ti = 0, tw = 0;
+    at::Tensor out;
+    ranks.line_up();
+    auto start = Clock::now();
+    if (runs) {
+      out = forward();
+      tf = since(start);
+    }
+    ranks.line_up();
+    start = Clock::now();
+    if (runs) {
+      backward(out);
+      tb = since(start);
+      out = forward();
+    }
+    ranks.line_up();
+    start = Clock::now();
+    if (runs) {
+      slot.defer = true;
+      backward(out);
+      slot.defer = false;
+      ti = since(start);
+    }
+    ranks.line_up();
+    start = Clock::now();
+    if (runs) {
+      slot.run();
+      tw = since(start);
+      chunk.part->grad_sync().finish();
+      for (auto& p : module.parameters()) {
+        p.mutable_grad() = at::Tensor();
+      }
+    }
+    if (k >= options.warmup()) {
+      f.push_back(tf);
+      b.push_back(tb);
+      i.push_back(ti);
+      w.push_back(tw);
+    }
+  }
+  return {median(f), median(b), median(i), median(w)};
+}
+
+/// Seconds per parameter of the optimizer step with gradient clipping, on
+/// a block's parameters.
+double time_optimizer(
+    const JobConfig& config,
+    Chunk& chunk,
+    const dist::ParallelMesh& mesh,
+    const Ranks& ranks,
+    bool runs,
+    const ProfileOptions& options) {
+  std::vector<at::Tensor> params = chunk.part->module().parameters();
+  int64_t count = 0;
+  for (auto& p : params) {
+    p.mutable_grad() = at::randn_like(p) * 1e-3;
+    count += p.numel();
+  }
+  auto optimizer =
+      optimizer_registry().get(config.optimizer.name)(params, config.optimizer);
+  ModelParts parts;
+  parts.push_back(chunk.part);
+  std::vector<double> times;
+  for (int64_t k = 0; k < options.warmup() + options.repeats(); ++k) {
+    ranks.line_up();
+    const auto start = Clock::now();
+    if (runs) {
+      clip_grad_norm(parts, mesh, config.training.max_norm);
+      optimizer->step();
+    }
+    if (k >= options.warmup()) {
+      times.push_back(since(start));
+    }
+  }
+  return median(times) / static_cast<double>(count);
+}
+
+/// Half a round trip between ranks 0 and 1 at each size.
+LinkCosts time_p2p(const Ranks& ranks, const ProfileOptions& options) {
+  std::vector<std::pair<double, double>> points;
+  dist::ProcessGroup& world = *ranks.world();
+  for (const int64_t bytes : options.comm_bytes()) {
+    at::Tensor buffer = at::zeros({bytes / 4}, at::kFloat);
+    std::vector<double> times;
+    for (int64_t k = 0; k < options.warmup() + options.repeats(); ++k) {
+      ranks.line_up();
+      const auto start = Clock::now();
+      if (ranks.rank() == 0) {
+        world.send(buffer, 1);
+        world.recv(buffer, 1);
+      } else if (ranks.rank() == 1) {
+        world.recv(buffer, 0);
+        world.send(buffer, 0);
+      }
+      if (k >= options.warmup()) {
+        times.push_back(since(start) / 2.0);
+      }
+    }
+    points.push_back(
+        {static_cast<double>(bytes),
+         ranks.mean_over({median(times)}, 1).front()});
+  }
+  return fit_link_costs(points);
+}
+
+/// The world's collective `kind` at each size (the buffer the cost model
+/// names: the all-reduced one, the all-gather's output, the reduce-scatter's
+/// input), fitted against factor x (n - 1) / n x bytes.
+LinkCosts time_collective(
+    const std::string& kind,
+    const Ranks& ranks,
+    const ProfileOptions& options) {
+  dist::ProcessGroup& world = *ranks.world();
+  const int64_t n = ranks.size();
+  const double factor = kind == "all_reduce" ? 2.0 : 1.0;
+  std::vector<std::pair<double, double>> points;
+  for (const int64_t bytes : options.comm_bytes()) {
+    const int64_t whole = std::max<int64_t>(n, bytes / 4 / n * n);
+    at::Tensor big = at::ones({whole}, at::kFloat);
+    at::Tensor part = at::ones({whole / n}, at::kFloat);
+    std::vector<double> times;
+    for (int64_t k = 0; k < options.warmup() + options.repeats(); ++k) {
+      ranks.line_up();
+      const auto start = Clock::now();
+      if (kind == "all_reduce") {
+        world.all_reduce(big);
+      } else if (kind == "all_gather") {
+        world.all_gather_into_async(big, part).wait();
+      } else {
+        world.reduce_scatter(part, big);
+      }
+      if (k >= options.warmup()) {
+        times.push_back(since(start));
+      }
+    }
+    // The slowest rank's view is the collective's time.
+    double t = median(times);
+    at::Tensor slowest = at::tensor({t}, at::kDouble);
+    world.all_reduce(slowest, dist::ReduceOp::kMax);
+    t = slowest.item<double>();
+    points.push_back(
+        {factor * static_cast<double>(n - 1) / static_cast<double>(n) *
+             static_cast<double>(whole * 4),
+         t});
+  }
+  return fit_link_costs(points);
+}
+
+std::string describe_rows(const std::vector<int64_t>& rows) {
+  std::string out;
+  for (const int64_t r : rows) {
+    out += (out.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return out;
+}
+
+}  // namespace
+
+LinkCosts fit_link_costs(const std::vector<std::pair<double, double>>& points) {
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : points) {
+    const double wgt = 1.0 / (y * y);
+    sw += wgt;
+    sx += wgt * x;
+    sy += wgt * y;
+    sxx += wgt * x * x;
+    sxy += wgt * x * y;
+  }
+  const double det = sw * sxx - sx * sx;
+  double slope = det != 0.0 ? (sw * sxy - sx * sy) / det : 0.0;
+  double intercept = det != 0.0 ? (sy - slope * sx) / sw : 0.0;
+  if (slope <= 0.0 || intercept < 0.0) {
+    // Noise larger than the trend: the largest size's rate, no latency.
+    const auto& [x, y] = points.back();
+    slope = y / x;
+    intercept = 0.0;
+  }
+  LinkCosts link;
+  link.latency_s = intercept;
+  link.bandwidth = 1.0 / slope;
+  return link;
+}
+
+PlanCosts profile_plan_costs(
+    const JobConfig& config,
+    dist::Runtime* runtime,
+    const ProfileOptions& options) {
+  const Ranks ranks(runtime);
+  const int64_t compute_ranks =
+      options.compute_ranks() > 0
+          ? std::min(options.compute_ranks(), ranks.size())
+          : ranks.size();
+  const bool computes = ranks.rank() < compute_ranks;
+  // The flavor's shapes with the tokenizer's vocabulary, as the dry run
+  // settles them.
+  const llama::ModelArgs args = plan_model_args(config);
+  if (args.n_layers < 1) {
+    throw_config_error(config.origin("model.flavor"), "the model has no layer");
+  }
+  const int64_t seq_len = config.training.seq_len;
+
+  // Each rank works alone on its chunks: a mesh of one, the run's dtypes.
+  const dist::ParallelMesh single(ParallelDims{}, 0, nullptr);
+  const c10::Device cpu(at::kCPU);
+  const MixedPrecisionChoice mp =
+      resolve_mixed_precision(config.training, cpu, [&ranks] {
+        // Every rank measures; all take the slowest figure, as the trainer.
+        auto speed = at::tensor({measure_bf16_matmul_speed()}, at::kDouble);
+        if (ranks.world() != nullptr) {
+          ranks.world()->all_reduce(speed, dist::ReduceOp::kMin);
+        }
+        return speed.item<double>();
+      });
+  const ParallelContext context{
+      config, single, cpu, /*pipelined=*/true, mp.dtypes};
+  const auto pieces = [&](const ParallelContext& on,
+                          const std::vector<int64_t>& rows_list,
+                          bool runs) {
+    const int64_t n = args.n_layers;
+    Chunk block = make_chunk(config, args, ChunkSpec{0, 1, false, false}, on);
+    Chunk embedding =
+        make_chunk(config, args, ChunkSpec{0, 0, true, false}, on);
+    Chunk output = make_chunk(config, args, ChunkSpec{n, n, false, true}, on);
+    std::vector<double> figures;
+    for (const int64_t rows : rows_list) {
+      for (Chunk* chunk : {&block, &embedding, &output}) {
+        const PassCosts c =
+            time_chunk(*chunk, args, rows, seq_len, ranks, runs, options);
+        figures.insert(figures.end(), {c.f, c.b, c.i, c.w});
+      }
+    }
+    figures = ranks.mean_over(std::move(figures), compute_ranks);
+    std::vector<MicrobatchCosts> out;
+    size_t k = 0;
+    const auto next = [&] {
+      PassCosts c{figures[k], figures[k + 1], figures[k + 2], figures[k + 3]};
+      k += 4;
+      return c;
+    };
+    for (const int64_t rows : rows_list) {
+      MicrobatchCosts m;
+      m.rows = rows;
+      m.block = next();
+      m.embedding = next();
+      m.output = next();
+      out.push_back(m);
+    }
+    return std::make_pair(out, std::move(block));
+  };
+
+  PlanCosts costs;
+  costs.path = "the profile";
+  auto [measured, block] = pieces(context, options.rows(), computes);
+  costs.microbatches = std::move(measured);
+  costs.optimizer_s_per_parameter =
+      ranks
+          .mean_over(
+              {time_optimizer(config, block, single, ranks, computes, options)},
+              compute_ranks)
+          .front();
+  // Tensor parallel: each degree's pieces cut as the builder cuts them,
+  // every rank of the world in a tp group at once (only where every rank
+  // times compute).
+  std::string tp_done;
+  for (const auto& [tp, rows_list] : options.tensor_parallel()) {
+    if (runtime == nullptr || tp < 2 || ranks.size() % tp != 0 ||
+        compute_ranks < ranks.size()) {
+      continue;
+    }
+    ParallelDims dims;
+    dims.tp = tp;
+    dims.dp_replicate = ranks.size() / tp;
+    dims.world_size = ranks.size();
+    const dist::ParallelMesh mesh(
+        dims, ranks.rank(), runtime->shared_from_this());
+    const ParallelContext on{config, mesh, cpu, /*pipelined=*/true, mp.dtypes};
+    costs.tensor_parallel[tp] = pieces(on, rows_list, true).first;
+    tp_done += (tp_done.empty() ? "" : ", ") + std::to_string(tp) + " (" +
+               describe_rows(rows_list) + " sequences)";
+  }
+  costs.compute_dtype = mixed_precision_name(mp.dtypes.param);
+
+  std::ostringstream obtained;
+  obtained << "measured by baton plan's profile on this machine: "
+           << ranks.size() << " rank(s) at once (" << compute_ranks
+           << " timing compute), " << at::get_num_threads()
+           << " intra-op thread(s) each, compute " << costs.compute_dtype
+           << "; per microbatch of " << describe_rows(options.rows())
+           << " sequence(s) of " << seq_len << " tokens, the median of "
+           << options.repeats() << " runs after " << options.warmup()
+           << " warm-up(s)";
+  if (!tp_done.empty()) {
+    obtained << "; tensor parallel " << tp_done
+             << ", each piece cut by the tensor_parallel step over that many "
+                "ranks, its collectives included";
+  }
+  if (ranks.size() >= 2) {
+    costs.p2p.inter_node = time_p2p(ranks, options);
+    costs.all_reduce.inter_node = time_collective("all_reduce", ranks, options);
+    costs.all_gather.inter_node = time_collective("all_gather", ranks, options);
+    costs.reduce_scatter.inter_node =
+        time_collective("reduce_scatter", ranks, options);
+    obtained << "; P2P between ranks 0 and 1 and the collectives of "
+             << ranks.size() << " ranks over " << ranks.world()->backend()
+             << ", fitted to latency + bytes / "
+             << "bandwidth";
+  } else {
+    // Nothing to measure between ranks: communication free, and said so.
+    for (CommCosts* c :
+         {&costs.p2p,
+          &costs.all_reduce,
+          &costs.all_gather,
+          &costs.reduce_scatter}) {
+      c->inter_node = LinkCosts{0.0, 1e18};
+    }
+    obtained << "; one rank: communication not measured (free)";
+  }
+  costs.description = config.model.name + " " + config.model.flavor +
+                      ", seq_len " + std::to_string(seq_len) +
+                      ", profiled here";
+  costs.obtained = obtained.str();
+  return costs;
+}
+
+}  // namespace baton
