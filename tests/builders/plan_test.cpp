@@ -277,7 +277,7 @@ JobConfig pp2_config(const std::vector<std::string>& ac) {
   return layout_config(all);
 }
 
-TEST(Plan, ChecksTheFirstStageAloneWhereNoneDoesNotFit) {
+TEST(Plan, CheckpointsTheFirstStageAloneWhereNoneDoesNotFit) {
   // 1F1B's stage 0 holds 2 microbatches, stage 1 one: under a cap of what
   // checkpointing stage 0 alone peaks at, none does not fit and that does.
   const int64_t none = max_total(dry_run(pp2_config({}), 2));
