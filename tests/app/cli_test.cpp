@@ -77,7 +77,7 @@ TEST(Cli, HelpOnEveryCommandPrintsItsOptionsAndExitsZero) {
       EXPECT_LE(end - begin, 80u) << text.substr(begin, end - begin);
     }
     const std::string group = command.substr(0, command.find(' '));
-    for (const std::string args :
+    for (const std::string& args :
          {command + " --help",
           command + " -h",
           group + " --help",
