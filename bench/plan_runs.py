@@ -4,9 +4,8 @@
 For the debug and small flavors on 2 ranks, `baton plan --nproc 2 --out DIR`
 profiles this machine (its ranks time every piece together, the cost file
 goes to DIR/costs.json) and ranks the layouts (DIR/plan.json). This script
-then runs the plan's top 5 and 5 others as real processes (the best candidate of
-each layout the top 5 leave out, then ones spread evenly over the rest of
-the ranking): `baton train` with the base config and the
+then runs the plan's top 5 and 5 others spread evenly over the rest of the ranking
+(its last included) as real processes: `baton train` with the base config and the
 candidate's overlay as a second --config, each rank a process with one ATen
 and one OpenBLAS thread (process_runs.py), the candidates interleaved in
 each of R rounds. Measured: the median step time of steps 3.. of a run, the
@@ -98,28 +97,17 @@ def plan(build, flavor_args, global_batch, out_dir):
     return result, costs, wall
 
 
-def layout_of(c):
-    return (c["pp"], c["dp_replicate"], c["dp_shard"], c["tp"])
-
-
 def picks(ranked):
-    """The top TOP ranks (0-based), then OTHERS from the rest: the best of
-    each layout (pp, dp_replicate, dp_shard, tp) the top leaves out, and
-    the remainder spread evenly over what is left of the ranking."""
+    """The top TOP ranks (0-based) and OTHERS spread evenly over the rest of
+    the ranking, its last included, so that the rank correlation is taken
+    over the whole range the plan predicts."""
     n = len(ranked)
     chosen = list(range(min(TOP, n)))
-    seen = {layout_of(ranked[k]) for k in chosen}
-    others = []
-    for k in range(TOP, n):
-        if layout_of(ranked[k]) not in seen and len(others) < OTHERS:
-            seen.add(layout_of(ranked[k]))
-            others.append(k)
-    rest = [k for k in range(TOP, n) if k not in others]
-    want = OTHERS - len(others)
-    if want > 0 and rest:
-        step = (len(rest) - 1) / max(1, want - 1)
-        others += [rest[round(j * step)] for j in range(min(want, len(rest)))]
-    return chosen + sorted(set(others))
+    rest = list(range(TOP, n))
+    if len(rest) <= OTHERS:
+        return chosen + rest
+    step = (len(rest) - 1) / (OTHERS - 1)
+    return chosen + sorted({rest[round(k * step)] for k in range(OTHERS)})
 
 
 def ranks_of(values):

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "common/error.h"
@@ -227,6 +228,20 @@ std::string describe_ac(const ActivationCheckpointConfig& ac) {
 
 }  // namespace
 
+DryRunStageCache::Entry DryRunStageCache::get(
+    const Key& key, const std::function<Entry()>& make) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (const auto it = entries_.find(key); it != entries_.end()) {
+      return it->second;
+    }
+  }
+  const Entry entry = make();
+  std::lock_guard<std::mutex> lock(mutex_);
+  entries_.emplace(key, entry);
+  return entry;
+}
+
 DryRunReport dry_run(
     const JobConfig& config, int64_t world_size, const DryRunOptions& options) {
   const auto& p = config.parallelism;
@@ -276,14 +291,17 @@ DryRunReport dry_run(
     }
     rows = p.pipeline_parallel_microbatch_size;
     pipeline::register_builtin_schedules();
-    const pipeline::Schedule schedule =
-        !p.pipeline_parallel_schedule_csv.empty()
-            ? pipeline::load_schedule_csv(p.pipeline_parallel_schedule_csv)
-            : pipeline::make_schedule(
-                  p.pipeline_parallel_schedule,
-                  dims.pp,
-                  p.pipeline_parallel_stages_per_rank,
-                  batch / rows);
+    std::optional<pipeline::Schedule> made;
+    if (options.schedule() == nullptr) {
+      made = !p.pipeline_parallel_schedule_csv.empty()
+                 ? pipeline::load_schedule_csv(p.pipeline_parallel_schedule_csv)
+                 : pipeline::make_schedule(
+                       p.pipeline_parallel_schedule,
+                       dims.pp,
+                       p.pipeline_parallel_stages_per_rank,
+                       batch / rows);
+    }
+    const pipeline::Schedule& schedule = made ? *made : *options.schedule();
     chunks =
         p.pipeline_parallel_module_fqns_per_stage.empty()
             ? pipeline::split_model(
@@ -355,32 +373,54 @@ DryRunReport dry_run(
       DryRunStage stage;
       stage.stage = static_cast<int64_t>(s);
       stage.holds = pipeline::describe_chunk(chunks[s]);
-      std::map<std::string, int64_t> unit;  // "layers.4" or "" (the root)
-      for (const auto& param : spec.parameter_shapes(args, chunks[s])) {
-        const int64_t stored = numel(stored_shape(args, param, coord, dims));
-        stage.parameters += stored;
-        dist::MeshCoord whole = coord;
-        ParallelDims unsharded = dims;
-        unsharded.dp_shard = 1;
-        whole.dp_shard = 0;
-        const int64_t slice =
-            numel(stored_shape(args, param, whole, unsharded));
-        sliced_elements += slice;
-        const std::string& fqn = param.first;
-        const bool block = fqn.rfind("layers.", 0) == 0;
-        unit[block ? fqn.substr(0, fqn.find('.', 7)) : ""] += slice;
-        if (!block) {
-          stage.root_parameters += stored;
+      const auto count = [&] {
+        DryRunStageCache::Entry e;
+        std::map<std::string, int64_t> unit;  // "layers.4" or "" (the root)
+        for (const auto& param : spec.parameter_shapes(args, chunks[s])) {
+          const int64_t stored = numel(stored_shape(args, param, coord, dims));
+          e.parameters += stored;
+          dist::MeshCoord whole = coord;
+          ParallelDims unsharded = dims;
+          unsharded.dp_shard = 1;
+          whole.dp_shard = 0;
+          const int64_t slice =
+              numel(stored_shape(args, param, whole, unsharded));
+          e.sliced_elements += slice;
+          const std::string& fqn = param.first;
+          const bool block = fqn.rfind("layers.", 0) == 0;
+          unit[block ? fqn.substr(0, fqn.find('.', 7)) : ""] += slice;
+          if (!block) {
+            e.root_parameters += stored;
+          }
         }
-      }
-      for (const auto& [name, elements] : unit) {
-        if (!name.empty()) {
-          largest_block = std::max(largest_block, elements);
+        for (const auto& [name, elements] : unit) {
+          if (!name.empty()) {
+            e.largest_block = std::max(e.largest_block, elements);
+          } else {
+            e.root_unit = elements;
+          }
+          e.all_units += elements;
         }
-        if (keep_gathered || name.empty()) {
-          gathered += elements;
-        }
-      }
+        return e;
+      };
+      const ChunkSpec& chunk = chunks[s];
+      const DryRunStageCache::Entry e = options.stage_cache()
+                                            ? options.stage_cache()->get(
+                                                  {chunk.first_layer,
+                                                   chunk.end_layer,
+                                                   chunk.embedding ? 1 : 0,
+                                                   chunk.output ? 1 : 0,
+                                                   dims.tp,
+                                                   coord.tp,
+                                                   dims.dp_shard,
+                                                   coord.dp_shard},
+                                                  count)
+                                            : count();
+      stage.parameters = e.parameters;
+      stage.root_parameters = e.root_parameters;
+      sliced_elements += e.sliced_elements;
+      largest_block = std::max(largest_block, e.largest_block);
+      gathered += keep_gathered ? e.all_units : e.root_unit;
       ActivationCheckpointConfig ac = config.activation_checkpoint;
       if (!checkpoint_plan.checkpoints_stage(stage.stage)) {
         ac.mode = "none";

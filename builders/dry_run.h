@@ -2,7 +2,12 @@
 
 #include <torch/arg.h>
 
+#include <array>
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -10,6 +15,10 @@
 #include "config/parallel_dims.h"
 
 namespace baton {
+
+namespace pipeline {
+struct Schedule;
+}
 
 /// One pipeline stage a rank holds, as a dry run counts it.
 struct DryRunStage {
@@ -90,6 +99,32 @@ struct DryRunReport {
 };
 
 /// What a dry run computes; the defaults give every rank.
+/// What one stage's parameters come to on one rank: memoised by a planner
+/// across its dry runs (thread-safe), since they depend only on the chunk,
+/// the tensor-parallel and fully_shard degrees and the rank's coordinates
+/// on them, never on the schedule or checkpointing. One cache per model.
+class DryRunStageCache {
+ public:
+  struct Entry {
+    int64_t parameters = 0;       // stored on the rank
+    int64_t root_parameters = 0;  // of those, outside every block
+    int64_t sliced_elements = 0;  // after tensor parallel, before sharding
+    int64_t largest_block = 0;    // a block's elements after tensor parallel
+    int64_t all_units = 0;        // every unit's elements after tp
+    int64_t root_unit = 0;        // the root's
+  };
+  using Key = std::array<int64_t, 8>;
+
+  /// The entry for `key`, made by `make` the first time.
+  Entry get(const Key& key, const std::function<Entry()>& make);
+
+ private:
+  std::mutex mutex_;
+  std::map<Key, Entry> entries_;
+};
+
+using SchedulePointer = const pipeline::Schedule*;
+
 struct DryRunOptions {
   /// Only the ranks at data-parallel and tensor-parallel coordinate 0, one
   /// per pipeline rank: fully_shard's and tensor parallel's ceil splits give
@@ -99,6 +134,11 @@ struct DryRunOptions {
   /// The most in-flight microbatches of each pipeline rank, when the caller
   /// has simulated the schedule already (empty: the dry run simulates it).
   TORCH_ARG(std::vector<int64_t>, peak_microbatches) = {};
+  /// Memoises the stages' parameter figures across dry runs; null: none.
+  TORCH_ARG(std::shared_ptr<DryRunStageCache>, stage_cache) = nullptr;
+  /// The schedule of the config when the caller has made it already (its
+  /// stages and their ranks are read from it); null: the dry run makes it.
+  TORCH_ARG(SchedulePointer, schedule) = nullptr;
 };
 
 /// Builds the layout of `config` for `world_size` ranks on every rank's

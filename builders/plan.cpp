@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -446,6 +447,9 @@ struct CostModel {
   int64_t dim = 0;
   int64_t dtype_bytes = 2;
   int64_t reduce_bytes = 4;
+  /// The dry runs' stage figures, shared by every candidate of the search.
+  std::shared_ptr<DryRunStageCache> stage_cache =
+      std::make_shared<DryRunStageCache>();
 
   /// Seconds of one stage's passes at `rows`, with `layers` blocks; `index`
   /// is its global stage index (whether it checkpoints).
@@ -753,9 +757,10 @@ bool score(
     const CachedSchedule* schedule,
     int64_t cap,
     PlanCandidate& c) {
-  auto options = DryRunOptions().first_rank_per_pipeline_rank(true);
+  auto options = DryRunOptions().first_rank_per_pipeline_rank(true).stage_cache(
+      model.stage_cache);
   if (schedule != nullptr) {
-    options.peak_microbatches(schedule->peaks);
+    options.peak_microbatches(schedule->peaks).schedule(&schedule->lowered);
   }
   const DryRunReport report =
       dry_run(candidate_config(base, c), world, options);

@@ -11,6 +11,7 @@
 #include "builders/builder_registry.h"
 #include "common/error.h"
 #include "models/model_spec.h"
+#include "parallel/pipeline/schedules.h"
 #include "tests/baton_binary.h"
 #include "tests/builders/rank_builds.h"
 #include "trainer/trainer.h"
@@ -231,6 +232,42 @@ TEST(DryRun, TensorParallelInsideFullyShardedBfloat16) {
       report.ranks[0].activation_bytes_per_microbatch,
       6 * 2944 * tokens * 2 + tokens * 8 + (128 + 256) * tokens * 2 +
           2 * tokens * 129 * 4);
+}
+
+TEST(DryRun, AStageCacheAndAGivenScheduleChangeNoFigure) {
+  // What a planner shares across its dry runs: the stages' parameter
+  // figures (one cache, hit from the second layout on) and the schedule it
+  // has made already. Every rank of every layout reads the same.
+  pipeline::register_builtin_schedules();
+  const auto cache = std::make_shared<DryRunStageCache>();
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{
+            "parallelism.pipeline_parallel_degree=2",
+            "parallelism.tensor_parallel_degree=2",
+            "parallelism.data_parallel_shard_degree=2",
+            "parallelism.pipeline_parallel_schedule=Interleaved1F1B",
+            "parallelism.pipeline_parallel_stages_per_rank=2",
+            "parallelism.pipeline_parallel_microbatch_size=2"},
+        std::vector<std::string>{
+            "parallelism.pipeline_parallel_degree=2",
+            "parallelism.tensor_parallel_degree=2",
+            "parallelism.data_parallel_shard_degree=2",
+            "parallelism.fsdp_reshard_after_forward=always",
+            "activation_checkpoint.mode=full",
+            "parallelism.pipeline_parallel_schedule=Interleaved1F1B",
+            "parallelism.pipeline_parallel_stages_per_rank=2",
+            "parallelism.pipeline_parallel_microbatch_size=2"}}) {
+    const JobConfig config = debug_config(layout);
+    const pipeline::Schedule schedule =
+        pipeline::make_schedule("Interleaved1F1B", 2, 2, 4);
+    const std::string plain = format_dry_run(dry_run(config, 8), "json");
+    for (int pass = 0; pass < 2; ++pass) {
+      const auto options =
+          DryRunOptions().stage_cache(cache).schedule(&schedule);
+      EXPECT_EQ(format_dry_run(dry_run(config, 8, options), "json"), plain)
+          << "pass " << pass;
+    }
+  }
 }
 
 TEST(DryRun, ShapesAreThoseTheModelBuilds) {
