@@ -115,33 +115,39 @@ Chunk make_chunk(
   return chunk;
 }
 
-/// The medians of one chunk's F, B, I and W at `rows`, timed as the
+/// The medians of F, B, I and W at `rows` of the chunks `copies` (one
+/// piece of the model, each copy with weights of its own), timed as the
 /// pipeline executor runs them: F under a weight-gradient slot, B a full
 /// backward, I a backward that defers the weight gradients, W the deferred
-/// work.
+/// work. Each run passes through every copy in turn, as a stage runs its
+/// layers or a rank its stages, so that a pass finds its weights no warmer
+/// in the caches than in a run; a pass's cost is the mean over the copies.
+/// The ranks line up before each kind of pass.
 PassCosts time_chunk(
-    Chunk& chunk,
+    const std::vector<Chunk*>& copies,
     const llama::ModelArgs& args,
     int64_t rows,
     int64_t seq_len,
     const Ranks& ranks,
     bool runs,
     const ProfileOptions& options) {
-  ModelChunk& module = chunk.part->module();
+  const auto n = static_cast<int64_t>(copies.size());
+  const Chunk& first = *copies.front();
   const at::Tensor ids =
       at::randint(args.vocab_size, {rows, seq_len}, at::kLong);
   const at::Tensor hidden =
-      at::randn({rows, seq_len / chunk.sequence_shards, args.dim}) * 0.5;
+      at::randn({rows, seq_len / first.sequence_shards, args.dim}) * 0.5;
   const at::Tensor labels =
       at::randint(args.vocab_size, {rows, seq_len}, at::kLong);
   const double loss_scale = 1.0 / static_cast<double>(rows * seq_len);
   at::Tensor grad_out;
-  WeightGradSlot slot;
-  const auto forward = [&] {
+  std::vector<WeightGradSlot> slots(n);
+  const auto forward = [&](int64_t c) {
+    const Chunk& chunk = *copies[c];
     const at::Tensor input =
         chunk.takes_ids ? ids : hidden.detach().requires_grad_(true);
-    WeightGradSlotGuard guard(&slot);
-    at::Tensor out = module.forward(input);
+    WeightGradSlotGuard guard(&slots[c]);
+    at::Tensor out = chunk.part->module().forward(input);
     if (chunk.ends_in_loss) {
       out = chunk.loss(out, labels) * loss_scale;
     } else if (!grad_out.defined()) {
@@ -150,46 +156,46 @@ PassCosts time_chunk(
     return out;
   };
   const auto backward = [&](const at::Tensor& out) {
-    if (chunk.ends_in_loss) {
+    if (first.ends_in_loss) {
       torch::autograd::backward({out});
     } else {
       torch::autograd::backward({out}, {grad_out});
     }
   };
+  std::vector<at::Tensor> outs(n);
+  // Seconds per copy of `pass` over every copy, the ranks lined up first
+  // (a rank that does not run meets the same barriers).
+  const auto timed = [&](const std::function<void(int64_t)>& pass) {
+    ranks.line_up();
+    if (!runs) {
+      return 0.0;
+    }
+    const auto start = Clock::now();
+    for (int64_t c = 0; c < n; ++c) {
+      pass(c);
+    }
+    return since(start) / static_cast<double>(n);
+  };
   std::vector<double> f, b, i, w;
   for (int64_t k = 0; k < options.warmup() + options.repeats(); ++k) {
-    // A rank that does not run meets the same barriers.
-    double tf = 0, tb = 0, ti = 0, tw = 0;
-    at::Tensor out;
-    ranks.line_up();
-    auto start = Clock::now();
-    if (runs) {
-      out = forward();
-      tf = since(start);
+    const double tf = timed([&](int64_t c) { outs[c] = forward(c); });
+    const double tb = timed([&](int64_t c) { backward(outs[c]); });
+    for (int64_t c = 0; runs && c < n; ++c) {
+      outs[c] = forward(c);
     }
-    ranks.line_up();
-    start = Clock::now();
+    const double ti = timed([&](int64_t c) {
+      slots[c].defer = true;
+      backward(outs[c]);
+      slots[c].defer = false;
+      outs[c] = at::Tensor();
+    });
+    const double tw = timed([&](int64_t c) { slots[c].run(); });
     if (runs) {
-      backward(out);
-      tb = since(start);
-      out = forward();
-    }
-    ranks.line_up();
-    start = Clock::now();
-    if (runs) {
-      slot.defer = true;
-      backward(out);
-      slot.defer = false;
-      ti = since(start);
-    }
-    ranks.line_up();
-    start = Clock::now();
-    if (runs) {
-      slot.run();
-      tw = since(start);
-      chunk.part->grad_sync().finish();
-      for (auto& p : module.parameters()) {
-        p.mutable_grad() = at::Tensor();
+      for (Chunk* chunk : copies) {
+        chunk->part->grad_sync().finish();
+        for (auto& p : chunk->part->module().parameters()) {
+          p.mutable_grad() = at::Tensor();
+        }
       }
     }
     if (k >= options.warmup()) {
@@ -378,15 +384,33 @@ PlanCosts profile_plan_costs(
                           const std::vector<int64_t>& rows_list,
                           bool runs) {
     const int64_t n = args.n_layers;
-    Chunk block = make_chunk(config, args, ChunkSpec{0, 1, false, false}, on);
+    // Blocks with weights of their own, as many as a stage or a rank's
+    // stages would pass through (at most options.block_copies() and about
+    // 1 GiB of weights, gradients and AdamW state).
+    const int64_t copies = std::clamp<int64_t>(
+        (int64_t{1} << 30) / std::max<int64_t>(1, 16 * args.params_per_layer()),
+        1,
+        std::min(options.block_copies(), args.n_layers));
+    std::vector<Chunk> blocks;
+    for (int64_t c = 0; c < copies; ++c) {
+      blocks.push_back(
+          make_chunk(config, args, ChunkSpec{c, c + 1, false, false}, on));
+    }
+    std::vector<Chunk*> block_copies;
+    for (auto& b : blocks) {
+      block_copies.push_back(&b);
+    }
     Chunk embedding =
         make_chunk(config, args, ChunkSpec{0, 0, true, false}, on);
     Chunk output = make_chunk(config, args, ChunkSpec{n, n, false, true}, on);
     std::vector<double> figures;
     for (const int64_t rows : rows_list) {
-      for (Chunk* chunk : {&block, &embedding, &output}) {
+      for (const std::vector<Chunk*>& chunk :
+           {block_copies,
+            std::vector<Chunk*>{&embedding},
+            std::vector<Chunk*>{&output}}) {
         const PassCosts c =
-            time_chunk(*chunk, args, rows, seq_len, ranks, runs, options);
+            time_chunk(chunk, args, rows, seq_len, ranks, runs, options);
         figures.insert(figures.end(), {c.f, c.b, c.i, c.w});
       }
     }
@@ -406,7 +430,7 @@ PlanCosts profile_plan_costs(
       m.output = next();
       out.push_back(m);
     }
-    return std::make_pair(out, std::move(block));
+    return std::make_pair(out, blocks.front());
   };
 
   PlanCosts costs;
@@ -449,7 +473,8 @@ PlanCosts profile_plan_costs(
            << "; per microbatch of " << describe_rows(options.rows())
            << " sequence(s) of " << seq_len << " tokens, the median of "
            << options.repeats() << " runs after " << options.warmup()
-           << " warm-up(s)";
+           << " warm-up(s), each passing through up to "
+           << options.block_copies() << " blocks of their own weights";
   if (!tp_done.empty()) {
     obtained << "; tensor parallel " << tp_done
              << ", each piece cut by the tensor_parallel step over that many "

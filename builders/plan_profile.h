@@ -32,6 +32,10 @@ struct ProfileOptions {
   /// median is kept.
   TORCH_ARG(int64_t, repeats) = 5;
   TORCH_ARG(int64_t, warmup) = 2;
+  /// Blocks, each with weights of its own, that a run passes through in
+  /// turn (as a stage runs its layers), so that a pass meets its weights
+  /// as cold as in training; at most the model's layers and about 1 GiB.
+  TORCH_ARG(int64_t, block_copies) = 4;
   /// Ranks that time the compute; the others only meet the barriers and
   /// take part in the communication (a world larger than the cores). 0:
   /// every rank.
@@ -55,10 +59,11 @@ LinkCosts fit_link_costs(const std::vector<std::pair<double, double>>& points);
 /// world (null: a process of its own):
 /// - at each of options.rows, F, B, I and W of three chunks built as a
 ///   pipeline stage builds them (the model's own code, its mixed
-///   precision applied): one block; the embedding alone; the final norm,
-///   output projection and loss; and, for each options.tensor_parallel
-///   degree, the same pieces cut by the tensor_parallel step over that
-///   many ranks (their collectives inside the passes);
+///   precision applied): a block (options.block_copies() of them, with
+///   weights of their own, passed through in turn); the embedding alone;
+///   the final norm, output projection and loss; and, for each
+///   options.tensor_parallel degree, the same pieces cut by the tensor_parallel
+///   step over that many ranks (their collectives inside the passes);
 /// - the optimizer step with gradient clipping, per parameter;
 /// - with two ranks or more, P2P between ranks 0 and 1 (half a round trip)
 ///   and the world's all_reduce, all_gather and reduce_scatter at
