@@ -664,14 +664,14 @@ CommandUsage data_tokenize_usage() {
 CommandUsage plan_usage() {
   return {
       "plan",
-      "ranks layouts, schedules and checkpointing for a world size from a "
-      "cost file",
+      "ranks layouts, schedules and checkpointing for a world size from "
+      "measured costs",
       {"baton plan --config FILE --nproc N [--costs FILE] [--memory-per-rank "
        "GIB]",
        "           [--top K] [--out DIR] [--global-batch ROWS]",
        "           [--SECTION.KEY=VALUE ...]",
-       "baton plan --config FILE --nproc N --write-costs FILE "
-       "[--profile-repeats R]",
+       "baton plan --config FILE --nproc N --write-costs FILE",
+       "           [--profile-repeats R]",
        "baton plan --config FILE --write-costs-from-flops FILE",
        "           [--peak-tflops X] [--efficiency E]"},
       {{"config", "--config FILE", "the base job config (repeatable)"},

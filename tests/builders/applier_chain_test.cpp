@@ -19,6 +19,7 @@
 #include "builders/pipeline_trainer_builder.h"
 #include "parallel/dist/process_group.h"
 #include "tests/builders/rank_builds.h"
+#include "tests/parallel/count_runs.h"
 
 namespace baton {
 namespace {
@@ -246,25 +247,12 @@ class CountBlockRuns final : public Applier {
     for (const auto& unit : part.module().unit_names()) {
       if (unit.rfind("layers.", 0) == 0) {
         part.module().wrap_unit(
-            unit, std::make_shared<Counter>(block_runs.at(part.stage())));
+            unit,
+            std::make_shared<testing::CountRuns<std::atomic<int64_t>>>(
+                block_runs.at(part.stage())));
       }
     }
   }
-
- private:
-  class Counter final : public UnitWrapper {
-   public:
-    explicit Counter(std::atomic<int64_t>& runs) : runs_(runs) {}
-    at::Tensor forward(
-        const std::function<at::Tensor(const at::Tensor&)>& run,
-        const at::Tensor& input) override {
-      ++runs_;
-      return run(input);
-    }
-
-   private:
-    std::atomic<int64_t>& runs_;
-  };
 };
 
 /// The pipeline builder with CountBlockRuns innermost: before

@@ -18,6 +18,7 @@
 #include "models/loss.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/model_parts.h"
+#include "tests/parallel/count_runs.h"
 
 namespace baton {
 namespace {
@@ -54,22 +55,6 @@ ActivationCheckpointConfig ac(
   c.selective_every = every;
   return c;
 }
-
-/// Counts the runs of the unit it wraps (added first: innermost, so a
-/// recomputation counts too).
-class CountRuns final : public UnitWrapper {
- public:
-  explicit CountRuns(int& runs) : runs_(runs) {}
-  at::Tensor forward(
-      const std::function<at::Tensor(const at::Tensor&)>& run,
-      const at::Tensor& input) override {
-    ++runs_;
-    return run(input);
-  }
-
- private:
-  int& runs_;
-};
 
 void apply_ac(ModelPart& part, const ActivationCheckpointConfig& c) {
   JobConfig config;
@@ -117,7 +102,8 @@ TEST(ActivationCheckpointApplier, RecomputesExactlyTheChosenBlocks) {
     std::vector<int> runs(4, 0);
     for (int i = 0; i < 4; ++i) {
       model->wrap_unit(
-          "layers." + std::to_string(i), std::make_shared<CountRuns>(runs[i]));
+          "layers." + std::to_string(i),
+          std::make_shared<testing::CountRuns<int>>(runs[i]));
     }
     ModelPart part(model);
     apply_ac(part, config);
