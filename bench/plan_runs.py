@@ -80,6 +80,20 @@ class Conditions:
                 "load_max": max(loads) if loads else 0.0}
 
 
+def machine(build, tmp):
+    """The CPU model and the BLAS kernel set `baton` runs with here (its
+    start-up line "blas: ..., kernels X, ...")."""
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                if l.startswith("model name")), "unknown")
+    done = subprocess.run(
+        [os.path.join(build, "baton"), "train", *COMMON, *RUN_ONLY,
+         "--training.steps=1", f"--job.dump_folder={tmp}/machine"],
+        capture_output=True, text=True)
+    line = next((l for l in done.stderr.splitlines() if "blas: " in l), "")
+    blas = line[line.index("blas: ") + 6:] if line else "not reported"
+    return {"cpu": cpu, "blas": blas}
+
+
 def plan(build, flavor_args, global_batch, out_dir):
     cmd = [os.path.join(build, "baton"), "plan", *COMMON, *flavor_args,
            "--nproc", "2", "--global-batch", str(global_batch),
@@ -185,9 +199,11 @@ def main():
     parser.add_argument("--flavors", default="debugmodel,small")
     args = parser.parse_args()
     report = {"rounds": args.rounds, "steps": args.steps, "flavors": [],
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              }
     conditions = Conditions()
     with tempfile.TemporaryDirectory(prefix="baton_plan_runs_") as tmp:
+        report.update(machine(args.build, tmp))
         report["cluster"] = cluster(args.build, tmp)
         print(json.dumps({k: report["cluster"][k]
                           for k in ("wall_s", "ratio", "considered", "ranked")}),

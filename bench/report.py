@@ -571,7 +571,9 @@ def plan_section(doc, targets):
     if not doc:
         return []
     lines = ["## `baton plan`: predicted against measured (process runs)", "",
-             f"`bench/plan_runs.py`, {doc['date']}: for each flavor, `baton plan "
+             f"`bench/plan_runs.py`, {doc['date']}"
+             + (f", on {doc['cpu']} (BLAS: {doc['blas'].split(';')[0]})" if doc.get("cpu") else "")
+             + ": for each flavor, `baton plan "
              "--nproc 2` profiles this machine (two ranks timing each piece at "
              "once, one ATen and one OpenBLAS thread each; the cost file it "
              "wrote is in bench/results/plan_runs.json) and ranks the layouts; "
