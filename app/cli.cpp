@@ -687,7 +687,8 @@ CommandUsage plan_usage() {
         "profiles on this machine, writes the cost file and exits"},
        {"profile-repeats",
         "--profile-repeats R",
-        "timed runs per profile measurement (the median is kept); default 5"},
+        "timed runs per profile measurement (the median is kept; the "
+        "pipelined block's runs: half as many, at least 1); default 5"},
        {"memory-per-rank",
         "--memory-per-rank GIB",
         "the memory cap per rank; default the cost file's, else none"},

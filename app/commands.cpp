@@ -5,6 +5,7 @@
 #include <glog/logging.h>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -148,6 +149,7 @@ int run_profile_rank(const JobConfig& config, const PlanArgs& args) {
           .rows(plan_microbatch_rows(config, args.nproc, options))
           .tensor_parallel(tensor_parallel)
           .repeats(args.profile_repeats)
+          .pipeline_runs(std::max<int64_t>(1, (args.profile_repeats + 1) / 2))
           .compute_ranks(args.profile_compute_ranks));
   if (env.rank == 0) {
     write_text_file(args.profile_rank_path, plan_costs_to_json(costs));

@@ -4,6 +4,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -20,6 +21,9 @@
 #include "parallel/grad_norm.h"
 #include "parallel/mixed_precision.h"
 #include "parallel/model_parts.h"
+#include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/schedule_io.h"
+#include "parallel/pipeline/schedules.h"
 #include "parallel/tensor_parallel/tensor_parallel.h"
 
 namespace baton {
@@ -208,6 +212,170 @@ PassCosts time_chunk(
   return {median(f), median(b), median(i), median(w)};
 }
 
+/// F, B, I and W of a block at each of `rows_list`, as the pipeline
+/// executor runs them in a real schedule over the world's ranks (one
+/// pipeline rank each, two stages of one block each, loop placement):
+/// Interleaved1F1B for F and B, InterleavedZeroBubble for F, I and W, with
+/// 2 x ranks microbatches, the runs of every size interleaved so that the
+/// machine's slow and fast spells meet every size alike. An action's cost is
+/// its time less its wait for a receive (the executor's own measure); the
+/// figures are the medians over the stages that hold neither the
+/// embedding nor the output, then the mean over the ranks. Between a
+/// forward and its backward the schedule runs other microbatches and
+/// stages, so the passes meet their activations and weights as in a
+/// training step, and the costs are the ones the executor itself records.
+/// Empty where it cannot run: one rank, a rank that does not time compute,
+/// or room for one block copy only (no stage without the embedding or the
+/// output).
+std::vector<PassCosts> time_blocks_in_pipeline(
+    const JobConfig& config,
+    const llama::ModelArgs& args,
+    const ParallelContext& context,
+    const std::vector<int64_t>& rows_list,
+    int64_t copies,
+    dist::Runtime* runtime,
+    int64_t compute_ranks,
+    const ProfileOptions& options) {
+  if (runtime == nullptr || options.pipeline_runs() < 1 || copies < 2 ||
+      compute_ranks < runtime->world()->size() ||
+      runtime->world()->size() < 2) {
+    return {};
+  }
+  const Ranks ranks(runtime);
+  const int64_t pp = ranks.size();
+  const int64_t stages_per_rank = 2;
+  const int64_t num_stages = pp * stages_per_rank;
+  const int64_t last_stage = num_stages - 1;
+  const int64_t microbatches = 2 * pp;
+  const int64_t seq_len = config.training.seq_len;
+  pipeline::register_builtin_schedules();
+  const std::vector<std::string> schedules{
+      "Interleaved1F1B", "InterleavedZeroBubble"};
+  const pipeline::Schedule layout = pipeline::make_schedule(
+      schedules.front(), pp, stages_per_rank, microbatches);
+
+  // This rank's stages: one block each (layers taken in turn), the first
+  // with the embedding, the last with the norm, output and loss.
+  std::vector<Chunk> chunks;
+  std::vector<int64_t> held;
+  for (int64_t s = 0; s < num_stages; ++s) {
+    if (layout.stage_to_rank.at(s) != ranks.rank()) {
+      continue;
+    }
+    const int64_t layer = s % args.n_layers;
+    chunks.push_back(make_chunk(
+        config,
+        args,
+        ChunkSpec{layer, layer + 1, s == 0, s == last_stage},
+        context));
+    held.push_back(s);
+  }
+  std::vector<std::pair<int64_t, std::shared_ptr<ModelChunk>>> stages;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    stages.emplace_back(held[k], chunks[k].part->module_ptr());
+  }
+
+  // One executor per (size, schedule), built once.
+  struct Run {
+    size_t size;
+    std::unique_ptr<pipeline::PipelineExecutor> executor;
+    at::Tensor inputs, labels;
+    double loss_scale = 1.0;
+  };
+  std::vector<Run> runs;
+  for (size_t k = 0; k < rows_list.size(); ++k) {
+    const int64_t rows = rows_list[k];
+    for (const std::string& name : schedules) {
+      pipeline::ExecutorShapes shapes;
+      shapes.microbatches = microbatches;
+      shapes.microbatch_size = rows;
+      shapes.seq_len = seq_len;
+      shapes.dim = args.dim;
+      shapes.dtype = context.mixed_precision.param;
+      Run run;
+      run.size = k;
+      run.executor = std::make_unique<pipeline::PipelineExecutor>(
+          pipeline::plan_schedule(
+              pipeline::make_schedule(name, pp, stages_per_rank, microbatches),
+              pipeline::SimulationCosts())
+              .lowered,
+          stages,
+          runtime->world(),
+          chunks.front().loss,
+          shapes);
+      if (layout.stage_to_rank.front() == ranks.rank()) {
+        run.inputs = at::randint(
+            args.vocab_size, {microbatches * rows, seq_len}, at::kLong);
+        run.labels = at::randint(
+            args.vocab_size, {microbatches * rows, seq_len}, at::kLong);
+      }
+      run.loss_scale = 1.0 / static_cast<double>(microbatches * rows * seq_len);
+      runs.push_back(std::move(run));
+    }
+  }
+
+  // Seconds of each kind (F, B, I, W) per size, over this rank's stages
+  // that hold a block only.
+  std::vector<std::array<std::vector<double>, 4>> samples(rows_list.size());
+  for (int64_t k = 0; k < 1 + options.pipeline_runs(); ++k) {
+    for (Run& run : runs) {
+      ranks.line_up();
+      const pipeline::ExecutorRun done =
+          run.executor->run(run.inputs, run.labels, run.loss_scale);
+      for (Chunk& chunk : chunks) {
+        for (auto& p : chunk.part->module().parameters()) {
+          p.mutable_grad() = at::Tensor();
+        }
+      }
+      if (k == 0) {
+        continue;  // warm-up
+      }
+      for (const pipeline::ExecutedAction& a : done.actions) {
+        if (!a.compute) {
+          continue;
+        }
+        const pipeline::Action action = pipeline::parse_action(a.name);
+        if (action.stage == 0 || action.stage == last_stage) {
+          continue;
+        }
+        const double seconds = (a.end_us - a.start_us - a.wait_us) * 1e-6;
+        switch (action.kind) {
+          case pipeline::ActionKind::kF:
+            samples[run.size][0].push_back(seconds);
+            break;
+          case pipeline::ActionKind::kB:
+            samples[run.size][1].push_back(seconds);
+            break;
+          case pipeline::ActionKind::kI:
+            samples[run.size][2].push_back(seconds);
+            break;
+          case pipeline::ActionKind::kW:
+            samples[run.size][3].push_back(seconds);
+            break;
+          default:
+            break;
+        }
+      }
+    }
+  }
+  std::vector<double> figures;
+  for (const auto& kinds : samples) {
+    for (const auto& v : kinds) {
+      figures.push_back(v.empty() ? 0.0 : median(v));
+    }
+  }
+  figures = ranks.mean_over(std::move(figures), pp);
+  std::vector<PassCosts> out;
+  for (size_t k = 0; k < rows_list.size(); ++k) {
+    out.push_back(
+        {figures[4 * k],
+         figures[4 * k + 1],
+         figures[4 * k + 2],
+         figures[4 * k + 3]});
+  }
+  return out;
+}
+
 /// Seconds per parameter of the optimizer step with gradient clipping, on
 /// a block's parameters.
 double time_optimizer(
@@ -380,17 +548,20 @@ PlanCosts profile_plan_costs(
       });
   const ParallelContext context{
       config, single, cpu, /*pipelined=*/true, mp.dtypes};
+  // Blocks with weights of their own, as many as a stage or a rank's
+  // stages would pass through (at most options.block_copies() and about
+  // 1 GiB of weights, gradients and AdamW state).
+  const int64_t copies = std::clamp<int64_t>(
+      (int64_t{1} << 30) / std::max<int64_t>(1, 16 * args.params_per_layer()),
+      1,
+      std::min(options.block_copies(), args.n_layers));
+  // `time_blocks` false: the block's figures stay 0 (the pipeline measures
+  // them).
   const auto pieces = [&](const ParallelContext& on,
                           const std::vector<int64_t>& rows_list,
-                          bool runs) {
+                          bool runs,
+                          bool time_blocks) {
     const int64_t n = args.n_layers;
-    // Blocks with weights of their own, as many as a stage or a rank's
-    // stages would pass through (at most options.block_copies() and about
-    // 1 GiB of weights, gradients and AdamW state).
-    const int64_t copies = std::clamp<int64_t>(
-        (int64_t{1} << 30) / std::max<int64_t>(1, 16 * args.params_per_layer()),
-        1,
-        std::min(options.block_copies(), args.n_layers));
     std::vector<Chunk> blocks;
     for (int64_t c = 0; c < copies; ++c) {
       blocks.push_back(
@@ -409,8 +580,10 @@ PlanCosts profile_plan_costs(
            {block_copies,
             std::vector<Chunk*>{&embedding},
             std::vector<Chunk*>{&output}}) {
+        const bool skip = !time_blocks && chunk == block_copies;
         const PassCosts c =
-            time_chunk(chunk, args, rows, seq_len, ranks, runs, options);
+            skip ? PassCosts{}
+                 : time_chunk(chunk, args, rows, seq_len, ranks, runs, options);
         figures.insert(figures.end(), {c.f, c.b, c.i, c.w});
       }
     }
@@ -435,7 +608,20 @@ PlanCosts profile_plan_costs(
 
   PlanCosts costs;
   costs.path = "the profile";
-  auto [measured, block] = pieces(context, options.rows(), computes);
+  std::vector<PassCosts> pipelined = time_blocks_in_pipeline(
+      config,
+      args,
+      context,
+      options.rows(),
+      copies,
+      runtime,
+      compute_ranks,
+      options);
+  auto [measured, block] =
+      pieces(context, options.rows(), computes, pipelined.empty());
+  for (size_t k = 0; k < pipelined.size(); ++k) {
+    measured[k].block = pipelined[k];
+  }
   costs.microbatches = std::move(measured);
   costs.optimizer_s_per_parameter =
       ranks
@@ -459,7 +645,7 @@ PlanCosts profile_plan_costs(
     const dist::ParallelMesh mesh(
         dims, ranks.rank(), runtime->shared_from_this());
     const ParallelContext on{config, mesh, cpu, /*pipelined=*/true, mp.dtypes};
-    costs.tensor_parallel[tp] = pieces(on, rows_list, true).first;
+    costs.tensor_parallel[tp] = pieces(on, rows_list, true, true).first;
     tp_done += (tp_done.empty() ? "" : ", ") + std::to_string(tp) + " (" +
                describe_rows(rows_list) + " sequences)";
   }
@@ -473,8 +659,20 @@ PlanCosts profile_plan_costs(
            << "; per microbatch of " << describe_rows(options.rows())
            << " sequence(s) of " << seq_len << " tokens, the median of "
            << options.repeats() << " runs after " << options.warmup()
-           << " warm-up(s), each passing through up to "
-           << options.block_copies() << " blocks of their own weights";
+           << " warm-up(s)";
+  if (pipelined.empty()) {
+    obtained << ", each passing through up to " << options.block_copies()
+             << " blocks of their own weights";
+  } else {
+    obtained << " for the embedding and the output; the block's passes as "
+                "the pipeline executor runs them in Interleaved1F1B and "
+                "InterleavedZeroBubble over "
+             << ranks.size() << " ranks, 2 one-block stages each, "
+             << 2 * ranks.size() << " microbatches, the median of "
+             << options.pipeline_runs()
+             << " run(s) after a warm-up, each size's runs interleaved with "
+                "the others'";
+  }
   if (!tp_done.empty()) {
     obtained << "; tensor parallel " << tp_done
              << ", each piece cut by the tensor_parallel step over that many "

@@ -36,6 +36,10 @@ struct ProfileOptions {
   /// turn (as a stage runs its layers), so that a pass meets its weights
   /// as cold as in training; at most the model's layers and about 1 GiB.
   TORCH_ARG(int64_t, block_copies) = 4;
+  /// Timed runs (after one warm-up) of the pipeline that measures the
+  /// block's passes where two ranks or more all time compute; 0: the block
+  /// timed alone, as the embedding and the output are.
+  TORCH_ARG(int64_t, pipeline_runs) = 3;
   /// Ranks that time the compute; the others only meet the barriers and
   /// take part in the communication (a world larger than the cores). 0:
   /// every rank.
@@ -59,8 +63,11 @@ LinkCosts fit_link_costs(const std::vector<std::pair<double, double>>& points);
 /// world (null: a process of its own):
 /// - at each of options.rows, F, B, I and W of three chunks built as a
 ///   pipeline stage builds them (the model's own code, its mixed
-///   precision applied): a block (options.block_copies() of them, with
-///   weights of their own, passed through in turn); the embedding alone;
+///   precision applied): a block (with two ranks or more, all timing
+///   compute, as the pipeline executor runs it in Interleaved1F1B and
+///   InterleavedZeroBubble over the ranks, options.pipeline_runs() runs;
+///   else options.block_copies() of them, with weights of their own,
+///   passed through in turn); the embedding alone;
 ///   the final norm, output projection and loss; and, for each
 ///   options.tensor_parallel degree, the same pieces cut by the tensor_parallel
 ///   step over that many ranks (their collectives inside the passes);

@@ -34,6 +34,7 @@ ProfileOptions quick(std::vector<int64_t> rows) {
       .rows(std::move(rows))
       .repeats(1)
       .warmup(0)
+      .pipeline_runs(1)
       .comm_bytes({1 << 10, 1 << 14});
 }
 
@@ -105,6 +106,15 @@ TEST(PlanProfile, TwoRankThreadsAgreeOnTheCostsAndMeasureTheLinks) {
   }
   EXPECT_NE(costs.obtained.find("over gloo"), std::string::npos)
       << costs.obtained;
+  // Every rank times compute, so the block's passes come from the pipeline
+  // executor running both schedules (F and B from one, I and W from the
+  // other: all four measured above).
+  EXPECT_NE(
+      costs.obtained.find(
+          "the block's passes as the pipeline executor runs them in "
+          "Interleaved1F1B and InterleavedZeroBubble over 2 ranks"),
+      std::string::npos)
+      << costs.obtained;
   // The pieces cut over the two ranks by the tensor_parallel step.
   ASSERT_EQ(costs.tensor_parallel.count(2), 1u);
   const auto& tp = costs.tensor_parallel.at(2);
@@ -151,6 +161,24 @@ TEST(PlanProfile, MeasuredTensorParallelCostsReplaceTheModelledOnes) {
   const PlanCandidate c = tp_candidate(plan_layouts(config, 2, costs));
   EXPECT_NEAR(c.compute_s, 144.0, 1e-9);
   EXPECT_NEAR(c.step_s, 144.0, 1e-9);
+}
+
+TEST(PlanProfile, WithoutPipelineRunsOrWithOneComputeRankTheBlockIsTimedAlone) {
+  const JobConfig config = tiny_config();
+  for (const auto& options :
+       {quick({1, 2}).pipeline_runs(0), quick({1}).compute_ranks(1)}) {
+    std::vector<PlanCosts> got(2);
+    const auto errors =
+        testing::run_rank_threads(2, [&](int64_t rank, dist::Runtime& runtime) {
+          got[rank] = profile_plan_costs(config, &runtime, options);
+        });
+    ASSERT_EQ(errors, std::vector<std::string>(2)) << errors[0] << errors[1];
+    for (const auto& m : got[0].microbatches) {
+      expect_measured(m.block, "block at rows " + std::to_string(m.rows));
+    }
+    EXPECT_EQ(got[0].obtained.find("pipeline executor"), std::string::npos)
+        << got[0].obtained;
+  }
 }
 
 TEST(PlanProfile, AWorldLargerThanTheComputeRanksTimesOnTheFirstOnly) {
