@@ -4,14 +4,17 @@
 For the debug and small flavors on 2 ranks, `baton plan --nproc 2 --out DIR`
 profiles this machine (its ranks time every piece together, the cost file
 goes to DIR/costs.json) and ranks the layouts (DIR/plan.json). This script
-then runs the plan's top 5 and 5 others spread evenly over the rest of the ranking
-(its last included) as real processes: `baton train` with the base config and the
-candidate's overlay as a second --config, each rank a process with one ATen
-and one OpenBLAS thread (process_runs.py), the candidates interleaved in
-each of R rounds. Measured: the median step time of steps 3.. of a run, the
-median over the rounds. It reports each candidate's error, the Spearman
-rank correlation of predicted and measured, and the chosen plan (rank 1)
-against the best measured.
+then runs the plan's top 5 and 5 others spread evenly over the rest of the
+ranking (its last included) as real processes: `baton train` with the base
+config and the candidate's overlay as a second --config, each rank a process
+with one ATen and one OpenBLAS thread (process_runs.py), the candidates
+interleaved in each of R rounds. Each round after the first profiles and
+plans again and predicts the same candidates from its own profile, so that
+a prediction and the runs it predicts meet the machine in the same minutes.
+Predicted and measured (the median step time of steps 3.. of a run) are
+each the median over the rounds. It reports each candidate's error, the
+Spearman rank correlation of predicted and measured, and the chosen plan
+(the lowest prediction) against the best measured.
 
 Usage: plan_runs.py BUILD_DIR OUT.json [--rounds R] [--steps N]
 """
@@ -190,12 +193,88 @@ def cluster(build, tmp):
                                           "bubble", "peak_bytes")}}
 
 
+def key_of(c):
+    """What names a candidate across plans: its layout line (degrees,
+    schedule, v, m, checkpointing, resharding) and its layer split."""
+    return (c["layout"], tuple(c["layers_per_stage"]), c["balanced"])
+
+
+def flavor_runs(args, flavor, flavor_args, global_batch, tmp):
+    """Round 0 profiles, plans and picks the candidates; each later round
+    profiles and plans again. Every round predicts the picked candidates
+    from its own plan and runs them, interleaved. A
+    candidate's prediction and measurement are each the median over the
+    rounds: on a machine whose speed drifts by 10-17 % between minutes, the
+    profile and the runs it predicts then meet the same spells."""
+    out_dir = os.path.join(tmp, flavor)
+    result, costs, wall = plan(args.build, flavor_args, global_batch, out_dir)
+    ranked = result["ranked"]
+    chosen = picks(ranked)
+    keys = [key_of(ranked[k]) for k in chosen]
+    predicted = {k: [] for k in keys}
+    runs = {k: [] for k in keys}
+    all_costs = [costs]
+    for r in range(args.rounds):
+        if r > 0:
+            result, costs, _ = plan(args.build, flavor_args, global_batch,
+                                    os.path.join(tmp, f"{flavor}_{r}"))
+            all_costs.append(costs)
+        by_key = {key_of(c): c for c in result["ranked"]}
+        # Each round starts one candidate further on, so that no candidate
+        # always runs first after the profile.
+        for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+            c = by_key[k]
+            predicted[k].append(c["step_s"])
+            overlay = os.path.join(out_dir, f"candidate_{r}_{c['rank']}.yaml")
+            with open(overlay, "w") as f:
+                f.write(c["overlay"])
+            rows, _, _ = process_runs.train(
+                args.build, f"{flavor}_{c['rank']}_{r}", 2,
+                [*COMMON, *flavor_args, "--config", overlay, *RUN_ONLY,
+                 f"--training.steps={args.steps}"], tmp)
+            step = process_runs.speed(rows)["step_s"]
+            runs[k].append(step)
+            print(json.dumps({"flavor": flavor, "rank": c["rank"],
+                              "layout": c["layout"], "round": r,
+                              "predicted_s": c["step_s"],
+                              "measured_s": step}), flush=True)
+    candidates = []
+    for k, first in zip(keys, chosen):
+        c = ranked[first]
+        pred = statistics.median(predicted[k])
+        measured = statistics.median(runs[k])
+        candidates.append({
+            "rank": first + 1, "layout": c["layout"],
+            "layers_per_stage": c["layers_per_stage"],
+            "balanced": c["balanced"],
+            "predicted_s": pred, "predicted_per_round_s": predicted[k],
+            "compute_s": c["compute_s"],
+            "dp_sync_s": c["dp_sync_s"], "optimizer_s": c["optimizer_s"],
+            "bubble": c["bubble"], "peak_bytes": c["peak_bytes"],
+            "measured_s": measured, "per_round_s": runs[k],
+            "error": measured / pred - 1.0})
+    # The plan's choice over the rounds: the lowest median prediction.
+    choice = min(candidates, key=lambda c: c["predicted_s"])
+    pred = [c["predicted_s"] for c in candidates]
+    meas = [c["measured_s"] for c in candidates]
+    return {
+        "flavor": flavor, "global_batch": global_batch,
+        "considered": result["considered"], "pruned": result["pruned"],
+        "dominated": result["dominated"], "ranked": len(ranked),
+        "plan_wall_s": wall, "costs": all_costs[0], "costs_per_round": all_costs,
+        "candidates": candidates,
+        "chosen": {"rank": choice["rank"], "layout": choice["layout"]},
+        "spearman": spearman(pred, meas),
+        "worst_error": max(abs(c["error"]) for c in candidates),
+        "chosen_over_best": choice["measured_s"] / min(meas)}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("build")
     parser.add_argument("out")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--flavors", default="debugmodel,small")
     args = parser.parse_args()
     report = {"rounds": args.rounds, "steps": args.steps, "flavors": [],
@@ -211,52 +290,8 @@ def main():
         for flavor, flavor_args, global_batch in FLAVORS:
             if flavor not in args.flavors.split(","):
                 continue
-            out_dir = os.path.join(tmp, flavor)
-            result, costs, wall = plan(args.build, flavor_args, global_batch, out_dir)
-            ranked = result["ranked"]
-            chosen = picks(ranked)
-            runs = {k: [] for k in chosen}
-            for r in range(args.rounds):
-                for k in chosen:
-                    c = ranked[k]
-                    overlay = os.path.join(out_dir, f"candidate_{k + 1}.yaml")
-                    with open(overlay, "w") as f:
-                        f.write(c["overlay"])
-                    rows, _, _ = process_runs.train(
-                        args.build, f"{flavor}_{k + 1}_{r}", 2,
-                        [*COMMON, *flavor_args, "--config", overlay, *RUN_ONLY,
-                         f"--training.steps={args.steps}"], tmp)
-                    step = process_runs.speed(rows)["step_s"]
-                    runs[k].append(step)
-                    print(json.dumps({"flavor": flavor, "rank": k + 1,
-                                      "layout": c["layout"], "round": r,
-                                      "predicted_s": c["step_s"],
-                                      "measured_s": step}), flush=True)
-            candidates = []
-            for k in chosen:
-                c = ranked[k]
-                measured = statistics.median(runs[k])
-                candidates.append({
-                    "rank": k + 1, "layout": c["layout"],
-                    "layers_per_stage": c["layers_per_stage"],
-                    "balanced": c["balanced"],
-                    "predicted_s": c["step_s"], "compute_s": c["compute_s"],
-                    "dp_sync_s": c["dp_sync_s"], "optimizer_s": c["optimizer_s"],
-                    "bubble": c["bubble"], "peak_bytes": c["peak_bytes"],
-                    "measured_s": measured, "per_round_s": runs[k],
-                    "error": measured / c["step_s"] - 1.0})
-            predicted = [c["predicted_s"] for c in candidates]
-            measured = [c["measured_s"] for c in candidates]
-            best = min(measured)
-            report["flavors"].append({
-                "flavor": flavor, "global_batch": global_batch,
-                "considered": result["considered"], "pruned": result["pruned"],
-                "dominated": result["dominated"], "ranked": len(ranked),
-                "plan_wall_s": wall, "costs": costs,
-                "candidates": candidates,
-                "spearman": spearman(predicted, measured),
-                "worst_error": max(abs(c["error"]) for c in candidates),
-                "chosen_over_best": candidates[0]["measured_s"] / best})
+            report["flavors"].append(
+                flavor_runs(args, flavor, flavor_args, global_batch, tmp))
     report["conditions"] = conditions.summary()
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
