@@ -1024,7 +1024,8 @@ def limits_section(t):
                      for f in plans for c in f["candidates"])
         worst = max((c for f in plans for c in f["candidates"]),
                     key=lambda c: abs(c["error"]))
-        top = [f"{f['flavor']} {100 * (f['candidates'][min(4, len(f['candidates']) - 1)]['predicted_s'] / f['candidates'][0]['predicted_s'] - 1):.1f} %"
+        top = [f"{f['flavor']} "
+               f"{100 * (max(c['predicted_s'] for c in f['candidates'][:5]) / min(c['predicted_s'] for c in f['candidates'][:5]) - 1):.1f} %"
                for f in plans]
         pred_spread = max((max(c["predicted_per_round_s"]) /
                            min(c["predicted_per_round_s"]) - 1
@@ -1050,7 +1051,8 @@ def limits_section(t):
             "each pass with many microbatches' activations in flight (no change), the "
             "allocator that counts CPU tensor bytes (no change), flushing denormals "
             "to zero (within the noise). (3) The top five predictions lie within "
-            + ", ".join(top) + " of each other (rank 5 against rank 1), inside (1): "
+            + ", ".join(top) + " of each other (the first plan's top five, slowest "
+            "against fastest prediction), inside (1): "
             "which of them runs fastest is decided by noise the model cannot see, "
             "so the rank correlation over ten runs and the chosen plan's place "
             "suffer most from it.")
