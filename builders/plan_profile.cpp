@@ -316,6 +316,11 @@ std::vector<PassCosts> time_blocks_in_pipeline(
 
   // Seconds of each kind (F, B, I, W) per size, over this rank's stages
   // that hold a block only.
+  constexpr std::array<pipeline::ActionKind, 4> kPassKinds{
+      pipeline::ActionKind::kF,
+      pipeline::ActionKind::kB,
+      pipeline::ActionKind::kI,
+      pipeline::ActionKind::kW};
   std::vector<std::array<std::vector<double>, 4>> samples(rows_list.size());
   for (int64_t k = 0; k < 1 + options.pipeline_runs(); ++k) {
     for (Run& run : runs) {
@@ -339,21 +344,10 @@ std::vector<PassCosts> time_blocks_in_pipeline(
           continue;
         }
         const double seconds = (a.end_us - a.start_us - a.wait_us) * 1e-6;
-        switch (action.kind) {
-          case pipeline::ActionKind::kF:
-            samples[run.size][0].push_back(seconds);
-            break;
-          case pipeline::ActionKind::kB:
-            samples[run.size][1].push_back(seconds);
-            break;
-          case pipeline::ActionKind::kI:
-            samples[run.size][2].push_back(seconds);
-            break;
-          case pipeline::ActionKind::kW:
-            samples[run.size][3].push_back(seconds);
-            break;
-          default:
-            break;
+        const auto kind =
+            std::find(kPassKinds.begin(), kPassKinds.end(), action.kind);
+        if (kind != kPassKinds.end()) {
+          samples[run.size][kind - kPassKinds.begin()].push_back(seconds);
         }
       }
     }
