@@ -174,6 +174,11 @@ std::vector<MicrobatchCosts> read_microbatches(const FieldReader& r) {
     m.block = read_passes(m_reader.object("block"));
     m.embedding = read_passes(m_reader.object("embedding"));
     m.output = read_passes(m_reader.object("output"));
+    if (m_reader.has("post")) {
+      const FieldReader post = m_reader.object("post");
+      m.send_s = post.number("send_s");
+      m.recv_s = post.number("recv_s");
+    }
     out.push_back(m);
   }
   std::sort(
@@ -188,11 +193,15 @@ std::vector<MicrobatchCosts> read_microbatches(const FieldReader& r) {
 json microbatches_json(const std::vector<MicrobatchCosts>& list) {
   json rows = json::array();
   for (const auto& m : list) {
-    rows.push_back(
-        {{"rows", m.rows},
-         {"block", passes_json(m.block)},
-         {"embedding", passes_json(m.embedding)},
-         {"output", passes_json(m.output)}});
+    json row = {
+        {"rows", m.rows},
+        {"block", passes_json(m.block)},
+        {"embedding", passes_json(m.embedding)},
+        {"output", passes_json(m.output)}};
+    if (m.send_s > 0.0 || m.recv_s > 0.0) {
+      row["post"] = {{"send_s", m.send_s}, {"recv_s", m.recv_s}};
+    }
+    rows.push_back(std::move(row));
   }
   return rows;
 }
@@ -401,7 +410,12 @@ MicrobatchCosts costs_at(
     return PassCosts{c.f * s, c.b * s, c.i * s, c.w * s};
   };
   return {
-      rows, scale(best->block), scale(best->embedding), scale(best->output)};
+      rows,
+      scale(best->block),
+      scale(best->embedding),
+      scale(best->output),
+      best->send_s * s,
+      best->recv_s * s};
 }
 
 /// A group of `size` ranks `stride` apart lies on one machine when the
@@ -729,8 +743,12 @@ JobConfig candidate_config(const JobConfig& base, const PlanCandidate& c) {
 
 pipeline::SimulationCosts simulation_costs(
     const CostModel& model, const PlanCandidate& c) {
-  auto costs = pipeline::SimulationCosts().p2p_latency(
-      model.p2p_s(c, c.microbatch_size));
+  const MicrobatchCosts post =
+      costs_at(model.costs.microbatches, c.microbatch_size);
+  auto costs = pipeline::SimulationCosts()
+                   .p2p_latency(model.p2p_s(c, c.microbatch_size))
+                   .send_post(post.send_s / static_cast<double>(c.tp))
+                   .recv_post(post.recv_s / static_cast<double>(c.tp));
   pipeline::StageCosts per_stage;
   const int64_t stages = static_cast<int64_t>(c.layers_per_stage.size());
   for (int64_t s = 0; s < stages; ++s) {

@@ -37,6 +37,11 @@ struct MicrobatchCosts {
   PassCosts embedding;
   /// The final norm, the output projection and the loss.
   PassCosts output;
+  /// Seconds a rank takes to post a SEND and a RECV of this microbatch's
+  /// activations (or their gradients) between pipeline stages, beside the
+  /// passes: the executor's own cost of its P2P. Optional in the file (0).
+  double send_s = 0.0;
+  double recv_s = 0.0;
 };
 
 /// A link: time = latency + bytes moved / bandwidth.

@@ -224,10 +224,18 @@ PassCosts time_chunk(
 /// forward and its backward the schedule runs other microbatches and
 /// stages, so the passes meet their activations and weights as in a
 /// training step, and the costs are the ones the executor itself records.
+/// Also the time a rank takes to post a SEND and a RECV (the medians over
+/// every stage's), which the plan's simulation charges each P2P.
 /// Empty where it cannot run: one rank, a rank that does not time compute,
 /// or room for one block copy only (no stage without the embedding or the
 /// output).
-std::vector<PassCosts> time_blocks_in_pipeline(
+struct PipelinedBlock {
+  PassCosts block;
+  double send_s = 0.0;
+  double recv_s = 0.0;
+};
+
+std::vector<PipelinedBlock> time_blocks_in_pipeline(
     const JobConfig& config,
     const llama::ModelArgs& args,
     const ParallelContext& context,
@@ -315,13 +323,13 @@ std::vector<PassCosts> time_blocks_in_pipeline(
   }
 
   // Seconds of each kind (F, B, I, W) per size, over this rank's stages
-  // that hold a block only.
+  // that hold a block only; then posting a SEND and a RECV, over all.
   constexpr std::array<pipeline::ActionKind, 4> kPassKinds{
       pipeline::ActionKind::kF,
       pipeline::ActionKind::kB,
       pipeline::ActionKind::kI,
       pipeline::ActionKind::kW};
-  std::vector<std::array<std::vector<double>, 4>> samples(rows_list.size());
+  std::vector<std::array<std::vector<double>, 6>> samples(rows_list.size());
   for (int64_t k = 0; k < 1 + options.pipeline_runs(); ++k) {
     for (Run& run : runs) {
       ranks.line_up();
@@ -336,11 +344,15 @@ std::vector<PassCosts> time_blocks_in_pipeline(
         continue;  // warm-up
       }
       for (const pipeline::ExecutedAction& a : done.actions) {
-        if (!a.compute) {
+        const pipeline::Action action = pipeline::parse_action(a.name);
+        if (pipeline::is_comm(action.kind)) {
+          const bool send = action.kind == pipeline::ActionKind::kSendF ||
+                            action.kind == pipeline::ActionKind::kSendB;
+          samples[run.size][send ? 4 : 5].push_back(
+              (a.end_us - a.start_us) * 1e-6);
           continue;
         }
-        const pipeline::Action action = pipeline::parse_action(a.name);
-        if (action.stage == 0 || action.stage == last_stage) {
+        if (!a.compute || action.stage == 0 || action.stage == last_stage) {
           continue;
         }
         const double seconds = (a.end_us - a.start_us - a.wait_us) * 1e-6;
@@ -359,13 +371,10 @@ std::vector<PassCosts> time_blocks_in_pipeline(
     }
   }
   figures = ranks.mean_over(std::move(figures), pp);
-  std::vector<PassCosts> out;
+  std::vector<PipelinedBlock> out;
   for (size_t k = 0; k < rows_list.size(); ++k) {
-    out.push_back(
-        {figures[4 * k],
-         figures[4 * k + 1],
-         figures[4 * k + 2],
-         figures[4 * k + 3]});
+    const double* f = &figures[6 * k];
+    out.push_back({PassCosts{f[0], f[1], f[2], f[3]}, f[4], f[5]});
   }
   return out;
 }
@@ -602,7 +611,7 @@ PlanCosts profile_plan_costs(
 
   PlanCosts costs;
   costs.path = "the profile";
-  std::vector<PassCosts> pipelined = time_blocks_in_pipeline(
+  std::vector<PipelinedBlock> pipelined = time_blocks_in_pipeline(
       config,
       args,
       context,
@@ -614,7 +623,9 @@ PlanCosts profile_plan_costs(
   auto [measured, block] =
       pieces(context, options.rows(), computes, pipelined.empty());
   for (size_t k = 0; k < pipelined.size(); ++k) {
-    measured[k].block = pipelined[k];
+    measured[k].block = pipelined[k].block;
+    measured[k].send_s = pipelined[k].send_s;
+    measured[k].recv_s = pipelined[k].recv_s;
   }
   costs.microbatches = std::move(measured);
   costs.optimizer_s_per_parameter =
@@ -665,7 +676,8 @@ PlanCosts profile_plan_costs(
              << 2 * ranks.size() << " microbatches, the median of "
              << options.pipeline_runs()
              << " run(s) after a warm-up, each size's runs interleaved with "
-                "the others'";
+                "the others', with the time a rank takes to post each SEND "
+                "and RECV";
   }
   if (!tp_done.empty()) {
     obtained << "; tensor parallel " << tp_done

@@ -242,9 +242,17 @@ class Simulator {
     return it->second;
   }
 
-  /// A SEND's or RECV's time to post: its own entry, else 0.
+  /// A SEND's or RECV's time to post: its own entry, else its kind's.
   double comm_cost(const Action& a) const {
-    return is_comm(a.kind) ? own_cost(a).value_or(0.0) : 0.0;
+    if (!is_comm(a.kind)) {
+      return 0.0;
+    }
+    if (const auto own = own_cost(a)) {
+      return *own;
+    }
+    return a.kind == ActionKind::kSendF || a.kind == ActionKind::kSendB
+               ? costs_.send_post()
+               : costs_.recv_post();
   }
 
   double cost(const Action& a) const {
@@ -303,8 +311,8 @@ class Simulator {
     const int64_t s = a.stage;
     const int64_t mb = a.microbatch;
     double start = clock_[r];
-    // Posting a SEND or RECV takes the rank its per-action cost, if it has
-    // one (not counted as busy), and nothing otherwise.
+    // Posting a SEND or RECV takes the rank its posting cost (not counted
+    // as busy).
     double end = start + comm_cost(a);
     switch (a.kind) {
       case ActionKind::kSendF:

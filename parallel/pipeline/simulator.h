@@ -38,6 +38,11 @@ struct SimulationCosts {
   TORCH_ARG(double, p2p_latency) = 0.0;
   /// A REDUCE_GRAD.
   TORCH_ARG(double, reduce_grad) = 0.0;
+  /// The time a rank takes to post a SEND (SEND_F, SEND_B) and a RECV
+  /// (RECV_F, RECV_B) of a lowered schedule; not busy time. An action's
+  /// own per_action entry replaces it.
+  TORCH_ARG(double, send_post) = 0.0;
+  TORCH_ARG(double, recv_post) = 0.0;
   /// Per-stage costs (e.g. measured: the stages holding the embedding or
   /// the loss cost more than the others); an entry replaces the per-kind
   /// cost above for that stage's actions of that kind.

@@ -115,6 +115,10 @@ TEST(PlanProfile, TwoRankThreadsAgreeOnTheCostsAndMeasureTheLinks) {
           "Interleaved1F1B and InterleavedZeroBubble over 2 ranks"),
       std::string::npos)
       << costs.obtained;
+  // And its P2P's posting, on the rank that posts.
+  EXPECT_GT(costs.microbatches.at(0).send_s, 0.0);
+  EXPECT_GT(costs.microbatches.at(0).recv_s, 0.0);
+  EXPECT_LT(costs.microbatches.at(0).send_s, 60.0);
   // The pieces cut over the two ranks by the tensor_parallel step.
   ASSERT_EQ(costs.tensor_parallel.count(2), 1u);
   const auto& tp = costs.tensor_parallel.at(2);

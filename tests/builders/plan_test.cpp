@@ -467,6 +467,45 @@ TEST(Plan, CostFilesRoundTripAndBadOnesNameTheField) {
   bad_f.replace(bad_f.find("\"F\": 1.0"), 8, "\"F\": \"x\"");
   expect_error(write_file("bad_f.json", bad_f), "microbatches[0].block.F");
   expect_error(write_file("not_json.json", "{"), "not JSON");
+
+  // The optional posting costs: absent is 0, present round-trips, a bad
+  // one names its field.
+  EXPECT_EQ(read.microbatches[0].send_s, 0.0);
+  EXPECT_EQ(text.find("\"post\""), std::string::npos);
+  PlanCosts posted = written;
+  posted.microbatches[0].send_s = 0.25;
+  posted.microbatches[0].recv_s = 0.125;
+  const std::string posted_text = plan_costs_to_json(posted);
+  const PlanCosts back =
+      load_plan_costs(write_file("posted.json", posted_text));
+  EXPECT_EQ(back.microbatches[0].send_s, 0.25);
+  EXPECT_EQ(back.microbatches[0].recv_s, 0.125);
+  std::string bad_post = posted_text;
+  bad_post.replace(bad_post.find("\"send_s\": 0.25"), 14, "\"send_s\": -1.0");
+  expect_error(
+      write_file("bad_post.json", bad_post), "microbatches[0].post.send_s");
+}
+
+TEST(Plan, PostingEachSendAndRecvLengthensPipelinesOnly) {
+  // The hand costs' 1F1B over 2 ranks, 16 microbatches of 1: 153 s. With
+  // 1 s to post a SEND and 0.5 s a RECV, rank 0 alone posts 16 sends of
+  // activations and 16 receives of gradients beside its 144 s of passes:
+  // at least 168 s. Without a pipeline nothing is posted.
+  const PlanResult plain = plan_layouts(debug_config(), 2, hand_costs());
+  PlanCosts costs = hand_costs();
+  costs.microbatches[0].send_s = 1.0;
+  costs.microbatches[0].recv_s = 0.5;
+  const PlanResult posted = plan_layouts(debug_config(), 2, costs);
+  const PlanCandidate* before = find(plain, "1F1B", 1, 1);
+  const PlanCandidate* after = find(posted, "1F1B", 1, 1);
+  ASSERT_NE(before, nullptr);
+  ASSERT_NE(after, nullptr);
+  EXPECT_NEAR(before->step_s, 153.0, 1e-6);
+  EXPECT_GE(after->step_s, 168.0 - 1e-6);
+  EXPECT_LE(after->step_s, 153.0 + 32 * 1.5 + 1e-6);
+  const auto dp = [](const PlanCandidate& c) { return c.pp == 1; };
+  ASSERT_NE(find_if(plain, dp), nullptr);
+  EXPECT_DOUBLE_EQ(find_if(plain, dp)->step_s, find_if(posted, dp)->step_s);
 }
 
 TEST(Plan, Llama405bOn512H100sRanksInterleavedAbove1F1B) {

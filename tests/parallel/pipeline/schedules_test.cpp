@@ -490,6 +490,42 @@ TEST(SimulatorTest, PerActionCostsReplaceOneActionsCost) {
   }
 }
 
+TEST(SimulatorTest, PostingCostsPerKindActAsAnEntryOnEverySendAndRecv) {
+  // The per-kind posting costs give the same timeline as an own entry on
+  // every SEND and RECV of the lowered schedule; an own entry still wins.
+  const auto lowered =
+      lower_schedule(make_schedule("Interleaved1F1B", 2, 2, 4));
+  ActionCosts each;
+  for (const auto& rank : lowered.ranks) {
+    for (const auto& slot : rank) {
+      if (slot && is_comm(slot->kind)) {
+        const bool send = slot->kind == ActionKind::kSendF ||
+                          slot->kind == ActionKind::kSendB;
+        each[slot->str()] = send ? 0.25 : 0.125;
+      }
+    }
+  }
+  ASSERT_FALSE(each.empty());
+  const auto base = SimulationCosts().forward(1.0).backward(2.0);
+  const auto by_kind =
+      simulate(lowered, SimulationCosts(base).send_post(0.25).recv_post(0.125));
+  const auto by_entry =
+      simulate(lowered, SimulationCosts(base).per_action(each));
+  EXPECT_DOUBLE_EQ(by_kind.makespan, by_entry.makespan);
+  EXPECT_GT(by_kind.makespan, simulate(lowered, base).makespan);
+  EXPECT_EQ(by_kind.busy, by_entry.busy);
+  ActionCosts one = each;
+  const std::string first = each.begin()->first;
+  one[first] = 2.0;
+  const auto with_entry = simulate(
+      lowered,
+      SimulationCosts(base).send_post(0.25).recv_post(0.125).per_action(
+          {{first, 2.0}}));
+  EXPECT_DOUBLE_EQ(
+      with_entry.makespan,
+      simulate(lowered, SimulationCosts(base).per_action(one)).makespan);
+}
+
 TEST(SimulatorTest, PeakActivationsMatchTheFormulas) {
   for (const int64_t p : {2, 4, 8}) {
     for (const int64_t m : {2 * p, 4 * p}) {
