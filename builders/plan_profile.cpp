@@ -212,6 +212,14 @@ PassCosts time_chunk(
   return {median(f), median(b), median(i), median(w)};
 }
 
+/// What the pipeline measures at one microbatch size: the block's passes
+/// and the time to post a SEND and a RECV.
+struct PipelinedBlock {
+  PassCosts block;
+  double send_s = 0.0;
+  double recv_s = 0.0;
+};
+
 /// F, B, I and W of a block at each of `rows_list`, as the pipeline
 /// executor runs them in a real schedule over the world's ranks (one
 /// pipeline rank each, two stages of one block each, loop placement):
@@ -229,12 +237,6 @@ PassCosts time_chunk(
 /// Empty where it cannot run: one rank, a rank that does not time compute,
 /// or room for one block copy only (no stage without the embedding or the
 /// output).
-struct PipelinedBlock {
-  PassCosts block;
-  double send_s = 0.0;
-  double recv_s = 0.0;
-};
-
 std::vector<PipelinedBlock> time_blocks_in_pipeline(
     const JobConfig& config,
     const llama::ModelArgs& args,
