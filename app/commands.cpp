@@ -28,6 +28,7 @@
 #include "data/sentencepiece_tokenizer.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
+#include "models/llama/attention_kernel.h"
 #include "parallel/dist/launch_env.h"
 #include "parallel/dist/launcher.h"
 #include "parallel/dist/process_group.h"
@@ -105,6 +106,11 @@ BlasStartup prepare_blas_for(const JobConfig& config) {
   } else {
     LOG(INFO) << blas.log;
   }
+  // The other CPU code chosen by instruction set: float32 attention.
+  LOG(INFO) << "attention: CPU kernel with "
+            << llama::attention_kernel::isa_name(
+                   llama::attention_kernel::best_isa())
+            << " instructions";
   return blas;
 }
 

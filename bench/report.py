@@ -240,23 +240,29 @@ def step_section(meds, peers, docs, targets, results):
     lines += ["", "Matmul peak (1024 x 1024 fp32, `BM_MatmulPeak`, median of the rounds): " +
               ", ".join(f"{peak[t] * 1e3:.1f} GFLOP/s with {t} ATen thread(s)"
                         for t in sorted(peak)) + ".", ""]
-    attention = [(n, e) for n, e in meds.items() if n.startswith("BM_CausalAttention")]
+    attention = [(n, e) for n, e in meds.items()
+                 if n.startswith(("BM_CausalAttention", "BM_AttentionKernel"))]
     if attention:
-        lines += ["Where the step's attention time goes (`BM_CausalAttention`: forward + "
-                  "backward of one layer's causal attention, 8 x 256 tokens; "
-                  "block 0 = libtorch's `_scaled_dot_product_attention`, which forms every "
-                  "score and a (T, T) mask; block = T: Baton's in one block; with 2 ATen "
-                  "threads Baton splits the heads among them where each head's products "
-                  "run on one thread in OpenBLAS):", "",
-                  "| heads x head_dim | block | ATen threads | time |", "|---|---|---|---|"]
+        lines += ["Where the step's attention time goes (forward + backward of one layer's "
+                  "causal attention, 8 x 256 tokens): `BM_AttentionKernel`, what the model runs "
+                  "on the CPU in float32 (`models/llama/attention_kernel.h`, the widest "
+                  "instruction set the CPU runs, the heads split among ATen's threads); "
+                  "`BM_CausalAttention`, the blocked path in ATen's batched products by block "
+                  "size (block = T: one block) and, as block 0, libtorch's "
+                  "`_scaled_dot_product_attention`, which forms every score and a (T, T) mask:",
+                  "", "| heads x head_dim | path | ATen threads | time |", "|---|---|---|---|"]
         for n, e in attention:
             h = n.split("heads:")[1].split("/")[0]
             d = n.split("head_dim:")[1].split("/")[0]
-            b = n.split("block:")[1].split("/")[0]
+            if n.startswith("BM_AttentionKernel"):
+                b = "kernel"
+                path = "kernel" + (f" ({e['label']})" if e.get("label") else "")
+            else:
+                b = n.split("block:")[1].split("/")[0]
+                path = "libtorch" if b == "0" else f"blocked {b}"
             th = n.split("threads:")[1].split("/")[0] if "threads:" in n else "1"
-            lines.append(f"| {h} x {d} | {'libtorch' if b == '0' else b} | {th} | {ms(e):.1f} ms |")
-            if th == "1":
-                targets.setdefault("attention", {})[(h, d, b)] = ms(e)
+            lines.append(f"| {h} x {d} | {path} | {th} | {ms(e):.1f} ms |")
+            targets.setdefault("attention", {})[(h, d, b, th)] = ms(e)
         lines.append("")
     bar_chart(os.path.join(docs, "perf_step_time.svg"),
               "Step time: Baton vs Python PyTorch (same settings)",
@@ -943,32 +949,29 @@ def limits_section(t):
     ratios = [r for r in t.get("ratio", []) if r[2] is not None]
     if any(r > 0.75 for _, _, r in ratios):
         att = t.get("attention", {})
-        debug_full, debug_blocked = att.get(("16", "16", "0")), att.get(("16", "16", "64"))
-        small_full, small_blocked = att.get(("8", "64", "0")), att.get(("8", "64", "64"))
         text = (
             "- Step time against Python: both sides run the same libtorch 1.13 "
             "kernels and the same OpenBLAS sgemm, and sgemm is most of either "
             "step (by hand with `perf record` on the debug model, 2026-11-29: "
             "53 % of Baton's samples and 49 % of Python's in `sgemm_kernel_HASWELL`, "
             "a further 12-16 % in the kernel and `sched_yield`, mostly OpenBLAS's "
-            "idle thread waiting). What Baton removes is outside GEMM: causal "
-            "attention in blocks")
-        if debug_full and debug_blocked:
-            text += (f" ({debug_blocked:.0f} ms against libtorch's {debug_full:.0f} ms "
-                     "per debugmodel layer, forward and backward")
-            if small_full and small_blocked:
-                text += (f"; {small_blocked:.0f} against {small_full:.0f} ms for "
-                         "`small`'s 64-wide heads, where forming all the scores "
-                         "costs little and the blocks add sgemm calls")
-            text += ")"
+            "idle thread waiting). What Baton removes is outside the model's "
+            "GEMMs: causal attention in its own kernel, which never forms the "
+            "masked half of the scores and calls no BLAS")
+        shown = []
+        for (h, d), name in ((("16", "16"), "debugmodel"), (("8", "64"), "small")):
+            kernel, full = att.get((h, d, "kernel", "1")), att.get((h, d, "0", "1"))
+            blocked = att.get((h, d, "64", "1"))
+            if kernel and full and blocked:
+                shown.append(f"{kernel:.0f} ms per {name} layer, forward and backward, "
+                             f"against {blocked:.0f} ms in ATen's batched products "
+                             f"and libtorch's {full:.0f} ms")
+        if shown:
+            text += " (" + "; ".join(shown) + ", on 1 thread)"
         text += (
             ", RoPE fused with the heads-first transpose, one-pass RMSNorm and "
-            "AdamW. libtorch 1.13 built without MKL runs every batched matmul as "
-            "one OpenBLAS call per (batch, head), so attention's small products "
-            "pay per-call overhead on both sides. Going further needs the GEMM "
-            "work itself to change (a fused CPU attention kernel with AVX2 "
-            "dispatch; Debian's libtorch and Baton are built for baseline "
-            "x86-64), not more fusion around it.")
+            "AdamW. What is left is mostly the model's own GEMMs, which both "
+            "sides run in the same OpenBLAS calls.")
         # What 0.75x would take: the same FLOPs in 0.75 of Python's time.
         needs = []
         for flavor, threads, mfu in t.get("mfu_all", []):

@@ -12,6 +12,7 @@
 #include "common/blas.h"
 #include "common/threads.h"
 #include "common/torch_compat.h"
+#include "models/llama/attention_kernel.h"
 #include "models/llama/fused_ops.h"
 
 namespace {
@@ -89,35 +90,46 @@ BENCHMARK(BM_MatmulPeak)
     ->Args({1024, 2})
     ->UseRealTime();
 
-/// Forward + backward of causal attention, 1 or 2 ATen threads, on the
-/// flavors' shapes (B 8, T 256; debugmodel: 16 heads of 16, small: 8 heads of
-/// 64): Baton's blocked attention by block size (block = T: one block, every
-/// score formed), and libtorch's own (the math path of
-/// _scaled_dot_product_attention, block 0 here).
-void BM_CausalAttention(benchmark::State& state) {
-  const int64_t heads = state.range(0), head_dim = state.range(1);
-  const int64_t block = state.range(2);
-  at::set_num_threads(static_cast<int>(state.range(3)));
+/// Times forward + backward of `attend` on one layer's attention at the
+/// flavors' shapes (B 8, T 256; debugmodel: 16 heads of 16, small: 8 heads
+/// of 64) with `threads` ATen threads.
+template <typename Attend>
+void time_attention(
+    benchmark::State& state,
+    int64_t heads,
+    int64_t head_dim,
+    int64_t threads,
+    const Attend& attend) {
+  at::set_num_threads(static_cast<int>(threads));
   const auto make = [&] {
     return torch::randn({8, heads, 256, head_dim}).requires_grad_(true);
   };
   const auto q = make(), k = make(), v = make();
   const auto gy = torch::randn({8, heads, 256, head_dim});
+  const auto step = [&] { attend(q, k, v).backward(gy); };
   // One untimed run first: the first one grows the heap (page faults) and
   // would be the only one timed when it alone passes the minimum time.
-  const auto step = [&] {
-    at::Tensor y;
-    if (block > 0) {
-      y = baton::llama::causal_attention(q, k, v, false, block);
-    } else {
-      y = baton::compat::causal_sdpa(q, k, v);
-    }
-    y.backward(gy);
-  };
   step();
   for (auto _ : state) {
     step();
   }
+}
+
+/// Baton's blocked attention in ATen's batched products by block size
+/// (block = T: one block, every score formed), and libtorch's own (the
+/// math path of _scaled_dot_product_attention, block 0 here).
+void BM_CausalAttention(benchmark::State& state) {
+  const int64_t block = state.range(2);
+  time_attention(
+      state,
+      state.range(0),
+      state.range(1),
+      state.range(3),
+      [block](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+        return block > 0
+            ? baton::llama::blocked_causal_attention(q, k, v, false, block)
+            : baton::compat::causal_sdpa(q, k, v);
+      });
 }
 BENCHMARK(BM_CausalAttention)
     ->ArgNames({"heads", "head_dim", "block", "threads"})
@@ -128,6 +140,28 @@ BENCHMARK(BM_CausalAttention)
     ->Args({16, 16, 64, 2})
     ->Args({8, 64, 0, 2})
     ->Args({8, 64, 64, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+/// What the model runs on the CPU in float32: the attention kernel
+/// (models/llama/attention_kernel.h), the widest instruction set the CPU
+/// runs, the heads split among ATen's threads.
+void BM_AttentionKernel(benchmark::State& state) {
+  time_attention(
+      state,
+      state.range(0),
+      state.range(1),
+      state.range(2),
+      [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+        return baton::llama::causal_attention(q, k, v);
+      });
+  state.SetLabel(baton::llama::attention_kernel::isa_name(
+      baton::llama::attention_kernel::best_isa()));
+}
+BENCHMARK(BM_AttentionKernel)
+    ->ArgNames({"heads", "head_dim", "threads"})
+    ->ArgsProduct({{16}, {16}, {1, 2}})
+    ->ArgsProduct({{8}, {64}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "models/llama/attention_kernel.h"
 #include "models/llama/transformer.h"
 #include "models/recompute.h"
 
@@ -343,6 +344,126 @@ class BlockedCausalAttention
   }
 };
 
+/// Runs body(head, scratch) for each of `heads` heads, split among ATen's
+/// threads, each thread with scratch for attention_kernel's functions.
+void for_kernel_heads(
+    int64_t heads,
+    int64_t seq_len,
+    int64_t head_dim,
+    const std::function<void(int64_t, float*)>& body) {
+  const int64_t scratch =
+      attention_kernel::scratch_floats(seq_len, head_dim);
+  at::parallel_for(0, heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> buffer(scratch);
+    for (int64_t h = begin; h < end; ++h) {
+      body(h, buffer.data());
+    }
+  });
+}
+
+/// Causal attention on the CPU in float32, head by head in
+/// attention_kernel.h's kernel. Saves the probabilities packed by rows
+/// (half of (T, T) per head, as the blocked path keeps).
+class KernelCausalAttention
+    : public torch::autograd::Function<KernelCausalAttention> {
+ public:
+  static at::Tensor forward(
+      AutogradContext* ctx,
+      const at::Tensor& q,
+      const at::Tensor& k,
+      const at::Tensor& v,
+      bool q_scaled) {
+    const int64_t BH = q.size(0) * q.size(1), T = q.size(2), D = q.size(3);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+    const auto qs = q_scaled ? q.contiguous() : (q * scale).contiguous();
+    const auto kc = k.contiguous();
+    const auto vc = v.contiguous();
+    ctx->save_for_backward({qs, kc, vc});
+    ctx->saved_data["q_scaled"] = q_scaled;
+    ctx->saved_data["scale"] = scale;
+    // Under an op-selective checkpoint the first forward keeps the output
+    // only; the recomputation takes it back, and the backward recomputes
+    // the probabilities.
+    SavedOps* ops = saved_ops();
+    if (ops != nullptr && ops->mode() == SavedOps::Mode::kReplay) {
+      return ops->take().at(0);
+    }
+    auto out = at::empty_like(qs);  // (B, H, T, D)
+    at::Tensor probs;  // (B * H, T (T + 1) / 2)
+    if (ops == nullptr) {
+      probs = at::empty(
+          {BH, attention_kernel::probs_floats(T)}, qs.options());
+    }
+    const auto forward = attention_kernel::head_kernels().forward;
+    const float* qp = qs.data_ptr<float>();
+    const float* kp = kc.data_ptr<float>();
+    const float* vp = vc.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    float* pp = probs.defined() ? probs.data_ptr<float>() : nullptr;
+    const int64_t head = T * D, packed = probs.defined() ? probs.size(1) : 0;
+    for_kernel_heads(BH, T, D, [&](int64_t h, float* scratch) {
+      forward(
+          qp + h * head,
+          kp + h * head,
+          vp + h * head,
+          T,
+          D,
+          op + h * head,
+          pp == nullptr ? nullptr : pp + h * packed,
+          scratch);
+    });
+    if (ops != nullptr) {
+      ops->keep({out});
+    } else {
+      ctx->saved_data["probs"] = probs;
+    }
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& qs = saved[0];
+    const int64_t BH = qs.size(0) * qs.size(1), T = qs.size(2), D = qs.size(3);
+    // Kept by the forward, or (after an op-selective checkpoint's replay)
+    // recomputed by the kernel.
+    const at::Tensor probs = ctx->saved_data.count("probs") != 0
+        ? ctx->saved_data["probs"].toTensor()
+        : at::Tensor();
+    const auto gout = grads[0].contiguous();
+    auto gq = at::empty_like(qs);
+    auto gk = at::empty_like(qs);
+    auto gv = at::empty_like(qs);
+    const auto backward = attention_kernel::head_kernels().backward;
+    const float* qp = qs.data_ptr<float>();
+    const float* kp = saved[1].data_ptr<float>();
+    const float* vp = saved[2].data_ptr<float>();
+    const float* pp = probs.defined() ? probs.data_ptr<float>() : nullptr;
+    const float* gp = gout.data_ptr<float>();
+    float* gqp = gq.data_ptr<float>();
+    float* gkp = gk.data_ptr<float>();
+    float* gvp = gv.data_ptr<float>();
+    const int64_t head = T * D, packed = probs.defined() ? probs.size(1) : 0;
+    for_kernel_heads(BH, T, D, [&](int64_t h, float* scratch) {
+      backward(
+          qp + h * head,
+          kp + h * head,
+          vp + h * head,
+          pp == nullptr ? nullptr : pp + h * packed,
+          gp + h * head,
+          T,
+          D,
+          gqp + h * head,
+          gkp + h * head,
+          gvp + h * head,
+          scratch);
+    });
+    if (!ctx->saved_data["q_scaled"].toBool()) {
+      gq.mul_(ctx->saved_data["scale"].toDouble());
+    }
+    return {gq, gk, gv, at::Tensor()};
+  }
+};
+
 }  // namespace
 
 at::Tensor rope_heads_first(
@@ -393,12 +514,12 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return RMSNormFunction::apply(x, weight, eps);
 }
 
-at::Tensor causal_attention(
+namespace {
+
+void check_attention_shapes(
     const at::Tensor& q,
     const at::Tensor& k,
-    const at::Tensor& v,
-    bool q_scaled,
-    int64_t block) {
+    const at::Tensor& v) {
   TORCH_CHECK(
       q.dim() == 4 && q.sizes() == k.sizes() && q.sizes() == v.sizes(),
       "[attention] q, k and v must have the same (B, H, T, D) shape; got ",
@@ -407,6 +528,29 @@ at::Tensor causal_attention(
       k.sizes(),
       " and ",
       v.sizes());
+}
+
+}  // namespace
+
+at::Tensor causal_attention(
+    const at::Tensor& q,
+    const at::Tensor& k,
+    const at::Tensor& v,
+    bool q_scaled) {
+  check_attention_shapes(q, k, v);
+  if (cpu_float(q) && cpu_float(k) && cpu_float(v)) {
+    return KernelCausalAttention::apply(q, k, v, q_scaled);
+  }
+  return blocked_causal_attention(q, k, v, q_scaled);
+}
+
+at::Tensor blocked_causal_attention(
+    const at::Tensor& q,
+    const at::Tensor& k,
+    const at::Tensor& v,
+    bool q_scaled,
+    int64_t block) {
+  check_attention_shapes(q, k, v);
   TORCH_CHECK(block > 0, "[attention] block must be positive, got ", block);
   return BlockedCausalAttention::apply(q, k, v, q_scaled, block);
 }

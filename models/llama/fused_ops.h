@@ -2,7 +2,7 @@
 
 // The Llama block's memory-bound pieces as single autograd nodes: RMSNorm,
 // rotary embedding fused with the heads-first transpose, and causal
-// attention that skips the masked half of the scores. Each has its own
+// attention that never forms the masked half of the scores. Each has its own
 // backward, so autograd saves what the backward needs and nothing else. Checked
 // against the plain ATen formulas in tests/models/fused_ops_test.cpp.
 
@@ -26,12 +26,21 @@ at::Tensor rope_heads_first(
 /// scaled by weight (Meta's Llama's order).
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
-/// softmax(q k^T / sqrt(D) + causal mask) v, computed in blocks of
-/// `block` query rows that only look at the keys up to their block's end,
-/// so about half of the scores of a long sequence are never formed.
-/// q, k, v: (B, H, T, D) -> (B, H, T, D). `q_scaled`: q already carries
-/// the 1 / sqrt(D) factor.
+/// softmax(q k^T / sqrt(D) + causal mask) v. q, k, v: (B, H, T, D) ->
+/// (B, H, T, D). `q_scaled`: q already carries the 1 / sqrt(D) factor. On
+/// the CPU in float32 each head runs in attention_kernel.h's kernel (the
+/// heads split among ATen's threads); elsewhere as
+/// blocked_causal_attention with blocks of 64 rows.
 at::Tensor causal_attention(
+    const at::Tensor& q,
+    const at::Tensor& k,
+    const at::Tensor& v,
+    bool q_scaled = false);
+
+/// The same in ATen's batched products, in blocks of `block` query rows
+/// that only look at the keys up to their block's end, so about half of
+/// the scores of a long sequence are never formed. Any dtype and device.
+at::Tensor blocked_causal_attention(
     const at::Tensor& q,
     const at::Tensor& k,
     const at::Tensor& v,

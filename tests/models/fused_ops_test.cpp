@@ -1,5 +1,5 @@
-// The fused rotary embedding and blocked causal attention against the plain
-// ATen formulas, computed in float64 with autograd: values and gradients.
+// The fused rotary embedding, RMSNorm and causal attention (the kernel and
+// the blocked path) against the plain ATen formulas, computed in float64 with autograd: values and gradients.
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -124,7 +124,7 @@ TEST_P(BlockedAttention, MatchesFullSoftmaxAttentionWithGradients) {
   auto vf = v.clone().requires_grad_(true);
   // A transposed view for q: the function must not assume contiguity.
   const auto q_in = q_scaled ? qf * scale : qf;
-  const auto y = causal_attention(
+  const auto y = blocked_causal_attention(
       q_in.transpose(1, 2).contiguous().transpose(1, 2),
       kf,
       vf,
@@ -160,6 +160,63 @@ INSTANTIATE_TEST_SUITE_P(
         std::make_tuple(16, 4, false, 2),  // heads split between 2 threads
         std::make_tuple(13, 4, true, 2)));
 
+class KernelAttention
+    : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, bool, int>> {
+};
+
+TEST_P(KernelAttention, MatchesFullSoftmaxAttentionWithGradients) {
+  const auto [T, D, q_scaled, threads] = GetParam();
+  // With 2 threads the heads are split among them.
+  const int threads_before = at::get_num_threads();
+  at::set_num_threads(threads);
+  torch::manual_seed(T * 100 + D);
+  const int64_t B = 2, H = 3;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const auto q = torch::randn({B, H, T, D});
+  const auto k = torch::randn({B, H, T, D});
+  const auto v = torch::randn({B, H, T, D});
+  const auto gy = torch::randn({B, H, T, D});
+
+  auto qf = q.clone().requires_grad_(true);
+  auto kf = k.clone().requires_grad_(true);
+  auto vf = v.clone().requires_grad_(true);
+  // Views that are not contiguous: the function must not assume it.
+  const auto q_in = q_scaled ? qf * scale : qf;
+  const auto y = causal_attention(
+      q_in.transpose(1, 2).contiguous().transpose(1, 2),
+      kf.transpose(0, 1).contiguous().transpose(0, 1),
+      vf,
+      q_scaled);
+  y.backward(gy);
+
+  auto qr = q.to(torch::kDouble).requires_grad_(true);
+  auto kr = k.to(torch::kDouble).requires_grad_(true);
+  auto vr = v.to(torch::kDouble).requires_grad_(true);
+  const auto yr = reference_attention(qr, kr, vr);
+  yr.backward(gy.to(torch::kDouble));
+
+  const auto close = [](const at::Tensor& a, const at::Tensor& b) {
+    return torch::allclose(a.to(torch::kDouble), b, 1e-4, 1e-5);
+  };
+  EXPECT_TRUE(close(y, yr));
+  EXPECT_TRUE(close(qf.grad(), qr.grad()));
+  EXPECT_TRUE(close(kf.grad(), kr.grad()));
+  EXPECT_TRUE(close(vf.grad(), vr.grad()));
+  at::set_num_threads(threads_before);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes,
+    KernelAttention,
+    ::testing::Values(
+        std::make_tuple(1, 16, false, 1),   // one row
+        std::make_tuple(13, 8, false, 1),   // padded rows and columns
+        std::make_tuple(16, 16, true, 1),   // whole chunks
+        std::make_tuple(37, 24, false, 1),  // a short last chunk of each
+        std::make_tuple(70, 64, true, 1),
+        std::make_tuple(37, 16, false, 2),  // heads split between 2 threads
+        std::make_tuple(21, 64, true, 2)));
+
 TEST(FusedOps, AttentionOnTwoThreadsKeepsTheCallersInferenceMode) {
   // The heads run on OpenMP's threads, which must get the caller's
   // thread-local state: here, writing into inference tensors.
@@ -169,15 +226,17 @@ TEST(FusedOps, AttentionOnTwoThreadsKeepsTheCallersInferenceMode) {
   const auto q = torch::randn({2, 3, 16, 8});
   const auto k = torch::randn({2, 3, 16, 8});
   const auto v = torch::randn({2, 3, 16, 8});
-  at::Tensor y;
+  at::Tensor kernel, blocked;
   {
     const c10::InferenceMode inference;
-    y = causal_attention(q, k, v, false, 4);
+    kernel = causal_attention(q, k, v);
+    blocked = blocked_causal_attention(q, k, v, false, 4);
   }
   at::set_num_threads(before);
   const auto yr = reference_attention(
       q.to(torch::kDouble), k.to(torch::kDouble), v.to(torch::kDouble));
-  EXPECT_TRUE(torch::allclose(y.to(torch::kDouble), yr, 1e-4, 1e-5));
+  EXPECT_TRUE(torch::allclose(kernel.to(torch::kDouble), yr, 1e-4, 1e-5));
+  EXPECT_TRUE(torch::allclose(blocked.to(torch::kDouble), yr, 1e-4, 1e-5));
 }
 
 /// Whether `got` (any dtype) is within `rel` of `want` in norm.
@@ -222,7 +281,11 @@ TEST(FusedOps, BlockedAttentionRunsInBf16) {
   auto qb = q.to(torch::kBFloat16).requires_grad_(true);
   auto kb = k.to(torch::kBFloat16).requires_grad_(true);
   auto vb = v.to(torch::kBFloat16).requires_grad_(true);
-  const auto y = causal_attention(qb, kb, vb, false, 4);
+  // Not float32: the blocked path, with or without a block size.
+  EXPECT_TRUE(torch::equal(
+      causal_attention(qb, kb, vb),
+      blocked_causal_attention(qb, kb, vb, false, 64)));
+  const auto y = blocked_causal_attention(qb, kb, vb, false, 4);
   EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
   auto qr = q.to(torch::kDouble).requires_grad_(true);
   auto kr = k.to(torch::kDouble).requires_grad_(true);
@@ -238,14 +301,27 @@ TEST(FusedOps, BlockedAttentionRunsInBf16) {
 }
 
 TEST(FusedOps, AttentionRejectsMismatchedShapes) {
+  const auto q = torch::randn({1, 2, 4, 8});
+  const auto k = torch::randn({1, 2, 5, 8});
+  for (const bool blocked : {false, true}) {
+    try {
+      if (blocked) {
+        blocked_causal_attention(q, k, q);
+      } else {
+        causal_attention(q, k, q);
+      }
+      FAIL() << "expected an error";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("[attention]"), std::string::npos);
+    }
+  }
   try {
-    causal_attention(
-        torch::randn({1, 2, 4, 8}),
-        torch::randn({1, 2, 5, 8}),
-        torch::randn({1, 2, 4, 8}));
+    blocked_causal_attention(q, q, q, false, 0);
     FAIL() << "expected an error";
   } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("[attention]"), std::string::npos);
+    EXPECT_NE(
+        std::string(e.what()).find("block must be positive"),
+        std::string::npos);
   }
 }
 

@@ -218,29 +218,36 @@ TEST(Checkpoint, ARecomputationThatRunsOtherOpsIsAnError) {
   }
 }
 
-TEST(BlockedAttention, RecomputedProbabilitiesGiveTheKeptOnesGradients) {
+TEST(CausalAttention, RecomputedProbabilitiesGiveTheKeptOnesGradients) {
   // The op-selective replay keeps attention's output only; its backward
-  // recomputes each block's probabilities.
+  // recomputes the probabilities (the kernel's rows, the blocked path's
+  // blocks).
   torch::manual_seed(4);
   const auto q = torch::randn({2, 3, 130, 8}).requires_grad_(true);
   const auto k = torch::randn({2, 3, 130, 8}).requires_grad_(true);
   const auto v = torch::randn({2, 3, 130, 8}).requires_grad_(true);
   const auto go = torch::randn({2, 3, 130, 8});
-  llama::causal_attention(q, k, v).backward(go);
-  const auto gq = q.grad().clone(), gk = k.grad().clone(),
-             gv = v.grad().clone();
-  for (auto* t : {&q, &k, &v}) {
-    const_cast<at::Tensor*>(t)->mutable_grad() = at::Tensor();
+  for (const bool blocked : {false, true}) {
+    SCOPED_TRACE(blocked ? "blocked" : "kernel");
+    const auto attend = [&](const at::Tensor& qq) {
+      return blocked ? llama::blocked_causal_attention(qq, k, v)
+                     : llama::causal_attention(qq, k, v);
+    };
+    for (auto* t : {&q, &k, &v}) {
+      const_cast<at::Tensor*>(t)->mutable_grad() = at::Tensor();
+    }
+    attend(q).backward(go);
+    const auto gq = q.grad().clone(), gk = k.grad().clone(),
+               gv = v.grad().clone();
+    for (auto* t : {&q, &k, &v}) {
+      const_cast<at::Tensor*>(t)->mutable_grad() = at::Tensor();
+    }
+    const auto out = checkpoint(attend, q, CheckpointPolicy::kKeepExpensiveOps);
+    out.backward(go);
+    EXPECT_LE((q.grad() - gq).abs().max().item<double>(), 1e-6);
+    EXPECT_LE((k.grad() - gk).abs().max().item<double>(), 1e-6);
+    EXPECT_LE((v.grad() - gv).abs().max().item<double>(), 1e-6);
   }
-  at::Tensor out;
-  auto unit = [&](const at::Tensor& qq) {
-    return llama::causal_attention(qq, k, v);
-  };
-  out = checkpoint(unit, q, CheckpointPolicy::kKeepExpensiveOps);
-  out.backward(go);
-  EXPECT_LE((q.grad() - gq).abs().max().item<double>(), 1e-6);
-  EXPECT_LE((k.grad() - gk).abs().max().item<double>(), 1e-6);
-  EXPECT_LE((v.grad() - gv).abs().max().item<double>(), 1e-6);
 }
 
 }  // namespace

@@ -1,0 +1,6 @@
+// The head kernels for avx512; CMakeLists.txt gives this file its
+// instruction-set flags. Tile: chunks of 16 floats a product keeps in
+// registers per row of a group of 4 (attention_kernel_impl.h).
+#define BATON_ATTENTION_ISA_NS avx512
+#define BATON_ATTENTION_TILE 4
+#include "models/llama/attention_kernel_impl.h"
