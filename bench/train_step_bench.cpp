@@ -126,9 +126,9 @@ void BM_CausalAttention(benchmark::State& state) {
       state.range(1),
       state.range(3),
       [block](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-        return block > 0
-            ? baton::llama::blocked_causal_attention(q, k, v, false, block)
-            : baton::compat::causal_sdpa(q, k, v);
+        return block > 0 ? baton::llama::blocked_causal_attention(
+                               q, k, v, false, block)
+                         : baton::compat::causal_sdpa(q, k, v);
       });
 }
 BENCHMARK(BM_CausalAttention)

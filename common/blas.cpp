@@ -78,20 +78,52 @@ F openblas_symbol(const char* name) {
   return reinterpret_cast<F>(::dlsym(RTLD_DEFAULT, name));
 }
 
+/// The file of the shared object that defines `symbol` as the process
+/// resolves it; "" when none does.
+std::string defining_file(const char* symbol) {
+  void* address = ::dlsym(RTLD_DEFAULT, symbol);
+  Dl_info where{};
+  if (address == nullptr || ::dladdr(address, &where) == 0 ||
+      where.dli_fname == nullptr) {
+    return "";
+  }
+  return where.dli_fname;
+}
+
+/// Whether the loaded object `file`, or a library it depends on, is
+/// OpenBLAS. Debian's libblas.so.3 for OpenBLAS is a shim over
+/// libopenblas.so.0; BLIS's is not, though Debian's liblapack.so.3 still
+/// brings libopenblas into the process beside it.
+bool is_openblas(const std::string& file) {
+  void* handle = ::dlopen(file.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) {
+    return false;
+  }
+  const bool found = ::dlsym(handle, "openblas_get_corename") != nullptr;
+  ::dlclose(handle);
+  return found;
+}
+
 }  // namespace
 
 std::string BlasInfo::describe() const {
   if (!openblas) {
-    return "not OpenBLAS (no openblas_get_corename in the process)";
+    return sgemm_library.empty()
+               ? "not OpenBLAS (no openblas_get_corename in the process)"
+               : "not OpenBLAS (sgemm_ from " + sgemm_library + ")";
   }
   return "OpenBLAS (" + config + "), kernels " + kernels;
 }
 
 BlasInfo loaded_blas() {
   BlasInfo info;
+  info.sgemm_library = defining_file("sgemm_");
   using Name = char* (*)();
   const auto corename = openblas_symbol<Name>("openblas_get_corename");
-  if (corename == nullptr) {
+  // OpenBLAS computes unless the sgemm_ the process calls is another
+  // library's (a libtorch that calls no sgemm_ leaves only the first test).
+  if (corename == nullptr ||
+      (!info.sgemm_library.empty() && !is_openblas(info.sgemm_library))) {
     return info;
   }
   info.openblas = true;

@@ -34,8 +34,12 @@ inline constexpr const char* kRefusedVar = "BATON_BLAS_REFUSED";
 
 /// The BLAS this process computes with.
 struct BlasInfo {
-  /// True when it is OpenBLAS (its symbols are in the process).
+  /// True when OpenBLAS serves sgemm_ (not merely loaded: Debian's
+  /// liblapack.so.3 brings libopenblas in even where libblas.so.3 is
+  /// another BLAS, e.g. BLIS through LD_LIBRARY_PATH).
   bool openblas = false;
+  /// The file the process's sgemm_ comes from; "" when it has none.
+  std::string sgemm_library;
   /// OpenBLAS's kernel set ("Haswell", "Prescott", ...); "" otherwise.
   std::string kernels;
   /// openblas_get_config(): version and build options; "" otherwise.

@@ -21,9 +21,10 @@ bool isa_supported(Isa isa) {
     case Isa::kAvx512:
       // The flags attention_kernel_avx512.cpp is built with.
       return __builtin_cpu_supports("avx512f") &&
-          __builtin_cpu_supports("avx512vl") &&
-          __builtin_cpu_supports("avx512bw") &&
-          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
+             __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("fma");
   }
   return false;
 }
@@ -77,17 +78,14 @@ int64_t probs_floats(int64_t seq_len) {
 }
 
 const HeadKernels& head_kernels(Isa isa) {
-  static const HeadKernels kernels[] = {
-      {baseline::head_forward, baseline::head_backward},
-      {avx2::head_forward, avx2::head_backward},
-      {avx512::head_forward, avx512::head_backward},
-  };
+  static const HeadKernels* const kernels[] = {
+      &baseline::kKernels, &avx2::kKernels, &avx512::kKernels};
   if (!isa_supported(isa)) {
     throw std::invalid_argument(
         std::string("[attention] this CPU does not run the ") + isa_name(isa) +
         " kernels; it runs up to " + isa_name(best_isa()));
   }
-  return kernels[static_cast<int>(isa)];
+  return *kernels[static_cast<int>(isa)];
 }
 
 const HeadKernels& head_kernels() {

@@ -5,11 +5,11 @@
 // choosing the instructions. Written on GCC's vector types of 16 floats,
 // which each file's flags lower to its registers.
 //
-// Everything here has internal linkage and uses no standard-library
-// template: an inline function with external linkage, compiled in each of
-// these files with different instruction sets, would be merged by the
-// linker into one copy, and the baseline kernel could end up calling AVX-512
-// code.
+// Everything here but kKernels has internal linkage, and nothing uses a
+// standard-library template: an inline function with external linkage,
+// compiled in each of these files with different instruction sets, would
+// be merged by the linker into one copy, and the baseline kernel could end
+// up calling AVX-512 code.
 
 #if !defined(BATON_ATTENTION_ISA_NS) || !defined(BATON_ATTENTION_TILE)
 #error "define BATON_ATTENTION_ISA_NS and BATON_ATTENTION_TILE first"
@@ -70,10 +70,7 @@ struct Dims {
 
 Dims dims_of(int64_t seq_len, int64_t head_dim) {
   return {
-      seq_len,
-      head_dim,
-      round_up(seq_len, kLanes),
-      round_up(head_dim, kLanes)};
+      seq_len, head_dim, round_up(seq_len, kLanes), round_up(head_dim, kLanes)};
 }
 
 /// exp(x) for x <= 0 (softmax's shifted scores), Cephes' polynomial with
@@ -98,11 +95,7 @@ Vec exp_nonpositive(Vec x) {
 
 /// (n, D) rows -> (rows_out, Dp), zero beyond n rows and D columns.
 void pad_rows(
-    const float* src,
-    int64_t n,
-    const Dims& d,
-    int64_t rows_out,
-    float* dst) {
+    const float* src, int64_t n, const Dims& d, int64_t rows_out, float* dst) {
   std::memset(dst, 0, sizeof(float) * rows_out * d.Dp);
   for (int64_t i = 0; i < n; ++i) {
     std::memcpy(dst + i * d.Dp, src + i * d.D, sizeof(float) * d.D);
@@ -123,6 +116,19 @@ void transpose_pad(const float* src, const Dims& d, float* dst) {
 /// two products) held in registers at once beside the group's rows: as
 /// many as the ISA's registers hold without spilling.
 constexpr int64_t kTile = BATON_ATTENTION_TILE;
+
+/// Calls tile.template operator()<chunks>(at) over [0, end) in whole
+/// chunks: kTile chunks at a time, then one at a time.
+template <class Tile>
+void over_chunks(int64_t end, const Tile& tile) {
+  int64_t at = 0;
+  for (; at + kTile * kLanes <= end; at += kTile * kLanes) {
+    tile.template operator()<kTile>(at);
+  }
+  for (; at < end; at += kLanes) {
+    tile.template operator()<1>(at);
+  }
+}
 
 /// out[r][j] = sum_c a[i0 + r][c] bt[c][j] over `chunks` chunks of keys
 /// from j0. One load of each chunk of bt serves the group's rows.
@@ -171,13 +177,9 @@ void rows_times_columns(
     float* out,
     int64_t stride) {
   const float* rows = a + i0 * d.Dp;
-  int64_t j0 = 0;
-  for (; j0 + kTile * kLanes <= jend; j0 += kTile * kLanes) {
-    rows_times_columns_tile<kTile>(rows, bt, d, j0, out, stride);
-  }
-  for (; j0 < jend; j0 += kLanes) {
-    rows_times_columns_tile<1>(rows, bt, d, j0, out, stride);
-  }
+  over_chunks(jend, [&]<int64_t chunks>(int64_t j0) {
+    rows_times_columns_tile<chunks>(rows, bt, d, j0, out, stride);
+  });
 }
 
 /// Turns the group's scores s (kRows, width) into causal probabilities:
@@ -231,10 +233,13 @@ void probs_times_rows_tile(
     int64_t jend,
     int64_t c0,
     float* out) {
-  // Two sets of sums, for even and odd keys: each sum then waits on its
-  // own previous FMA only every other key.
-  Vec acc[2][kRows][chunks];
-  for (int64_t e = 0; e < 2; ++e) {
+  // With one chunk, two sets of sums, for even and odd keys: each sum then
+  // waits on its own previous FMA only every other key. With more, the
+  // chunks' sums already overlap (and a second set would not fit in the
+  // registers).
+  constexpr int64_t sets = chunks == 1 ? 2 : 1;
+  Vec acc[sets][kRows][chunks];
+  for (int64_t e = 0; e < sets; ++e) {
     for (int64_t r = 0; r < kRows; ++r) {
       for (int64_t n = 0; n < chunks; ++n) {
         acc[e][r][n] = Vec{};
@@ -254,16 +259,21 @@ void probs_times_rows_tile(
     }
   };
   int64_t j = 0;
-  for (; j + 2 <= jend; j += 2) {
-    add_key(acc[0], j);
-    add_key(acc[1], j + 1);
+  for (; j + sets <= jend; j += sets) {
+    for (int64_t e = 0; e < sets; ++e) {
+      add_key(acc[e], j + e);
+    }
   }
-  if (j < jend) {
+  for (; j < jend; ++j) {
     add_key(acc[0], j);
   }
   for (int64_t r = 0; r < kRows; ++r) {
     for (int64_t n = 0; n < chunks; ++n) {
-      store(out + r * d.Dp + c0 + n * kLanes, acc[0][r][n] + acc[1][r][n]);
+      Vec sum = acc[0][r][n];
+      for (int64_t e = 1; e < sets; ++e) {
+        sum += acc[e][r][n];
+      }
+      store(out + r * d.Dp + c0 + n * kLanes, sum);
     }
   }
 }
@@ -277,13 +287,9 @@ void probs_times_rows(
     const Dims& d,
     int64_t jend,
     float* out) {
-  int64_t c0 = 0;
-  for (; c0 + kTile * kLanes <= d.Dp; c0 += kTile * kLanes) {
-    probs_times_rows_tile<kTile>(p, stride, v, d, jend, c0, out);
-  }
-  for (; c0 < d.Dp; c0 += kLanes) {
-    probs_times_rows_tile<1>(p, stride, v, d, jend, c0, out);
-  }
+  over_chunks(d.Dp, [&]<int64_t chunks>(int64_t c0) {
+    probs_times_rows_tile<chunks>(p, stride, v, d, jend, c0, out);
+  });
 }
 
 /// acc[j][c] += sum_r coef[r][j] rows[r][c] for j < jend over `chunks`
@@ -331,23 +337,15 @@ void accumulate_rows(
     const Dims& d,
     int64_t jend,
     float* acc) {
-  int64_t c0 = 0;
-  for (; c0 + kTile * kLanes <= d.Dp; c0 += kTile * kLanes) {
-    accumulate_rows_tile<kTile>(coef, stride, rows, d, jend, c0, acc);
-  }
-  for (; c0 < d.Dp; c0 += kLanes) {
-    accumulate_rows_tile<1>(coef, stride, rows, d, jend, c0, acc);
-  }
+  over_chunks(d.Dp, [&]<int64_t chunks>(int64_t c0) {
+    accumulate_rows_tile<chunks>(coef, stride, rows, d, jend, c0, acc);
+  });
 }
 
 /// Copies `rows` rows of a (rows, Dp) buffer to rows i0 .. i0 + rows of a
 /// (T, D) tensor.
 void store_rows(
-    const float* src,
-    int64_t i0,
-    int64_t rows,
-    const Dims& d,
-    float* dst) {
+    const float* src, int64_t i0, int64_t rows, const Dims& d, float* dst) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* from = src + r * d.Dp;
     float* to = dst + (i0 + r) * d.D;
@@ -360,8 +358,6 @@ void store_rows(
     }
   }
 }
-
-}  // namespace
 
 void head_forward(
     const float* q,
@@ -464,5 +460,10 @@ void head_backward(
   store_rows(gkp, 0, d.T, d, gk);
   store_rows(gvp, 0, d.T, d, gv);
 }
+
+}  // namespace
+
+// Declared extern in attention_kernel_isa.h: the one name each file exports.
+const HeadKernels kKernels{head_forward, head_backward};
 
 }  // namespace baton::llama::attention_kernel::BATON_ATTENTION_ISA_NS

@@ -6,33 +6,14 @@
 
 #include "models/llama/attention_kernel.h"
 
-#define BATON_ATTENTION_DECLARE_ISA(ns)                                  \
-  namespace baton::llama::attention_kernel::ns {                         \
-  void head_forward(                                                     \
-      const float* q,                                                    \
-      const float* k,                                                    \
-      const float* v,                                                    \
-      int64_t seq_len,                                                   \
-      int64_t head_dim,                                                  \
-      float* out,                                                        \
-      float* probs,                                                      \
-      float* scratch);                                                   \
-  void head_backward(                                                    \
-      const float* q,                                                    \
-      const float* k,                                                    \
-      const float* v,                                                    \
-      const float* probs,                                                \
-      const float* gout,                                                 \
-      int64_t seq_len,                                                   \
-      int64_t head_dim,                                                  \
-      float* gq,                                                         \
-      float* gk,                                                         \
-      float* gv,                                                         \
-      float* scratch);                                                   \
-  }
-
-BATON_ATTENTION_DECLARE_ISA(baseline)
-BATON_ATTENTION_DECLARE_ISA(avx2)
-BATON_ATTENTION_DECLARE_ISA(avx512)
-
-#undef BATON_ATTENTION_DECLARE_ISA
+namespace baton::llama::attention_kernel {
+namespace baseline {
+extern const HeadKernels kKernels;
+}  // namespace baseline
+namespace avx2 {
+extern const HeadKernels kKernels;
+}  // namespace avx2
+namespace avx512 {
+extern const HeadKernels kKernels;
+}  // namespace avx512
+}  // namespace baton::llama::attention_kernel

@@ -226,6 +226,30 @@ at::Tensor block_probs(
   return at::_softmax(scores, -1, false);
 }
 
+/// Attention's inputs as both autograd functions keep them: q carrying the
+/// 1 / sqrt(D) factor, all three contiguous, saved for the backward with
+/// the factor and whether the caller had applied it.
+struct AttentionInputs {
+  at::Tensor q, k, v;
+};
+
+AttentionInputs save_attention_inputs(
+    AutogradContext* ctx,
+    const at::Tensor& q,
+    const at::Tensor& k,
+    const at::Tensor& v,
+    bool q_scaled) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  AttentionInputs in{
+      q_scaled ? q.contiguous() : (q * scale).contiguous(),
+      k.contiguous(),
+      v.contiguous()};
+  ctx->save_for_backward({in.q, in.k, in.v});
+  ctx->saved_data["q_scaled"] = q_scaled;
+  ctx->saved_data["scale"] = scale;
+  return in;
+}
+
 class BlockedCausalAttention
     : public torch::autograd::Function<BlockedCausalAttention> {
  public:
@@ -237,14 +261,8 @@ class BlockedCausalAttention
       bool q_scaled,
       int64_t block) {
     const int64_t BH = q.size(0) * q.size(1), T = q.size(2), D = q.size(3);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-    const auto qs = q_scaled ? q.contiguous() : (q * scale).contiguous();
-    const auto kc = k.contiguous();
-    const auto vc = v.contiguous();
-    ctx->save_for_backward({qs, kc, vc});
-    ctx->saved_data["q_scaled"] = q_scaled;
+    const auto [qs, kc, vc] = save_attention_inputs(ctx, q, k, v, q_scaled);
     ctx->saved_data["block"] = block;
-    ctx->saved_data["scale"] = scale;
     // Under an op-selective checkpoint the first forward keeps the output
     // only; the recomputation takes it back, and the backward recomputes
     // each block's probabilities as it reaches it.
@@ -351,8 +369,7 @@ void for_kernel_heads(
     int64_t seq_len,
     int64_t head_dim,
     const std::function<void(int64_t, float*)>& body) {
-  const int64_t scratch =
-      attention_kernel::scratch_floats(seq_len, head_dim);
+  const int64_t scratch = attention_kernel::scratch_floats(seq_len, head_dim);
   at::parallel_for(0, heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> buffer(scratch);
     for (int64_t h = begin; h < end; ++h) {
@@ -362,8 +379,8 @@ void for_kernel_heads(
 }
 
 /// Causal attention on the CPU in float32, head by head in
-/// attention_kernel.h's kernel. Saves the probabilities packed by rows
-/// (half of (T, T) per head, as the blocked path keeps).
+/// attention_kernel.h's kernel. Saves the probabilities in the kernel's
+/// layout (about half of (T, T) per head, as the blocked path keeps).
 class KernelCausalAttention
     : public torch::autograd::Function<KernelCausalAttention> {
  public:
@@ -374,13 +391,7 @@ class KernelCausalAttention
       const at::Tensor& v,
       bool q_scaled) {
     const int64_t BH = q.size(0) * q.size(1), T = q.size(2), D = q.size(3);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-    const auto qs = q_scaled ? q.contiguous() : (q * scale).contiguous();
-    const auto kc = k.contiguous();
-    const auto vc = v.contiguous();
-    ctx->save_for_backward({qs, kc, vc});
-    ctx->saved_data["q_scaled"] = q_scaled;
-    ctx->saved_data["scale"] = scale;
+    const auto [qs, kc, vc] = save_attention_inputs(ctx, q, k, v, q_scaled);
     // Under an op-selective checkpoint the first forward keeps the output
     // only; the recomputation takes it back, and the backward recomputes
     // the probabilities.
@@ -389,10 +400,9 @@ class KernelCausalAttention
       return ops->take().at(0);
     }
     auto out = at::empty_like(qs);  // (B, H, T, D)
-    at::Tensor probs;  // (B * H, T (T + 1) / 2)
+    at::Tensor probs;               // (B * H, probs_floats(T))
     if (ops == nullptr) {
-      probs = at::empty(
-          {BH, attention_kernel::probs_floats(T)}, qs.options());
+      probs = at::empty({BH, attention_kernel::probs_floats(T)}, qs.options());
     }
     const auto forward = attention_kernel::head_kernels().forward;
     const float* qp = qs.data_ptr<float>();
@@ -400,7 +410,8 @@ class KernelCausalAttention
     const float* vp = vc.data_ptr<float>();
     float* op = out.data_ptr<float>();
     float* pp = probs.defined() ? probs.data_ptr<float>() : nullptr;
-    const int64_t head = T * D, packed = probs.defined() ? probs.size(1) : 0;
+    const int64_t head = T * D,
+                  head_probs = probs.defined() ? probs.size(1) : 0;
     for_kernel_heads(BH, T, D, [&](int64_t h, float* scratch) {
       forward(
           qp + h * head,
@@ -409,7 +420,7 @@ class KernelCausalAttention
           T,
           D,
           op + h * head,
-          pp == nullptr ? nullptr : pp + h * packed,
+          pp == nullptr ? nullptr : pp + h * head_probs,
           scratch);
     });
     if (ops != nullptr) {
@@ -427,8 +438,8 @@ class KernelCausalAttention
     // Kept by the forward, or (after an op-selective checkpoint's replay)
     // recomputed by the kernel.
     const at::Tensor probs = ctx->saved_data.count("probs") != 0
-        ? ctx->saved_data["probs"].toTensor()
-        : at::Tensor();
+                                 ? ctx->saved_data["probs"].toTensor()
+                                 : at::Tensor();
     const auto gout = grads[0].contiguous();
     auto gq = at::empty_like(qs);
     auto gk = at::empty_like(qs);
@@ -442,13 +453,14 @@ class KernelCausalAttention
     float* gqp = gq.data_ptr<float>();
     float* gkp = gk.data_ptr<float>();
     float* gvp = gv.data_ptr<float>();
-    const int64_t head = T * D, packed = probs.defined() ? probs.size(1) : 0;
+    const int64_t head = T * D,
+                  head_probs = probs.defined() ? probs.size(1) : 0;
     for_kernel_heads(BH, T, D, [&](int64_t h, float* scratch) {
       backward(
           qp + h * head,
           kp + h * head,
           vp + h * head,
-          pp == nullptr ? nullptr : pp + h * packed,
+          pp == nullptr ? nullptr : pp + h * head_probs,
           gp + h * head,
           T,
           D,
@@ -517,9 +529,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 namespace {
 
 void check_attention_shapes(
-    const at::Tensor& q,
-    const at::Tensor& k,
-    const at::Tensor& v) {
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   TORCH_CHECK(
       q.dim() == 4 && q.sizes() == k.sizes() && q.sizes() == v.sizes(),
       "[attention] q, k and v must have the same (B, H, T, D) shape; got ",

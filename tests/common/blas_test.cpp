@@ -33,13 +33,30 @@ BlasInfo openblas(const std::string& kernels) {
 TEST(Blas, TheLoadedOpenBlasAndTheCpuAreFound) {
   const BlasInfo blas = loaded_blas();
   std::cout << "loaded: " << blas.describe() << "\n";
-  // libtorch here links Debian's OpenBLAS.
+  // libtorch here links Debian's OpenBLAS, and its sgemm_ is the one the
+  // process calls.
   EXPECT_TRUE(blas.openblas);
   EXPECT_FALSE(blas.kernels.empty());
+  EXPECT_FALSE(blas.sgemm_library.empty());
   const CpuSimd cpu = cpu_simd();
   std::cout << "cpu: " << cpu.model << " avx2 " << cpu.avx2 << " avx512f "
             << cpu.avx512f << " avx512_bf16 " << cpu.avx512bf16 << "\n";
   EXPECT_FALSE(cpu.model.empty());
+}
+
+TEST(Blas, AnotherBlasServingSgemmIsNamedAndLeftAlone) {
+  // As loaded_blas() reports BLIS through LD_LIBRARY_PATH beside Debian's
+  // liblapack (which brings libopenblas in): not OpenBLAS, named by file.
+  BlasInfo blis;
+  blis.sgemm_library = "/usr/lib/x86_64-linux-gnu/blis-openmp/libblas.so.3";
+  EXPECT_EQ(
+      blis.describe(),
+      "not OpenBLAS (sgemm_ from "
+      "/usr/lib/x86_64-linux-gnu/blis-openmp/libblas.so.3)");
+  const KernelChoice choice =
+      choose_kernels("auto", blis, avx512_bf16(), "", "");
+  EXPECT_EQ(choice.kernels, "");
+  EXPECT_NE(choice.why.find("not OpenBLAS"), std::string::npos) << choice.why;
 }
 
 TEST(Blas, AutoTakesTheFastestSetTheCpuRunsOverASlowerOne) {

@@ -60,7 +60,13 @@ TEST(AttentionKernel, EverySupportedIsaMatchesTheReference) {
     // Rows and columns that fill the 16-lane chunks and the 4-row groups,
     // and ones that leave them short.
     for (const auto& [T, D] : std::vector<std::pair<int64_t, int64_t>>{
-             {1, 8}, {5, 16}, {16, 16}, {37, 24}, {64, 64}, {67, 40}}) {
+             {1, 8},
+             {5, 16},
+             {16, 16},
+             {37, 24},
+             {64, 64},
+             {67, 40},
+             {33, 128}}) {
       SCOPED_TRACE(
           std::string(isa_name(isa)) + " T " + std::to_string(T) + " D " +
           std::to_string(D));
@@ -86,8 +92,7 @@ TEST(AttentionKernel, EverySupportedIsaMatchesTheReference) {
 
       for (const bool kept : {true, false}) {
         SCOPED_TRACE(kept ? "probabilities kept" : "recomputed");
-        std::vector<float> gq(T * D, -1.0f), gk(T * D, -1.0f),
-            gv(T * D, -1.0f);
+        std::vector<float> gq(T * D, -1.0f), gk(T * D, -1.0f), gv(T * D, -1.0f);
         kernels.backward(
             q.data_ptr<float>(),
             k.data_ptr<float>(),

@@ -1,5 +1,6 @@
 // The fused rotary embedding, RMSNorm and causal attention (the kernel and
-// the blocked path) against the plain ATen formulas, computed in float64 with autograd: values and gradients.
+// the blocked path) against the plain ATen formulas, computed in float64 with
+// autograd: values and gradients.
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -102,71 +103,12 @@ TEST(FusedOps, RmsNormMatchesTheFormulaWithGradients) {
   EXPECT_THROW(rms_norm(x, torch::ones({23}), eps), c10::Error);
 }
 
-class BlockedAttention
-    : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, bool, int>> {
-};
-
-TEST_P(BlockedAttention, MatchesFullSoftmaxAttentionWithGradients) {
-  const auto [T, block, q_scaled, threads] = GetParam();
-  // With 2 threads the heads are split among them (fused_ops.cpp).
-  const int threads_before = at::get_num_threads();
-  at::set_num_threads(threads);
-  torch::manual_seed(T * 100 + block);
-  const int64_t B = 2, H = 3, D = 8;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  const auto q = torch::randn({B, H, T, D});
-  const auto k = torch::randn({B, H, T, D});
-  const auto v = torch::randn({B, H, T, D});
-  const auto gy = torch::randn({B, H, T, D});
-
-  auto qf = q.clone().requires_grad_(true);
-  auto kf = k.clone().requires_grad_(true);
-  auto vf = v.clone().requires_grad_(true);
-  // A transposed view for q: the function must not assume contiguity.
-  const auto q_in = q_scaled ? qf * scale : qf;
-  const auto y = blocked_causal_attention(
-      q_in.transpose(1, 2).contiguous().transpose(1, 2),
-      kf,
-      vf,
-      q_scaled,
-      block);
-  y.backward(gy);
-
-  auto qr = q.to(torch::kDouble).requires_grad_(true);
-  auto kr = k.to(torch::kDouble).requires_grad_(true);
-  auto vr = v.to(torch::kDouble).requires_grad_(true);
-  const auto yr = reference_attention(qr, kr, vr);
-  yr.backward(gy.to(torch::kDouble));
-
-  const auto close = [](const at::Tensor& a, const at::Tensor& b) {
-    return torch::allclose(a.to(torch::kDouble), b, 1e-4, 1e-5);
-  };
-  EXPECT_TRUE(close(y, yr));
-  EXPECT_TRUE(close(qf.grad(), qr.grad()));
-  EXPECT_TRUE(close(kf.grad(), kr.grad()));
-  EXPECT_TRUE(close(vf.grad(), vr.grad()));
-  at::set_num_threads(threads_before);
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Shapes,
-    BlockedAttention,
-    ::testing::Values(
-        std::make_tuple(16, 16, false, 1),  // one block
-        std::make_tuple(16, 4, false, 1),   // whole blocks
-        std::make_tuple(13, 4, false, 1),   // a short last block
-        std::make_tuple(13, 64, true, 1),   // block longer than the sequence
-        std::make_tuple(9, 2, true, 1),
-        std::make_tuple(16, 4, false, 2),  // heads split between 2 threads
-        std::make_tuple(13, 4, true, 2)));
-
-class KernelAttention
-    : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, bool, int>> {
-};
-
-TEST_P(KernelAttention, MatchesFullSoftmaxAttentionWithGradients) {
-  const auto [T, D, q_scaled, threads] = GetParam();
-  // With 2 threads the heads are split among them.
+/// Runs attend(q, k, v, q_scaled) with `threads` ATen threads on random
+/// (2, 3, T, D) inputs given as views that are not contiguous, and checks
+/// its output and gradients against reference_attention in float64.
+template <class Attend>
+void expect_attention_matches_reference(
+    int64_t T, int64_t D, bool q_scaled, int threads, const Attend& attend) {
   const int threads_before = at::get_num_threads();
   at::set_num_threads(threads);
   torch::manual_seed(T * 100 + D);
@@ -180,9 +122,8 @@ TEST_P(KernelAttention, MatchesFullSoftmaxAttentionWithGradients) {
   auto qf = q.clone().requires_grad_(true);
   auto kf = k.clone().requires_grad_(true);
   auto vf = v.clone().requires_grad_(true);
-  // Views that are not contiguous: the function must not assume it.
   const auto q_in = q_scaled ? qf * scale : qf;
-  const auto y = causal_attention(
+  const auto y = attend(
       q_in.transpose(1, 2).contiguous().transpose(1, 2),
       kf.transpose(0, 1).contiguous().transpose(0, 1),
       vf,
@@ -205,6 +146,57 @@ TEST_P(KernelAttention, MatchesFullSoftmaxAttentionWithGradients) {
   at::set_num_threads(threads_before);
 }
 
+class BlockedAttention
+    : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, bool, int>> {
+};
+
+TEST_P(BlockedAttention, MatchesFullSoftmaxAttentionWithGradients) {
+  const auto [T, block, q_scaled, threads] = GetParam();
+  // With 2 threads the heads are split among them (fused_ops.cpp).
+  expect_attention_matches_reference(
+      T,
+      8,
+      q_scaled,
+      threads,
+      [block = block](
+          const at::Tensor& q,
+          const at::Tensor& k,
+          const at::Tensor& v,
+          bool scaled) {
+        return blocked_causal_attention(q, k, v, scaled, block);
+      });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes,
+    BlockedAttention,
+    ::testing::Values(
+        std::make_tuple(16, 16, false, 1),  // one block
+        std::make_tuple(16, 4, false, 1),   // whole blocks
+        std::make_tuple(13, 4, false, 1),   // a short last block
+        std::make_tuple(13, 64, true, 1),   // block longer than the sequence
+        std::make_tuple(9, 2, true, 1),
+        std::make_tuple(16, 4, false, 2),  // heads split between 2 threads
+        std::make_tuple(13, 4, true, 2)));
+
+class KernelAttention
+    : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, bool, int>> {
+};
+
+TEST_P(KernelAttention, MatchesFullSoftmaxAttentionWithGradients) {
+  const auto [T, D, q_scaled, threads] = GetParam();
+  // With 2 threads the heads are split among them.
+  expect_attention_matches_reference(
+      T,
+      D,
+      q_scaled,
+      threads,
+      [](const at::Tensor& q,
+         const at::Tensor& k,
+         const at::Tensor& v,
+         bool scaled) { return causal_attention(q, k, v, scaled); });
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes,
     KernelAttention,
@@ -214,7 +206,8 @@ INSTANTIATE_TEST_SUITE_P(
         std::make_tuple(16, 16, true, 1),   // whole chunks
         std::make_tuple(37, 24, false, 1),  // a short last chunk of each
         std::make_tuple(70, 64, true, 1),
-        std::make_tuple(37, 16, false, 2),  // heads split between 2 threads
+        std::make_tuple(33, 128, false, 1),  // Llama 3's head width
+        std::make_tuple(37, 16, false, 2),   // heads split between 2 threads
         std::make_tuple(21, 64, true, 2)));
 
 TEST(FusedOps, AttentionOnTwoThreadsKeepsTheCallersInferenceMode) {
