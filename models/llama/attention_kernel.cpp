@@ -12,7 +12,7 @@ bool isa_supported(Isa isa) {
 #if !defined(__x86_64__)
   // attention_kernel_avx*.cpp are built without their flags off x86.
   return isa == Isa::kBaseline;
-#endif
+#else
   switch (isa) {
     case Isa::kBaseline:
       return true;
@@ -27,6 +27,7 @@ bool isa_supported(Isa isa) {
              __builtin_cpu_supports("fma");
   }
   return false;
+#endif
 }
 
 Isa best_isa() {
