@@ -206,6 +206,12 @@ TrainArgs parse_train(const std::vector<std::string>& args) {
             ": unknown format; allowed: text, "
             "json (--dry-run alone is text)");
       }
+    } else if (name == "device") {
+      out.device = option.value();
+      if (out.device != "cpu" && out.device != "cuda") {
+        throw ConfigError(
+            "--device " + out.device + ": unknown device; allowed: cpu, cuda");
+      }
     } else if (name == "nproc") {
       out.nproc = parse_count("--nproc", option.value());
     } else if (name == "max-restarts") {
@@ -217,6 +223,12 @@ TrainArgs parse_train(const std::vector<std::string>& args) {
     }
   }
   require(!out.config_paths.empty(), "train", "--config FILE");
+  if (!out.device.empty() && out.dry_run.empty()) {
+    throw ConfigError(
+        "--device " + out.device +
+        ": applies to --dry-run only (a run computes on CUDA when the "
+        "machine has it, else on the CPU)");
+  }
   if (out.max_restarts > 0 && out.nproc == 0) {
     throw ConfigError(
         "--max-restarts " + std::to_string(out.max_restarts) +
@@ -542,7 +554,7 @@ CommandUsage train_usage() {
       "trains a model from a YAML job config",
       {"baton train --config FILE [--config FILE ...]",
        "            [--nproc N [--max-restarts R]] [--SECTION.KEY=VALUE ...]",
-       "            [--print-config] [--dry-run[=text|json]]"},
+       "            [--print-config] [--dry-run[=text|json] [--device D]]"},
       {{"config",
         "--config FILE",
         "the YAML job config (see configs/); repeated, later files set "
@@ -567,7 +579,12 @@ CommandUsage train_usage() {
         "--dry-run[=text|json]",
         "prints what every rank would hold (stages, parameters, memory) "
         "without allocating a weight, for --nproc's world (else the "
-        "degrees'), and exits"}}};
+        "degrees'), and exits"},
+       {"device",
+        "--device cpu|cuda",
+        "with --dry-run: the device the run would compute on (what "
+        "attention keeps, what auto precision takes); default this "
+        "machine's"}}};
 }
 
 // `baton schedule`.

@@ -17,6 +17,9 @@ struct TrainArgs {
   /// --dry-run: "" (train), "text" or "json" (print each rank's footprint
   /// for the world size and exit).
   std::string dry_run;
+  /// --device with --dry-run: "cpu" or "cuda", the device the run would
+  /// compute on; "": this machine's.
+  std::string device;
   /// Local ranks to launch; 0 = this process is one rank.
   int64_t nproc = 0;
   /// With nproc: how many times every rank is restarted after one fails.

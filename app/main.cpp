@@ -115,7 +115,11 @@ int run_train(const baton::TrainArgs& args, char** argv) {
   }
   if (!args.dry_run.empty()) {
     std::cout << baton::format_dry_run(
-        baton::dry_run(config, dry_run_world_size(config, args)), args.dry_run);
+        baton::dry_run(
+            config,
+            dry_run_world_size(config, args),
+            baton::DryRunOptions().device(args.device)),
+        args.dry_run);
     return 0;
   }
   // OpenBLAS's kernels (common/blas.h): chosen here, and for the ranks

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "data/tokenizer.h"
+#include "models/llama/fused_ops.h"
 #include "models/model_spec.h"
 #include "parallel/activation_checkpoint.h"
 #include "parallel/dist/mesh.h"
@@ -96,36 +97,65 @@ struct StageActivations {
   int64_t recompute = 0;
 };
 
+/// What attention keeps for backward per sequence of `seq_len` and block
+/// beyond q, k, v and its output, on `t` tensor-parallel ranks (a slice of
+/// the heads each): on the CPU the probabilities of the unmasked half
+/// (causal_attention's, in the compute dtype); on CUDA
+/// scaled_dot_product_attention's float32 log-sum-exp per row.
+int64_t attention_bytes(
+    const llama::ModelArgs& a,
+    int64_t seq_len,
+    int64_t t,
+    bool cuda,
+    int64_t dtype_bytes) {
+  const int64_t heads = a.n_heads / t;
+  if (cuda) {
+    return heads * seq_len * 4;
+  }
+  const bool kernel = dtype_bytes == 4;
+  return heads * llama::causal_attention_saved_elements(seq_len, kernel) *
+         dtype_bytes;
+}
+
 /// `ac`: the section as it applies to this stage (mode none where
-/// activation_checkpoint.stages leaves it out).
+/// activation_checkpoint.stages leaves it out). `attention`: attention's
+/// bytes per block for the microbatch (attention_bytes x its sequences),
+/// kept by a block that saves everything and by the one recomputing; the
+/// op-selective policy keeps attention's output only and its backward
+/// recomputes the rest.
 StageActivations stage_activations(
     const llama::ModelArgs& args,
     const ChunkSpec& chunk,
     const ActivationCheckpointConfig& ac,
     int64_t tokens,
+    int64_t attention,
     int64_t t,
     int64_t dtype_bytes) {
   const int64_t full = block_elements(args, t);
   const int64_t input = args.dim / t;
   const int64_t end = chunk.end_layer < 0 ? args.n_layers : chunk.end_layer;
   int64_t kept = 0;
-  int64_t recomputed = 0;  // the most one block recomputes at once
+  int64_t kept_attention = 0;  // blocks keeping attention's saved tensors
+  int64_t recomputed = 0;      // the most one block recomputes at once
+  int64_t recomputed_attention = 0;
   for (int64_t i = chunk.first_layer; i < end; ++i) {
     if (ac.mode == "full" ||
         (ac.mode == "selective" && ac.selective == "layer" &&
          (i + 1) % ac.selective_every == 0)) {
       kept += input;
       recomputed = full;
+      recomputed_attention = attention;
     } else if (ac.mode == "selective" && ac.selective == "op") {
       kept += block_elements_op(args, t);
       recomputed = full - block_elements_op(args, t);
     } else {
       kept += full;
+      kept_attention += attention;
     }
   }
   StageActivations a;
-  a.saved = kept * tokens * dtype_bytes;
-  a.recompute = recomputed * tokens * dtype_bytes;
+  a.saved = kept * tokens * dtype_bytes + kept_attention;
+  a.recompute = recomputed * tokens * dtype_bytes + recomputed_attention;
   if (chunk.embedding) {
     a.saved += tokens * 8;  // the ids the lookup's backward reads
   }
@@ -191,13 +221,14 @@ std::pair<int64_t, std::string> vocabulary(
   return {tokenizer->vocab_size(), "tokenizer " + m.tokenizer};
 }
 
-std::pair<int64_t, std::string> compute_dtype(const JobConfig& config) {
+std::pair<int64_t, std::string> compute_dtype(
+    const JobConfig& config, bool cuda) {
   const std::string& p = config.training.mixed_precision_param;
   if (p == "bfloat16") {
     return {2, "bfloat16"};
   }
   if (p == "auto") {
-    if (torch::cuda::is_available()) {
+    if (cuda) {
       return {2, "bfloat16 (auto, on CUDA)"};
     }
     return {
@@ -269,8 +300,17 @@ DryRunReport dry_run(
       throw_config_error(config.origin(problem->key), problem->message);
     }
   }
-  const auto [dtype_bytes, dtype] = compute_dtype(config);
+  const bool cuda = options.device().empty() ? torch::cuda::is_available()
+                                             : options.device() == "cuda";
+  const auto [dtype_bytes, dtype] = compute_dtype(config, cuda);
   report.compute_dtype = dtype;
+  report.device = cuda ? "cuda" : "cpu";
+  report.attention_saved =
+      cuda ? "its float32 log-sum-exp per row (scaled_dot_product_attention)"
+      : dtype_bytes == 4
+          ? "the probabilities of the unmasked half (the CPU kernel's layout)"
+          : "the probabilities of the unmasked half (blocks of " +
+                std::to_string(llama::kAttentionBlockRows) + " rows)";
   report.activation_checkpoint = describe_ac(config.activation_checkpoint);
 
   // The stages and where they live, as PipelineTrainerBuilder makes them.
@@ -426,7 +466,14 @@ DryRunReport dry_run(
         ac.mode = "none";
       }
       const StageActivations activations = stage_activations(
-          args, chunks[s], ac, report.microbatch_tokens, dims.tp, dtype_bytes);
+          args,
+          chunks[s],
+          ac,
+          report.microbatch_tokens,
+          rows * attention_bytes(
+                     args, config.training.seq_len, dims.tp, cuda, dtype_bytes),
+          dims.tp,
+          dtype_bytes);
       stage.activation_bytes = activations.saved;
       stage.recompute_bytes = activations.recompute;
       r.recompute_bytes = std::max(r.recompute_bytes, activations.recompute);
@@ -562,6 +609,8 @@ std::string format_json(const DryRunReport& report) {
       {"microbatches", report.microbatches},
       {"microbatch_tokens", report.microbatch_tokens},
       {"compute_dtype", report.compute_dtype},
+      {"device", report.device},
+      {"attention_saved", report.attention_saved},
       {"activation_checkpoint", report.activation_checkpoint},
       {"ranks", ranks}};
   return out.dump(1) + "\n";
@@ -581,8 +630,9 @@ std::string format_text(const DryRunReport& report) {
   } else {
     out << "micro-step: " << report.microbatch_tokens << " tokens per rank\n";
   }
-  out << "compute " << report.compute_dtype << "; activation checkpointing "
-      << report.activation_checkpoint
+  out << "compute " << report.compute_dtype << " on " << report.device
+      << "; attention keeps " << report.attention_saved
+      << "; activation checkpointing " << report.activation_checkpoint
       << "; AdamW: two float32 states per parameter; no weight allocated\n\n";
   out << "ranks | coordinates (pp dp_replicate dp_shard tp) | stages held | "
          "parameters | weights | gradients | optimizer | gathered/cast | "

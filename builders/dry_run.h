@@ -94,6 +94,12 @@ struct DryRunReport {
   int64_t microbatch_tokens = 0;
   /// "float32" or "bfloat16", and why when auto chose it.
   std::string compute_dtype;
+  /// "cpu" or "cuda": where the run computes, which decides what attention
+  /// keeps for backward.
+  std::string device;
+  /// What attention keeps per block for backward beyond its inputs and
+  /// output ("probabilities of the unmasked half (CPU kernel)", ...).
+  std::string attention_saved;
   std::string activation_checkpoint;
   std::vector<DryRunRank> ranks;
 };
@@ -139,6 +145,9 @@ struct DryRunOptions {
   /// The schedule of the config when the caller has made it already (its
   /// stages and their ranks are read from it); null: the dry run makes it.
   TORCH_ARG(SchedulePointer, schedule) = nullptr;
+  /// "cpu" or "cuda": the device the run computes on (a planner's cost
+  /// file's); "": this machine's, CUDA when it has one.
+  TORCH_ARG(std::string, device) = "";
 };
 
 /// Builds the layout of `config` for `world_size` ranks on every rank's

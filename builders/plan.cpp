@@ -274,6 +274,12 @@ PlanCosts load_plan_costs(const std::string& path) {
           "float32 | bfloat16");
     }
   }
+  if (top.has("device")) {
+    costs.device = top.text("device");
+    if (costs.device != "cpu" && costs.device != "cuda") {
+      top.fail("device", "'" + costs.device + "' is not allowed", "cpu | cuda");
+    }
+  }
   return costs;
 }
 
@@ -305,6 +311,9 @@ std::string plan_costs_to_json(const PlanCosts& costs) {
   }
   if (!costs.compute_dtype.empty()) {
     out["compute_dtype"] = costs.compute_dtype;
+  }
+  if (!costs.device.empty()) {
+    out["device"] = costs.device;
   }
   return out.dump(2) + "\n";
 }
@@ -388,6 +397,7 @@ PlanCosts plan_costs_from_flops(
   costs.all_gather = costs.all_reduce;
   costs.reduce_scatter = costs.all_reduce;
   costs.memory_per_rank_gib = 80.0;
+  costs.device = "cuda";
   return costs;
 }
 
@@ -775,8 +785,10 @@ bool score(
     const CachedSchedule* schedule,
     int64_t cap,
     PlanCandidate& c) {
-  auto options = DryRunOptions().first_rank_per_pipeline_rank(true).stage_cache(
-      model.stage_cache);
+  auto options = DryRunOptions()
+                     .first_rank_per_pipeline_rank(true)
+                     .stage_cache(model.stage_cache)
+                     .device(model.costs.device);
   if (schedule != nullptr) {
     options.peak_microbatches(schedule->peaks).schedule(&schedule->lowered);
   }

@@ -87,6 +87,10 @@ struct PlanCosts {
   /// "bfloat16"); empty: the config's, as the dry run takes it. Sizes the
   /// activations the links move.
   std::string compute_dtype;
+  /// The device the costs are for ("cpu", "cuda"); empty: this machine's.
+  /// Decides what the dry run counts for attention's backward (the
+  /// probabilities on a CPU, a log-sum-exp per row on CUDA).
+  std::string device;
 };
 
 /// Reads a cost file. Throws ConfigError naming the file and the field for

@@ -657,6 +657,7 @@ PlanCosts profile_plan_costs(
                describe_rows(rows_list) + " sequences)";
   }
   costs.compute_dtype = mixed_precision_name(mp.dtypes.param);
+  costs.device = "cpu";
 
   std::ostringstream obtained;
   obtained << "measured by baton plan's profile on this machine: "

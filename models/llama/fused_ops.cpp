@@ -565,4 +565,17 @@ at::Tensor blocked_causal_attention(
   return BlockedCausalAttention::apply(q, k, v, q_scaled, block);
 }
 
+int64_t causal_attention_saved_elements(int64_t seq_len, bool kernel) {
+  if (kernel) {
+    return attention_kernel::probs_floats(seq_len);
+  }
+  // Each block's rows against the keys up to the block's end.
+  int64_t elements = 0;
+  for (int64_t t0 = 0; t0 < seq_len; t0 += kAttentionBlockRows) {
+    const int64_t rows = std::min(kAttentionBlockRows, seq_len - t0);
+    elements += rows * (t0 + rows);
+  }
+  return elements;
+}
+
 }  // namespace baton::llama

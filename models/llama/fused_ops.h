@@ -37,6 +37,9 @@ at::Tensor causal_attention(
     const at::Tensor& v,
     bool q_scaled = false);
 
+/// blocked_causal_attention's default rows per block.
+inline constexpr int64_t kAttentionBlockRows = 64;
+
 /// The same in ATen's batched products, in blocks of `block` query rows
 /// that only look at the keys up to their block's end, so about half of
 /// the scores of a long sequence are never formed. Any dtype and device.
@@ -45,6 +48,14 @@ at::Tensor blocked_causal_attention(
     const at::Tensor& k,
     const at::Tensor& v,
     bool q_scaled = false,
-    int64_t block = 64);
+    int64_t block = kAttentionBlockRows);
+
+/// Elements causal_attention keeps per head of a sequence of `seq_len` for
+/// its backward beyond q, k, v and its output: the probabilities of the
+/// unmasked half, in the kernel's row-group layout (`kernel`: CPU float32)
+/// or in blocked_causal_attention's blocks (in the compute
+/// dtype). None under an op-selective checkpoint, whose backward
+/// recomputes them.
+int64_t causal_attention_saved_elements(int64_t seq_len, bool kernel);
 
 }  // namespace baton::llama

@@ -152,6 +152,38 @@ TEST(DryRunCli, BadRequestsExitTwo) {
   const auto seven = run_command(
       baton_bin() + " train --config " + config + " --dry-run --nproc 7");
   EXPECT_EQ(seven.code, 2) << seven.output;
+  // A device Baton does not compute on, and --device without --dry-run.
+  const auto tpu = run_command(
+      baton_bin() + " train --config " + config + " --dry-run --device tpu");
+  EXPECT_EQ(tpu.code, 2) << tpu.output;
+  EXPECT_NE(tpu.output.find("allowed: cpu, cuda"), std::string::npos)
+      << tpu.output;
+  const auto run =
+      run_command(baton_bin() + " train --config " + config + " --device cuda");
+  EXPECT_EQ(run.code, 2) << run.output;
+  EXPECT_NE(run.output.find("applies to --dry-run only"), std::string::npos)
+      << run.output;
+}
+
+TEST(DryRunCli, TheDeviceDecidesWhatAttentionKeeps) {
+  // 70B, full checkpointing: the block recomputing in backward holds its
+  // attention's probabilities on a CPU (8 heads per tp rank, 8192^2 / 2 per
+  // head) and a log-sum-exp per row on CUDA.
+  const auto cpu = dry_run_json("llama3_70b", " --device cpu");
+  const auto cuda = dry_run_json("llama3_70b", " --device cuda");
+  ASSERT_EQ(cpu.result.code, 0) << cpu.result.output;
+  ASSERT_EQ(cuda.result.code, 0) << cuda.result.output;
+  EXPECT_EQ(cpu.report["device"], "cpu");
+  EXPECT_EQ(cuda.report["device"], "cuda");
+  const int64_t sequences = 8;  // the config's microbatch: local_batch_size
+  const int64_t more =
+      cpu.report["ranks"][0]["recompute_bytes"].get<int64_t>() -
+      cuda.report["ranks"][0]["recompute_bytes"].get<int64_t>();
+  EXPECT_GT(more, sequences * 8 * 8192 * 8192 / 2 * 2);
+  EXPECT_LT(more, sequences * 8 * 8192 * (8192 + 64) / 2 * 2);
+  EXPECT_EQ(
+      cpu.report["ranks"][0]["parameters"],
+      cuda.report["ranks"][0]["parameters"]);
 }
 
 }  // namespace

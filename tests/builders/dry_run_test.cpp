@@ -27,6 +27,21 @@ using testing::source_path;
 constexpr int64_t kBlock = 852480;
 constexpr int64_t kVocabRows = 66048;
 
+// Attention on the CPU in float32 keeps each head's probabilities for its
+// backward in groups of 4 query rows, each group against its keys rounded up
+// to 16: at T 256, 4 x 16 x (1 + 1 + 1 + 1 + 2 + ... + 16) = 64 x 4 x 136
+// = 34816 floats per head; 16 heads per sequence and block.
+constexpr int64_t kProbsPerHead = 34816;
+constexpr int64_t kAttentionBytes = 16 * kProbsPerHead * 4;
+
+/// The dry run as on a CPU, whatever this machine has.
+DryRunReport cpu_dry_run(
+    const JobConfig& config,
+    int64_t world,
+    DryRunOptions options = DryRunOptions()) {
+  return dry_run(config, world, options.device("cpu"));
+}
+
 JobConfig debug_config(const std::vector<std::string>& overrides) {
   register_builtin_builders();
   std::vector<std::string> all = {"training.mixed_precision_param=float32"};
@@ -35,7 +50,7 @@ JobConfig debug_config(const std::vector<std::string>& overrides) {
 }
 
 TEST(DryRun, OneProcessHoldsTheWholeDebugModel) {
-  const auto report = dry_run(debug_config({}), 1);
+  const auto report = cpu_dry_run(debug_config({}), 1);
   ASSERT_EQ(report.ranks.size(), 1u);
   const DryRunRank& r = report.ranks[0];
   const int64_t params = 6 * kBlock + 2 * kVocabRows + 256;
@@ -49,34 +64,37 @@ TEST(DryRun, OneProcessHoldsTheWholeDebugModel) {
   EXPECT_EQ(r.buffer_bytes, 0);  // float32: no casts; no fully_shard
   // 8 x 256 tokens. Per token and block: norm inputs 2 x 256, their outputs
   // 2 x 256, q, k, v 3 x 256, attention's output and wo's input 2 x 256,
-  // w1, w3, silu, product 4 x 768: 5376 float32s.
+  // w1, w3, silu, product 4 x 768: 5376 float32s; and per sequence and
+  // block attention's probabilities.
   const int64_t tokens = 2048;
-  const int64_t blocks = 6 * 5376 * tokens * 4;
+  const int64_t blocks = 6 * (5376 * tokens * 4 + 8 * kAttentionBytes);
   const int64_t ids = tokens * 8;
   const int64_t head = (256 + 256) * tokens * 4 + 2 * tokens * 258 * 4;
   EXPECT_EQ(r.activation_bytes_per_microbatch, blocks + ids + head);
-  EXPECT_EQ(r.activation_bytes_per_microbatch, 272678912);
+  EXPECT_EQ(r.activation_bytes_per_microbatch, 379633664);
   EXPECT_EQ(r.peak_microbatches, 1);
   EXPECT_EQ(r.activation_peak_bytes, r.activation_bytes_per_microbatch);
-  EXPECT_EQ(r.total_bytes, 16 * params + 272678912);
+  EXPECT_EQ(r.total_bytes, 16 * params + 379633664);
+  EXPECT_EQ(report.device, "cpu");
 }
 
 TEST(DryRun, FullCheckpointingKeepsBlockInputsAndOneRecompute) {
   const auto report =
-      dry_run(debug_config({"activation_checkpoint.mode=full"}), 1);
+      cpu_dry_run(debug_config({"activation_checkpoint.mode=full"}), 1);
   const int64_t tokens = 2048;
-  // Six block inputs of 256 saved, and one block's 5376 while it is
-  // recomputed.
+  // Six block inputs of 256 saved, and one block's 5376 and its attention
+  // probabilities while it is recomputed.
   const int64_t saved = 6 * 256 * tokens * 4 + tokens * 8 + 512 * tokens * 4 +
                         2 * tokens * 258 * 4;
+  const int64_t recompute = 5376 * tokens * 4 + 8 * kAttentionBytes;
   const DryRunRank& r = report.ranks[0];
   EXPECT_EQ(r.activation_bytes_per_microbatch, saved);
-  EXPECT_EQ(r.recompute_bytes, 5376 * tokens * 4);
-  EXPECT_EQ(r.activation_peak_bytes, saved + 5376 * tokens * 4);
+  EXPECT_EQ(r.recompute_bytes, recompute);
+  EXPECT_EQ(r.activation_peak_bytes, saved + recompute);
 }
 
 TEST(DryRun, PipelineStagesAndInFlightMicrobatches) {
-  const auto report = dry_run(
+  const auto report = cpu_dry_run(
       debug_config(
           {"parallelism.pipeline_parallel_degree=2",
            "parallelism.pipeline_parallel_schedule=1F1B",
@@ -97,7 +115,7 @@ TEST(DryRun, PipelineStagesAndInFlightMicrobatches) {
   EXPECT_EQ(first.peak_microbatches, 2);
   EXPECT_EQ(last.peak_microbatches, 1);
   const int64_t tokens = 512;
-  const int64_t blocks = 3 * 5376 * tokens * 4;
+  const int64_t blocks = 3 * (5376 * tokens * 4 + 2 * kAttentionBytes);
   EXPECT_EQ(first.activation_bytes_per_microbatch, blocks + tokens * 8);
   EXPECT_EQ(
       last.activation_bytes_per_microbatch,
@@ -112,7 +130,7 @@ TEST(DryRun, CheckpointingOnlyTheFirstStageCountsItsRankAlone) {
       "parallelism.pipeline_parallel_microbatch_size=2"};
   const auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.end(), pipeline.begin(), pipeline.end());
-    return dry_run(debug_config(extra), 2);
+    return cpu_dry_run(debug_config(extra), 2);
   };
   const auto none = with({});
   const auto full = with({"activation_checkpoint.mode=full"});
@@ -124,22 +142,22 @@ TEST(DryRun, CheckpointingOnlyTheFirstStageCountsItsRankAlone) {
   // block at a time; stage 1 keeps everything and recomputes nothing.
   const auto& s0 = first_only.ranks[0].stages.at(0);
   const auto& s1 = first_only.ranks[1].stages.at(0);
+  const int64_t block = 5376 * tokens * 4 + 2 * kAttentionBytes;
   EXPECT_EQ(s0.activation_bytes, 3 * 256 * tokens * 4 + tokens * 8);
-  EXPECT_EQ(s0.recompute_bytes, 5376 * tokens * 4);
+  EXPECT_EQ(s0.recompute_bytes, block);
   EXPECT_EQ(
-      s1.activation_bytes,
-      3 * 5376 * tokens * 4 + 512 * tokens * 4 + 2 * tokens * 258 * 4);
+      s1.activation_bytes, 3 * block + 512 * tokens * 4 + 2 * tokens * 258 * 4);
   EXPECT_EQ(s1.recompute_bytes, 0);
   // 1F1B's first rank holds 2 microbatches, plus the recompute.
   EXPECT_EQ(
       first_only.ranks[0].activation_peak_bytes,
-      2 * s0.activation_bytes + 5376 * tokens * 4);
+      2 * s0.activation_bytes + block);
   EXPECT_EQ(first_only.ranks[0].total_bytes, full.ranks[0].total_bytes);
   EXPECT_EQ(first_only.ranks[1].total_bytes, none.ranks[1].total_bytes);
   EXPECT_LT(first_only.ranks[0].total_bytes, none.ranks[0].total_bytes);
   // A stage the schedule does not have: known only once the degree is.
   try {
-    dry_run(
+    cpu_dry_run(
         debug_config(
             {"parallelism.pipeline_parallel_degree=-1",
              "activation_checkpoint.mode=full",
@@ -162,7 +180,7 @@ TEST(DryRun, FullyShardedStagesHoldWholeGradientsUntilTheirReduction) {
                       int64_t world = 2) {
     extra.push_back("parallelism.data_parallel_shard_degree=2");
     extra.push_back("parallelism.fsdp_reshard_after_forward=" + reshard);
-    return dry_run(debug_config(extra), world);
+    return cpu_dry_run(debug_config(extra), world);
   };
   // pp 2 x dp_shard 2, 1F1B, microbatches of 2: rank 0 holds the
   // embedding (258 rows: 129 here) and layers 0-2.
@@ -204,7 +222,7 @@ TEST(DryRun, FullyShardedStagesHoldWholeGradientsUntilTheirReduction) {
 
 TEST(DryRun, TensorParallelInsideFullyShardedBfloat16) {
   // tp 2 x dp_shard 2: rank = dp_shard * 2 + tp.
-  const auto report = dry_run(
+  const auto report = cpu_dry_run(
       debug_config(
           {"parallelism.tensor_parallel_degree=2",
            "parallelism.data_parallel_shard_degree=2",
@@ -226,12 +244,16 @@ TEST(DryRun, TensorParallelInsideFullyShardedBfloat16) {
   const int64_t gathered = (2 * 129 * 256 + 256) + 2 * 426496;
   EXPECT_EQ(report.ranks[0].buffer_bytes, 2 * gathered * 2);
   // bf16, T / 2 positions between blocks: per token and block 256 + 512 +
-  // 384 + 256 + 1536 = 2944 elements.
+  // 384 + 256 + 1536 = 2944 elements; attention in bf16 takes the blocked
+  // path, whose probabilities are blocks of 64 rows against the keys up to
+  // the block's end: 64 x (64 + 128 + 192 + 256) = 40960 per head, 8 heads
+  // per sequence on each tp rank.
   const int64_t tokens = 2048;
+  const int64_t attention = 8 * 8 * 40960 * 2;
   EXPECT_EQ(
       report.ranks[0].activation_bytes_per_microbatch,
-      6 * 2944 * tokens * 2 + tokens * 8 + (128 + 256) * tokens * 2 +
-          2 * tokens * 129 * 4);
+      6 * (2944 * tokens * 2 + attention) + tokens * 8 +
+          (128 + 256) * tokens * 2 + 2 * tokens * 129 * 4);
 }
 
 TEST(DryRun, AStageCacheAndAGivenScheduleChangeNoFigure) {
@@ -260,11 +282,11 @@ TEST(DryRun, AStageCacheAndAGivenScheduleChangeNoFigure) {
     const JobConfig config = debug_config(layout);
     const pipeline::Schedule schedule =
         pipeline::make_schedule("Interleaved1F1B", 2, 2, 4);
-    const std::string plain = format_dry_run(dry_run(config, 8), "json");
+    const std::string plain = format_dry_run(cpu_dry_run(config, 8), "json");
     for (int pass = 0; pass < 2; ++pass) {
       const auto options =
           DryRunOptions().stage_cache(cache).schedule(&schedule);
-      EXPECT_EQ(format_dry_run(dry_run(config, 8, options), "json"), plain)
+      EXPECT_EQ(format_dry_run(cpu_dry_run(config, 8, options), "json"), plain)
           << "pass " << pass;
     }
   }
@@ -323,7 +345,7 @@ TEST(DryRun, EveryRankHoldsWhatTheBuiltLayoutStores) {
     overrides.push_back(
         "job.dump_folder=" + testing::fresh_dir("dry_run_built").string());
     const JobConfig config = debug_config(overrides);
-    const auto report = dry_run(config, 4);
+    const auto report = cpu_dry_run(config, 4);
     const auto built = built_parameters(config, 4);
     for (int64_t r = 0; r < 4; ++r) {
       EXPECT_EQ(report.ranks[r].parameters, built[r])
@@ -335,16 +357,50 @@ TEST(DryRun, EveryRankHoldsWhatTheBuiltLayoutStores) {
 TEST(DryRun, ALayoutTheRunRefusesIsAConfigError) {
   // 3 ranks for degrees whose product is 2.
   EXPECT_THROW(
-      dry_run(debug_config({"parallelism.pipeline_parallel_degree=2"}), 3),
+      cpu_dry_run(debug_config({"parallelism.pipeline_parallel_degree=2"}), 3),
       ConfigError);
   // 16 heads do not split over 3 tp ranks.
   EXPECT_THROW(
-      dry_run(debug_config({"parallelism.tensor_parallel_degree=3"}), 3),
+      cpu_dry_run(debug_config({"parallelism.tensor_parallel_degree=3"}), 3),
       ConfigError);
 }
 
+TEST(DryRun, AttentionKeepsWhatItsDevicesPathKeeps) {
+  const JobConfig config = debug_config({});
+  const auto cpu = cpu_dry_run(config, 1);
+  const auto cuda = dry_run(config, 1, DryRunOptions().device("cuda"));
+  // On CUDA scaled_dot_product_attention keeps a float32 log-sum-exp per
+  // row of each head instead of the probabilities.
+  EXPECT_EQ(cuda.device, "cuda");
+  EXPECT_EQ(
+      cpu.ranks[0].activation_bytes_per_microbatch -
+          cuda.ranks[0].activation_bytes_per_microbatch,
+      6 * 8 * (kAttentionBytes - 16 * 256 * 4));
+  EXPECT_NE(cpu.attention_saved.find("probabilities"), std::string::npos);
+  EXPECT_NE(cuda.attention_saved.find("log-sum-exp"), std::string::npos);
+  // The op-selective checkpoint keeps attention's output only, and its
+  // backward recomputes the probabilities head by head: none counted.
+  const auto op = [](const std::string& device) {
+    return dry_run(
+        debug_config(
+            {"activation_checkpoint.mode=selective",
+             "activation_checkpoint.selective=op"}),
+        1,
+        DryRunOptions().device(device));
+  };
+  EXPECT_EQ(
+      op("cpu").ranks[0].activation_peak_bytes,
+      op("cuda").ranks[0].activation_peak_bytes);
+  // The text names what attention keeps.
+  EXPECT_NE(
+      format_dry_run(cpu, "text")
+          .find("on cpu; attention keeps the "
+                "probabilities"),
+      std::string::npos);
+}
+
 TEST(DryRun, TextGroupsRanksWithEqualFigures) {
-  const auto report = dry_run(
+  const auto report = cpu_dry_run(
       debug_config({"parallelism.data_parallel_replicate_degree=4"}), 4);
   const std::string text = format_dry_run(report, "text");
   // Four replicas hold the same: one row for ranks 0-3.

@@ -63,6 +63,7 @@ TEST(PlanProfile, OneRankTimesEveryPieceAtEachSizeAndLeavesLinksFree) {
   }
   EXPECT_GT(costs.optimizer_s_per_parameter, 0.0);
   EXPECT_EQ(costs.compute_dtype, "float32");
+  EXPECT_EQ(costs.device, "cpu");
   EXPECT_NE(
       costs.obtained.find("communication not measured"), std::string::npos)
       << costs.obtained;
@@ -80,6 +81,7 @@ TEST(PlanProfile, OneRankTimesEveryPieceAtEachSizeAndLeavesLinksFree) {
   EXPECT_DOUBLE_EQ(
       back.optimizer_s_per_parameter, costs.optimizer_s_per_parameter);
   EXPECT_EQ(back.compute_dtype, "float32");
+  EXPECT_EQ(back.device, "cpu");
 }
 
 TEST(PlanProfile, TwoRankThreadsAgreeOnTheCostsAndMeasureTheLinks) {

@@ -484,6 +484,37 @@ TEST(Plan, CostFilesRoundTripAndBadOnesNameTheField) {
   bad_post.replace(bad_post.find("\"send_s\": 0.25"), 14, "\"send_s\": -1.0");
   expect_error(
       write_file("bad_post.json", bad_post), "microbatches[0].post.send_s");
+
+  // The optional device: absent is this machine's, present round-trips, a
+  // device Baton does not run on names the field.
+  EXPECT_EQ(read.device, "");
+  EXPECT_EQ(text.find("\"device\""), std::string::npos);
+  PlanCosts on_cuda = written;
+  on_cuda.device = "cuda";
+  const std::string cuda_text = plan_costs_to_json(on_cuda);
+  EXPECT_EQ(load_plan_costs(write_file("cuda.json", cuda_text)).device, "cuda");
+  std::string bad_device = cuda_text;
+  bad_device.replace(
+      bad_device.find("\"device\": \"cuda\""), 16, "\"device\": \"tpu\"");
+  expect_error(write_file("bad_device.json", bad_device), "device");
+}
+
+TEST(Plan, TheCostFilesDeviceSizesAttentionsMemory) {
+  // The same layouts from costs for a CPU and for CUDA: on the CPU
+  // attention keeps its probabilities, on CUDA a log-sum-exp per row, so
+  // every candidate that checkpoints nothing peaks higher on the CPU.
+  PlanCosts cpu = hand_costs();
+  cpu.device = "cpu";
+  PlanCosts cuda = hand_costs();
+  cuda.device = "cuda";
+  const PlanResult on_cpu = plan_layouts(debug_config(), 2, cpu);
+  const PlanResult on_cuda = plan_layouts(debug_config(), 2, cuda);
+  const PlanCandidate* a = find(on_cpu, "1F1B", 1, 1);
+  const PlanCandidate* b = find(on_cuda, "1F1B", 1, 1);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_GT(a->peak_bytes, b->peak_bytes);
+  EXPECT_EQ(a->step_s, b->step_s);
 }
 
 TEST(Plan, PostingEachSendAndRecvLengthensPipelinesOnly) {
