@@ -348,6 +348,37 @@ BlasStartup prepare_blas_kernels(
           choice.kernels};
 }
 
+namespace {
+
+using GetThreads = int (*)();
+using SetThreads = void (*)(int);
+
+}  // namespace
+
+int blas_threads() {
+  if (!loaded_blas().openblas) {
+    return 0;
+  }
+  const auto get = openblas_symbol<GetThreads>("openblas_get_num_threads");
+  return get != nullptr ? get() : 0;
+}
+
+BlasThreadsGuard::BlasThreadsGuard(int threads) {
+  const auto set = openblas_symbol<SetThreads>("openblas_set_num_threads");
+  previous_ = blas_threads();
+  if (previous_ > 0 && set != nullptr) {
+    set(threads);
+  } else {
+    previous_ = 0;
+  }
+}
+
+BlasThreadsGuard::~BlasThreadsGuard() {
+  if (previous_ > 0) {
+    openblas_symbol<SetThreads>("openblas_set_num_threads")(previous_);
+  }
+}
+
 std::string check_blas_products() {
   // Shapes that are no multiple of any kernel's block, and one that is.
   const std::vector<std::array<int64_t, 3>> shapes = {

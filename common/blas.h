@@ -118,6 +118,25 @@ struct BlasStartup {
 BlasStartup prepare_blas_kernels(
     const std::string& setting, const std::string& where, bool fail_check);
 
+/// Makes OpenBLAS compute on `threads` threads while alive and restores
+/// its count after (openblas_set_num_threads); does nothing where the BLAS
+/// serving sgemm_ is not OpenBLAS. OpenBLAS keeps its own threads beside
+/// ATen's: a probe that times one core sets both.
+class BlasThreadsGuard {
+ public:
+  explicit BlasThreadsGuard(int threads);
+  ~BlasThreadsGuard();
+  BlasThreadsGuard(const BlasThreadsGuard&) = delete;
+  BlasThreadsGuard& operator=(const BlasThreadsGuard&) = delete;
+
+ private:
+  int previous_ = 0;  // 0: nothing to restore
+};
+
+/// OpenBLAS's thread count (openblas_get_num_threads); 0 where the BLAS is
+/// not OpenBLAS.
+int blas_threads();
+
 /// Float32 products of a few odd shapes by the loaded BLAS against a
 /// float64 reference computed by plain loops: "" when every element is
 /// within 1e-4 of the reference's scale, else which product differed and by

@@ -6,8 +6,10 @@
 #include <chrono>
 #include <iomanip>
 #include <memory>
+#include <mutex>
 #include <sstream>
 
+#include "common/blas.h"
 #include "config/job_config.h"
 #include "models/forward_state.h"
 #include "models/param_cast.h"
@@ -22,23 +24,12 @@ at::ScalarType dtype_named(const std::string& name) {
   return name == "bfloat16" ? at::kBFloat16 : at::kFloat;
 }
 
-/// Seconds of the fastest of `reps` products a x b in `dtype`, after one
-/// to warm up threads and buffers.
-double best_matmul_s(at::ScalarType dtype, int reps) {
-  c10::AutoGradMode no_grad(false);
-  const auto a = at::randn({1024, 256}).to(dtype);
-  const auto b = at::randn({256, 1024}).to(dtype);
-  auto c = at::mm(a, b);
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    at::mm_out(c, a, b);
-    best = std::min(
-        best,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count());
-  }
-  return best;
+/// Seconds of one product c = a b.
+double matmul_s(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
+  const auto start = std::chrono::steady_clock::now();
+  at::mm_out(c, a, b);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 /// Makes the part's ParamCast current around its whole forward.
@@ -82,8 +73,31 @@ class ReleaseCasts final : public GradientSync {
 }  // namespace
 
 double measure_bf16_matmul_speed() {
-  const double fp32 = best_matmul_s(at::kFloat, 3);
-  const double bf16 = best_matmul_s(at::kBFloat16, 3);
+  c10::AutoGradMode no_grad(false);
+  // One core for both: ATen's intra-op threads (which bf16's products use)
+  // and OpenBLAS's own (float32's) set to one, restored after. OpenBLAS's
+  // count is the process's: rank threads sharing a process probe one at a
+  // time, so that none restores another's setting.
+  static std::mutex one_probe_at_a_time;
+  const std::lock_guard<std::mutex> lock(one_probe_at_a_time);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  double fp32 = 1e30, bf16 = 1e30;
+  {
+    const BlasThreadsGuard one_blas_thread(1);
+    const auto a = at::randn({1024, 256});
+    const auto b = at::randn({256, 1024});
+    const auto a16 = a.to(at::kBFloat16), b16 = b.to(at::kBFloat16);
+    auto c = at::mm(a, b);
+    auto c16 = at::mm(a16, b16);
+    // Interleaved, so that a slow spell of the machine meets both; the
+    // best of each.
+    for (int i = 0; i < 5; ++i) {
+      fp32 = std::min(fp32, matmul_s(a, b, c));
+      bf16 = std::min(bf16, matmul_s(a16, b16, c16));
+    }
+  }
+  at::set_num_threads(threads);
   return fp32 / bf16;
 }
 
@@ -115,7 +129,7 @@ MixedPrecisionChoice resolve_mixed_precision(
   std::ostringstream why;
   why << std::fixed << std::setprecision(2)
       << "auto on the CPU: a bf16 matmul probe ran at " << speed
-      << "x fp32's speed here";
+      << "x fp32's speed per core here";
   if (!faster) {
     why << ", under the " << kAutoBf16MinSpeedup
         << "x auto asks; set bfloat16 to use it anyway";

@@ -29,9 +29,15 @@ struct MixedPrecisionChoice {
   std::string why;
 };
 
-/// bf16 matmul speed over float32's on the CPU, measured on a model-sized
-/// product (1024 x 256 by 256 x 1024, the best of a few runs of each, on
-/// the current intra-op threads): above 1, bf16 is faster.
+/// bf16 matmul speed over float32's on one CPU core, measured on a
+/// model-sized product (1024 x 256 by 256 x 1024, the best of 5 runs of
+/// each, interleaved, with one ATen and one OpenBLAS thread, both restored
+/// after): above 1, bf16 is faster. Per core, because the two dtypes'
+/// products run on different threads (float32's on OpenBLAS's own, which a
+/// one-thread run leaves at the core count; bf16's on ATen's): compared on
+/// the run's threads, a one-thread run weighed two cores against one, and
+/// the answer moved from 1.03x to 1.48x between two starts on one Zen 4, so
+/// the same config trained in float32 or bf16 by chance (bench/notes.md).
 double measure_bf16_matmul_speed();
 
 /// What `auto` asks of bf16's matmul on the CPU over float32's.

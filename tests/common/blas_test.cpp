@@ -140,5 +140,21 @@ TEST(Blas, TheLoadedKernelsComputeCorrectProducts) {
   EXPECT_EQ(check_blas_products(), "");
 }
 
+TEST(Blas, AThreadsGuardSetsOpenBlasThreadsAndRestoresThem) {
+  // libtorch here links Debian's OpenBLAS (the first test checks it).
+  const int before = blas_threads();
+  ASSERT_GT(before, 0);
+  {
+    const BlasThreadsGuard one(1);
+    EXPECT_EQ(blas_threads(), 1);
+    {
+      const BlasThreadsGuard two(2);
+      EXPECT_EQ(blas_threads(), 2);
+    }
+    EXPECT_EQ(blas_threads(), 1);
+  }
+  EXPECT_EQ(blas_threads(), before);
+}
+
 }  // namespace
 }  // namespace baton

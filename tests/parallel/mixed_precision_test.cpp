@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+
+#include "common/blas.h"
 #include "config/job_config.h"
 #include "config/parallel_dims.h"
 #include "parallel/dist/mesh.h"
@@ -20,6 +23,20 @@ TrainingConfig training(const std::string& param, const std::string& reduce) {
   t.mixed_precision_param = param;
   t.mixed_precision_reduce = reduce;
   return t;
+}
+
+TEST(MixedPrecision, TheProbeTimesOneCoreAndLeavesTheThreadsAsItFoundThem) {
+  // No timing asserted: the probe returns a speed ratio and restores
+  // ATen's and OpenBLAS's thread counts, which it sets to one meanwhile.
+  const int threads = at::get_num_threads();
+  const int blas = blas_threads();
+  at::set_num_threads(2);
+  const double speed = measure_bf16_matmul_speed();
+  EXPECT_TRUE(std::isfinite(speed));
+  EXPECT_GT(speed, 0.0);
+  EXPECT_EQ(at::get_num_threads(), 2);
+  EXPECT_EQ(blas_threads(), blas);
+  at::set_num_threads(threads);
 }
 
 TEST(MixedPrecision, AutoIsBf16OnCudaAndOnTheCpuOnlyWhereClearlyFaster) {
