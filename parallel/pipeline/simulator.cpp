@@ -256,35 +256,7 @@ class Simulator {
   }
 
   double cost(const Action& a) const {
-    if (const auto own = own_cost(a)) {
-      return *own;
-    }
-    if (a.kind == ActionKind::kOverlapFB && costs_.overlap_f_b() < 0.0) {
-      // No gain: its forward's and backward's costs, each its stage's.
-      return cost(a.forward_part()) + cost(a.backward_part());
-    }
-    const auto it = costs_.per_stage().find({a.stage, a.kind});
-    if (it != costs_.per_stage().end()) {
-      return it->second;
-    }
-    switch (a.kind) {
-      case ActionKind::kF:
-        return costs_.forward();
-      case ActionKind::kB:
-        return costs_.backward();
-      case ActionKind::kI:
-        return costs_.backward_input();
-      case ActionKind::kW:
-        return costs_.backward_weight();
-      case ActionKind::kOverlapFB:
-        return costs_.overlap_f_b() >= 0.0
-                   ? costs_.overlap_f_b()
-                   : costs_.forward() + costs_.backward();
-      case ActionKind::kReduceGrad:
-        return costs_.reduce_grad();
-      default:
-        return 0.0;
-    }
+    return action_cost(costs_, a);
   }
 
   void finish_compute(const Action& part, double end, int64_t r) {
@@ -298,6 +270,10 @@ class Simulator {
       if (part.kind == ActionKind::kI) {
         i_end_.at(s, mb) = end;
       }
+    }
+    // The activations are held until the backward is whole: W still reads
+    // them.
+    if (part.kind == ActionKind::kB || part.kind == ActionKind::kW) {
       --in_flight_[r];
     }
   }
@@ -388,6 +364,41 @@ double SimulationResult::max_bubble_fraction() const {
     out = std::max(out, b);
   }
   return out;
+}
+
+double action_cost(const SimulationCosts& costs, const Action& a) {
+  if (!costs.per_action().empty()) {
+    const auto it = costs.per_action().find(a.str());
+    if (it != costs.per_action().end()) {
+      return it->second;
+    }
+  }
+  if (a.kind == ActionKind::kOverlapFB && costs.overlap_f_b() < 0.0) {
+    // No gain: its forward's and backward's costs, each its stage's.
+    return action_cost(costs, a.forward_part()) +
+           action_cost(costs, a.backward_part());
+  }
+  const auto it = costs.per_stage().find({a.stage, a.kind});
+  if (it != costs.per_stage().end()) {
+    return it->second;
+  }
+  switch (a.kind) {
+    case ActionKind::kF:
+      return costs.forward();
+    case ActionKind::kB:
+      return costs.backward();
+    case ActionKind::kI:
+      return costs.backward_input();
+    case ActionKind::kW:
+      return costs.backward_weight();
+    case ActionKind::kOverlapFB:
+      return costs.overlap_f_b() >= 0.0 ? costs.overlap_f_b()
+                                        : costs.forward() + costs.backward();
+    case ActionKind::kReduceGrad:
+      return costs.reduce_grad();
+    default:
+      return 0.0;
+  }
 }
 
 SimulationResult simulate(

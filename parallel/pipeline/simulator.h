@@ -102,7 +102,8 @@ struct SimulationResult {
   /// (makespan - busy) / makespan of each rank.
   std::vector<double> bubble_fraction;
   /// Most activations each rank holds at once, in microbatches of one stage:
-  /// an F adds one, the B or I of it releases it.
+  /// an F adds one, its B or its W releases it (W still reads them; I does
+  /// not free them).
   std::vector<int64_t> peak_activations;
   /// Executed actions per rank, in order.
   std::vector<std::vector<TimedAction>> timeline;
@@ -112,6 +113,13 @@ struct SimulationResult {
   /// The largest bubble fraction over ranks.
   double max_bubble_fraction() const;
 };
+
+/// What one compute action (F, B, I, W, OVERLAP_F_B, REDUCE_GRAD) costs:
+/// its own `per_action` entry, else its stage's `per_stage` entry for its
+/// kind, else its kind's cost (an overlap without its own cost: its
+/// forward's + its backward's). A SEND or RECV without its own entry: 0
+/// (the simulator charges send_post / recv_post for posting them).
+double action_cost(const SimulationCosts& costs, const Action& a);
 
 /// Runs `schedule` (lowered or compute-only) with ranks advancing in
 /// lockstep: in each step each rank runs its next action if it is ready (a

@@ -559,6 +559,18 @@ TEST(SimulatorTest, PeakActivationsMatchTheFormulas) {
   }
 }
 
+// One rank, by hand: F0 I0 F1 W0 I1 W1 holds 2 activations, F0's until
+// W0 (after F1): W still reads them, so I does not free them.
+TEST(SimulatorTest, ActivationsAreHeldUntilTheirW) {
+  const auto peak = [](const char* csv) {
+    return plan_schedule(schedule_from_csv(csv), unit_costs())
+        .simulation.peak_activations;
+  };
+  EXPECT_EQ(peak("0F0,0I0,0F1,0W0,0I1,0W1\n"), std::vector<int64_t>{2});
+  EXPECT_EQ(peak("0F0,0I0,0W0,0F1,0I1,0W1\n"), std::vector<int64_t>{1});
+  EXPECT_EQ(peak("0F0,0F1,0B0,0B1\n"), std::vector<int64_t>{2});
+}
+
 TEST(LoweringTest, SendsReceivesAndReduceGrad) {
   const auto lowered = lower_schedule(make_schedule("ZBVZeroBubble", 4, 2, 8));
   validate_schedule(lowered);
