@@ -22,6 +22,7 @@
 #include "parallel/pipeline/lowering.h"
 #include "parallel/pipeline/schedules.h"
 #include "parallel/pipeline/split.h"
+#include "parallel/pipeline/synthesis.h"
 #include "tests/parallel/multi_rank.h"
 #include "tests/parallel/test_parts.h"
 #include "trainer/pipeline_train_step.h"
@@ -105,16 +106,14 @@ struct DataParallel {
 /// global batch of each step is dp * accum * m rows. Each part goes
 /// through the builder's chain of appliers for `dp`.
 Result train_pipelined_dp(
-    const std::string& name,
-    int64_t pp,
-    int64_t v,
-    int64_t m,
+    const Schedule& schedule,
     const DataParallel& dp,
     int64_t accum,
     int64_t layers,
     const MixedPrecision& mp = {},
     const ActivationCheckpointConfig& ac = {}) {
-  const Schedule schedule = make_schedule(name, pp, v, m);
+  const int64_t pp = schedule.pp;
+  const int64_t m = schedule.microbatches;
   const auto chunks = split_model(layers, schedule.num_stages);
   const int64_t world = pp * dp.degree();
   JobConfig config;
@@ -201,6 +200,20 @@ Result train_pipelined_dp(
     }
   });
   return result;
+}
+
+Result train_pipelined_dp(
+    const std::string& name,
+    int64_t pp,
+    int64_t v,
+    int64_t m,
+    const DataParallel& dp,
+    int64_t accum,
+    int64_t layers,
+    const MixedPrecision& mp = {},
+    const ActivationCheckpointConfig& ac = {}) {
+  return train_pipelined_dp(
+      make_schedule(name, pp, v, m), dp, accum, layers, mp, ac);
 }
 
 void expect_same(
@@ -340,6 +353,50 @@ TEST(PipelineMixedPrecision, Bf16StagesEqualOneStageInBf16) {
           1e-2);
     }
   }
+}
+
+// A schedule synthesised for uneven costs (the last stage three times the
+// others, the first half) under each rule set trains as one stage does.
+TEST(SynthesizedSchedule, EqualsOneStageUnderEveryRuleSet) {
+  at::set_num_threads(1);
+  int64_t layouts = 0;
+  for (const auto& [pp, v, placement] :
+       std::vector<std::tuple<int64_t, int64_t, PlacementStyle>>{
+           {2, 2, PlacementStyle::kV},
+           {2, 2, PlacementStyle::kLoop},
+           {3, 1, PlacementStyle::kLoop}}) {
+    const int64_t stages = pp * v;
+    StageCosts per_stage;
+    for (const auto kind :
+         {ActionKind::kF, ActionKind::kB, ActionKind::kI, ActionKind::kW}) {
+      per_stage[{0, kind}] = 0.5;
+      per_stage[{stages - 1, kind}] = 3.0;
+    }
+    const auto costs = SimulationCosts().p2p_latency(0.1).per_stage(per_stage);
+    const auto placed = make_placement(placement, pp, v);
+    for (const int64_t m : {pp, 2 * pp + 1}) {
+      for (const bool split : {true, false}) {
+        for (const bool forward_first : {false, true}) {
+          const auto rules =
+              SynthesisRules()
+                  .split_backward(split)
+                  .forward_first(forward_first)
+                  .max_in_flight(std::vector<int64_t>(pp, v + 1));
+          const Schedule schedule =
+              synthesize_schedule(placed, m, costs, rules);
+          SCOPED_TRACE(
+              "pp=" + std::to_string(pp) + " v=" + std::to_string(v) +
+              " m=" + std::to_string(m) + " split=" + std::to_string(split) +
+              " forward_first=" + std::to_string(forward_first));
+          expect_same(
+              train_pipelined_dp(schedule, DataParallel{}, 1, stages),
+              train_one_stage(stages, m));
+          ++layouts;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(layouts, 24);
 }
 
 class EverySchedule : public ::testing::TestWithParam<std::string> {};

@@ -1,0 +1,172 @@
+// Schedules synthesised for given costs: every rule set and budget gives a
+// schedule that validates, lowers, simulates without deadlock and keeps its
+// budget; where the built-in schedules idle it is faster; it round-trips
+// through CSV; a budget it cannot keep is refused. That such a schedule
+// trains as one stage does: tests/trainer/pipeline_train_step_test.cpp.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "parallel/pipeline/lowering.h"
+#include "parallel/pipeline/placement.h"
+#include "parallel/pipeline/schedule_io.h"
+#include "parallel/pipeline/schedules.h"
+#include "parallel/pipeline/synthesis.h"
+#include "parallel/pipeline/validation.h"
+
+namespace baton::pipeline {
+namespace {
+
+// Uneven costs: backward input and weight parts unequal, posting and a
+// latency between ranks.
+SimulationCosts uneven_costs() {
+  return SimulationCosts()
+      .forward(1.0)
+      .backward(2.2)
+      .backward_input(1.3)
+      .backward_weight(0.9)
+      .p2p_latency(0.2)
+      .send_post(0.03)
+      .recv_post(0.03);
+}
+
+// The shortest makespan of the seven built-in schedules for (pp, v, m).
+double best_built_in(
+    int64_t pp, int64_t v, int64_t m, const SimulationCosts& c) {
+  register_builtin_schedules();
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& name : schedule_registry().names()) {
+    try {
+      best = std::min(
+          best,
+          plan_schedule(make_schedule(name, pp, v, m), c).simulation.makespan);
+    } catch (const ConfigError&) {
+      // a layout this schedule does not run
+    }
+  }
+  return best;
+}
+
+TEST(Synthesis, EveryRuleSetAndBudgetGivesARunnableScheduleWithinItsBudget) {
+  int64_t made = 0;
+  for (const int64_t pp : {1, 2, 3, 4, 8}) {
+    for (const int64_t v : {1, 2, 3}) {
+      for (const auto style : {PlacementStyle::kLoop, PlacementStyle::kV}) {
+        if (style == PlacementStyle::kV && v != 2) {
+          continue;
+        }
+        const auto placed = make_placement(style, pp, v);
+        for (const int64_t m : {1, 2, 3, 4, 8, 17}) {
+          for (const int64_t budget : {int64_t{0}, v, v + 1, 2 * v + 1}) {
+            for (const int rule : {0, 1, 2, 3, 4, 5, 6, 7}) {
+              const auto rules =
+                  SynthesisRules()
+                      .split_backward(rule & 1)
+                      .later_stage_first(rule & 2)
+                      .forward_first(rule & 4)
+                      .max_in_flight(
+                          budget == 0 ? std::vector<int64_t>{}
+                                      : std::vector<int64_t>(pp, budget));
+              SCOPED_TRACE(
+                  "pp=" + std::to_string(pp) + " v=" + std::to_string(v) +
+                  " m=" + std::to_string(m) + " budget=" +
+                  std::to_string(budget) + " rule=" + std::to_string(rule));
+              const Schedule s =
+                  synthesize_schedule(placed, m, uneven_costs(), rules);
+              EXPECT_EQ(s.name, "Synthesized");
+              EXPECT_EQ(s.num_stages, pp * v);
+              EXPECT_EQ(s.microbatches, m);
+              EXPECT_EQ(s.stage_to_rank, placed);
+              validate_schedule(s);
+              const Schedule lowered = lower_schedule(s);
+              validate_schedule(lowered);
+              const auto sim = simulate(lowered, uneven_costs());
+              ASSERT_FALSE(sim.deadlock.has_value()) << sim.deadlock->message();
+              for (int64_t r = 0; r < pp; ++r) {
+                if (budget > 0) {
+                  EXPECT_LE(sim.peak_activations[r], budget) << "rank " << r;
+                }
+              }
+              int64_t kinds_i = 0, kinds_b = 0;
+              for (const auto& rank : s.ranks) {
+                for (const auto& a : rank) {
+                  kinds_i += a->kind == ActionKind::kI;
+                  kinds_b += a->kind == ActionKind::kB;
+                }
+              }
+              EXPECT_EQ((rule & 1) ? kinds_i : kinds_b, pp * v * m);
+              ++made;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(made, 5 * 4 * 6 * 4 * 8);
+}
+
+// Where the built-in schedules leave the pipeline idle (their warm-up and
+// the uneven backward halves), a schedule made for these costs with the
+// memory to spare is faster: 4 ranks, 8 microbatches.
+TEST(Synthesis, WithMemoryToSpareItBeatsEveryBuiltInScheduleHere) {
+  for (const int64_t v : {1, 2}) {
+    const double built_in = best_built_in(4, v, 8, uneven_costs());
+    const auto made =
+        synthesize_best(loop_placement(4, v), 8, uneven_costs(), {{}});
+    SCOPED_TRACE("v=" + std::to_string(v));
+    EXPECT_LT(made.planned.simulation.makespan, 0.97 * built_in)
+        << made.planned.simulation.makespan << " against " << built_in;
+    EXPECT_EQ(made.tried, 8);  // 2 x 2 x 2 rule sets, one budget
+  }
+}
+
+TEST(Synthesis, ItsCsvLoadsBackAsTheSameSchedule) {
+  const Schedule s = synthesize_schedule(
+      v_placement(3),
+      7,
+      uneven_costs(),
+      SynthesisRules().max_in_flight({4, 3, 2}));
+  const Schedule back = schedule_from_csv(schedule_to_csv(s));
+  EXPECT_EQ(back.ranks, s.ranks);
+  EXPECT_EQ(back.stage_to_rank, s.stage_to_rank);
+  EXPECT_EQ(back.microbatches, 7);
+}
+
+TEST(Synthesis, ABudgetBelowTheStagesOfARankIsRefused) {
+  try {
+    synthesize_schedule(
+        loop_placement(2, 3),
+        4,
+        SimulationCosts(),
+        SynthesisRules().max_in_flight({3, 2}));
+    ADD_FAILURE() << "expected a ScheduleError";
+  } catch (const ScheduleError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("rank 1 holds 3 stages"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("allowed: at least 3"), std::string::npos)
+        << message;
+  }
+  EXPECT_THROW(
+      synthesize_schedule(
+          loop_placement(2, 1),
+          4,
+          SimulationCosts(),
+          SynthesisRules().max_in_flight({1, 1, 1})),
+      ScheduleError);
+  EXPECT_THROW(
+      synthesize_schedule(
+          loop_placement(3, 1),
+          4,
+          SimulationCosts(),
+          SynthesisRules().max_in_flight({1})),
+      ScheduleError);
+}
+
+}  // namespace
+}  // namespace baton::pipeline
