@@ -89,17 +89,21 @@ const CommandUsage& usage_for_word(const std::string& word) {
   throw ConfigError(message + see_help(""));
 }
 
-int64_t parse_count(const std::string& flag, const std::string& value) {
+/// `value` as an integer of at least `least`, else ConfigError naming
+/// `flag`.
+int64_t parse_count(
+    const std::string& flag, const std::string& value, int64_t least = 1) {
   try {
     size_t used = 0;
     const long long n = std::stoll(value, &used);
-    if (used == value.size() && n >= 1) {
+    if (used == value.size() && n >= least) {
       return n;
     }
   } catch (const std::exception&) {
   }
   throw ConfigError(
-      flag + ": '" + value + "' is not allowed; allowed: an integer >= 1");
+      flag + ": '" + value +
+      "' is not allowed; allowed: an integer >= " + std::to_string(least));
 }
 
 bool is_help(const std::string& arg) {
@@ -266,6 +270,8 @@ PlanArgs parse_plan(const std::vector<std::string>& args) {
       out.costs_path = option.value();
     } else if (name == "top") {
       out.top = parse_count("--top", option.value());
+    } else if (name == "synthesize") {
+      out.synthesize = parse_count("--synthesize", option.value(), 0);
     } else if (name == "out") {
       out.out_dir = option.value();
     } else if (name == "global-batch") {
@@ -685,7 +691,8 @@ CommandUsage plan_usage() {
       "measured costs",
       {"baton plan --config FILE --nproc N [--costs FILE] [--memory-per-rank "
        "GIB]",
-       "           [--top K] [--out DIR] [--global-batch ROWS]",
+       "           [--top K] [--out DIR] [--global-batch ROWS] [--synthesize "
+       "L]",
        "           [--SECTION.KEY=VALUE ...]",
        "baton plan --config FILE --nproc N --write-costs FILE",
        "           [--profile-repeats R]",
@@ -713,7 +720,13 @@ CommandUsage plan_usage() {
        {"out",
         "--out DIR",
         "writes plan.yaml (an overlay for baton train's second --config), "
-        "schedule.svg and plan.txt"},
+        "schedule.svg, plan.txt, plan.json and a CSV per synthesised "
+        "schedule ranked"},
+       {"synthesize",
+        "--synthesize L",
+        "synthesises a schedule for the costs of the L fastest pipelined "
+        "layouts, ranked where at least 0.5 % faster than the built-in "
+        "ones; 0: none; default 8"},
        {"global-batch",
         "--global-batch ROWS",
         "sequences per step over all data-parallel ranks, kept across "

@@ -69,6 +69,8 @@ struct PlanArgs {
   std::string costs_path;
   /// Candidates the table shows.
   int64_t top = 10;
+  /// The fastest pipelined layouts a schedule is synthesised for; 0: none.
+  int64_t synthesize = 8;
   /// Where plan.yaml, schedule.svg and plan.txt go; empty = none written.
   std::string out_dir;
   /// Sequences per step over the data-parallel ranks; 0 = the config's

@@ -117,7 +117,8 @@ BlasStartup prepare_blas_for(const JobConfig& config) {
 namespace {
 
 PlanOptions plan_options(const PlanArgs& args) {
-  auto options = PlanOptions().global_batch(args.global_batch);
+  auto options =
+      PlanOptions().global_batch(args.global_batch).synthesize(args.synthesize);
   if (args.memory_per_rank_gib > 0.0) {
     options.memory_per_rank(static_cast<int64_t>(
         args.memory_per_rank_gib * 1024.0 * 1024.0 * 1024.0));
@@ -262,7 +263,7 @@ int run_plan(const PlanArgs& args) {
     costs = load_plan_costs(args.costs_path);
   }
   const auto start = std::chrono::steady_clock::now();
-  const PlanResult result = plan_layouts(config, args.nproc, costs, options);
+  PlanResult result = plan_layouts(config, args.nproc, costs, options);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
@@ -274,6 +275,7 @@ int run_plan(const PlanArgs& args) {
     return 0;
   }
   std::filesystem::create_directories(args.out_dir);
+  write_synthesized_schedules(result, args.out_dir);
   const PlanCandidate& best = result.ranked.front();
   char why[128];
   std::snprintf(
@@ -289,6 +291,11 @@ int run_plan(const PlanArgs& args) {
   write_text_file(dir + "plan.json", plan_result_json(result, costs));
   std::cout << "plan: wrote " << dir << "plan.yaml, " << dir << "plan.txt, "
             << dir << "plan.json";
+  for (const auto& c : result.ranked) {
+    if (!c.schedule_csv.empty()) {
+      std::cout << ", " << c.schedule_csv;
+    }
+  }
   if (best.pp > 1) {
     write_text_file(
         dir + "schedule.svg", plan_schedule_svg(config, best, costs));

@@ -621,7 +621,12 @@ def plan_section(doc, targets):
                   f"{f['considered']} considered, {f['pruned']} over the cap, "
                   f"{f['dominated']} not scored (more checkpointing than a choice that fits), "
                   f"**{f['ranked']} ranked**; profile and plan took "
-                  f"{f['plan_wall_s']:.0f} s. Costs: {f['costs']['obtained']}.", "",
+                  f"{f['plan_wall_s']:.0f} s. Costs: {f['costs']['obtained']}."
+                  + (f" Schedules synthesised for the costs of the "
+                     f"{f['synthesis_layouts']} fastest pipelined layouts (the "
+                     f"first plan): {f['synthesis_wins']} beat the layout's best "
+                     "built-in schedule and are ranked as Synthesized."
+                     if "synthesis_layouts" in f else ""), "",
                   "| plan rank | layout | layers per stage | predicted | per round | "
                   "measured | per round | error |", "|---|---|---|---|---|---|---|---|"]
         for c in f["candidates"]:

@@ -6,11 +6,13 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -20,6 +22,7 @@
 #include "models/model_spec.h"
 #include "parallel/pipeline/schedule_io.h"
 #include "parallel/pipeline/schedules.h"
+#include "parallel/pipeline/synthesis.h"
 #include "parallel/tensor_parallel/tensor_parallel.h"
 
 namespace baton {
@@ -988,12 +991,23 @@ std::string describe_ac(const PlanCandidate& c) {
          (last == 0 ? "0" : "0-" + std::to_string(last));
 }
 
+/// The schedule's name; a synthesised one with its placement ("Synthesized
+/// V", "Synthesized loop"), which tells apart two made for one layout.
+std::string schedule_label(const PlanCandidate& c) {
+  if (!c.synthesized) {
+    return c.schedule;
+  }
+  const bool v = c.stages_per_rank == 2 &&
+                 c.synthesized->stage_to_rank == pipeline::v_placement(c.pp);
+  return c.schedule + (v ? " V" : " loop");
+}
+
 std::string describe_layout(const PlanCandidate& c) {
   std::ostringstream out;
   out << "pp " << c.pp << " x dp_replicate " << c.dp_replicate << " x dp_shard "
       << c.dp_shard << " x tp " << c.tp;
   if (c.pp > 1) {
-    out << ", " << c.schedule << " v " << c.stages_per_rank << ", m "
+    out << ", " << schedule_label(c) << " v " << c.stages_per_rank << ", m "
         << c.microbatches << " of " << c.microbatch_size;
   }
   out << ", ac " << describe_ac(c);
@@ -1222,6 +1236,112 @@ PlanCandidate score_all(
       });
 }
 
+/// A pipelined candidate's layout but for its schedule: what a synthesised
+/// schedule replaces the schedule of.
+std::string layout_key(
+    const PlanCandidate& c, const std::vector<int64_t>& stage_to_rank) {
+  std::ostringstream out;
+  const auto list = [&out](const std::vector<int64_t>& values) {
+    for (const int64_t v : values) {
+      out << v << ',';
+    }
+    out << '|';
+  };
+  out << c.pp << '|' << c.dp_replicate << '|' << c.dp_shard << '|' << c.tp
+      << '|' << c.fsdp_reshard << '|' << c.microbatch_size << '|'
+      << c.activation_checkpoint << '|';
+  list(c.checkpoint_stages);
+  list(c.layers_per_stage);
+  list(stage_to_rank);
+  return out.str();
+}
+
+/// What a synthesised schedule must save to replace a built-in one: less
+/// is within any cost model's error, and a custom CSV is worth it only for
+/// a gain.
+constexpr double kSynthesisMargin = 0.005;
+
+/// For the `count` fastest pipelined layouts of `result.ranked` (sorted),
+/// a schedule synthesised for each one's costs within three budgets (the
+/// activations its built-in schedule holds, one more microbatch per rank,
+/// none), each scored like any candidate (dry run, cap, simulation); the
+/// fastest that fits joins the ranking when it is at least 0.5 % faster
+/// than the built-in one.
+void synthesize_for_fastest(
+    const JobConfig& base,
+    const Candidates& candidates,
+    const CostModel& model,
+    int64_t threads,
+    int64_t count,
+    PlanResult& result) {
+  std::vector<const PlanCandidate*> picked;
+  std::set<std::string> seen;
+  for (const auto& c : result.ranked) {
+    if (static_cast<int64_t>(picked.size()) >= count) {
+      break;
+    }
+    if (c.pp > 1 &&
+        seen.insert(
+                layout_key(c, candidates.schedule_of(c)->lowered.stage_to_rank))
+            .second) {
+      picked.push_back(&c);
+    }
+  }
+  std::vector<std::optional<PlanCandidate>> won(picked.size());
+  parallel_for(static_cast<int64_t>(picked.size()), threads, [&](int64_t k) {
+    const PlanCandidate& built_in = *picked[k];
+    const CachedSchedule& cached = *candidates.schedule_of(built_in);
+    const pipeline::Schedule& lowered = cached.lowered;
+    const auto costs = simulation_costs(model, built_in);
+    std::vector<int64_t> held = cached.peaks;
+    std::vector<int64_t> more = held;
+    for (int64_t r = 0; r < lowered.pp; ++r) {
+      const auto stages = static_cast<int64_t>(
+          pipeline::stages_of_rank(lowered.stage_to_rank, r).size());
+      held[r] = std::max(held[r], stages);
+      more[r] = held[r] + stages;
+    }
+    for (const auto& budget : {held, more, std::vector<int64_t>{}}) {
+      const auto made = pipeline::synthesize_best(
+          lowered.stage_to_rank, built_in.microbatches, costs, {budget});
+      CachedSchedule schedule;
+      schedule.lowered = made.planned.lowered;
+      schedule.peaks = made.planned.simulation.peak_activations;
+      schedule.freed_gathers = freed_block_gathers(schedule.lowered);
+      PlanCandidate c = built_in;
+      c.schedule = "Synthesized";
+      c.synthesized =
+          std::make_shared<const pipeline::Schedule>(made.planned.compute);
+      c.synthesized_over = built_in.schedule;
+      c.synthesized_over_step_s = built_in.step_s;
+      c.peak_bytes = 0;
+      c.bubble = 0.0;
+      if (score(
+              base,
+              result.world_size,
+              model,
+              &schedule,
+              result.memory_cap,
+              c) &&
+          c.step_s < (1.0 - kSynthesisMargin) * built_in.step_s &&
+          (!won[k] || c.step_s < won[k]->step_s)) {
+        won[k] = std::move(c);
+      }
+    }
+  });
+  const double tokens =
+      static_cast<double>(result.global_batch * base.training.seq_len);
+  result.synthesis_layouts = static_cast<int64_t>(picked.size());
+  for (auto& c : won) {
+    if (c) {
+      c->tokens_per_s = tokens / c->step_s;
+      c->tokens_per_s_per_rank = c->tokens_per_s / result.world_size;
+      result.ranked.push_back(std::move(*c));
+      ++result.synthesis_wins;
+    }
+  }
+}
+
 /// The cost model of `base`'s run shaped `args`, from `costs`.
 CostModel cost_model(
     const JobConfig& base,
@@ -1277,12 +1397,15 @@ PlanResult plan_layouts(
             "); allowed: a cap of at least that; try more ranks or a "
             "smaller batch");
   }
-  std::stable_sort(
-      result.ranked.begin(),
-      result.ranked.end(),
-      [](const PlanCandidate& a, const PlanCandidate& b) {
-        return a.step_s < b.step_s;
-      });
+  const auto by_step = [](const PlanCandidate& a, const PlanCandidate& b) {
+    return a.step_s < b.step_s;
+  };
+  std::stable_sort(result.ranked.begin(), result.ranked.end(), by_step);
+  if (options.synthesize() > 0) {
+    synthesize_for_fastest(
+        base, candidates, model, threads, options.synthesize(), result);
+    std::stable_sort(result.ranked.begin(), result.ranked.end(), by_step);
+  }
   return result;
 }
 
@@ -1348,8 +1471,15 @@ std::string format_plan_table(
                                 : std::string(" (no cap)"))
       << ", " << result.dominated
       << " not scored (checkpointing more stages than one that fits), "
-      << result.ranked.size() << " ranked\n"
-      << "step time = simulated pipeline + data-parallel gradient sync (not "
+      << result.ranked.size() << " ranked\n";
+  if (result.synthesis_layouts > 0) {
+    out << "synthesis: a schedule made for the costs of each of the "
+        << result.synthesis_layouts << " fastest pipelined layouts; "
+        << result.synthesis_wins
+        << " beat the layout's best built-in schedule (ranked as "
+           "Synthesized)\n";
+  }
+  out << "step time = simulated pipeline + data-parallel gradient sync (not "
          "overlapped) + optimizer step"
       << (costs.optimizer_s_per_parameter > 0.0
               ? std::string()
@@ -1378,7 +1508,7 @@ std::string format_plan_table(
         static_cast<long long>(c.dp_shard),
         static_cast<long long>(c.tp),
         c.dp_shard > 1 ? c.fsdp_reshard.c_str() : "-",
-        c.pp > 1 ? c.schedule.c_str() : "-",
+        c.pp > 1 ? schedule_label(c).c_str() : "-",
         static_cast<long long>(c.stages_per_rank),
         static_cast<long long>(c.microbatch_size),
         static_cast<long long>(c.microbatches),
@@ -1393,6 +1523,22 @@ std::string format_plan_table(
         c.bubble * 100.0,
         gib(c.peak_bytes).c_str());
     out << line;
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    const PlanCandidate& c = result.ranked[k];
+    if (c.synthesized) {
+      char line[256];
+      std::snprintf(
+          line,
+          sizeof(line),
+          "rank %lld: Synthesized over %s (%.4g s at this layout), %.1f %% "
+          "faster\n",
+          static_cast<long long>(k + 1),
+          c.synthesized_over.c_str(),
+          c.synthesized_over_step_s,
+          100.0 * (1.0 - c.step_s / c.synthesized_over_step_s));
+      out << line;
+    }
   }
   return out.str();
 }
@@ -1427,6 +1573,11 @@ std::string plan_result_json(const PlanResult& result, const PlanCosts& costs) {
          {"bubble", c.bubble},
          {"peak_bytes", c.peak_bytes},
          {"overlay", plan_overlay_yaml(c, "rank " + std::to_string(k + 1))}});
+    if (c.synthesized) {
+      ranked.back()["synthesized_over"] = c.synthesized_over;
+      ranked.back()["synthesized_over_step_s"] = c.synthesized_over_step_s;
+      ranked.back()["schedule_csv"] = c.schedule_csv;
+    }
   }
   const json out = {
       {"world_size", result.world_size},
@@ -1435,6 +1586,8 @@ std::string plan_result_json(const PlanResult& result, const PlanCosts& costs) {
       {"pruned", result.pruned},
       {"dominated", result.dominated},
       {"memory_cap", result.memory_cap},
+      {"synthesis_layouts", result.synthesis_layouts},
+      {"synthesis_wins", result.synthesis_wins},
       {"costs",
        {{"path", costs.path},
         {"description", costs.description},
@@ -1456,10 +1609,20 @@ std::string plan_overlay_yaml(const PlanCandidate& c, const std::string& why) {
       << "  pipeline_parallel_degree: " << c.pp << "\n"
       << "  fsdp_reshard_after_forward: " << c.fsdp_reshard << "\n";
   if (c.pp > 1) {
-    out << "  pipeline_parallel_schedule: " << c.schedule << "\n"
-        << "  pipeline_parallel_stages_per_rank: " << c.stages_per_rank << "\n"
+    if (c.synthesized && c.schedule_csv.empty()) {
+      throw std::invalid_argument(
+          "plan_overlay_yaml: a synthesised schedule needs its CSV's path");
+    }
+    if (c.synthesized) {
+      out << "  # The CSV is the schedule (synthesised by baton plan); the "
+             "named one is what it beat.\n"
+          << "  pipeline_parallel_schedule: " << c.synthesized_over << "\n";
+    } else {
+      out << "  pipeline_parallel_schedule: " << c.schedule << "\n";
+    }
+    out << "  pipeline_parallel_stages_per_rank: " << c.stages_per_rank << "\n"
         << "  pipeline_parallel_microbatch_size: " << c.microbatch_size << "\n"
-        << "  pipeline_parallel_schedule_csv: \"\"\n"
+        << "  pipeline_parallel_schedule_csv: \"" << c.schedule_csv << "\"\n"
         << "  pipeline_parallel_layers_per_stage: 0\n";
     if (c.balanced) {
       out << "  pipeline_parallel_module_fqns_per_stage:\n";
@@ -1490,10 +1653,29 @@ std::string plan_schedule_svg(
   const llama::ModelArgs args = plan_model_args(base);
   const CostModel model = cost_model(base, args, costs);
   const auto planned = pipeline::plan_schedule(
-      pipeline::make_schedule(
-          c.schedule, c.pp, c.stages_per_rank, c.microbatches),
+      c.synthesized ? *c.synthesized
+                    : pipeline::make_schedule(
+                          c.schedule, c.pp, c.stages_per_rank, c.microbatches),
       simulation_costs(model, c));
   return pipeline::format_schedule(planned.compute, planned.simulation, "svg");
+}
+
+void write_synthesized_schedules(PlanResult& result, const std::string& dir) {
+  for (size_t k = 0; k < result.ranked.size(); ++k) {
+    PlanCandidate& c = result.ranked[k];
+    if (!c.synthesized) {
+      continue;
+    }
+    const auto path = std::filesystem::absolute(
+        std::filesystem::path(dir) /
+        ("schedule-rank" + std::to_string(k + 1) + ".csv"));
+    std::ofstream out(path);
+    out << pipeline::schedule_to_csv(*c.synthesized);
+    if (!out) {
+      throw std::runtime_error("[plan] cannot write '" + path.string() + "'");
+    }
+    c.schedule_csv = path.string();
+  }
 }
 
 }  // namespace baton

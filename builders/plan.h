@@ -8,12 +8,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "config/job_config.h"
 #include "models/llama/args.h"
+#include "parallel/pipeline/action.h"
 
 namespace baton {
 
@@ -136,6 +138,9 @@ struct PlanOptions {
   TORCH_ARG(int64_t, max_microbatches) = 64;
   /// Threads scoring candidates; 0 = the hardware's.
   TORCH_ARG(int64_t, threads) = 0;
+  /// The fastest pipelined layouts (distinct but for their schedule) a
+  /// schedule is synthesised for (parallel/pipeline/synthesis.h); 0: none.
+  TORCH_ARG(int64_t, synthesize) = 8;
 };
 
 /// One layout, its memory and its predicted time.
@@ -144,7 +149,8 @@ struct PlanCandidate {
   int64_t dp_replicate = 1;
   int64_t dp_shard = 1;
   int64_t tp = 1;
-  /// "" without pipelining.
+  /// "" without pipelining; "Synthesized" for a schedule made for these
+  /// costs (`synthesized`).
   std::string schedule;
   int64_t stages_per_rank = 1;
   /// Sequences per data-parallel rank per step.
@@ -177,6 +183,15 @@ struct PlanCandidate {
   double bubble = 0.0;
   /// The most loaded rank's total (dry run).
   int64_t peak_bytes = 0;
+  /// A synthesised schedule (compute-only), else null.
+  std::shared_ptr<const pipeline::Schedule> synthesized;
+  /// With `synthesized`: the built-in schedule it beat at this layout and
+  /// that schedule's predicted step, seconds.
+  std::string synthesized_over;
+  double synthesized_over_step_s = 0.0;
+  /// With `synthesized`: where its CSV was written (the overlay's
+  /// pipeline_parallel_schedule_csv); set by whoever writes it.
+  std::string schedule_csv;
 
   /// Whether pipeline stage `stage`'s blocks recompute in backward.
   bool checkpoints_stage(int64_t stage) const;
@@ -188,8 +203,9 @@ struct PlanResult {
   std::vector<PlanCandidate> ranked;
   /// Candidates generated: each schedule-valid layout with each of its
   /// checkpointing choices (none; without pipelining full; pipelined full
-  /// on the first k stages, k = 1 .. stages, the last being every stage).
-  /// considered = pruned + dominated + ranked.
+  /// on the first k stages, k = 1 .. stages, the last being every stage),
+  /// synthesised schedules aside: considered + synthesis_wins = pruned +
+  /// dominated + ranked.
   int64_t considered = 0;
   /// Of those, scored and over the memory cap.
   int64_t pruned = 0;
@@ -200,6 +216,11 @@ struct PlanResult {
   int64_t world_size = 0;
   /// The cap applied (0: none).
   int64_t memory_cap = 0;
+  /// Layouts a schedule was synthesised for (the fastest pipelined ones),
+  /// and how many of those synthesised schedules beat the layout's best
+  /// built-in schedule (those are in `ranked`).
+  int64_t synthesis_layouts = 0;
+  int64_t synthesis_wins = 0;
 };
 
 /// Searches the layouts of `world_size` ranks for `base`'s model: pp x
@@ -207,7 +228,11 @@ struct PlanResult {
 /// resharding after forward always / never, the seven schedules with their
 /// stages per rank, microbatch sizes, even and balanced layer splits,
 /// activation checkpointing none / full on the first k stages, with the
-/// global batch kept. Throws
+/// global batch kept. Then, for the `options.synthesize()` fastest
+/// pipelined layouts, a schedule synthesised for their costs (within the
+/// activations the layout's best built-in schedule holds, one more
+/// microbatch per rank, or any, each under the cap) joins the ranking
+/// when it is at least 0.5 % faster than that built-in schedule. Throws
 /// ConfigError when no layout divides the world for the model, or when
 /// none fits the cap (naming the smallest peak found).
 PlanResult plan_layouts(
@@ -245,9 +270,16 @@ std::string format_plan_table(
 std::string plan_result_json(const PlanResult& result, const PlanCosts& costs);
 
 /// `candidate` as a YAML overlay for `baton train --config base.yaml
-/// --config plan.yaml`.
+/// --config plan.yaml`; a synthesised schedule is named by its
+/// `schedule_csv` (throws std::invalid_argument when that is empty).
 std::string plan_overlay_yaml(
     const PlanCandidate& candidate, const std::string& why);
+
+/// Writes each synthesised schedule of `result.ranked` as a CSV into `dir`
+/// (`schedule-rankK.csv`, K its rank) and sets its `schedule_csv` to that
+/// absolute path (what its overlay names). Throws std::runtime_error when
+/// a file cannot be written.
+void write_synthesized_schedules(PlanResult& result, const std::string& dir);
 
 /// The module FQNs per stage of a split.
 std::vector<std::vector<std::string>> split_fqns(

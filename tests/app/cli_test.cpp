@@ -147,6 +147,8 @@ TEST(Cli, TrainTakesSeveralConfigsAndPlanItsOptions) {
        "5",
        "--out",
        "dir",
+       "--synthesize",
+       "3",
        "--training.seq_len=128"});
   EXPECT_EQ(plan.command, "plan");
   EXPECT_EQ(plan.plan.nproc, 512);
@@ -154,6 +156,16 @@ TEST(Cli, TrainTakesSeveralConfigsAndPlanItsOptions) {
   EXPECT_EQ(plan.plan.memory_per_rank_gib, 80.0);
   EXPECT_EQ(plan.plan.top, 5);
   EXPECT_EQ(plan.plan.out_dir, "dir");
+  EXPECT_EQ(plan.plan.synthesize, 3);
+  EXPECT_EQ(
+      parse_cli({"plan", "--config", "a", "--nproc", "2", "--synthesize", "0"})
+          .plan.synthesize,
+      0);
+  EXPECT_EQ(
+      parse_cli({"plan", "--config", "a", "--nproc", "2"}).plan.synthesize, 8);
+  EXPECT_THROW(
+      parse_cli({"plan", "--config", "a", "--nproc", "2", "--synthesize", "x"}),
+      ConfigError);
   EXPECT_EQ(
       plan.plan.overrides, (std::vector<std::string>{"training.seq_len=128"}));
   EXPECT_THROW(

@@ -68,6 +68,56 @@ TEST(PlanCli, DebugModelOnTwoRanksWritesAnOverlayTrainAccepts) {
   EXPECT_EQ(t.code, 0) << t.output;
 }
 
+TEST(PlanCli, SynthesisedSchedulesAreWrittenAsCsvsTheirOverlaysName) {
+  const auto dir = fresh_dir("plan_cli_synthesis");
+  const auto r =
+      run_command(plan_command("--nproc 2 --top 100 --out " + dir.string()));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(
+      r.output.find("synthesis: a schedule made for the costs of each "
+                    "of the 8 fastest pipelined layouts"),
+      std::string::npos)
+      << r.output;
+  const auto plan = nlohmann::json::parse(read(dir / "plan.json"));
+  ASSERT_GE(plan["synthesis_wins"].get<int64_t>(), 1) << r.output;
+  int64_t written = 0;
+  for (const auto& c : plan["ranked"]) {
+    if (c["schedule"] != "Synthesized") {
+      continue;
+    }
+    ++written;
+    const std::string csv = c["schedule_csv"];
+    EXPECT_EQ(
+        csv,
+        std::filesystem::absolute(
+            dir / ("schedule-rank" + std::to_string(c["rank"].get<int64_t>()) +
+                   ".csv"))
+            .string());
+    EXPECT_TRUE(std::filesystem::exists(csv)) << csv;
+    EXPECT_NE(r.output.find(csv), std::string::npos) << r.output;
+    const std::string overlay = c["overlay"];
+    EXPECT_NE(
+        overlay.find("pipeline_parallel_schedule_csv: \"" + csv + "\""),
+        std::string::npos)
+        << overlay;
+  }
+  EXPECT_EQ(written, plan["synthesis_wins"].get<int64_t>());
+
+  const auto none =
+      run_command(plan_command("--nproc 2 --top 100 --synthesize 0"));
+  ASSERT_EQ(none.code, 0) << none.output;
+  EXPECT_EQ(none.output.find("Synthesized"), std::string::npos) << none.output;
+  EXPECT_EQ(none.output.find("synthesis:"), std::string::npos) << none.output;
+
+  const auto bad = run_command(plan_command("--nproc 2 --synthesize=-1"));
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(
+      bad.output.find("--synthesize: '-1' is not allowed; allowed: an integer "
+                      ">= 0"),
+      std::string::npos)
+      << bad.output;
+}
+
 TEST(PlanCli, BadInputsExitTwoNamingTheCause) {
   const auto cap =
       run_command(plan_command("--nproc 2 --memory-per-rank 1e-6"));

@@ -16,6 +16,9 @@
 #include "builders/builder_registry.h"
 #include "builders/dry_run.h"
 #include "common/error.h"
+#include "parallel/pipeline/schedule_io.h"
+#include "parallel/pipeline/schedules.h"
+#include "parallel/pipeline/validation.h"
 #include "tests/baton_binary.h"
 
 namespace baton {
@@ -300,7 +303,7 @@ TEST(Plan, CheckpointsTheFirstStageAloneWhereNoneDoesNotFit) {
   EXPECT_GE(c->compute_s, 192.0);
   EXPECT_LT(c->compute_s, 204.0);
   EXPECT_EQ(
-      result.considered,
+      result.considered + result.synthesis_wins,
       result.pruned + result.dominated +
           static_cast<int64_t>(result.ranked.size()));
   EXPECT_GT(result.pruned, 0);
@@ -537,6 +540,117 @@ TEST(Plan, PostingEachSendAndRecvLengthensPipelinesOnly) {
   const auto dp = [](const PlanCandidate& c) { return c.pp == 1; };
   ASSERT_NE(find_if(plain, dp), nullptr);
   EXPECT_DOUBLE_EQ(find_if(plain, dp)->step_s, find_if(posted, dp)->step_s);
+}
+
+/// Whether `a` and `b` have one layout but for their schedule.
+bool same_layout(const PlanCandidate& a, const PlanCandidate& b) {
+  return a.pp == b.pp && a.dp_replicate == b.dp_replicate &&
+         a.dp_shard == b.dp_shard && a.tp == b.tp &&
+         a.fsdp_reshard == b.fsdp_reshard &&
+         a.stages_per_rank == b.stages_per_rank &&
+         a.microbatch_size == b.microbatch_size &&
+         a.layers_per_stage == b.layers_per_stage &&
+         a.activation_checkpoint == b.activation_checkpoint &&
+         a.checkpoint_stages == b.checkpoint_stages;
+}
+
+TEST(Plan, ASynthesisedScheduleJoinsTheRankingOnlyWhereItBeatsTheBuiltIns) {
+  const PlanResult with = plan_layouts(debug_config(), 2, hand_costs());
+  const PlanResult without = plan_layouts(
+      debug_config(), 2, hand_costs(), PlanOptions().synthesize(0));
+  EXPECT_EQ(without.synthesis_layouts, 0);
+  EXPECT_EQ(with.synthesis_layouts, 8);
+  EXPECT_GE(with.synthesis_wins, 1);
+  EXPECT_EQ(with.ranked.size(), without.ranked.size() + with.synthesis_wins);
+  int64_t synthesized = 0;
+  for (const auto& c : without.ranked) {
+    EXPECT_FALSE(c.synthesized);
+  }
+  for (const auto& c : with.ranked) {
+    if (!c.synthesized) {
+      continue;
+    }
+    ++synthesized;
+    SCOPED_TRACE(c.synthesized_over);
+    EXPECT_EQ(c.schedule, "Synthesized");
+    EXPECT_LT(c.step_s, 0.995 * c.synthesized_over_step_s);
+    EXPECT_EQ(c.synthesized->microbatches, c.microbatches);
+    EXPECT_EQ(c.synthesized->pp, c.pp);
+    pipeline::validate_schedule(*c.synthesized);
+    // What it beat is the fastest built-in schedule at its layout.
+    const PlanCandidate* beaten = find_if(without, [&](const PlanCandidate& b) {
+      return same_layout(b, c) && b.schedule == c.synthesized_over;
+    });
+    ASSERT_NE(beaten, nullptr);
+    EXPECT_DOUBLE_EQ(beaten->step_s, c.synthesized_over_step_s);
+    // ... of those on its placement.
+    for (const auto& b : without.ranked) {
+      if (same_layout(b, c) &&
+          pipeline::make_schedule(
+              b.schedule, b.pp, b.stages_per_rank, b.microbatches)
+                  .stage_to_rank == c.synthesized->stage_to_rank) {
+        EXPECT_LE(c.synthesized_over_step_s, b.step_s) << b.schedule;
+      }
+    }
+  }
+  EXPECT_EQ(synthesized, with.synthesis_wins);
+  const auto table = format_plan_table(with, hand_costs(), 100);
+  EXPECT_NE(
+      table.find(
+          "synthesis: a schedule made for the costs of each of "
+          "the 8 fastest pipelined layouts; " +
+          std::to_string(with.synthesis_wins) + " beat"),
+      std::string::npos)
+      << table;
+  EXPECT_NE(table.find(": Synthesized over "), std::string::npos) << table;
+}
+
+TEST(Plan, ASynthesisedPlanTrainsFromItsOverlayAndCsv) {
+  PlanResult result = plan_layouts(debug_config(), 2, hand_costs());
+  const PlanCandidate* made = find_if(
+      result, [](const PlanCandidate& c) { return c.synthesized != nullptr; });
+  ASSERT_NE(made, nullptr);
+  EXPECT_THROW(plan_overlay_yaml(*made, "no CSV yet"), std::invalid_argument);
+  const auto dir = fresh_dir("plan_synthesized");
+  std::filesystem::create_directories(dir);
+  write_synthesized_schedules(result, dir.string());
+  ASSERT_FALSE(made->schedule_csv.empty());
+  EXPECT_TRUE(std::filesystem::path(made->schedule_csv).is_absolute());
+  EXPECT_EQ(
+      pipeline::load_schedule_csv(made->schedule_csv).ranks,
+      made->synthesized->ranks);
+  const auto json =
+      nlohmann::json::parse(plan_result_json(result, hand_costs()));
+  bool listed = false;
+  for (const auto& c : json["ranked"]) {
+    listed = listed || c.value("schedule_csv", "") == made->schedule_csv;
+  }
+  EXPECT_TRUE(listed);
+  const auto overlay = dir / "synthesized.yaml";
+  std::ofstream(overlay) << plan_overlay_yaml(*made, "test");
+  const std::string base =
+      testing::baton_bin() + " train --config " +
+      source_path("configs/debug_model.yaml") + " --config " +
+      overlay.string() + " --training.mixed_precision_param=float32 --nproc 2";
+  // The dry run reads the CSV and sizes what the plan did.
+  const auto out = dir / "dry_run.json";
+  auto r = testing::run_command(base + " --dry-run=json > " + out.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(out);
+  const auto report = nlohmann::json::parse(in);
+  EXPECT_EQ(
+      std::max(
+          report["ranks"][0]["total_bytes"].get<int64_t>(),
+          report["ranks"][1]["total_bytes"].get<int64_t>()),
+      made->peak_bytes);
+  // And a step trains with it.
+  r = testing::run_command(
+      base +
+      " --training.steps=1 --training.seq_len=64 --checkpoint.enable=false" +
+      " --metrics.log_freq=1 --job.dump_folder=" + (dir / "run").string() +
+      " 2>&1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("step     1  loss"), std::string::npos) << r.output;
 }
 
 TEST(Plan, Llama405bOn512H100sRanksInterleavedAbove1F1B) {
