@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <deque>
-#include <limits>
+#include <optional>
 #include <string>
 
 #include "parallel/pipeline/schedule_state.h"

@@ -14,7 +14,6 @@
 #include <torch/arg.h>
 
 #include <cstdint>
-#include <optional>
 #include <vector>
 
 #include "parallel/pipeline/action.h"
