@@ -146,9 +146,10 @@ int run_train(const baton::TrainArgs& args, char** argv) {
     }
     return baton::dist::launch_local(launch);
   }
-  // Several intra-op threads must not spin beside OpenBLAS's
-  // (common/threads.h): start again with OMP_WAIT_POLICY=PASSIVE unless the
-  // user chose a policy; in the same restart as the kernels'. Not when the
+  // Several intra-op threads must not spin beside OpenBLAS's, nor
+  // OpenBLAS's idle threads beside them (common/threads.h): start again
+  // with OMP_WAIT_POLICY=PASSIVE and a short OPENBLAS_THREAD_TIMEOUT unless
+  // the user set them; in the same restart as the kernels'. Not when the
   // config could not be read a second time (a pipe, /dev/stdin).
   const bool rereadable = std::all_of(
       args.config_paths.begin(),
@@ -156,18 +157,19 @@ int run_train(const baton::TrainArgs& args, char** argv) {
       [](const std::string& path) {
         return std::filesystem::is_regular_file(path);
       });
-  const bool passive =
-      baton::openmp_wait_policy_unset() &&
+  const baton::LoadTimeSettings settings = baton::load_time_settings(
+      blas.restart,
       baton::resolve_intra_op_threads(
           config.training.num_threads,
-          baton::dist::detect_launch_env().local_world_size) > 1;
+          baton::dist::detect_launch_env().local_world_size),
+      baton::blas_threads());
   if (!rereadable) {
     if (blas.restart) {
       LOG(WARNING) << "blas: the config cannot be read again (a pipe): going "
                       "on with the kernels loaded";
     }
   } else {
-    baton::restart_for_load_time_settings(argv, blas.restart, passive);
+    baton::restart_for_load_time_settings(argv, settings);
   }
   // Both live outside the try, so the runtime they hold is still there when
   // a failure is reported.

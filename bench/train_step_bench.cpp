@@ -177,10 +177,14 @@ int main(int argc, char** argv) {
       baton::kBlasKernelsVar,
       /*fail_check=*/false);
   std::cerr << blas.log << '\n';
-  // As `baton train` runs with several threads (common/threads.h); the
-  // Python peer is run both with the same setting and without.
+  // As `baton train` runs with several threads (common/threads.h): the
+  // benchmarks set 1 or 2 ATen threads themselves, and OpenBLAS runs its
+  // own on every core. The Python peer is run both with the same settings
+  // and without.
   baton::restart_for_load_time_settings(
-      argv, blas.restart, baton::openmp_wait_policy_unset());
+      argv,
+      baton::load_time_settings(
+          blas.restart, /*intra_op_threads=*/2, baton::blas_threads()));
   benchmark::AddCustomContext("blas_kernels", baton::loaded_blas().kernels);
   baton::keep_freed_memory_in_process();
   benchmark::Initialize(&argc, argv);

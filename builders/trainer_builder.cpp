@@ -27,6 +27,20 @@ namespace baton {
 namespace {
 
 /// comm.backend resolved for `device`: auto is NCCL on CUDA, else Gloo.
+/// "2 OpenBLAS threads (OPENBLAS_THREAD_TIMEOUT=12), " for the runtime's
+/// log line; "" where the BLAS is not OpenBLAS.
+std::string openblas_threads_note() {
+  const int threads = blas_threads();
+  if (threads == 0) {
+    return "";
+  }
+  return std::to_string(threads) + " OpenBLAS threads (" +
+         kBlasThreadTimeoutVar + "=" +
+         (blas_thread_timeout_unset() ? "unset"
+                                      : std::getenv(kBlasThreadTimeoutVar)) +
+         "), ";
+}
+
 std::string comm_backend(const JobConfig& config, const at::Device& device) {
   const std::string& b = config.comm.backend;
   if (b == "auto") {
@@ -235,7 +249,7 @@ void TrainerBuilder::init_runtime() {
             << " intra-op threads (OMP_WAIT_POLICY="
             << (openmp_wait_policy_unset() ? "unset"
                                            : std::getenv(kOmpWaitPolicyVar))
-            << "), device " << device_.str();
+            << "), " << openblas_threads_note() << "device " << device_.str();
 }
 
 std::shared_ptr<const Tokenizer> TrainerBuilder::build_tokenizer() {

@@ -1,5 +1,7 @@
 #include "common/threads.h"
 
+#include "common/text.h"
+
 #include <glog/logging.h>
 #include <unistd.h>
 
@@ -9,6 +11,7 @@
 #include <cstring>
 #include <iostream>
 #include <thread>
+#include <vector>
 
 namespace baton {
 
@@ -26,13 +29,31 @@ bool openmp_wait_policy_unset() {
   return value == nullptr || *value == '\0';
 }
 
+bool blas_thread_timeout_unset() {
+  const char* value = std::getenv(kBlasThreadTimeoutVar);
+  return value == nullptr || *value == '\0';
+}
+
+LoadTimeSettings load_time_settings(
+    bool kernels, int64_t intra_op_threads, int blas_threads) {
+  LoadTimeSettings settings;
+  settings.kernels = kernels;
+  settings.passive_openmp =
+      intra_op_threads > 1 && openmp_wait_policy_unset();
+  settings.blas_thread_timeout = intra_op_threads > 1 && blas_threads > 1 &&
+                                 blas_thread_timeout_unset();
+  return settings;
+}
+
 namespace {
 
-bool set_passive_openmp_wait() {
-  // The restarted process finds the variable set and goes on: one restart.
-  if (::setenv(kOmpWaitPolicyVar, kBatonOmpWaitPolicy, 1) != 0) {
-    LOG(WARNING) << "could not set " << kOmpWaitPolicyVar
-                 << "; OpenMP's idle threads will spin";
+/// Sets `var` to `value` for the restarted process, which finds it set and
+/// goes on: one restart. False (and a warning naming `without`) if it
+/// could not.
+bool set_for_restart(
+    const char* var, const char* value, const char* without) {
+  if (::setenv(var, value, 1) != 0) {
+    LOG(WARNING) << "could not set " << var << "; " << without;
     return false;
   }
   return true;
@@ -51,16 +72,31 @@ void restart_process(char** argv, const std::string& what) {
 
 }  // namespace
 
-void restart_for_load_time_settings(char** argv, bool kernels, bool passive) {
-  const bool omp = passive && set_passive_openmp_wait();
-  if (kernels || omp) {
-    restart_process(
-        argv,
-        std::string(kernels ? "OpenBLAS's kernels" : "") +
-            (kernels && omp ? " and " : "") +
-            (omp ? std::string(kOmpWaitPolicyVar) + "=" + kBatonOmpWaitPolicy
-                 : std::string()));
+void restart_for_load_time_settings(
+    char** argv, const LoadTimeSettings& settings) {
+  std::vector<std::string> what;
+  if (settings.kernels) {
+    what.emplace_back("OpenBLAS's kernels");
   }
+  if (settings.passive_openmp &&
+      set_for_restart(
+          kOmpWaitPolicyVar,
+          kBatonOmpWaitPolicy,
+          "OpenMP's idle threads will spin")) {
+    what.push_back(join({kOmpWaitPolicyVar, kBatonOmpWaitPolicy}, "="));
+  }
+  if (settings.blas_thread_timeout &&
+      set_for_restart(
+          kBlasThreadTimeoutVar,
+          kBatonBlasThreadTimeout,
+          "OpenBLAS's idle threads will spin for its default time")) {
+    what.push_back(
+        join({kBlasThreadTimeoutVar, kBatonBlasThreadTimeout}, "="));
+  }
+  if (what.empty()) {
+    return;
+  }
+  restart_process(argv, join(what, ", "));
 }
 
 }  // namespace baton

@@ -20,12 +20,13 @@ case "$blas" in
   *) echo "bench: warning: expected OpenBLAS (pthread); timings are for $blas" >&2 ;;
 esac
 # Both sides run with glibc keeping freed memory in the process and with
-# OpenMP's idle threads sleeping: Baton's binaries set both themselves
-# (common/allocator.h, common/threads.h); the peer gets them from
-# GLIBC_TUNABLES and OMP_WAIT_POLICY. It also runs once without either,
-# as a user would run it.
+# OpenMP's and OpenBLAS's idle threads sleeping: Baton's binaries set these
+# themselves (common/allocator.h, common/threads.h); the peer gets them from
+# GLIBC_TUNABLES, OMP_WAIT_POLICY and OPENBLAS_THREAD_TIMEOUT. It also runs
+# once without any, as a user would run it.
 tunables=glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=1073741824
-same_settings=(GLIBC_TUNABLES=$tunables OMP_WAIT_POLICY=PASSIVE)
+same_settings=(GLIBC_TUNABLES=$tunables OMP_WAIT_POLICY=PASSIVE
+  OPENBLAS_THREAD_TIMEOUT=12)
 
 # What else runs meanwhile (1-minute load, compiler processes), every 10 s,
 # for the report: a shared machine's figures depend on it.
@@ -88,7 +89,9 @@ json.dump({
         "OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "unset") +
         ", OPENBLAS_NUM_THREADS=" + os.environ.get("OPENBLAS_NUM_THREADS", "unset") +
         ", OMP_WAIT_POLICY=" + os.environ.get("OMP_WAIT_POLICY", "unset") +
-        " (Baton's binaries run with PASSIVE unless it is set)",
+        ", OPENBLAS_THREAD_TIMEOUT=" +
+        os.environ.get("OPENBLAS_THREAD_TIMEOUT", "unset") +
+        " (Baton's binaries run with PASSIVE and 12 unless they are set)",
     "date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"),
 }, open(sys.argv[1], "w"), indent=1)
 PY
@@ -135,12 +138,13 @@ for round in 1 2 3; do
   done
 done
 # The peer's other settings, once: AdamW(foreach=True), and the defaults a
-# user gets (glibc's allocator, OpenMP's spinning).
+# user gets (glibc's allocator, OpenMP's and OpenBLAS's spinning).
 for flavor in debugmodel small; do
   env "${same_settings[@]}" "$python" bench/peer_step.py --flavor "$flavor" \
     --threads 1 --reps 3 --foreach --out "$out/peer_${flavor}_t1_foreach.json"
   for threads in 1 2; do
-    env -u GLIBC_TUNABLES -u OMP_WAIT_POLICY "$python" bench/peer_step.py \
+    env -u GLIBC_TUNABLES -u OMP_WAIT_POLICY -u OPENBLAS_THREAD_TIMEOUT \
+      "$python" bench/peer_step.py \
       --flavor "$flavor" --threads "$threads" --reps 3 \
       --out "$out/peer_${flavor}_t${threads}_default.json"
   done

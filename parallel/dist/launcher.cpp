@@ -125,6 +125,9 @@ std::vector<std::string> child_environment(
   if (openmp_wait_policy_unset()) {
     ours.push_back(kOmpWaitPolicyVar);  // an empty one is replaced below
   }
+  if (blas_thread_timeout_unset()) {
+    ours.push_back(kBlasThreadTimeoutVar);
+  }
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv(*e);
     const std::string key = kv.substr(0, kv.find('='));
@@ -153,9 +156,13 @@ std::vector<std::string> child_environment(
     }
   }
   // So that a rank with several intra-op threads need not restart itself
-  // to get it (common/threads.h).
+  // to get them (common/threads.h).
   if (openmp_wait_policy_unset()) {
     env.push_back(std::string(kOmpWaitPolicyVar) + "=" + kBatonOmpWaitPolicy);
+  }
+  if (blas_thread_timeout_unset()) {
+    env.push_back(
+        std::string(kBlasThreadTimeoutVar) + "=" + kBatonBlasThreadTimeout);
   }
   return env;
 }

@@ -394,10 +394,6 @@ TEST(Cli, TrainsTheDebugModelAndWritesEveryMetricsKey) {
   EXPECT_LT(last, first - 1.5) << "the loss should fall clearly";
 }
 
-// With several intra-op threads and OMP_WAIT_POLICY unset, `baton train`
-// starts itself again with PASSIVE (common/threads.h). libgomp reports what
-// it read at load time (OMP_DISPLAY_ENV): GOMP_SPINCOUNT 300000 for the
-// unset default, 0 for PASSIVE.
 TEST(Cli, ActivationCheckpointingLowersTheActivationPeak) {
   // One process per mode, as a rank is: the same losses, and full
   // checkpointing holds well under half of the step's peak (the debug
@@ -465,7 +461,13 @@ TEST(Cli, AWarmupLongerThanTheRunWarnsOnceAndTrains) {
   }
 }
 
-TEST(Cli, RestartsWithOpenMpPassiveWaitUnlessTheUserChose) {
+// With several intra-op threads beside OpenBLAS's and OMP_WAIT_POLICY or
+// OPENBLAS_THREAD_TIMEOUT unset, `baton train` starts itself again with
+// PASSIVE and a short timeout (common/threads.h). libgomp reports what it
+// read at load time (OMP_DISPLAY_ENV): GOMP_SPINCOUNT 300000 for the unset
+// default, 0 for PASSIVE; the runtime's log line names both variables as
+// the process that trained saw them.
+TEST(Cli, RestartsWithPassiveWaitsUnlessTheUserChose) {
   const std::string train =
       " train --config " + debug_config() +
       " --training.steps=1 --lr_scheduler.warmup_steps=1"
@@ -481,36 +483,58 @@ TEST(Cli, RestartsWithOpenMpPassiveWaitUnlessTheUserChose) {
     }
     return n;
   };
-  // Runs with `env` prefixed, `threads` intra-op threads; checks it trained,
-  // how many times libgomp started, and the runtime's log of the policy.
+  // Runs with `env` prefixed (OpenBLAS on 2 threads unless it says), with
+  // `threads` intra-op threads; checks it trained, how many times libgomp
+  // started, and the runtime's log of the policy and the timeout.
   const auto run = [&](const std::string& env,
                        int threads,
                        size_t starts,
-                       const std::string& policy) {
+                       const std::string& policy,
+                       const std::string& blas) {
     const auto r = testing::run_command(
-        "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_DISPLAY_ENV=VERBOSE " +
+        "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OPENBLAS_THREAD_TIMEOUT "
+        "OMP_DISPLAY_ENV=VERBOSE OPENBLAS_NUM_THREADS=2 " +
         env + testing::baton_bin() + train +
         " --training.num_threads=" + std::to_string(threads));
     EXPECT_EQ(r.code, 0) << r.output;
     EXPECT_EQ(count(r.output, "GOMP_SPINCOUNT"), starts) << r.output;
     EXPECT_NE(
         r.output.find(
-            std::to_string(threads) +
-            " intra-op threads (OMP_WAIT_POLICY=" + policy + ")"),
+            std::to_string(threads) + " intra-op threads (OMP_WAIT_POLICY=" +
+            policy + "), " + blas + ", device"),
         std::string::npos)
         << r.output;
     return r.output;
   };
   // Unset, 2 threads: the first process saw the spinning default, the
-  // restarted one PASSIVE.
-  auto out = run("", 2, 2, "PASSIVE");
+  // restarted one PASSIVE and OpenBLAS's short timeout; one restart for
+  // both.
+  auto out = run(
+      "", 2, 2, "PASSIVE", "2 OpenBLAS threads (OPENBLAS_THREAD_TIMEOUT=12)");
   EXPECT_EQ(count(out, "GOMP_SPINCOUNT = '300000'"), 1u) << out;
   EXPECT_EQ(count(out, "GOMP_SPINCOUNT = '0'"), 1u) << out;
-  // One thread: nothing to spin, no restart.
-  run("", 1, 1, "unset");
-  // The user's choice stands.
-  out = run("OMP_WAIT_POLICY=ACTIVE ", 2, 1, "ACTIVE");
+  // One thread: nothing spins beside it, no restart.
+  run("", 1, 1, "unset", "2 OpenBLAS threads (OPENBLAS_THREAD_TIMEOUT=unset)");
+  // The user's choices stand.
+  out = run(
+      "OMP_WAIT_POLICY=ACTIVE OPENBLAS_THREAD_TIMEOUT=20 ",
+      2,
+      1,
+      "ACTIVE",
+      "2 OpenBLAS threads (OPENBLAS_THREAD_TIMEOUT=20)");
   EXPECT_NE(out.find("OMP_WAIT_POLICY = 'ACTIVE'"), std::string::npos) << out;
+  // The timeout alone restarts; the user's policy stays.
+  run("OMP_WAIT_POLICY=ACTIVE ",
+      2,
+      2,
+      "ACTIVE",
+      "2 OpenBLAS threads (OPENBLAS_THREAD_TIMEOUT=12)");
+  // OpenBLAS on one thread has no idle thread to spin: no restart for it.
+  run("OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=1 ",
+      2,
+      1,
+      "PASSIVE",
+      "1 OpenBLAS threads (OPENBLAS_THREAD_TIMEOUT=unset)");
 }
 
 // --- tokenizer train / data tokenize -----------------------------------------

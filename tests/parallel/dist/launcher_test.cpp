@@ -11,8 +11,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -73,25 +76,42 @@ TEST(Launcher, BlasThreadsAreSharedOutUnlessSet) {
       << out;
 }
 
-TEST(Launcher, RanksGetThePassiveOpenMpWaitPolicyUnlessSet) {
-  const char* before = std::getenv("OMP_WAIT_POLICY");
-  const std::string saved = before == nullptr ? "" : before;
-  const auto policy_seen = [] {
+TEST(Launcher, RanksGetThePassiveWaitsUnlessSet) {
+  // OMP_WAIT_POLICY and OPENBLAS_THREAD_TIMEOUT (common/threads.h).
+  std::map<std::string, std::optional<std::string>> saved;
+  for (const char* var : {"OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT"}) {
+    const char* before = std::getenv(var);
+    saved[var] = before == nullptr ? std::nullopt
+                                   : std::optional<std::string>(before);
+  }
+  const auto seen = [] {
     ::testing::internal::CaptureStdout();
-    launch_local(shell(2, "echo \"policy=${OMP_WAIT_POLICY:-unset}\""));
+    launch_local(shell(
+        2,
+        "echo \"policy=${OMP_WAIT_POLICY:-unset} "
+        "timeout=${OPENBLAS_THREAD_TIMEOUT:-unset}\""));
     return ::testing::internal::GetCapturedStdout();
   };
   ::unsetenv("OMP_WAIT_POLICY");
-  std::string out = policy_seen();
-  EXPECT_NE(out.find("[rank0]: policy=PASSIVE"), std::string::npos) << out;
-  EXPECT_NE(out.find("[rank1]: policy=PASSIVE"), std::string::npos) << out;
+  ::unsetenv("OPENBLAS_THREAD_TIMEOUT");
+  std::string out = seen();
+  EXPECT_NE(
+      out.find("[rank0]: policy=PASSIVE timeout=12"), std::string::npos)
+      << out;
+  EXPECT_NE(
+      out.find("[rank1]: policy=PASSIVE timeout=12"), std::string::npos)
+      << out;
   ::setenv("OMP_WAIT_POLICY", "ACTIVE", 1);
-  out = policy_seen();
-  EXPECT_NE(out.find("[rank1]: policy=ACTIVE"), std::string::npos) << out;
-  if (before == nullptr) {
-    ::unsetenv("OMP_WAIT_POLICY");
-  } else {
-    ::setenv("OMP_WAIT_POLICY", saved.c_str(), 1);
+  ::setenv("OPENBLAS_THREAD_TIMEOUT", "20", 1);
+  out = seen();
+  EXPECT_NE(out.find("[rank1]: policy=ACTIVE timeout=20"), std::string::npos)
+      << out;
+  for (const auto& [var, value] : saved) {
+    if (value) {
+      ::setenv(var.c_str(), value->c_str(), 1);
+    } else {
+      ::unsetenv(var.c_str());
+    }
   }
 }
 
