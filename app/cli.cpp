@@ -254,6 +254,21 @@ double parse_positive(const std::string& flag, const std::string& value) {
       flag + ": '" + value + "' is not allowed; allowed: a number > 0");
 }
 
+/// A percentage in [0, 100).
+double parse_percent(const std::string& flag, const std::string& value) {
+  try {
+    size_t used = 0;
+    const double x = std::stod(value, &used);
+    if (used == value.size() && x >= 0.0 && x < 100.0) {
+      return x;
+    }
+  } catch (const std::exception&) {
+  }
+  throw ConfigError(
+      flag + ": '" + value +
+      "' is not allowed; allowed: a percentage >= 0 and < 100");
+}
+
 PlanArgs parse_plan(const std::vector<std::string>& args) {
   PlanArgs out;
   OptionReader option(args, "plan");
@@ -272,6 +287,8 @@ PlanArgs parse_plan(const std::vector<std::string>& args) {
       out.top = parse_count("--top", option.value());
     } else if (name == "synthesize") {
       out.synthesize = parse_count("--synthesize", option.value(), 0);
+    } else if (name == "tolerance") {
+      out.tolerance_percent = parse_percent("--tolerance", option.value());
     } else if (name == "out") {
       out.out_dir = option.value();
     } else if (name == "global-batch") {
@@ -693,6 +710,7 @@ CommandUsage plan_usage() {
        "GIB]",
        "           [--top K] [--out DIR] [--global-batch ROWS] [--synthesize "
        "L]",
+       "           [--tolerance PCT]",
        "           [--SECTION.KEY=VALUE ...]",
        "baton plan --config FILE --nproc N --write-costs FILE",
        "           [--profile-repeats R]",
@@ -727,6 +745,12 @@ CommandUsage plan_usage() {
         "synthesises a schedule for the costs of the L fastest pipelined "
         "layouts, ranked where at least 0.5 % faster than the built-in "
         "ones; 0: none; default 8"},
+       {"tolerance",
+        "--tolerance PCT",
+        "predictions within PCT % of the fastest count as level and rank "
+        "simplest first (fewer pipeline stages, built-in schedule, less "
+        "tensor parallelism, fewer microbatches, less checkpointing); 0: by "
+        "prediction alone; default 2"},
        {"global-batch",
         "--global-batch ROWS",
         "sequences per step over all data-parallel ranks, kept across "

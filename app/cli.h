@@ -71,6 +71,9 @@ struct PlanArgs {
   int64_t top = 10;
   /// The fastest pipelined layouts a schedule is synthesised for; 0: none.
   int64_t synthesize = 8;
+  /// Predictions within this many percent of the fastest rank simplest
+  /// first (PlanOptions::tolerance); 0: by prediction alone.
+  double tolerance_percent = 2.0;
   /// Where plan.yaml, schedule.svg and plan.txt go; empty = none written.
   std::string out_dir;
   /// Sequences per step over the data-parallel ranks; 0 = the config's

@@ -118,7 +118,10 @@ namespace {
 
 PlanOptions plan_options(const PlanArgs& args) {
   auto options =
-      PlanOptions().global_batch(args.global_batch).synthesize(args.synthesize);
+      PlanOptions()
+          .global_batch(args.global_batch)
+          .synthesize(args.synthesize)
+          .tolerance(args.tolerance_percent / 100.0);
   if (args.memory_per_rank_gib > 0.0) {
     options.memory_per_rank(static_cast<int64_t>(
         args.memory_per_rank_gib * 1024.0 * 1024.0 * 1024.0));
@@ -277,7 +280,7 @@ int run_plan(const PlanArgs& args) {
   std::filesystem::create_directories(args.out_dir);
   write_synthesized_schedules(result, args.out_dir);
   const PlanCandidate& best = result.ranked.front();
-  char why[128];
+  char why[256];
   std::snprintf(
       why,
       sizeof(why),
@@ -285,8 +288,20 @@ int run_plan(const PlanArgs& args) {
       result.ranked.size(),
       best.step_s,
       best.tokens_per_s_per_rank);
+  std::string reason = why;
+  if (result.tied > 1) {
+    std::snprintf(
+        why,
+        sizeof(why),
+        "; the simplest of the %lld predicted within %.3g %% of the fastest "
+        "(%.4g s)",
+        static_cast<long long>(result.tied),
+        100.0 * result.tolerance,
+        result.fastest_step_s);
+    reason += why;
+  }
   const std::string dir = args.out_dir + "/";
-  write_text_file(dir + "plan.yaml", plan_overlay_yaml(best, why));
+  write_text_file(dir + "plan.yaml", plan_overlay_yaml(best, reason));
   write_text_file(dir + "plan.txt", table.str());
   write_text_file(dir + "plan.json", plan_result_json(result, costs));
   std::cout << "plan: wrote " << dir << "plan.yaml, " << dir << "plan.txt, "

@@ -14,7 +14,8 @@ a prediction and the runs it predicts meet the machine in the same minutes.
 Predicted and measured (the median step time of steps 3.. of a run) are
 each the median over the rounds. It reports each candidate's error, the
 Spearman rank correlation of predicted and measured, and the chosen plan
-(the lowest prediction) against the best measured.
+(the first plan's rank 1: `baton plan` ranks predictions within its
+tolerance of the fastest simplest first) against the best measured.
 
 Usage: plan_runs.py BUILD_DIR OUT.json [--rounds R] [--steps N]
 """
@@ -261,8 +262,13 @@ def flavor_runs(args, flavor, flavor_args, global_batch, tmp):
             "bubble": c["bubble"], "peak_bytes": c["peak_bytes"],
             "measured_s": measured, "per_round_s": runs[k],
             "error": measured / pred - 1.0})
-    # The plan's choice over the rounds: the lowest median prediction.
-    choice = min(candidates, key=lambda c: c["predicted_s"])
+    # The plan's choice: the first plan's rank 1 (plan.yaml), the simplest
+    # of those it predicts within its tolerance of the fastest.
+    choice = next(c for c in candidates if c["rank"] == 1)
+    tied = first_result.get("tied", 1)
+    how = (f"the first plan's rank 1, the simplest of the {tied} predicted "
+           f"within {100 * first_result.get('tolerance', 0):.3g} % of the fastest"
+           if tied > 1 else "the first plan's rank 1, its lowest prediction")
     pred = [c["predicted_s"] for c in candidates]
     meas = [c["measured_s"] for c in candidates]
     return {
@@ -273,7 +279,9 @@ def flavor_runs(args, flavor, flavor_args, global_batch, tmp):
         "synthesis_wins": first_result["synthesis_wins"],
         "plan_wall_s": wall, "costs": all_costs[0], "costs_per_round": all_costs,
         "candidates": candidates,
-        "chosen": {"rank": choice["rank"], "layout": choice["layout"]},
+        "chosen": {"rank": choice["rank"], "layout": choice["layout"],
+                   "how": how},
+        "tied": tied,
         "spearman": spearman(pred, meas),
         "worst_error": max(abs(c["error"]) for c in candidates),
         "chosen_over_best": choice["measured_s"] / min(meas)}

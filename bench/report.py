@@ -645,8 +645,8 @@ def plan_section(doc, targets):
                          f"{100 * c['error']:+.1f} % |")
         chosen = f.get("chosen", {"rank": 1})
         lines += ["", f"Spearman rank correlation {f['spearman']:.2f}; worst error "
-                  f"{100 * f['worst_error']:.1f} %; the chosen plan (the lowest "
-                  f"prediction: rank {chosen['rank']} of the first plan) "
+                  f"{100 * f['worst_error']:.1f} %; the chosen plan "
+                  f"({chosen.get('how', 'the lowest prediction: rank %d of the first plan' % chosen['rank'])}) "
                   f"measured {f['chosen_over_best']:.3f}x the best measured.", ""]
         targets.setdefault("plan", []).append(f)
     c = doc.get("cluster")

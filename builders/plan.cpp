@@ -1355,7 +1355,49 @@ CostModel cost_model(
       base.training.mixed_precision_reduce == "bfloat16" ? 2 : 4};
 }
 
+/// Stages that recompute their blocks in backward.
+int64_t checkpointed_stages(const PlanCandidate& c) {
+  if (c.activation_checkpoint != "full") {
+    return 0;
+  }
+  return c.checkpoint_stages.empty() ? c.pp * c.stages_per_rank
+                                     : static_cast<int64_t>(
+                                           c.checkpoint_stages.size());
+}
+
+/// `result.ranked` sorted by prediction: those within `tolerance` of the
+/// fastest move to the front, simplest first, then by prediction.
+void rank_ties_simplest_first(double tolerance, PlanResult& result) {
+  result.tolerance = tolerance;
+  auto& ranked = result.ranked;
+  if (ranked.empty()) {
+    return;
+  }
+  result.fastest_step_s = ranked.front().step_s;
+  const double limit = result.fastest_step_s * (1.0 + tolerance);
+  const auto end = std::find_if(
+      ranked.begin(), ranked.end(), [&](const PlanCandidate& c) {
+        return c.step_s > limit;
+      });
+  // Sorted by prediction already: a stable sort by simplicity keeps that
+  // order among the equally simple.
+  std::stable_sort(ranked.begin(), end, plan_simplicity_less);
+  result.tied = end - ranked.begin();
+}
+
 }  // namespace
+
+bool plan_simplicity_less(const PlanCandidate& a, const PlanCandidate& b) {
+  const auto key = [](const PlanCandidate& c) {
+    return std::make_tuple(
+        c.pp * c.stages_per_rank,
+        c.synthesized != nullptr,
+        c.tp,
+        c.microbatches,
+        checkpointed_stages(c));
+  };
+  return key(a) < key(b);
+}
 
 PlanResult plan_layouts(
     const JobConfig& base,
@@ -1406,6 +1448,7 @@ PlanResult plan_layouts(
         base, candidates, model, threads, options.synthesize(), result);
     std::stable_sort(result.ranked.begin(), result.ranked.end(), by_step);
   }
+  rank_ties_simplest_first(options.tolerance(), result);
   return result;
 }
 
@@ -1478,6 +1521,20 @@ std::string format_plan_table(
         << result.synthesis_wins
         << " beat the layout's best built-in schedule (ranked as "
            "Synthesized)\n";
+  }
+  if (result.tied > 1) {
+    char within[128];
+    std::snprintf(
+        within,
+        sizeof(within),
+        "predicted within %.3g %% of the fastest (%.4g s)",
+        100.0 * result.tolerance,
+        result.fastest_step_s);
+    out << "ranks 1-" << result.tied << ": " << within
+        << ", level within the model's accuracy: the simplest first (fewer "
+           "pipeline stages, built-in schedule, less tensor parallelism, "
+           "fewer microbatches, less checkpointing; --tolerance 0 ranks by "
+           "prediction alone)\n";
   }
   out << "step time = simulated pipeline + data-parallel gradient sync (not "
          "overlapped) + optimizer step"
@@ -1588,6 +1645,9 @@ std::string plan_result_json(const PlanResult& result, const PlanCosts& costs) {
       {"memory_cap", result.memory_cap},
       {"synthesis_layouts", result.synthesis_layouts},
       {"synthesis_wins", result.synthesis_wins},
+      {"tolerance", result.tolerance},
+      {"tied", result.tied},
+      {"fastest_step_s", result.fastest_step_s},
       {"costs",
        {{"path", costs.path},
         {"description", costs.description},

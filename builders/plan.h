@@ -141,6 +141,12 @@ struct PlanOptions {
   /// The fastest pipelined layouts (distinct but for their schedule) a
   /// schedule is synthesised for (parallel/pipeline/synthesis.h); 0: none.
   TORCH_ARG(int64_t, synthesize) = 8;
+  /// Predictions within this fraction of the fastest count as equal: the
+  /// cost model is not more accurate than that (measured against real runs
+  /// within a few percent, docs/PERFORMANCE.md). Those candidates rank
+  /// simplest first (plan_simplicity_less), then by prediction; 0 = by
+  /// prediction alone.
+  TORCH_ARG(double, tolerance) = 0.02;
 };
 
 /// One layout, its memory and its predicted time.
@@ -221,7 +227,23 @@ struct PlanResult {
   /// built-in schedule (those are in `ranked`).
   int64_t synthesis_layouts = 0;
   int64_t synthesis_wins = 0;
+  /// The tolerance applied, and how many candidates it put level with the
+  /// fastest prediction (the first `tied` of `ranked`, simplest first; 1
+  /// when none came within it).
+  double tolerance = 0.0;
+  int64_t tied = 0;
+  /// The fastest prediction (the step of the tied ones' fastest), seconds.
+  double fastest_step_s = 0.0;
 };
+
+/// The order among candidates whose predictions count as equal: fewer
+/// pipeline stages in all (pp x stages per rank: fewer point-to-point
+/// transfers and per-stage overheads the model has to get right), a
+/// built-in schedule before a synthesised one, less tensor parallelism
+/// (fewer collectives per layer), fewer microbatches (fewer passes, each
+/// with a fixed cost), fewer checkpointing stages. False when neither is
+/// simpler.
+bool plan_simplicity_less(const PlanCandidate& a, const PlanCandidate& b);
 
 /// Searches the layouts of `world_size` ranks for `base`'s model: pp x
 /// dp x tp with dp as dp_replicate, dp_shard or both (HSDP, r x s), FSDP
@@ -232,7 +254,9 @@ struct PlanResult {
 /// pipelined layouts, a schedule synthesised for their costs (within the
 /// activations the layout's best built-in schedule holds, one more
 /// microbatch per rank, or any, each under the cap) joins the ranking
-/// when it is at least 0.5 % faster than that built-in schedule. Throws
+/// when it is at least 0.5 % faster than that built-in schedule. Ranked
+/// by prediction, except that those within `options.tolerance()` of the
+/// fastest come first, simplest first (plan_simplicity_less). Throws
 /// ConfigError when no layout divides the world for the model, or when
 /// none fits the cap (naming the smallest peak found).
 PlanResult plan_layouts(

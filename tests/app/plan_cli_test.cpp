@@ -118,6 +118,57 @@ TEST(PlanCli, SynthesisedSchedulesAreWrittenAsCsvsTheirOverlaysName) {
       << bad.output;
 }
 
+TEST(PlanCli, NearTiesRankSimplestFirstAndTheOverlayIsTheFirst) {
+  const auto dir = fresh_dir("plan_cli_tolerance");
+  const auto r = run_command(plan_command(
+      "--nproc 2 --top 100 --tolerance 5 --out " + dir.string()));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto plan = nlohmann::json::parse(read(dir / "plan.json"));
+  const int64_t tied = plan["tied"];
+  ASSERT_GE(tied, 2) << r.output;
+  EXPECT_EQ(plan["tolerance"], 0.05);
+  EXPECT_NE(
+      r.output.find(
+          "ranks 1-" + std::to_string(tied) +
+          ": predicted within 5 % of the fastest"),
+      std::string::npos)
+      << r.output;
+  // plan.yaml is rank 1's overlay, the simplest of the level ones, and
+  // says so.
+  const std::string yaml = read(dir / "plan.yaml");
+  const std::string overlay = plan["ranked"][0]["overlay"];
+  EXPECT_EQ(
+      yaml.substr(yaml.find('\n')), overlay.substr(overlay.find('\n')));
+  EXPECT_NE(
+      yaml.find(
+          "; the simplest of the " + std::to_string(tied) +
+          " predicted within 5 % of the fastest"),
+      std::string::npos)
+      << yaml;
+  const double fastest = plan["fastest_step_s"];
+  for (int64_t k = 0; k < tied; ++k) {
+    EXPECT_LE(plan["ranked"][k]["step_s"].get<double>(), fastest * 1.05);
+  }
+
+  const auto strict =
+      run_command(plan_command("--nproc 2 --top 100 --tolerance 0"));
+  ASSERT_EQ(strict.code, 0) << strict.output;
+  EXPECT_EQ(strict.output.find("ranks 1-"), std::string::npos)
+      << strict.output;
+
+  for (const std::string value : {"-1", "100", "abc"}) {
+    const auto bad =
+        run_command(plan_command("--nproc 2 --tolerance=" + value));
+    EXPECT_EQ(bad.code, 2) << bad.output;
+    EXPECT_NE(
+        bad.output.find(
+            "--tolerance: '" + value +
+            "' is not allowed; allowed: a percentage >= 0 and < 100"),
+        std::string::npos)
+        << bad.output;
+  }
+}
+
 TEST(PlanCli, BadInputsExitTwoNamingTheCause) {
   const auto cap =
       run_command(plan_command("--nproc 2 --memory-per-rank 1e-6"));

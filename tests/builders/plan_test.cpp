@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <set>
 
 #include "builders/builder_registry.h"
 #include "builders/dry_run.h"
@@ -68,7 +70,10 @@ const PlanCandidate* find(
 }
 
 TEST(Plan, RanksTheDebugModelOnTwoRanksAsWorkedOutByHand) {
-  const PlanResult result = plan_layouts(debug_config(), 2, hand_costs());
+  // By prediction alone (near-ties: RanksNearTiesSimplestFirst).
+  const PlanResult result = plan_layouts(
+      debug_config(), 2, hand_costs(), PlanOptions().tolerance(0.0));
+  EXPECT_EQ(result.tied, 1);
   // The global batch: 8 sequences per rank x 2 ranks.
   EXPECT_EQ(result.global_batch, 16);
   EXPECT_GE(result.ranked.size(), 20u);
@@ -113,6 +118,87 @@ TEST(Plan, RanksTheDebugModelOnTwoRanksAsWorkedOutByHand) {
     }
   }
   EXPECT_TRUE(saw_dp);
+}
+
+TEST(Plan, RanksNearTiesSimplestFirst) {
+  // The same search by prediction alone and with a 5 % tolerance: the
+  // same candidates; those within 5 % of the fastest come first, ordered
+  // by plan_simplicity_less and then by prediction; the rest follow by
+  // prediction.
+  const PlanResult strict = plan_layouts(
+      debug_config(), 2, hand_costs(), PlanOptions().tolerance(0.0));
+  const PlanResult level = plan_layouts(
+      debug_config(), 2, hand_costs(), PlanOptions().tolerance(0.05));
+  ASSERT_EQ(strict.ranked.size(), level.ranked.size());
+  const double fastest = strict.ranked.front().step_s;
+  EXPECT_EQ(level.fastest_step_s, fastest);
+  EXPECT_EQ(level.tolerance, 0.05);
+  int64_t within = 0;
+  for (const auto& c : strict.ranked) {
+    within += c.step_s <= fastest * 1.05 ? 1 : 0;
+  }
+  EXPECT_EQ(level.tied, within);
+  // The hand costs' ZBV-like schedules lie within 5 % of each other, with
+  // 2 and more stages per rank: the test means something only with
+  // several levels of simplicity among them.
+  ASSERT_GE(level.tied, 3);
+  std::set<int64_t> stages;
+  for (int64_t k = 0; k < level.tied; ++k) {
+    const PlanCandidate& c = level.ranked[k];
+    EXPECT_LE(c.step_s, fastest * 1.05);
+    stages.insert(c.pp * c.stages_per_rank);
+    if (k > 0) {
+      const PlanCandidate& before = level.ranked[k - 1];
+      EXPECT_FALSE(plan_simplicity_less(c, before)) << k;
+      if (!plan_simplicity_less(before, c)) {
+        EXPECT_LE(before.step_s, c.step_s) << k;
+      }
+    }
+  }
+  EXPECT_GE(stages.size(), 2u);
+  // Fewer stages in all ranks first even where a longer pipeline is
+  // predicted faster.
+  EXPECT_EQ(
+      level.ranked.front().pp * level.ranked.front().stages_per_rank,
+      *stages.begin());
+  EXPECT_GT(level.ranked.front().step_s, fastest);
+  for (size_t k = level.tied; k < level.ranked.size(); ++k) {
+    EXPECT_GT(level.ranked[k].step_s, fastest * 1.05);
+    EXPECT_EQ(level.ranked[k].step_s, strict.ranked[k].step_s);
+  }
+}
+
+TEST(Plan, SimplicityOrdersStagesScheduleTensorParallelMicrobatches) {
+  PlanCandidate a;
+  a.pp = 2;
+  a.stages_per_rank = 1;
+  a.microbatches = 8;
+  PlanCandidate b = a;
+  EXPECT_FALSE(plan_simplicity_less(a, b));
+  EXPECT_FALSE(plan_simplicity_less(b, a));
+  b.stages_per_rank = 2;  // 4 stages against 2
+  b.microbatches = 1;
+  EXPECT_TRUE(plan_simplicity_less(a, b));
+  b = a;
+  b.synthesized = std::make_shared<pipeline::Schedule>();
+  EXPECT_TRUE(plan_simplicity_less(a, b));
+  b = a;
+  b.tp = 2;
+  EXPECT_TRUE(plan_simplicity_less(a, b));
+  b = a;
+  b.microbatches = 16;
+  EXPECT_TRUE(plan_simplicity_less(a, b));
+  b = a;
+  b.activation_checkpoint = "full";
+  b.checkpoint_stages = {0};
+  EXPECT_TRUE(plan_simplicity_less(a, b));
+  PlanCandidate all = b;
+  all.checkpoint_stages.clear();  // every stage: 2
+  EXPECT_TRUE(plan_simplicity_less(b, all));
+  // No pipeline at all is simplest.
+  PlanCandidate dp;
+  dp.dp_replicate = 2;
+  EXPECT_TRUE(plan_simplicity_less(dp, a));
 }
 
 /// The first ranked candidate `pick` accepts.
