@@ -142,8 +142,9 @@ struct PlanOptions {
   /// schedule is synthesised for (parallel/pipeline/synthesis.h); 0: none.
   TORCH_ARG(int64_t, synthesize) = 8;
   /// Predictions within this fraction of the fastest count as equal: the
-  /// cost model is not more accurate than that (measured against real runs
-  /// within a few percent, docs/PERFORMANCE.md). Those candidates rank
+  /// cost model is not more accurate than that (real runs differ from its
+  /// predictions by a few percent and more, docs/PERFORMANCE.md and
+  /// bench/notes.md). Those candidates rank
   /// simplest first (plan_simplicity_less), then by prediction; 0 = by
   /// prediction alone.
   TORCH_ARG(double, tolerance) = 0.02;

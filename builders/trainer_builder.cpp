@@ -26,7 +26,6 @@ namespace baton {
 
 namespace {
 
-/// comm.backend resolved for `device`: auto is NCCL on CUDA, else Gloo.
 /// "2 OpenBLAS threads (OPENBLAS_THREAD_TIMEOUT=12), " for the runtime's
 /// log line; "" where the BLAS is not OpenBLAS.
 std::string openblas_threads_note() {
@@ -41,6 +40,7 @@ std::string openblas_threads_note() {
          "), ";
 }
 
+/// comm.backend resolved for `device`: auto is NCCL on CUDA, else Gloo.
 std::string comm_backend(const JobConfig& config, const at::Device& device) {
   const std::string& b = config.comm.backend;
   if (b == "auto") {
