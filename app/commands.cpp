@@ -117,11 +117,10 @@ BlasStartup prepare_blas_for(const JobConfig& config) {
 namespace {
 
 PlanOptions plan_options(const PlanArgs& args) {
-  auto options =
-      PlanOptions()
-          .global_batch(args.global_batch)
-          .synthesize(args.synthesize)
-          .tolerance(args.tolerance_percent / 100.0);
+  auto options = PlanOptions()
+                     .global_batch(args.global_batch)
+                     .synthesize(args.synthesize)
+                     .tolerance(args.tolerance_percent / 100.0);
   if (args.memory_per_rank_gib > 0.0) {
     options.memory_per_rank(static_cast<int64_t>(
         args.memory_per_rank_gib * 1024.0 * 1024.0 * 1024.0));

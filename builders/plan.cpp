@@ -1360,9 +1360,9 @@ int64_t checkpointed_stages(const PlanCandidate& c) {
   if (c.activation_checkpoint != "full") {
     return 0;
   }
-  return c.checkpoint_stages.empty() ? c.pp * c.stages_per_rank
-                                     : static_cast<int64_t>(
-                                           c.checkpoint_stages.size());
+  return c.checkpoint_stages.empty()
+             ? c.pp * c.stages_per_rank
+             : static_cast<int64_t>(c.checkpoint_stages.size());
 }
 
 /// `result.ranked` sorted by prediction: those within `tolerance` of the
@@ -1375,8 +1375,8 @@ void rank_ties_simplest_first(double tolerance, PlanResult& result) {
   }
   result.fastest_step_s = ranked.front().step_s;
   const double limit = result.fastest_step_s * (1.0 + tolerance);
-  const auto end = std::find_if(
-      ranked.begin(), ranked.end(), [&](const PlanCandidate& c) {
+  const auto end =
+      std::find_if(ranked.begin(), ranked.end(), [&](const PlanCandidate& c) {
         return c.step_s > limit;
       });
   // Sorted by prediction already: a stable sort by simplicity keeps that

@@ -38,10 +38,9 @@ LoadTimeSettings load_time_settings(
     bool kernels, int64_t intra_op_threads, int blas_threads) {
   LoadTimeSettings settings;
   settings.kernels = kernels;
-  settings.passive_openmp =
-      intra_op_threads > 1 && openmp_wait_policy_unset();
-  settings.blas_thread_timeout = intra_op_threads > 1 && blas_threads > 1 &&
-                                 blas_thread_timeout_unset();
+  settings.passive_openmp = intra_op_threads > 1 && openmp_wait_policy_unset();
+  settings.blas_thread_timeout =
+      intra_op_threads > 1 && blas_threads > 1 && blas_thread_timeout_unset();
   return settings;
 }
 
@@ -50,8 +49,7 @@ namespace {
 /// Sets `var` to `value` for the restarted process, which finds it set and
 /// goes on: one restart. False (and a warning naming `without`) if it
 /// could not.
-bool set_for_restart(
-    const char* var, const char* value, const char* without) {
+bool set_for_restart(const char* var, const char* value, const char* without) {
   if (::setenv(var, value, 1) != 0) {
     LOG(WARNING) << "could not set " << var << "; " << without;
     return false;
@@ -78,11 +76,10 @@ void restart_for_load_time_settings(
   if (settings.kernels) {
     what.emplace_back("OpenBLAS's kernels");
   }
-  if (settings.passive_openmp &&
-      set_for_restart(
-          kOmpWaitPolicyVar,
-          kBatonOmpWaitPolicy,
-          "OpenMP's idle threads will spin")) {
+  if (settings.passive_openmp && set_for_restart(
+                                     kOmpWaitPolicyVar,
+                                     kBatonOmpWaitPolicy,
+                                     "OpenMP's idle threads will spin")) {
     what.push_back(join({kOmpWaitPolicyVar, kBatonOmpWaitPolicy}, "="));
   }
   if (settings.blas_thread_timeout &&
@@ -90,8 +87,7 @@ void restart_for_load_time_settings(
           kBlasThreadTimeoutVar,
           kBatonBlasThreadTimeout,
           "OpenBLAS's idle threads will spin for its default time")) {
-    what.push_back(
-        join({kBlasThreadTimeoutVar, kBatonBlasThreadTimeout}, "="));
+    what.push_back(join({kBlasThreadTimeoutVar, kBatonBlasThreadTimeout}, "="));
   }
   if (what.empty()) {
     return;

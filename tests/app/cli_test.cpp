@@ -516,12 +516,12 @@ TEST(Cli, RestartsWithPassiveWaitsUnlessTheUserChose) {
   // One thread: nothing spins beside it, no restart.
   run("", 1, 1, "unset", "2 OpenBLAS threads (OPENBLAS_THREAD_TIMEOUT=unset)");
   // The user's choices stand.
-  out = run(
-      "OMP_WAIT_POLICY=ACTIVE OPENBLAS_THREAD_TIMEOUT=20 ",
-      2,
-      1,
-      "ACTIVE",
-      "2 OpenBLAS threads (OPENBLAS_THREAD_TIMEOUT=20)");
+  out =
+      run("OMP_WAIT_POLICY=ACTIVE OPENBLAS_THREAD_TIMEOUT=20 ",
+          2,
+          1,
+          "ACTIVE",
+          "2 OpenBLAS threads (OPENBLAS_THREAD_TIMEOUT=20)");
   EXPECT_NE(out.find("OMP_WAIT_POLICY = 'ACTIVE'"), std::string::npos) << out;
   // The timeout alone restarts; the user's policy stays.
   run("OMP_WAIT_POLICY=ACTIVE ",

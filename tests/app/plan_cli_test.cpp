@@ -120,8 +120,8 @@ TEST(PlanCli, SynthesisedSchedulesAreWrittenAsCsvsTheirOverlaysName) {
 
 TEST(PlanCli, NearTiesRankSimplestFirstAndTheOverlayIsTheFirst) {
   const auto dir = fresh_dir("plan_cli_tolerance");
-  const auto r = run_command(plan_command(
-      "--nproc 2 --top 100 --tolerance 5 --out " + dir.string()));
+  const auto r = run_command(
+      plan_command("--nproc 2 --top 100 --tolerance 5 --out " + dir.string()));
   ASSERT_EQ(r.code, 0) << r.output;
   const auto plan = nlohmann::json::parse(read(dir / "plan.json"));
   const int64_t tied = plan["tied"];
@@ -137,8 +137,7 @@ TEST(PlanCli, NearTiesRankSimplestFirstAndTheOverlayIsTheFirst) {
   // says so.
   const std::string yaml = read(dir / "plan.yaml");
   const std::string overlay = plan["ranked"][0]["overlay"];
-  EXPECT_EQ(
-      yaml.substr(yaml.find('\n')), overlay.substr(overlay.find('\n')));
+  EXPECT_EQ(yaml.substr(yaml.find('\n')), overlay.substr(overlay.find('\n')));
   EXPECT_NE(
       yaml.find(
           "; the simplest of the " + std::to_string(tied) +
@@ -153,8 +152,7 @@ TEST(PlanCli, NearTiesRankSimplestFirstAndTheOverlayIsTheFirst) {
   const auto strict =
       run_command(plan_command("--nproc 2 --top 100 --tolerance 0"));
   ASSERT_EQ(strict.code, 0) << strict.output;
-  EXPECT_EQ(strict.output.find("ranks 1-"), std::string::npos)
-      << strict.output;
+  EXPECT_EQ(strict.output.find("ranks 1-"), std::string::npos) << strict.output;
 
   for (const std::string value : {"-1", "100", "abc"}) {
     const auto bad =

@@ -10,8 +10,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -81,8 +81,8 @@ TEST(Launcher, RanksGetThePassiveWaitsUnlessSet) {
   std::map<std::string, std::optional<std::string>> saved;
   for (const char* var : {"OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT"}) {
     const char* before = std::getenv(var);
-    saved[var] = before == nullptr ? std::nullopt
-                                   : std::optional<std::string>(before);
+    saved[var] =
+        before == nullptr ? std::nullopt : std::optional<std::string>(before);
   }
   const auto seen = [] {
     ::testing::internal::CaptureStdout();
@@ -95,11 +95,9 @@ TEST(Launcher, RanksGetThePassiveWaitsUnlessSet) {
   ::unsetenv("OMP_WAIT_POLICY");
   ::unsetenv("OPENBLAS_THREAD_TIMEOUT");
   std::string out = seen();
-  EXPECT_NE(
-      out.find("[rank0]: policy=PASSIVE timeout=12"), std::string::npos)
+  EXPECT_NE(out.find("[rank0]: policy=PASSIVE timeout=12"), std::string::npos)
       << out;
-  EXPECT_NE(
-      out.find("[rank1]: policy=PASSIVE timeout=12"), std::string::npos)
+  EXPECT_NE(out.find("[rank1]: policy=PASSIVE timeout=12"), std::string::npos)
       << out;
   ::setenv("OMP_WAIT_POLICY", "ACTIVE", 1);
   ::setenv("OPENBLAS_THREAD_TIMEOUT", "20", 1);
