@@ -26,6 +26,13 @@ namespace baton {
 
 namespace {
 
+/// `var`'s value, or "unset" (empty counts as unset, as
+/// common/threads.h reads it).
+std::string value_or_unset(const char* var) {
+  const char* value = std::getenv(var);
+  return value == nullptr || *value == '\0' ? "unset" : value;
+}
+
 /// "2 OpenBLAS threads (OPENBLAS_THREAD_TIMEOUT=12), " for the runtime's
 /// log line; "" where the BLAS is not OpenBLAS.
 std::string openblas_threads_note() {
@@ -34,9 +41,7 @@ std::string openblas_threads_note() {
     return "";
   }
   return std::to_string(threads) + " OpenBLAS threads (" +
-         kBlasThreadTimeoutVar + "=" +
-         (blas_thread_timeout_unset() ? "unset"
-                                      : std::getenv(kBlasThreadTimeoutVar)) +
+         kBlasThreadTimeoutVar + "=" + value_or_unset(kBlasThreadTimeoutVar) +
          "), ";
 }
 
@@ -246,10 +251,9 @@ void TrainerBuilder::init_runtime() {
             << "; weights, gradients and optimizer state float32";
   LOG(INFO) << "runtime: " << env_.to_string() << "; " << dims_.to_string()
             << "; " << mesh_->to_string() << "; " << threads
-            << " intra-op threads (OMP_WAIT_POLICY="
-            << (openmp_wait_policy_unset() ? "unset"
-                                           : std::getenv(kOmpWaitPolicyVar))
-            << "), " << openblas_threads_note() << "device " << device_.str();
+            << " intra-op threads (" << kOmpWaitPolicyVar << "="
+            << value_or_unset(kOmpWaitPolicyVar) << "), "
+            << openblas_threads_note() << "device " << device_.str();
 }
 
 std::shared_ptr<const Tokenizer> TrainerBuilder::build_tokenizer() {
