@@ -535,43 +535,59 @@ struct CostModel {
   }
 
   /// Data-parallel gradient reduction of a rank storing `stored` parameter
-  /// elements, after the pipeline (not overlapped): replicate all-reduces
+  /// elements in `units` fully_shard units (root and blocks over its
+  /// stages), after the pipeline (not overlapped): replicate all-reduces
   /// the gradients (stride tp); fully_shard reduce-scatters the whole
   /// gradients over its shard group (size dp_shard, stride tp) and, with
   /// HSDP, all-reduces the 1/dp_shard it keeps over the replicas (size
-  /// dp_replicate, stride tp x dp_shard), as Unit::to_sharded does.
-  double dp_sync_s(const PlanCandidate& c, int64_t stored) const {
+  /// dp_replicate, stride tp x dp_shard), as Unit::to_sharded does: each
+  /// unit its own collectives, so one latency per unit.
+  double dp_sync_s(
+      const PlanCandidate& c, int64_t stored, int64_t units) const {
     const double n = static_cast<double>(stored);
-    const double replicas = collective_s(
-        costs.all_reduce,
-        costs,
-        c.dp_replicate,
-        c.tp * c.dp_shard,
-        n * reduce_bytes,
-        2.0);
+    const auto per_unit = [&](const CommCosts& comm,
+                              int64_t size,
+                              int64_t stride,
+                              double whole_bytes,
+                              double factor) {
+      const double once =
+          collective_s(comm, costs, size, stride, whole_bytes, factor);
+      return once == 0.0
+                 ? 0.0
+                 : once + static_cast<double>(units - 1) *
+                              link_for(comm, costs, size, stride).latency_s;
+    };
     if (c.dp_shard == 1) {
-      return replicas;
+      return collective_s(
+          costs.all_reduce, costs, c.dp_replicate, c.tp, n * reduce_bytes, 2.0);
     }
-    return collective_s(
+    return per_unit(
                costs.reduce_scatter,
-               costs,
                c.dp_shard,
                c.tp,
                n * c.dp_shard * reduce_bytes,
                1.0) +
-           replicas;
+           per_unit(
+               costs.all_reduce,
+               c.dp_replicate,
+               c.tp * c.dp_shard,
+               n * reduce_bytes,
+               2.0);
   }
 
   /// fully_shard's all-gathers of one stage in a step (size dp_shard,
-  /// stride tp, the compute dtype): its blocks' `block_gathers` times, its
-  /// root (embedding, norm, output: never freed after its forward) once.
+  /// stride tp, the compute dtype): each of its `block_units` blocks
+  /// `block_gathers` times, its root (embedding, norm, output: never freed
+  /// after its forward) once; each unit gathers alone (one latency each).
   /// `blocks` and `root` are the shard elements this rank stores.
   double fsdp_gather_s(
       const PlanCandidate& c,
       int64_t blocks,
+      int64_t block_units,
       int64_t root,
       int64_t block_gathers) const {
-    const auto gather = [&](int64_t elements) {
+    const LinkCosts& link = link_for(costs.all_gather, costs, c.dp_shard, c.tp);
+    const auto gather = [&](int64_t elements, int64_t units) {
       return elements == 0
                  ? 0.0
                  : collective_s(
@@ -580,9 +596,11 @@ struct CostModel {
                        c.dp_shard,
                        c.tp,
                        static_cast<double>(elements) * c.dp_shard * dtype_bytes,
-                       1.0);
+                       1.0) +
+                       static_cast<double>(units - 1) * link.latency_s;
     };
-    return static_cast<double>(block_gathers) * gather(blocks) + gather(root);
+    return static_cast<double>(block_gathers) * gather(blocks, block_units) +
+           gather(root, 1);
   }
 };
 
@@ -807,7 +825,16 @@ bool score(
   c.dp_sync_s = 0.0;
   for (const auto& r : report.ranks) {
     most_stored = std::max(most_stored, r.parameters);
-    double sync = model.dp_sync_s(c, r.parameters);
+    // fully_shard's units on this rank: each stage's blocks, and its root
+    // where it holds any of the embedding, norm or output.
+    const auto stage_blocks = [&](int64_t stage) {
+      return c.layers_per_stage.at(static_cast<size_t>(stage));
+    };
+    int64_t units = 0;
+    for (const auto& stage : r.stages) {
+      units += stage_blocks(stage.stage) + (stage.root_parameters > 0 ? 1 : 0);
+    }
+    double sync = model.dp_sync_s(c, r.parameters, std::max<int64_t>(units, 1));
     if (c.dp_shard > 1) {
       for (const auto& stage : r.stages) {
         const int64_t block_gathers =
@@ -817,6 +844,7 @@ bool score(
         sync += model.fsdp_gather_s(
             c,
             stage.parameters - stage.root_parameters,
+            stage_blocks(stage.stage),
             stage.root_parameters,
             block_gathers);
       }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <numeric>
 #include <sstream>
 
 #include "common/error.h"
@@ -40,6 +41,17 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// The figure of a piece of a step: a step costs the sum of its pieces, so
+/// their means, slow runs included (an action's occasional stall, when the
+/// other ranks' work or the machine gets in its way, is part of what a
+/// step pays; the medians left it out and under-predicted real runs by
+/// 5-10 %, docs/plan.md).
+double mean(const std::vector<double>& v) {
+  return v.empty() ? 0.0
+                   : std::accumulate(v.begin(), v.end(), 0.0) /
+                         static_cast<double>(v.size());
 }
 
 /// The ranks of the launch, lined up before each timed piece so that they
@@ -119,7 +131,7 @@ Chunk make_chunk(
   return chunk;
 }
 
-/// The medians of F, B, I and W at `rows` of the chunks `copies` (one
+/// The means of F, B, I and W at `rows` of the chunks `copies` (one
 /// piece of the model, each copy with weights of its own), timed as the
 /// pipeline executor runs them: F under a weight-gradient slot, B a full
 /// backward, I a backward that defers the weight gradients, W the deferred
@@ -209,7 +221,7 @@ PassCosts time_chunk(
       w.push_back(tw);
     }
   }
-  return {median(f), median(b), median(i), median(w)};
+  return {mean(f), mean(b), mean(i), mean(w)};
 }
 
 /// What the pipeline measures at one microbatch size: the block's passes
@@ -227,12 +239,12 @@ struct PipelinedBlock {
 /// 2 x ranks microbatches, the runs of every size interleaved so that the
 /// machine's slow and fast spells meet every size alike. An action's cost is
 /// its time less its wait for a receive (the executor's own measure); the
-/// figures are the medians over the stages that hold neither the
+/// figures are the means over the stages that hold neither the
 /// embedding nor the output, then the mean over the ranks. Between a
 /// forward and its backward the schedule runs other microbatches and
 /// stages, so the passes meet their activations and weights as in a
 /// training step, and the costs are the ones the executor itself records.
-/// Also the time a rank takes to post a SEND and a RECV (the medians over
+/// Also the time a rank takes to post a SEND and a RECV (the means over
 /// every stage's), which the plan's simulation charges each P2P.
 /// Empty where it cannot run: one rank, a rank that does not time compute,
 /// or room for one block copy only (no stage without the embedding or the
@@ -369,7 +381,7 @@ std::vector<PipelinedBlock> time_blocks_in_pipeline(
   std::vector<double> figures;
   for (const auto& kinds : samples) {
     for (const auto& v : kinds) {
-      figures.push_back(v.empty() ? 0.0 : median(v));
+      figures.push_back(mean(v));
     }
   }
   figures = ranks.mean_over(std::move(figures), pp);
@@ -412,7 +424,7 @@ double time_optimizer(
       times.push_back(since(start));
     }
   }
-  return median(times) / static_cast<double>(count);
+  return mean(times) / static_cast<double>(count);
 }
 
 /// Half a round trip between ranks 0 and 1 at each size.
@@ -665,7 +677,7 @@ PlanCosts profile_plan_costs(
            << " timing compute), " << at::get_num_threads()
            << " intra-op thread(s) each, compute " << costs.compute_dtype
            << "; per microbatch of " << describe_rows(options.rows())
-           << " sequence(s) of " << seq_len << " tokens, the median of "
+           << " sequence(s) of " << seq_len << " tokens, the mean of "
            << options.repeats() << " runs after " << options.warmup()
            << " warm-up(s)";
   if (pipelined.empty()) {
@@ -676,7 +688,7 @@ PlanCosts profile_plan_costs(
                 "the pipeline executor runs them in Interleaved1F1B and "
                 "InterleavedZeroBubble over "
              << ranks.size() << " ranks, 2 one-block stages each, "
-             << 2 * ranks.size() << " microbatches, the median of "
+             << 2 * ranks.size() << " microbatches, the mean of "
              << options.pipeline_runs()
              << " run(s) after a warm-up, each size's runs interleaved with "
                 "the others', with the time a rank takes to post each SEND "

@@ -29,7 +29,7 @@ struct ProfileOptions {
   /// Microbatch sizes (sequences of seq_len tokens) to time.
   TORCH_ARG(std::vector<int64_t>, rows) = std::vector<int64_t>{1};
   /// Timed runs of each measurement, after `warmup` untimed ones; the
-  /// median is kept.
+  /// mean is kept (links: the median).
   TORCH_ARG(int64_t, repeats) = 5;
   TORCH_ARG(int64_t, warmup) = 2;
   /// Blocks, each with weights of its own, that a run passes through in
@@ -77,7 +77,7 @@ LinkCosts fit_link_costs(const std::vector<std::pair<double, double>>& points);
 ///   options.comm_bytes, each fitted to latency + bytes / bandwidth by
 ///   least squares on the relative error.
 /// Compute figures are the mean over the compute ranks of each one's
-/// median; every rank returns the same costs (a collective call).
+/// mean; every rank returns the same costs (a collective call).
 PlanCosts profile_plan_costs(
     const JobConfig& config,
     dist::Runtime* runtime,

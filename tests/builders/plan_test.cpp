@@ -233,18 +233,31 @@ double hand_collective(double bytes, double factor = 1.0) {
 /// the blocks `block_gathers` times and the root once; with HSDP over 2
 /// replicas, all-reduces the shard too. The most of the report's ranks.
 double hand_fsdp_sync(
-    const DryRunReport& report, int64_t block_gathers, bool hsdp) {
+    const DryRunReport& report,
+    int64_t block_gathers,
+    bool hsdp,
+    const std::vector<int64_t>& layers_per_stage) {
+  // Each unit (a stage's blocks one by one, its root) reduces and gathers
+  // alone: a latency (1000 s) per unit beyond the first of a collective.
   double most = 0.0;
   for (const auto& r : report.ranks) {
     const double n = static_cast<double>(r.parameters);
-    double t = hand_collective(n * 2 * 4);
+    double units = 0;
+    for (const auto& stage : r.stages) {
+      units += static_cast<double>(layers_per_stage.at(stage.stage)) +
+               (stage.root_parameters > 0 ? 1 : 0);
+    }
+    double t = hand_collective(n * 2 * 4) + (units - 1) * 1000.0;
     if (hsdp) {
-      t += hand_collective(n * 4, 2.0);
+      t += hand_collective(n * 4, 2.0) + (units - 1) * 1000.0;
     }
     for (const auto& stage : r.stages) {
       const double root = static_cast<double>(stage.root_parameters);
       const double blocks = static_cast<double>(stage.parameters) - root;
-      t += block_gathers * hand_collective(blocks * 2 * 4);
+      const double block_units =
+          static_cast<double>(layers_per_stage.at(stage.stage));
+      t += block_gathers *
+           (hand_collective(blocks * 2 * 4) + (block_units - 1) * 1000.0);
       if (root > 0) {
         t += hand_collective(root * 2 * 4);
       }
@@ -282,11 +295,13 @@ TEST(Plan, HsdpOnFourRanksPaysTheReplicasAllReduceOfTheShard) {
       find_if(
           result, [](const PlanCandidate& c) { return c.dp_replicate == 4; }),
       nullptr);
-  // Rank 0 stores half of every parameter's rows (ceil): n elements. It
-  // reduce-scatters 2n float32s over its shard pair (1000 + 0.5 x 8n / 1e9
-  // s), all-reduces its n over its replica pair (1000 + 2 x 0.5 x 4n /
-  // 1e9), and gathers the blocks once kept (never) or twice freed (always)
-  // and the root (embedding, norm, output) once.
+  // Rank 0 stores half of every parameter's rows (ceil): n elements, in 7
+  // units (the root: embedding, norm, output; 6 blocks), each reducing and
+  // gathering alone (a latency of 1000 s each). It reduce-scatters 2n
+  // float32s over its shard pair (7 x 1000 + 0.5 x 8n / 1e9 s), all-reduces
+  // its n over its replica pair (7 x 1000 + 2 x 0.5 x 4n / 1e9), and
+  // gathers the blocks once kept (never) or twice freed (always) (6 x 1000
+  // + ...) and the root once.
   const auto report = dry_run(
       layout_config(
           {"parallelism.data_parallel_replicate_degree=2",
@@ -296,14 +311,14 @@ TEST(Plan, HsdpOnFourRanksPaysTheReplicasAllReduceOfTheShard) {
   const double n = static_cast<double>(report.ranks.at(0).parameters);
   const double root =
       static_cast<double>(report.ranks.at(0).stages.at(0).root_parameters);
-  const double by_hand = 1000.0 + 0.5 * 8 * n / 1e9 + 1000.0 + 4 * n / 1e9 +
-                         1000.0 + 0.5 * 8 * (n - root) / 1e9 + 1000.0 +
+  const double by_hand = 7000.0 + 0.5 * 8 * n / 1e9 + 7000.0 + 4 * n / 1e9 +
+                         6000.0 + 0.5 * 8 * (n - root) / 1e9 + 1000.0 +
                          0.5 * 8 * root / 1e9;
   EXPECT_NEAR(never->dp_sync_s, by_hand, 1e-9);
-  EXPECT_NEAR(never->dp_sync_s, hand_fsdp_sync(report, 1, true), 1e-9);
+  EXPECT_NEAR(never->dp_sync_s, hand_fsdp_sync(report, 1, true, {6}), 1e-9);
   EXPECT_NEAR(
       always->dp_sync_s - never->dp_sync_s,
-      1000.0 + 0.5 * 8 * (n - root) / 1e9,
+      6000.0 + 0.5 * 8 * (n - root) / 1e9,
       1e-9);
   EXPECT_EQ(always->compute_s, never->compute_s);
   // Kept, the gathered blocks and their whole gradients stay all the step.
@@ -338,10 +353,15 @@ TEST(Plan, ReshardingAPipelineStageGathersItsBlocksPerMicrobatch) {
   // Kept: each stage's blocks gathered once a step. Freed after every
   // forward: 1F1B's m forwards each free them and the stage's next action
   // gathers them again, m + 1 = 17 gathers.
+  ASSERT_EQ(never->layers_per_stage, (std::vector<int64_t>{3, 3}));
   EXPECT_NEAR(
-      never->dp_sync_s, hand_fsdp_sync(report("never"), 1, false), 1e-9);
+      never->dp_sync_s,
+      hand_fsdp_sync(report("never"), 1, false, never->layers_per_stage),
+      1e-9);
   EXPECT_NEAR(
-      always->dp_sync_s, hand_fsdp_sync(report("always"), 17, false), 1e-9);
+      always->dp_sync_s,
+      hand_fsdp_sync(report("always"), 17, false, always->layers_per_stage),
+      1e-9);
   EXPECT_EQ(always->compute_s, never->compute_s);
   EXPECT_EQ(never->peak_bytes, max_total(report("never")));
   EXPECT_EQ(always->peak_bytes, max_total(report("always")));
