@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -84,10 +85,12 @@ class FieldReader {
         at(key).at(k), path_, name(key) + "[" + std::to_string(k) + "]");
   }
 
+  /// A finite number above `above`; negative `above`: one >= 0.
   double number(const std::string& key, double above = -1.0) const {
     const json& value = at(key);
-    if (!value.is_number() || value.get<double>() <= above ||
-        !std::isfinite(value.get<double>())) {
+    if (!value.is_number() || !std::isfinite(value.get<double>()) ||
+        (above < 0.0 ? value.get<double>() < 0.0
+                     : value.get<double>() <= above)) {
       fail(
           key,
           "'" + value.dump() + "' is not allowed",
@@ -182,6 +185,9 @@ std::vector<MicrobatchCosts> read_microbatches(const FieldReader& r) {
       m.send_s = post.number("send_s");
       m.recv_s = post.number("recv_s");
     }
+    if (m_reader.has("spread")) {
+      m.spread = read_passes(m_reader.object("spread"));
+    }
     out.push_back(m);
   }
   std::sort(
@@ -203,6 +209,10 @@ json microbatches_json(const std::vector<MicrobatchCosts>& list) {
         {"output", passes_json(m.output)}};
     if (m.send_s > 0.0 || m.recv_s > 0.0) {
       row["post"] = {{"send_s", m.send_s}, {"recv_s", m.recv_s}};
+    }
+    const PassCosts& v = m.spread;
+    if (v.f > 0.0 || v.b > 0.0 || v.i > 0.0 || v.w > 0.0) {
+      row["spread"] = passes_json(v);
     }
     rows.push_back(std::move(row));
   }
@@ -428,7 +438,8 @@ MicrobatchCosts costs_at(
       scale(best->embedding),
       scale(best->output),
       best->send_s * s,
-      best->recv_s * s};
+      best->recv_s * s,
+      scale(best->spread)};
 }
 
 /// A group of `size` ranks `stride` apart lies on one machine when the
@@ -466,6 +477,9 @@ struct StageTimes {
   double b = 0.0;
   double i = 0.0;
   double w = 0.0;
+  /// The standard deviation of each pass (the cost file's `spread` of one
+  /// block; a stage's blocks vary independently, so sqrt(layers) x that).
+  PassCosts sd;
 };
 
 struct CostModel {
@@ -512,6 +526,13 @@ struct CostModel {
     s.b = L * (m.block.b / t + tp_comm + recompute);
     s.i = L * (m.block.i / t + tp_comm + recompute);
     s.w = L * m.block.w / t;
+    const PassCosts& v = m.spread;
+    const double root_l = std::sqrt(L);
+    const double redo = c.checkpoints_stage(index) ? v.f * v.f : 0.0;
+    s.sd.f = root_l * v.f / t;
+    s.sd.b = root_l * std::sqrt(v.b * v.b + redo) / t;
+    s.sd.i = root_l * std::sqrt(v.i * v.i + redo) / t;
+    s.sd.w = root_l * v.w / t;
     for (const auto& [held, piece] :
          {std::pair{embedding, m.embedding}, std::pair{output, m.output}}) {
       if (held) {
@@ -798,6 +819,120 @@ pipeline::SimulationCosts simulation_costs(
   return costs.per_stage(std::move(per_stage));
 }
 
+/// Each stage's pass deviations (StageTimes::sd), by global stage.
+std::vector<PassCosts> stage_spreads(
+    const CostModel& model, const PlanCandidate& c) {
+  std::vector<PassCosts> out;
+  const int64_t stages = static_cast<int64_t>(c.layers_per_stage.size());
+  for (int64_t s = 0; s < stages; ++s) {
+    out.push_back(model
+                      .stage(
+                          c,
+                          c.microbatch_size,
+                          c.layers_per_stage[s],
+                          s == 0,
+                          s == stages - 1,
+                          s)
+                      .sd);
+  }
+  return out;
+}
+
+/// A standard normal draw fixed by (action, sample): the same action of
+/// the same sample always varies alike, so a prediction is reproducible.
+double normal_draw(const pipeline::Action& a, int64_t sample) {
+  uint64_t x = std::hash<std::string>{}(a.str()) ^
+               (static_cast<uint64_t>(sample + 1) * 0x9E3779B97F4A7C15ULL);
+  const auto next = [&x] {  // splitmix64
+    x += 0x9E3779B97F4A7C15ULL;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  };
+  const double u1 = (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53;
+  const double u2 = (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+}  // namespace
+
+double expected_max_of_normals(int64_t n) {
+  if (n <= 1) {
+    return 0.0;
+  }
+  // E[max] = integral of x n phi(x) Phi(x)^(n-1) dx, by the midpoint rule.
+  constexpr double kLo = -10.0;
+  constexpr double kHi = 10.0;
+  constexpr int kSteps = 4000;
+  const double h = (kHi - kLo) / kSteps;
+  double sum = 0.0;
+  for (int k = 0; k < kSteps; ++k) {
+    const double x = kLo + (k + 0.5) * h;
+    const double phi = std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+    const double cdf = 0.5 * std::erfc(-x / std::sqrt(2.0));
+    sum += x * static_cast<double>(n) * phi *
+           std::pow(cdf, static_cast<double>(n - 1));
+  }
+  return sum * h;
+}
+
+namespace {
+
+/// The expected makespan of `lowered` when each compute action varies by
+/// its stage's deviation (normal, independent), over `replicas` pipelines
+/// that meet at the step's end (data parallel): the mean of
+/// kVariationSamples simulations, plus their standard deviation times the
+/// expected maximum of `replicas` standard normals. The samples come in
+/// antithetic pairs (draws z and -z), so the mean never falls below the
+/// makespan of the mean costs (a makespan is a max of sums: convex in the
+/// costs) and a pair's linear parts cancel.
+double expected_makespan(
+    const pipeline::Schedule& lowered,
+    pipeline::SimulationCosts costs,
+    const std::vector<PassCosts>& sd,
+    int64_t replicas) {
+  constexpr int64_t kVariationSamples = 16;
+  using pipeline::ActionKind;
+  const auto deviation = [&sd](const pipeline::Action& a) {
+    const PassCosts& v = sd.at(static_cast<size_t>(a.stage));
+    switch (a.kind) {
+      case ActionKind::kF:
+        return v.f;
+      case ActionKind::kB:
+        return v.b;
+      case ActionKind::kI:
+        return v.i;
+      case ActionKind::kW:
+        return v.w;
+      case ActionKind::kOverlapFB: {
+        const double b = sd.at(static_cast<size_t>(a.backward_stage)).b;
+        return std::sqrt(v.f * v.f + b * b);
+      }
+      default:
+        return 0.0;
+    }
+  };
+  std::vector<double> makespans;
+  for (int64_t k = 0; k < kVariationSamples; ++k) {
+    const int64_t pair = k / 2;
+    const double sign = k % 2 == 0 ? 1.0 : -1.0;
+    costs.variation([&deviation, pair, sign](const pipeline::Action& a) {
+      return sign * deviation(a) * normal_draw(a, pair);
+    });
+    makespans.push_back(pipeline::simulate(lowered, costs).makespan);
+  }
+  const double n = static_cast<double>(makespans.size());
+  const double mean =
+      std::accumulate(makespans.begin(), makespans.end(), 0.0) / n;
+  double var = 0.0;
+  for (const double m : makespans) {
+    var += (m - mean) * (m - mean);
+  }
+  const double sd_makespan = std::sqrt(var / (n - 1.0));
+  return mean + sd_makespan * expected_max_of_normals(replicas);
+}
+
 /// Memory and time of one candidate; false when over `cap`.
 bool score(
     const JobConfig& base,
@@ -853,15 +988,26 @@ bool score(
   }
   c.optimizer_s =
       static_cast<double>(most_stored) * model.costs.optimizer_s_per_parameter;
+  // Data-parallel replicas meet every step: it lasts as long as the
+  // slowest one's passes.
+  const int64_t replicas = c.dp_replicate * c.dp_shard;
   if (schedule == nullptr) {
     const StageTimes t =
         model.stage(c, c.local_batch, c.layers_per_stage.at(0), true, true);
-    c.compute_s = t.f + t.b;
+    c.compute_s = t.f + t.b +
+                  std::sqrt(t.sd.f * t.sd.f + t.sd.b * t.sd.b) *
+                      expected_max_of_normals(replicas);
   } else {
-    const auto sim =
-        pipeline::simulate(schedule->lowered, simulation_costs(model, c));
+    const pipeline::SimulationCosts costs = simulation_costs(model, c);
+    const auto sim = pipeline::simulate(schedule->lowered, costs);
     c.compute_s = sim.makespan;
     c.bubble = sim.max_bubble_fraction();
+    const std::vector<PassCosts> sd = stage_spreads(model, c);
+    if (std::any_of(sd.begin(), sd.end(), [](const PassCosts& v) {
+          return v.f > 0.0 || v.b > 0.0 || v.i > 0.0 || v.w > 0.0;
+        })) {
+      c.compute_s = expected_makespan(schedule->lowered, costs, sd, replicas);
+    }
   }
   c.step_s = c.compute_s + c.dp_sync_s + c.optimizer_s;
   return true;

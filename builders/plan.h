@@ -44,6 +44,13 @@ struct MicrobatchCosts {
   /// passes: the executor's own cost of its P2P. Optional in the file (0).
   double send_s = 0.0;
   double recv_s = 0.0;
+  /// The standard deviation of one block's F, B, I and W (seconds) over
+  /// the profile's runs: how much a pass varies from one run to the next
+  /// (the other ranks' work, the machine). Optional in the file (0: passes
+  /// take exactly their cost). With it the plan predicts the expected step
+  /// of varying passes: a pipeline's ranks wait for each other, and
+  /// data-parallel replicas for the slowest (docs/plan.md).
+  PassCosts spread;
 };
 
 /// A link: time = latency + bytes moved / bandwidth.
@@ -101,6 +108,12 @@ PlanCosts load_plan_costs(const std::string& path);
 
 /// The costs as a cost file's JSON.
 std::string plan_costs_to_json(const PlanCosts& costs);
+
+/// The expected maximum of `n` independent standard normal draws (0 for n
+/// <= 1; 0.564 for 2, 1.029 for 4): in standard deviations above the mean,
+/// how long `n` data-parallel replicas whose steps vary wait for the
+/// slowest of them.
+double expected_max_of_normals(int64_t n);
 
 /// How to derive costs from the model's FLOPs.
 struct FlopsCostOptions {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <numeric>
@@ -52,6 +53,20 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0.0
                    : std::accumulate(v.begin(), v.end(), 0.0) /
                          static_cast<double>(v.size());
+}
+
+/// The sample standard deviation (0 for fewer than two): how much a piece
+/// varies from one run to the next, the cost file's `spread`.
+double deviation(const std::vector<double>& v) {
+  if (v.size() < 2) {
+    return 0.0;
+  }
+  const double m = mean(v);
+  double sum = 0.0;
+  for (const double x : v) {
+    sum += (x - m) * (x - m);
+  }
+  return std::sqrt(sum / static_cast<double>(v.size() - 1));
 }
 
 /// The ranks of the launch, lined up before each timed piece so that they
@@ -138,8 +153,10 @@ Chunk make_chunk(
 /// work. Each run passes through every copy in turn, as a stage runs its
 /// layers or a rank its stages, so that a pass finds its weights no warmer
 /// in the caches than in a run; a pass's cost is the mean over the copies.
-/// The ranks line up before each kind of pass.
-PassCosts time_chunk(
+/// The ranks line up before each kind of pass. Also the passes' standard
+/// deviations: over the runs of the copies' mean, times sqrt(copies) (one
+/// pass's).
+std::pair<PassCosts, PassCosts> time_chunk(
     const std::vector<Chunk*>& copies,
     const llama::ModelArgs& args,
     int64_t rows,
@@ -221,7 +238,14 @@ PassCosts time_chunk(
       w.push_back(tw);
     }
   }
-  return {mean(f), mean(b), mean(i), mean(w)};
+  const double root_n = std::sqrt(static_cast<double>(n));
+  return {
+      PassCosts{mean(f), mean(b), mean(i), mean(w)},
+      PassCosts{
+          root_n * deviation(f),
+          root_n * deviation(b),
+          root_n * deviation(i),
+          root_n * deviation(w)}};
 }
 
 /// What the pipeline measures at one microbatch size: the block's passes
@@ -230,6 +254,8 @@ struct PipelinedBlock {
   PassCosts block;
   double send_s = 0.0;
   double recv_s = 0.0;
+  /// The passes' standard deviations over the runs.
+  PassCosts spread;
 };
 
 /// F, B, I and W of a block at each of `rows_list`, as the pipeline
@@ -378,17 +404,25 @@ std::vector<PipelinedBlock> time_blocks_in_pipeline(
       }
     }
   }
+  // Per size: the six means, then the four passes' deviations.
   std::vector<double> figures;
   for (const auto& kinds : samples) {
     for (const auto& v : kinds) {
       figures.push_back(mean(v));
     }
+    for (size_t kind = 0; kind < kPassKinds.size(); ++kind) {
+      figures.push_back(deviation(kinds[kind]));
+    }
   }
   figures = ranks.mean_over(std::move(figures), pp);
   std::vector<PipelinedBlock> out;
   for (size_t k = 0; k < rows_list.size(); ++k) {
-    const double* f = &figures[6 * k];
-    out.push_back({PassCosts{f[0], f[1], f[2], f[3]}, f[4], f[5]});
+    const double* f = &figures[10 * k];
+    out.push_back(
+        {PassCosts{f[0], f[1], f[2], f[3]},
+         f[4],
+         f[5],
+         PassCosts{f[6], f[7], f[8], f[9]}});
   }
   return out;
 }
@@ -598,10 +632,10 @@ PlanCosts profile_plan_costs(
             std::vector<Chunk*>{&embedding},
             std::vector<Chunk*>{&output}}) {
         const bool skip = !time_blocks && chunk == block_copies;
-        const PassCosts c =
-            skip ? PassCosts{}
+        const auto [c, v] =
+            skip ? std::pair<PassCosts, PassCosts>{}
                  : time_chunk(chunk, args, rows, seq_len, ranks, runs, options);
-        figures.insert(figures.end(), {c.f, c.b, c.i, c.w});
+        figures.insert(figures.end(), {c.f, c.b, c.i, c.w, v.f, v.b, v.i, v.w});
       }
     }
     figures = ranks.mean_over(std::move(figures), compute_ranks);
@@ -613,11 +647,16 @@ PlanCosts profile_plan_costs(
       return c;
     };
     for (const int64_t rows : rows_list) {
+      // Each piece's means, then its deviations (the block's kept: the
+      // embedding's and the output's are a small part of a stage's).
       MicrobatchCosts m;
       m.rows = rows;
       m.block = next();
+      m.spread = next();
       m.embedding = next();
+      next();
       m.output = next();
+      next();
       out.push_back(m);
     }
     return std::make_pair(out, blocks.front());
@@ -640,6 +679,7 @@ PlanCosts profile_plan_costs(
     measured[k].block = pipelined[k].block;
     measured[k].send_s = pipelined[k].send_s;
     measured[k].recv_s = pipelined[k].recv_s;
+    measured[k].spread = pipelined[k].spread;
   }
   costs.microbatches = std::move(measured);
   costs.optimizer_s_per_parameter =

@@ -256,7 +256,12 @@ class Simulator {
   }
 
   double cost(const Action& a) const {
-    return action_cost(costs_, a);
+    const double base = action_cost(costs_, a);
+    if (!costs_.variation() || is_comm(a.kind) ||
+        a.kind == ActionKind::kReduceGrad) {
+      return base;
+    }
+    return std::max(0.0, base + costs_.variation()(a));
   }
 
   void finish_compute(const Action& part, double end, int64_t r) {

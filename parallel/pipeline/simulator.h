@@ -3,6 +3,7 @@
 #include <torch/arg.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -52,6 +53,11 @@ struct SimulationCosts {
   /// ramp-up); an entry replaces the per-stage and per-kind cost of that one
   /// action. A SEND's or RECV's entry is the time its rank takes to post it.
   TORCH_ARG(ActionCosts, per_action) = {};
+  /// Added to each compute action's cost above (the result kept at 0 or
+  /// more): a draw of the action's variation, for the expected makespan of
+  /// a schedule whose actions vary (the plan's, builders/plan.h). Called
+  /// once per action; null: none.
+  TORCH_ARG(std::function<double(const Action&)>, variation) = nullptr;
 };
 
 /// One executed action with its simulated start and end.

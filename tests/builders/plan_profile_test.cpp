@@ -48,6 +48,14 @@ void expect_measured(const PassCosts& c, const std::string& what) {
 TEST(PlanProfile, OneRankTimesEveryPieceAtEachSizeAndLeavesLinksFree) {
   const JobConfig config = tiny_config();
   const PlanCosts costs = profile_plan_costs(config, nullptr, quick({1, 2}));
+  // One run of each: nothing to say how much a pass varies.
+  EXPECT_EQ(costs.microbatches[0].spread.b, 0.0);
+  // Three: the block's passes vary from run to run (one pass's deviation).
+  const PlanCosts three =
+      profile_plan_costs(config, nullptr, quick({1}).repeats(3));
+  const PassCosts& v = three.microbatches[0].spread;
+  EXPECT_GT(v.f + v.b + v.i + v.w, 0.0);
+  EXPECT_GE(std::min({v.f, v.b, v.i, v.w}), 0.0);
   ASSERT_EQ(costs.microbatches.size(), 2u);
   EXPECT_EQ(costs.microbatches[0].rows, 1);
   EXPECT_EQ(costs.microbatches[1].rows, 2);
@@ -117,6 +125,14 @@ TEST(PlanProfile, TwoRankThreadsAgreeOnTheCostsAndMeasureTheLinks) {
           "Interleaved1F1B and InterleavedZeroBubble over 2 ranks"),
       std::string::npos)
       << costs.obtained;
+  // How much the block's passes varied over the run's 4 microbatches:
+  // never negative, some above 0.
+  const PassCosts& spread = costs.microbatches.at(0).spread;
+  for (const double v : {spread.f, spread.b, spread.i, spread.w}) {
+    EXPECT_GE(v, 0.0);
+    EXPECT_LT(v, 60.0);
+  }
+  EXPECT_GT(spread.f + spread.b + spread.i + spread.w, 0.0);
   // And its P2P's posting, on the rank that posts.
   EXPECT_GT(costs.microbatches.at(0).send_s, 0.0);
   EXPECT_GT(costs.microbatches.at(0).recv_s, 0.0);

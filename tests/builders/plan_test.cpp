@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -594,6 +595,24 @@ TEST(Plan, CostFilesRoundTripAndBadOnesNameTheField) {
   expect_error(
       write_file("bad_post.json", bad_post), "microbatches[0].post.send_s");
 
+  // The optional spread: absent is 0, present round-trips, a negative one
+  // names its field.
+  EXPECT_EQ(text.find("\"spread\""), std::string::npos);
+  EXPECT_EQ(read.microbatches[0].spread.f, 0.0);
+  PlanCosts spread = written;
+  spread.microbatches[0].spread = PassCosts{0.25, 0.5, 0.125, 0.0625};
+  const std::string spread_text = plan_costs_to_json(spread);
+  const PlanCosts spread_back =
+      load_plan_costs(write_file("spread.json", spread_text));
+  EXPECT_EQ(spread_back.microbatches[0].spread.b, 0.5);
+  EXPECT_EQ(spread_back.microbatches[0].spread.w, 0.0625);
+  std::string bad_spread = spread_text;
+  const std::string spread_f = "\"F\": 0.25";
+  bad_spread.replace(
+      bad_spread.find(spread_f), spread_f.size(), "\"F\": -0.25");
+  expect_error(
+      write_file("bad_spread.json", bad_spread), "microbatches[0].spread.F");
+
   // The optional device: absent is this machine's, present round-trips, a
   // device Baton does not run on names the field.
   EXPECT_EQ(read.device, "");
@@ -646,6 +665,68 @@ TEST(Plan, PostingEachSendAndRecvLengthensPipelinesOnly) {
   const auto dp = [](const PlanCandidate& c) { return c.pp == 1; };
   ASSERT_NE(find_if(plain, dp), nullptr);
   EXPECT_DOUBLE_EQ(find_if(plain, dp)->step_s, find_if(posted, dp)->step_s);
+}
+
+TEST(Plan, TheExpectedMaximumOfNormalsMatchesItsClosedForms) {
+  EXPECT_EQ(expected_max_of_normals(1), 0.0);
+  EXPECT_NEAR(expected_max_of_normals(2), 1.0 / std::sqrt(M_PI), 1e-6);
+  EXPECT_NEAR(expected_max_of_normals(3), 1.5 / std::sqrt(M_PI), 1e-6);
+  EXPECT_NEAR(expected_max_of_normals(4), 1.029375, 1e-5);
+}
+
+TEST(Plan, VaryingPassesCostTheSlowestReplicaAndPipelineWaits) {
+  // Per block and sequence F varies by 0.3 s and B by 0.4 s (standard
+  // deviations), I and W by 0.2 s.
+  const PlanResult exact = plan_layouts(debug_config(), 2, hand_costs());
+  PlanCosts costs = hand_costs();
+  costs.microbatches[0].spread = PassCosts{0.3, 0.4, 0.2, 0.2};
+  const PlanResult varied = plan_layouts(debug_config(), 2, costs);
+  const auto ddp = [](const PlanCandidate& c) {
+    return c.pp == 1 && c.dp_replicate == 2;
+  };
+  const PlanCandidate* before = find_if(exact, ddp);
+  const PlanCandidate* after = find_if(varied, ddp);
+  ASSERT_NE(before, nullptr);
+  ASSERT_NE(after, nullptr);
+  // Two replicas of 6 blocks over `rows` sequences each (deviations
+  // scaled by rows like the costs): a replica's passes vary by sqrt(6) x
+  // rows x sqrt(0.3^2 + 0.4^2) = sqrt(6) x rows x 0.5, and the step waits
+  // for the slower, 1 / sqrt(pi) of that above the mean.
+  const double rows = static_cast<double>(before->local_batch);
+  EXPECT_NEAR(
+      after->compute_s - before->compute_s,
+      std::sqrt(6.0) * rows * 0.5 / std::sqrt(M_PI),
+      1e-6);
+  EXPECT_EQ(after->dp_sync_s, before->dp_sync_s);
+  // A pipeline's ranks wait for each other: its expected makespan is at
+  // least the makespan of the mean costs (153 s for 1F1B), the same for the
+  // same costs, and every pipelined candidate pays something.
+  const PlanCandidate* plain = find(exact, "1F1B", 1, 1);
+  const PlanCandidate* waits = find(varied, "1F1B", 1, 1);
+  ASSERT_NE(plain, nullptr);
+  ASSERT_NE(waits, nullptr);
+  EXPECT_NEAR(plain->step_s, 153.0, 1e-6);
+  EXPECT_GT(waits->step_s, plain->step_s + 1.0);
+  EXPECT_LT(waits->step_s, plain->step_s * 1.2);
+  EXPECT_EQ(
+      find(plan_layouts(debug_config(), 2, costs), "1F1B", 1, 1)->step_s,
+      waits->step_s);
+  for (const auto& c : varied.ranked) {
+    if (c.pp > 1 && !c.synthesized) {
+      const PlanCandidate* same = find_if(exact, [&](const PlanCandidate& e) {
+        return e.pp == c.pp && e.schedule == c.schedule &&
+               e.stages_per_rank == c.stages_per_rank &&
+               e.microbatch_size == c.microbatch_size &&
+               e.layers_per_stage == c.layers_per_stage &&
+               e.balanced == c.balanced &&
+               e.activation_checkpoint == c.activation_checkpoint &&
+               e.checkpoint_stages == c.checkpoint_stages;
+      });
+      if (same != nullptr) {
+        EXPECT_GE(c.compute_s, same->compute_s - 1e-9) << c.schedule;
+      }
+    }
+  }
 }
 
 /// Whether `a` and `b` have one layout but for their schedule.

@@ -490,6 +490,33 @@ TEST(SimulatorTest, PerActionCostsReplaceOneActionsCost) {
   }
 }
 
+TEST(SimulatorTest, AVariationAddsToEachComputeActionOnly) {
+  // GPipe over 4 ranks, m = 8, B = 2: 3 x (m + p - 1) = 33. One more on
+  // every forward is a forward of 2: 4 x 11 = 44, called once per compute
+  // action; sends, receives and REDUCE_GRAD are not varied (their posting
+  // costs stay 0 here).
+  const int64_t p = 4, m = 8;
+  const auto gpipe = lower_schedule(make_schedule("GPipe", p, 1, m));
+  int64_t calls = 0;
+  const auto varied = simulate(
+      gpipe,
+      SimulationCosts().backward(2.0).variation([&calls](const Action& a) {
+        ++calls;
+        EXPECT_FALSE(is_comm(a.kind)) << a.str();
+        EXPECT_NE(a.kind, ActionKind::kReduceGrad);
+        return a.kind == ActionKind::kF ? 1.0 : 0.0;
+      }));
+  EXPECT_DOUBLE_EQ(varied.makespan, 4.0 * (m + p - 1));
+  EXPECT_EQ(calls, 2 * p * m);
+  EXPECT_DOUBLE_EQ(
+      varied.makespan,
+      simulate(gpipe, SimulationCosts().forward(2.0).backward(2.0)).makespan);
+  // A cost never falls below 0.
+  const auto floored = simulate(
+      gpipe, SimulationCosts().variation([](const Action&) { return -5.0; }));
+  EXPECT_DOUBLE_EQ(floored.makespan, 0.0);
+}
+
 TEST(SimulatorTest, PostingCostsPerKindActAsAnEntryOnEverySendAndRecv) {
   // The per-kind posting costs give the same timeline as an own entry on
   // every SEND and RECV of the lowered schedule; an own entry still wins.
