@@ -743,8 +743,8 @@ CommandUsage plan_usage() {
        {"synthesize",
         "--synthesize L",
         "synthesises a schedule for the costs of the L fastest pipelined "
-        "layouts, ranked where at least 0.5 % faster than the built-in "
-        "ones; 0: none; default 8"},
+        "layouts, ranked where faster than the built-in ones by more than "
+        "the tolerance (at least 0.5 %); 0: none; default 8"},
        {"tolerance",
         "--tolerance PCT",
         "predictions within PCT % of the fastest count as level and rank "

@@ -268,7 +268,8 @@ bool plan_simplicity_less(const PlanCandidate& a, const PlanCandidate& b);
 /// pipelined layouts, a schedule synthesised for their costs (within the
 /// activations the layout's best built-in schedule holds, one more
 /// microbatch per rank, or any, each under the cap) joins the ranking
-/// when it is at least 0.5 % faster than that built-in schedule. Ranked
+/// when it is faster than that built-in schedule by more than
+/// `options.tolerance()` (0.5 % at least). Ranked
 /// by prediction, except that those within `options.tolerance()` of the
 /// fastest come first, simplest first (plan_simplicity_less). Throws
 /// ConfigError when no layout divides the world for the model, or when

@@ -734,6 +734,8 @@ PlanCosts profile_plan_costs(
                 "the others', with the time a rank takes to post each SEND "
                 "and RECV";
   }
+  obtained << "; the block's passes also with their standard deviation "
+              "(spread)";
   if (!tp_done.empty()) {
     obtained << "; tensor parallel " << tp_done
              << ", each piece cut by the tensor_parallel step over that many "
