@@ -674,6 +674,18 @@ TEST(Plan, PostingEachSendAndRecvLengthensPipelinesOnly) {
   EXPECT_DOUBLE_EQ(find_if(plain, dp)->step_s, find_if(posted, dp)->step_s);
 }
 
+/// Whether `a` and `b` have one layout but for their schedule.
+bool same_layout(const PlanCandidate& a, const PlanCandidate& b) {
+  return a.pp == b.pp && a.dp_replicate == b.dp_replicate &&
+         a.dp_shard == b.dp_shard && a.tp == b.tp &&
+         a.fsdp_reshard == b.fsdp_reshard &&
+         a.stages_per_rank == b.stages_per_rank &&
+         a.microbatch_size == b.microbatch_size &&
+         a.layers_per_stage == b.layers_per_stage &&
+         a.activation_checkpoint == b.activation_checkpoint &&
+         a.checkpoint_stages == b.checkpoint_stages;
+}
+
 TEST(Plan, TheExpectedMaximumOfNormalsMatchesItsClosedForms) {
   EXPECT_EQ(expected_max_of_normals(1), 0.0);
   EXPECT_NEAR(expected_max_of_normals(2), 1.0 / std::sqrt(M_PI), 1e-6);
@@ -721,31 +733,14 @@ TEST(Plan, VaryingPassesCostTheSlowestReplicaAndPipelineWaits) {
   for (const auto& c : varied.ranked) {
     if (c.pp > 1 && !c.synthesized) {
       const PlanCandidate* same = find_if(exact, [&](const PlanCandidate& e) {
-        return e.pp == c.pp && e.schedule == c.schedule &&
-               e.stages_per_rank == c.stages_per_rank &&
-               e.microbatch_size == c.microbatch_size &&
-               e.layers_per_stage == c.layers_per_stage &&
-               e.balanced == c.balanced &&
-               e.activation_checkpoint == c.activation_checkpoint &&
-               e.checkpoint_stages == c.checkpoint_stages;
+        return same_layout(e, c) && e.schedule == c.schedule &&
+               e.balanced == c.balanced;
       });
       if (same != nullptr) {
         EXPECT_GE(c.compute_s, same->compute_s - 1e-9) << c.schedule;
       }
     }
   }
-}
-
-/// Whether `a` and `b` have one layout but for their schedule.
-bool same_layout(const PlanCandidate& a, const PlanCandidate& b) {
-  return a.pp == b.pp && a.dp_replicate == b.dp_replicate &&
-         a.dp_shard == b.dp_shard && a.tp == b.tp &&
-         a.fsdp_reshard == b.fsdp_reshard &&
-         a.stages_per_rank == b.stages_per_rank &&
-         a.microbatch_size == b.microbatch_size &&
-         a.layers_per_stage == b.layers_per_stage &&
-         a.activation_checkpoint == b.activation_checkpoint &&
-         a.checkpoint_stages == b.checkpoint_stages;
 }
 
 TEST(Plan, ASynthesisedScheduleJoinsTheRankingOnlyWhereItBeatsTheBuiltIns) {
