@@ -473,6 +473,22 @@ double collective_s(
   return link.latency_s + factor * (n - 1) / n * whole_bytes / link.bandwidth;
 }
 
+/// `units` collectives of one kind that together move `whole_bytes` (each
+/// fully_shard unit its own): the bytes' time once, a latency per unit.
+double unit_collectives_s(
+    const CommCosts& comm,
+    const PlanCosts& costs,
+    int64_t n,
+    int64_t stride,
+    double whole_bytes,
+    double factor,
+    int64_t units) {
+  const double once = collective_s(comm, costs, n, stride, whole_bytes, factor);
+  return once == 0.0 ? 0.0
+                     : once + static_cast<double>(units - 1) *
+                                  link_for(comm, costs, n, stride).latency_s;
+}
+
 /// The compute and tensor-parallel time of one pass over the pieces a
 /// stage holds.
 struct StageTimes {
@@ -569,34 +585,26 @@ struct CostModel {
   double dp_sync_s(
       const PlanCandidate& c, int64_t stored, int64_t units) const {
     const double n = static_cast<double>(stored);
-    const auto per_unit = [&](const CommCosts& comm,
-                              int64_t size,
-                              int64_t stride,
-                              double whole_bytes,
-                              double factor) {
-      const double once =
-          collective_s(comm, costs, size, stride, whole_bytes, factor);
-      return once == 0.0
-                 ? 0.0
-                 : once + static_cast<double>(units - 1) *
-                              link_for(comm, costs, size, stride).latency_s;
-    };
     if (c.dp_shard == 1) {
       return collective_s(
           costs.all_reduce, costs, c.dp_replicate, c.tp, n * reduce_bytes, 2.0);
     }
-    return per_unit(
+    return unit_collectives_s(
                costs.reduce_scatter,
+               costs,
                c.dp_shard,
                c.tp,
                n * c.dp_shard * reduce_bytes,
-               1.0) +
-           per_unit(
+               1.0,
+               units) +
+           unit_collectives_s(
                costs.all_reduce,
+               costs,
                c.dp_replicate,
                c.tp * c.dp_shard,
                n * reduce_bytes,
-               2.0);
+               2.0,
+               units);
   }
 
   /// fully_shard's all-gathers of one stage in a step (size dp_shard,
@@ -610,18 +618,17 @@ struct CostModel {
       int64_t block_units,
       int64_t root,
       int64_t block_gathers) const {
-    const LinkCosts& link = link_for(costs.all_gather, costs, c.dp_shard, c.tp);
     const auto gather = [&](int64_t elements, int64_t units) {
       return elements == 0
                  ? 0.0
-                 : collective_s(
+                 : unit_collectives_s(
                        costs.all_gather,
                        costs,
                        c.dp_shard,
                        c.tp,
                        static_cast<double>(elements) * c.dp_shard * dtype_bytes,
-                       1.0) +
-                       static_cast<double>(units - 1) * link.latency_s;
+                       1.0,
+                       units);
     };
     return static_cast<double>(block_gathers) * gather(blocks, block_units) +
            gather(root, 1);
@@ -797,7 +804,9 @@ JobConfig candidate_config(const JobConfig& base, const PlanCandidate& c) {
 }
 
 pipeline::SimulationCosts simulation_costs(
-    const CostModel& model, const PlanCandidate& c) {
+    const CostModel& model,
+    const PlanCandidate& c,
+    std::vector<PassCosts>* deviations = nullptr) {
   const MicrobatchCosts post =
       costs_at(model.costs.microbatches, c.microbatch_size);
   auto costs = pipeline::SimulationCosts()
@@ -818,27 +827,11 @@ pipeline::SimulationCosts simulation_costs(
     per_stage[{s, pipeline::ActionKind::kB}] = t.b;
     per_stage[{s, pipeline::ActionKind::kI}] = t.i;
     per_stage[{s, pipeline::ActionKind::kW}] = t.w;
+    if (deviations != nullptr) {
+      deviations->push_back(t.sd);
+    }
   }
   return costs.per_stage(std::move(per_stage));
-}
-
-/// Each stage's pass deviations (StageTimes::sd), by global stage.
-std::vector<PassCosts> stage_spreads(
-    const CostModel& model, const PlanCandidate& c) {
-  std::vector<PassCosts> out;
-  const int64_t stages = static_cast<int64_t>(c.layers_per_stage.size());
-  for (int64_t s = 0; s < stages; ++s) {
-    out.push_back(model
-                      .stage(
-                          c,
-                          c.microbatch_size,
-                          c.layers_per_stage[s],
-                          s == 0,
-                          s == stages - 1,
-                          s)
-                      .sd);
-  }
-  return out;
 }
 
 /// A standard normal draw fixed by (action, sample): the same action of
@@ -1001,11 +994,11 @@ bool score(
                   std::sqrt(t.sd.f * t.sd.f + t.sd.b * t.sd.b) *
                       expected_max_of_normals(replicas);
   } else {
-    const pipeline::SimulationCosts costs = simulation_costs(model, c);
+    std::vector<PassCosts> sd;
+    const pipeline::SimulationCosts costs = simulation_costs(model, c, &sd);
     const auto sim = pipeline::simulate(schedule->lowered, costs);
     c.compute_s = sim.makespan;
     c.bubble = sim.max_bubble_fraction();
-    const std::vector<PassCosts> sd = stage_spreads(model, c);
     if (std::any_of(sd.begin(), sd.end(), [](const PassCosts& v) {
           return v.f > 0.0 || v.b > 0.0 || v.i > 0.0 || v.w > 0.0;
         })) {
