@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <sstream>
 #include <stdexcept>
 
 #include "checkpoint/checkpoint.h"
@@ -152,18 +153,32 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
             : config_.training.local_batch_size * config_.training.seq_len;
     const int64_t tp = dims_.tp;
     GemmShape best;
+    // On the device the step runs on: a CPU probe under a GPU's step made
+    // its MFU 300 %.
     c.peak_tflops = measure_peak_tflops(
         peak_probe_shapes(
-            tokens, args.dim, args.ffn_hidden_dim() / tp, args.vocab_size / tp),
+            tokens,
+            args.dim,
+            args.ffn_hidden_dim() / tp,
+            args.vocab_size / tp,
+            device_),
         0.4,
         mixed_precision_.param,
-        &best);
+        &best,
+        device_);
+    std::ostringstream where;
+    if (device_.is_cuda()) {
+      where << device_.str();
+    } else {
+      where << at::get_num_threads() << " ATen threads, "
+            << loaded_blas().describe();
+    }
     LOG(INFO) << "peak " << c.peak_tflops << " TFLOP/s, the best of a "
               << mixed_precision_name(mixed_precision_.param)
-              << " matmul probe over the step's shapes and the 1024 square "
-              << "(fastest: " << best.m << "x" << best.k << " by " << best.k
-              << "x" << best.n << ") on " << at::get_num_threads()
-              << " ATen threads, " << loaded_blas().describe()
+              << " matmul probe over the step's shapes and the 1024 square"
+              << (device_.is_cuda() ? " and the 8192 square" : "")
+              << " (fastest: " << best.m << "x" << best.k << " by " << best.k
+              << "x" << best.n << ") on " << where.str()
               << " (set metrics.peak_tflops to skip the probe)";
   }
   return std::make_unique<Trainer>(config_, std::move(c));

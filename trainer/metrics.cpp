@@ -167,39 +167,62 @@ void MetricsLogger::log(const StepMetrics& m) {
 }
 
 std::vector<GemmShape> peak_probe_shapes(
-    int64_t tokens, int64_t dim, int64_t hidden, int64_t vocab) {
+    int64_t tokens,
+    int64_t dim,
+    int64_t hidden,
+    int64_t vocab,
+    c10::Device device) {
   const int64_t m = std::clamp<int64_t>(tokens, 1, 4096);
-  return {
+  std::vector<GemmShape> shapes{
       {1024, 1024, 1024},
       {m, dim, dim},     // attention's projections
       {m, dim, hidden},  // the feed-forward's w1, w3
       {m, hidden, dim},  // w2
       {m, dim, vocab}};  // the output
+  if (device.is_cuda()) {
+    shapes.push_back({8192, 8192, 8192});
+  }
+  return shapes;
 }
 
 double measure_peak_tflops(
     const std::vector<GemmShape>& shapes,
     double seconds,
     at::ScalarType dtype,
-    GemmShape* best_shape) {
+    GemmShape* best_shape,
+    c10::Device device) {
   torch::NoGradGuard no_grad;
   using clock = std::chrono::steady_clock;
+  // A GPU runs products asynchronously: a repetition is `products` of them
+  // between synchronisations, so that a launch's latency does not count.
+  const bool gpu = device.is_cuda();
+  const int products = gpu ? 10 : 1;
+  const auto sync = [gpu] {
+    if (gpu) {
+      torch::cuda::synchronize();
+    }
+  };
+  const auto options = torch::TensorOptions().dtype(dtype).device(device);
   double best = 0.0;
   for (const auto& shape : shapes) {
-    const auto a = torch::randn({shape.m, shape.k}).to(dtype);
-    const auto b = torch::randn({shape.k, shape.n}).to(dtype);
-    auto c = torch::empty({shape.m, shape.n}, a.options());
-    // Warm up threads, BLAS buffers and the pages of `c`.
+    const auto a = torch::randn({shape.m, shape.k}).to(options);
+    const auto b = torch::randn({shape.k, shape.n}).to(options);
+    auto c = torch::empty({shape.m, shape.n}, options);
+    // Warm up threads, BLAS buffers (cuBLAS's handle) and the pages of `c`.
     at::mm_out(c, a, b);
     at::mm_out(c, a, b);
-    const double flops = 2.0 * shape.m * shape.k * shape.n;
+    sync();
+    const double flops = 2.0 * shape.m * shape.k * shape.n * products;
     const auto deadline =
         clock::now() + std::chrono::duration<double>(
                            seconds / static_cast<double>(shapes.size()));
     int reps = 0;
     do {
       const auto start = clock::now();
-      at::mm_out(c, a, b);
+      for (int i = 0; i < products; ++i) {
+        at::mm_out(c, a, b);
+      }
+      sync();
       const double s =
           std::chrono::duration<double>(clock::now() - start).count();
       const double rate = flops / s / 1e12;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
@@ -91,21 +92,30 @@ struct GemmShape {
 
 /// The matmuls a step of a model of hidden size `dim`, feed-forward size
 /// `hidden` and vocabulary `vocab` runs on `tokens` rows (capped at 4096,
-/// where the rate no longer grows), and the 1024 square: what the peak
-/// probe times.
+/// where a CPU's rate no longer grows), and the 1024 square: what the peak
+/// probe times. On a GPU (`device` CUDA) the 8192 square too: its matrix
+/// units reach their rate only on products that large, and a peak from
+/// a small model's shapes alone would make its MFU look high.
 std::vector<GemmShape> peak_probe_shapes(
-    int64_t tokens, int64_t dim, int64_t hidden, int64_t vocab);
+    int64_t tokens,
+    int64_t dim,
+    int64_t hidden,
+    int64_t vocab,
+    c10::Device device = c10::Device(c10::kCPU));
 
-/// Peak TFLOP/s of this process's threads in `dtype` (the compute dtype:
-/// MFU is against the peak of what the step computes in): each of `shapes`
-/// warmed up, then timed for about `seconds` / shapes, the best repetition
-/// of the best shape counting, so that no matmul the step runs is faster
-/// than the peak (the shape is in `best`, when given).
+/// Peak TFLOP/s in `dtype` (the compute dtype: MFU is against the peak of
+/// what the step computes in) on `device`, the one the step runs on: on
+/// the CPU with this process's threads, on a GPU timed over a few products
+/// between synchronisations. Each of `shapes` is warmed up, then timed for
+/// about `seconds` / shapes, the best repetition of the best shape
+/// counting, so that no matmul the step runs is faster than the peak (the
+/// shape is in `best`, when given).
 double measure_peak_tflops(
     const std::vector<GemmShape>& shapes,
     double seconds = 0.3,
     at::ScalarType dtype = at::kFloat,
-    GemmShape* best = nullptr);
+    GemmShape* best = nullptr,
+    c10::Device device = c10::Device(c10::kCPU));
 
 /// Peak resident set size of this process so far, in MiB.
 double peak_rss_mib();

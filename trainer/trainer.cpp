@@ -105,7 +105,7 @@ StepMetrics Trainer::train_step() {
                  << c_.peak_tflops
                  << " TFLOP/s (the start-up matmul probe, or "
                     "metrics.peak_tflops) allows; the peak is too low, set "
-                    "metrics.peak_tflops to this CPU's";
+                    "metrics.peak_tflops to this device's";
   }
   m.peak_rss_mib = peak_rss_mib();
   constexpr double kMiB = 1 << 20;
