@@ -6,6 +6,8 @@ wrote in the same run (scripts/bench.sh), except bench/notes.md, which is
 appended as it is: earlier measurements made by hand, labelled as such.
 Standard library only; the plots are SVG written directly.
 Usage: report.py RESULTS_DIR DOCS_DIR
+       report.py --gpu GPU_JSON DOCS_DIR   (bench/gpu.sh's figures from a GPU
+       machine into the existing page: its GPU section and targets row)
 """
 
 import json
@@ -816,9 +818,12 @@ def loader_section(loader):
 
 def gpu_section(gpu):
     c, stack = gpu["correctness"], gpu["layer_stack"]
-    return [
+    where = gpu.get("device_name", f"{gpu['devices']} device(s)")
+    when = f", {gpu['date']}" if "date" in gpu else ""
+    lines = [
         "## GPU (`bench/gpu.sh`)", "",
-        f"libtorch {gpu['torch_version']}, {gpu['devices']} device(s). "
+        f"{where}, libtorch {gpu['torch_version']}{when}: measured by `bench/gpu.sh` on that "
+        "machine, apart from the CPU run above (`report.py --gpu` puts its JSON here). "
         "Correctness, debug model in fp32, four AdamW steps on the GPU against "
         f"the CPU: logits max relative difference {c['logits_max_rel_diff']:.2e}, "
         f"gradients {c['grad_max_rel_diff']:.2e}, losses {c['loss_max_rel_diff']:.2e} "
@@ -830,7 +835,38 @@ def gpu_section(gpu):
         f"| step | {stack['step_s'] * 1e3:.1f} ms |",
         f"| tokens/s | {stack['tokens_per_sec']:,.0f} |",
         f"| TFLOP/s, MFU against the measured peak | {stack['tflops']:.0f}, "
-        f"{stack['mfu_pct']:.0f} % |", ""]
+        f"{stack['mfu_pct']:.0f} % |"]
+    t = gpu.get("debug_train")
+    if t:
+        lines.append(
+            f"| `baton train` debug model (make run's config), step {t['step']} | loss "
+            f"{t['loss_first']:.2f} -> {t['loss']:.2f}, {t['tokens_per_sec']:,.0f} tokens/s, "
+            f"MFU {t['mfu_pct']:.1f} % |")
+    return lines + [""]
+
+
+def gpu_target_row(gpu):
+    if gpu:
+        return ("| GPU: `bench/gpu.sh` (Llama 3 8B-shaped layers, bf16) | "
+                f"{gpu['layer_stack']['tokens_per_sec']:,.0f} tokens/s, MFU "
+                f"{gpu['layer_stack']['mfu_pct']:.0f} % | measured |")
+    return ("| GPU: `bench/gpu.sh` (Llama 3 8B-shaped layers, bf16) | "
+            "not run: no GPU on this machine | not measured |")
+
+
+def splice_gpu(gpu_path, docs):
+    """Puts a GPU machine's gpu.json into the existing page: its section and
+    its row of the targets, the rest of the page as the CPU run left it."""
+    gpu = json.load(open(gpu_path))
+    path = os.path.join(docs, "PERFORMANCE.md")
+    page = open(path).read()
+    start = page.index("\n## GPU") + 1
+    end = page.index("\n## ", start)
+    page = page[:start] + "\n".join(gpu_section(gpu)) + page[end:]
+    lines = [gpu_target_row(gpu) if l.startswith("| GPU: `bench/gpu.sh`") else l
+             for l in page.split("\n")]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
 
 
 def busy_fraction(results):
@@ -958,14 +994,7 @@ def targets_section(t):
                      f"under 10 s | {c['wall_s']:.1f} s | {verdict(c['wall_s'] < 10)} |")
         lines.append("| plan (#21): 405B Interleaved1F1B / 1F1B tokens/s at FSDP 8 x TP 8 "
                      f"x PP 8, beside torchtitan's 1.28 | {c['ratio']:.2f} | measured |")
-    gpu = t.get("gpu")
-    if gpu:
-        lines.append("| GPU: `bench/gpu.sh` (Llama 3 8B-shaped layers, bf16) | "
-                     f"{gpu['layer_stack']['tokens_per_sec']:,.0f} tokens/s, MFU "
-                     f"{gpu['layer_stack']['mfu_pct']:.0f} % | measured |")
-    else:
-        lines.append("| GPU: `bench/gpu.sh` (Llama 3 8B-shaped layers, bf16) | "
-                     "not run: no GPU on this machine | not measured |")
+    lines.append(gpu_target_row(t.get("gpu")))
     return lines + [""]
 
 
@@ -1091,6 +1120,9 @@ def limits_section(t):
 
 
 def main():
+    if sys.argv[1] == "--gpu":
+        splice_gpu(sys.argv[2], sys.argv[3])
+        return
     results, docs = sys.argv[1], sys.argv[2]
     machine = load(results, "machine.json")
     step_runs = gbench_rounds(results, "train_step_")
