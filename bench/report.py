@@ -269,6 +269,23 @@ def step_section(meds, peers, docs, targets, results):
             lines.append(f"| {h} x {d} | {path} | {th} | {ms(e):.1f} ms |")
             targets.setdefault("attention", {})[(h, d, b, th)] = ms(e)
         lines.append("")
+    swiglu = [(n, e) for n, e in meds.items() if n.startswith("BM_Swiglu")]
+    if swiglu:
+        lines += ["SwiGLU's elementwise part, silu(w1 x) * w3 x, forward + backward, 8 x 256 "
+                  "tokens (`BM_Swiglu`): fused, what the model runs on the CPU in float32 "
+                  "(`models/llama/swiglu_kernel.h`), against ATen's silu and product:",
+                  "", "| hidden | ATen threads | ATen | fused | ratio |", "|---|---|---|---|---|"]
+        cells = {}
+        for n, e in swiglu:
+            h = n.split("hidden:")[1].split("/")[0]
+            th = n.split("threads:")[1].split("/")[0]
+            cells.setdefault((int(h), int(th)), {})[n.split("fused:")[1].split("/")[0]] = e
+        for (h, th), c in sorted(cells.items()):
+            if "0" in c and "1" in c:
+                label = f" ({c['1']['label']})" if c["1"].get("label") else ""
+                lines.append(f"| {h} | {th} | {ms(c['0']):.2f} ms | {ms(c['1']):.2f} ms{label} | "
+                             f"{ms(c['0']) / ms(c['1']):.1f}x |")
+        lines.append("")
     bar_chart(os.path.join(docs, "perf_step_time.svg"),
               "Step time: Baton vs Python PyTorch (same settings)",
               chart_cats, [("Baton (C++)", chart_baton), ("Python", chart_py)], "ms")

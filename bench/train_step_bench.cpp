@@ -165,6 +165,38 @@ BENCHMARK(BM_AttentionKernel)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+/// SwiGLU's elementwise part, forward + backward, at the flavors' shapes
+/// (8 x 256 tokens; debugmodel: hidden 768, small: 1536) with `threads`
+/// ATen threads: fused (1: swiglu, swiglu_kernel.h) against ATen's silu and
+/// product (0).
+void BM_Swiglu(benchmark::State& state) {
+  const int64_t hidden = state.range(0);
+  const bool fused = state.range(1) != 0;
+  at::set_num_threads(static_cast<int>(state.range(2)));
+  const auto a = torch::randn({8, 256, hidden}).requires_grad_(true);
+  const auto b = torch::randn({8, 256, hidden}).requires_grad_(true);
+  const auto gy = torch::randn({8, 256, hidden});
+  const auto step = [&] {
+    const auto y = fused ? baton::llama::swiglu(a, b) : torch::silu(a) * b;
+    y.backward(gy);
+    a.mutable_grad() = at::Tensor();
+    b.mutable_grad() = at::Tensor();
+  };
+  step();  // untimed: the heap grows once
+  for (auto _ : state) {
+    step();
+  }
+  if (fused) {
+    state.SetLabel(baton::llama::attention_kernel::isa_name(
+        baton::llama::attention_kernel::best_isa()));
+  }
+}
+BENCHMARK(BM_Swiglu)
+    ->ArgNames({"hidden", "fused", "threads"})
+    ->ArgsProduct({{768, 1536}, {0, 1}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 }  // namespace
 
 int main(int argc, char** argv) {

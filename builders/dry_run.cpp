@@ -69,14 +69,14 @@ std::vector<int64_t> stored_shape(
 /// parallel): the two norms' inputs (T / t positions), their outputs
 /// gathered for the projections (whole T), q, k and v after RoPE (k and v
 /// expanded to the query heads when grouped), attention's output and its
-/// copy laid out for wo, and the feed-forward's w1, w3, silu(w1) and product
-/// (this rank's hidden rows).
+/// copy laid out for wo, and the feed-forward's w1, w3 (swiglu's) and their
+/// product (w2's input; this rank's hidden rows).
 int64_t block_elements(const llama::ModelArgs& a, int64_t t) {
   const int64_t q = a.n_heads * a.head_dim();
   const int64_t kv = a.kv_heads() * a.head_dim();
   const int64_t kv_saved = a.kv_heads() < a.n_heads ? q : kv;
   return 2 * a.dim / t + 2 * a.dim + (q + 2 * kv_saved) / t + 2 * q / t +
-         4 * a.ffn_hidden_dim() / t;
+         3 * a.ffn_hidden_dim() / t;
 }
 
 /// Under the op-selective policy: the block's input and the outputs of the

@@ -116,7 +116,7 @@ chosen_gbench() {  # as gbench, under Baton's own kernel choice
 }
 for round in 1 2 3; do
   gbench train_step_bench "kernels_r$round" \
-    --benchmark_filter='BM_MatmulPeak|BM_CausalAttention|BM_AttentionKernel'
+    --benchmark_filter='BM_MatmulPeak|BM_CausalAttention|BM_AttentionKernel|BM_Swiglu'
   chosen_gbench train_step_bench "chosen_kernels_r$round" \
     --benchmark_filter='BM_MatmulPeak'
   chosen=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["context"]["blas_kernels"])' \

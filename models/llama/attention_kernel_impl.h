@@ -24,24 +24,12 @@ namespace baton::llama::attention_kernel::BATON_ATTENTION_ISA_NS {
 
 namespace {
 
-/// A chunk of keys or of head columns is one GCC vector of 16 floats (one
-/// AVX-512 register, two AVX2 ones, four SSE ones).
-constexpr int64_t kLanes = kChunk;
+// Vec, load, store and exp_nonpositive, with this file's linkage.
+#include "models/llama/vector_math_impl.h"
+
+/// A chunk of keys or of head columns is one Vec.
+static_assert(kLanes == kChunk);
 constexpr int64_t kRows = kGroupRows;
-
-using Vec = float __attribute__((vector_size(kLanes * sizeof(float))));
-using IntVec = int32_t __attribute__((vector_size(kLanes * sizeof(int32_t))));
-/// The same, at any float's address.
-using UnalignedVec = float __attribute__((
-    vector_size(kLanes * sizeof(float)), aligned(alignof(float)), may_alias));
-
-Vec load(const float* p) {
-  return *reinterpret_cast<const UnalignedVec*>(p);
-}
-
-void store(float* p, Vec v) {
-  *reinterpret_cast<UnalignedVec*>(p) = v;
-}
 
 float lane_sum(Vec v) {
   float sum = 0.0f;
@@ -71,26 +59,6 @@ struct Dims {
 Dims dims_of(int64_t seq_len, int64_t head_dim) {
   return {
       seq_len, head_dim, round_up(seq_len, kLanes), round_up(head_dim, kLanes)};
-}
-
-/// exp(x) for x <= 0 (softmax's shifted scores), Cephes' polynomial with
-/// about 1 ulp of error; -inf and anything below -87 give ~1e-38, which
-/// the callers zero where it stands for a masked key.
-Vec exp_nonpositive(Vec x) {
-  x = x < -87.0f ? Vec{} - 87.0f : x;
-  // Round x / ln 2 to the nearest integer n in float arithmetic.
-  const Vec n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  Vec r = x - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  Vec p = Vec{} + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const IntVec bits = (__builtin_convertvector(n, IntVec) + 127) << 23;
-  return p * (Vec)bits;  // a bit cast between vectors of one size
 }
 
 /// (n, D) rows -> (rows_out, Dp), zero beyond n rows and D columns.

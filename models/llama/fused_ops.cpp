@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "models/llama/attention_kernel.h"
+#include "models/llama/swiglu_kernel.h"
 #include "models/llama/transformer.h"
 #include "models/recompute.h"
 
@@ -524,6 +525,85 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight;
   }
   return RMSNormFunction::apply(x, weight, eps);
+}
+
+namespace {
+
+/// Elements of a SwiGLU pass per task of ATen's threads.
+constexpr int64_t kSwigluGrain = int64_t{1} << 14;
+
+class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
+ public:
+  static at::Tensor forward(
+      AutogradContext* ctx, const at::Tensor& a_in, const at::Tensor& b_in) {
+    const auto a = a_in.contiguous();
+    const auto b = b_in.contiguous();
+    ctx->save_for_backward({a, b});
+    if (!cpu_float(a) || !cpu_float(b)) {
+      if (reduced_float(a)) {
+        return (at::silu(a.to(at::kFloat)) * b.to(at::kFloat))
+            .to(a.scalar_type());
+      }
+      return at::silu(a) * b;
+    }
+    auto out = at::empty_like(a);
+    const auto kernel = swiglu_kernel::kernels().forward;
+    const float* ap = a.data_ptr<float>();
+    const float* bp = b.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    at::parallel_for(0, a.numel(), kSwigluGrain, [&](int64_t i, int64_t end) {
+      kernel(ap + i, bp + i, op + i, end - i);
+    });
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& a = saved[0];
+    const at::Tensor& b = saved[1];
+    const auto g = grads[0].contiguous();
+    if (!cpu_float(a) || !cpu_float(b) || !cpu_float(g)) {
+      // With s = sigmoid(a): d silu(a) / da = s (1 + a (1 - s)).
+      const auto dtype = a.scalar_type();
+      const bool reduced = reduced_float(a);
+      const auto af = reduced ? a.to(at::kFloat) : a;
+      const auto bf = reduced ? b.to(at::kFloat) : b;
+      const auto gf = reduced ? g.to(at::kFloat) : g;
+      const auto s = at::sigmoid(af);
+      return {
+          (gf * bf * s * (1 + af * (1 - s))).to(dtype),
+          (gf * af * s).to(dtype)};
+    }
+    auto ga = at::empty_like(a);
+    auto gb = at::empty_like(b);
+    const auto kernel = swiglu_kernel::kernels().backward;
+    const float* ap = a.data_ptr<float>();
+    const float* bp = b.data_ptr<float>();
+    const float* gp = g.data_ptr<float>();
+    float* gap = ga.data_ptr<float>();
+    float* gbp = gb.data_ptr<float>();
+    at::parallel_for(0, a.numel(), kSwigluGrain, [&](int64_t i, int64_t end) {
+      kernel(ap + i, bp + i, gp + i, gap + i, gbp + i, end - i);
+    });
+    return {ga, gb};
+  }
+};
+
+}  // namespace
+
+at::Tensor swiglu(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(
+      a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
+          a.device() == b.device(),
+      "[swiglu] a and b must have one shape, dtype and device; got ",
+      a.sizes(),
+      " ",
+      a.scalar_type(),
+      " and ",
+      b.sizes(),
+      " ",
+      b.scalar_type());
+  return SwigluFunction::apply(a, b);
 }
 
 namespace {

@@ -1,10 +1,10 @@
 #pragma once
 
 // The Llama block's memory-bound pieces as single autograd nodes: RMSNorm,
-// rotary embedding fused with the heads-first transpose, and causal
-// attention that never forms the masked half of the scores. Each has its own
-// backward, so autograd saves what the backward needs and nothing else. Checked
-// against the plain ATen formulas in tests/models/fused_ops_test.cpp.
+// rotary embedding fused with the heads-first transpose, SwiGLU's product,
+// and causal attention that never forms the masked half of the scores. Each has
+// its own backward, so autograd saves what the backward needs and nothing else.
+// Checked against the plain ATen formulas in tests/models/fused_ops_test.cpp.
 
 #include <ATen/core/Tensor.h>
 
@@ -25,6 +25,12 @@ at::Tensor rope_heads_first(
 /// lower-precision x (bf16) is normalised in float32, cast back, then
 /// scaled by weight (Meta's Llama's order).
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+/// silu(a) * b, SwiGLU's elementwise part, keeping a and b for its backward
+/// (not silu(a) too, as ATen's two ops do). On the CPU in float32 each pass
+/// is one of swiglu_kernel.h's; elsewhere ATen's ops, computed in float32
+/// for a lower-precision a (bf16). a and b: the same shape.
+at::Tensor swiglu(const at::Tensor& a, const at::Tensor& b);
 
 /// softmax(q k^T / sqrt(D) + causal mask) v. q, k, v: (B, H, T, D) ->
 /// (B, H, T, D). `q_scaled`: q already carries the 1 / sqrt(D) factor. On

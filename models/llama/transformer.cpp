@@ -105,7 +105,7 @@ FeedForwardImpl::FeedForwardImpl(const ModelArgs& args) {
 
 at::Tensor FeedForwardImpl::forward(const at::Tensor& input) {
   const at::Tensor x = hooks.in(input);
-  return hooks.out(w2(F::silu(w1(x)) * w3(x)));
+  return hooks.out(w2(swiglu(w1(x), w3(x))));
 }
 
 TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& args) {

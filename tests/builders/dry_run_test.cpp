@@ -64,17 +64,17 @@ TEST(DryRun, OneProcessHoldsTheWholeDebugModel) {
   EXPECT_EQ(r.buffer_bytes, 0);  // float32: no casts; no fully_shard
   // 8 x 256 tokens. Per token and block: norm inputs 2 x 256, their outputs
   // 2 x 256, q, k, v 3 x 256, attention's output and wo's input 2 x 256,
-  // w1, w3, silu, product 4 x 768: 5376 float32s; and per sequence and
+  // w1, w3 and their product 3 x 768: 4608 float32s; and per sequence and
   // block attention's probabilities.
   const int64_t tokens = 2048;
-  const int64_t blocks = 6 * (5376 * tokens * 4 + 8 * kAttentionBytes);
+  const int64_t blocks = 6 * (4608 * tokens * 4 + 8 * kAttentionBytes);
   const int64_t ids = tokens * 8;
   const int64_t head = (256 + 256) * tokens * 4 + 2 * tokens * 258 * 4;
   EXPECT_EQ(r.activation_bytes_per_microbatch, blocks + ids + head);
-  EXPECT_EQ(r.activation_bytes_per_microbatch, 379633664);
+  EXPECT_EQ(r.activation_bytes_per_microbatch, 341884928);
   EXPECT_EQ(r.peak_microbatches, 1);
   EXPECT_EQ(r.activation_peak_bytes, r.activation_bytes_per_microbatch);
-  EXPECT_EQ(r.total_bytes, 16 * params + 379633664);
+  EXPECT_EQ(r.total_bytes, 16 * params + 341884928);
   EXPECT_EQ(report.device, "cpu");
 }
 
@@ -82,11 +82,11 @@ TEST(DryRun, FullCheckpointingKeepsBlockInputsAndOneRecompute) {
   const auto report =
       cpu_dry_run(debug_config({"activation_checkpoint.mode=full"}), 1);
   const int64_t tokens = 2048;
-  // Six block inputs of 256 saved, and one block's 5376 and its attention
+  // Six block inputs of 256 saved, and one block's 4608 and its attention
   // probabilities while it is recomputed.
   const int64_t saved = 6 * 256 * tokens * 4 + tokens * 8 + 512 * tokens * 4 +
                         2 * tokens * 258 * 4;
-  const int64_t recompute = 5376 * tokens * 4 + 8 * kAttentionBytes;
+  const int64_t recompute = 4608 * tokens * 4 + 8 * kAttentionBytes;
   const DryRunRank& r = report.ranks[0];
   EXPECT_EQ(r.activation_bytes_per_microbatch, saved);
   EXPECT_EQ(r.recompute_bytes, recompute);
@@ -115,7 +115,7 @@ TEST(DryRun, PipelineStagesAndInFlightMicrobatches) {
   EXPECT_EQ(first.peak_microbatches, 2);
   EXPECT_EQ(last.peak_microbatches, 1);
   const int64_t tokens = 512;
-  const int64_t blocks = 3 * (5376 * tokens * 4 + 2 * kAttentionBytes);
+  const int64_t blocks = 3 * (4608 * tokens * 4 + 2 * kAttentionBytes);
   EXPECT_EQ(first.activation_bytes_per_microbatch, blocks + tokens * 8);
   EXPECT_EQ(
       last.activation_bytes_per_microbatch,
@@ -142,7 +142,7 @@ TEST(DryRun, CheckpointingOnlyTheFirstStageCountsItsRankAlone) {
   // block at a time; stage 1 keeps everything and recomputes nothing.
   const auto& s0 = first_only.ranks[0].stages.at(0);
   const auto& s1 = first_only.ranks[1].stages.at(0);
-  const int64_t block = 5376 * tokens * 4 + 2 * kAttentionBytes;
+  const int64_t block = 4608 * tokens * 4 + 2 * kAttentionBytes;
   EXPECT_EQ(s0.activation_bytes, 3 * 256 * tokens * 4 + tokens * 8);
   EXPECT_EQ(s0.recompute_bytes, block);
   EXPECT_EQ(
@@ -244,7 +244,7 @@ TEST(DryRun, TensorParallelInsideFullyShardedBfloat16) {
   const int64_t gathered = (2 * 129 * 256 + 256) + 2 * 426496;
   EXPECT_EQ(report.ranks[0].buffer_bytes, 2 * gathered * 2);
   // bf16, T / 2 positions between blocks: per token and block 256 + 512 +
-  // 384 + 256 + 1536 = 2944 elements; attention in bf16 takes the blocked
+  // 384 + 256 + 1152 = 2560 elements; attention in bf16 takes the blocked
   // path, whose probabilities are blocks of 64 rows against the keys up to
   // the block's end: 64 x (64 + 128 + 192 + 256) = 40960 per head, 8 heads
   // per sequence on each tp rank.
@@ -252,7 +252,7 @@ TEST(DryRun, TensorParallelInsideFullyShardedBfloat16) {
   const int64_t attention = 8 * 8 * 40960 * 2;
   EXPECT_EQ(
       report.ranks[0].activation_bytes_per_microbatch,
-      6 * (2944 * tokens * 2 + attention) + tokens * 8 +
+      6 * (2560 * tokens * 2 + attention) + tokens * 8 +
           (128 + 256) * tokens * 2 + 2 * tokens * 129 * 4);
 }
 

@@ -6,8 +6,11 @@
 #include <torch/torch.h>
 
 #include <limits>
+#include <stdexcept>
 
+#include "models/llama/attention_kernel.h"
 #include "models/llama/fused_ops.h"
+#include "models/llama/swiglu_kernel.h"
 #include "models/llama/transformer.h"
 
 namespace baton::llama {
@@ -101,6 +104,87 @@ TEST(FusedOps, RmsNormMatchesTheFormulaWithGradients) {
   EXPECT_TRUE(close(xf.grad(), xr.grad()));
   EXPECT_TRUE(close(wf.grad(), wr.grad()));
   EXPECT_THROW(rms_norm(x, torch::ones({23}), eps), c10::Error);
+}
+
+/// silu(a) * b and its gradients against the formula in float64.
+void expect_swiglu_matches_formula(
+    const at::Tensor& a, const at::Tensor& b, double tol) {
+  const auto g = torch::randn(a.sizes()).to(a.scalar_type());
+  auto af = a.clone().requires_grad_(true);
+  auto bf = b.clone().requires_grad_(true);
+  const auto y = swiglu(af, bf);
+  y.backward(g);
+  auto ar = a.to(torch::kDouble).requires_grad_(true);
+  auto br = b.to(torch::kDouble).requires_grad_(true);
+  const auto yr = torch::silu(ar) * br;
+  yr.backward(g.to(torch::kDouble));
+  const auto close = [tol](const at::Tensor& x, const at::Tensor& ref) {
+    return torch::allclose(x.to(torch::kDouble), ref, tol, tol);
+  };
+  EXPECT_EQ(y.scalar_type(), a.scalar_type());
+  EXPECT_TRUE(close(y, yr)) << a.sizes() << " " << a.scalar_type();
+  EXPECT_TRUE(close(af.grad(), ar.grad())) << a.sizes();
+  EXPECT_TRUE(close(bf.grad(), br.grad())) << a.sizes();
+}
+
+TEST(FusedOps, SwigluMatchesTheFormulaWithGradients) {
+  torch::manual_seed(6);
+  // Sizes with a partial vector at the end, and over several threads' tasks;
+  // inputs up to +-40, where the sigmoid saturates on both sides.
+  const int threads_before = at::get_num_threads();
+  for (const int threads : {1, 2}) {
+    at::set_num_threads(threads);
+    for (const int64_t n : {int64_t{1}, int64_t{37}, int64_t{3 * 16384 + 5}}) {
+      const auto a = torch::randn({n}) * 6.0;
+      expect_swiglu_matches_formula(a, torch::randn({n}), 1e-5);
+    }
+    const auto wide = torch::linspace(-40.0, 40.0, 801).reshape({3, 267});
+    expect_swiglu_matches_formula(wide, torch::randn({3, 267}), 1e-5);
+  }
+  at::set_num_threads(threads_before);
+  // bf16 (mixed precision): computed in float32, returned in bf16.
+  const auto a = (torch::randn({4, 40}) * 3.0).to(torch::kBFloat16);
+  expect_swiglu_matches_formula(
+      a, torch::randn({4, 40}).to(torch::kBFloat16), 2e-2);
+  EXPECT_THROW(swiglu(torch::ones({4}), torch::ones({5})), c10::Error);
+  EXPECT_THROW(
+      swiglu(torch::ones({4}), torch::ones({4}, torch::kDouble)), c10::Error);
+}
+
+TEST(FusedOps, SwigluKernelsOfEverySupportedIsaAgree) {
+  using attention_kernel::Isa;
+  torch::manual_seed(7);
+  const int64_t n = 16 * 5 + 3;
+  const auto a = torch::randn({n}) * 8.0, b = torch::randn({n}),
+             g = torch::randn({n});
+  const auto s = torch::sigmoid(a.to(torch::kDouble));
+  const auto y_ref = a.to(torch::kDouble) * s * b.to(torch::kDouble);
+  const auto ga_ref = g.to(torch::kDouble) * b.to(torch::kDouble) * s *
+                      (1 + a.to(torch::kDouble) * (1 - s));
+  const auto gb_ref = g.to(torch::kDouble) * a.to(torch::kDouble) * s;
+  for (const Isa isa : {Isa::kBaseline, Isa::kAvx2, Isa::kAvx512}) {
+    if (!attention_kernel::isa_supported(isa)) {
+      EXPECT_THROW(swiglu_kernel::kernels(isa), std::invalid_argument);
+      continue;
+    }
+    const auto& k = swiglu_kernel::kernels(isa);
+    auto y = torch::empty({n}), ga = torch::empty({n}), gb = torch::empty({n});
+    k.forward(a.data_ptr<float>(), b.data_ptr<float>(), y.data_ptr<float>(), n);
+    k.backward(
+        a.data_ptr<float>(),
+        b.data_ptr<float>(),
+        g.data_ptr<float>(),
+        ga.data_ptr<float>(),
+        gb.data_ptr<float>(),
+        n);
+    const char* name = attention_kernel::isa_name(isa);
+    EXPECT_TRUE(torch::allclose(y.to(torch::kDouble), y_ref, 1e-5, 1e-5))
+        << name;
+    EXPECT_TRUE(torch::allclose(ga.to(torch::kDouble), ga_ref, 1e-5, 1e-5))
+        << name;
+    EXPECT_TRUE(torch::allclose(gb.to(torch::kDouble), gb_ref, 1e-5, 1e-5))
+        << name;
+  }
 }
 
 /// Runs attend(q, k, v, q_scaled) with `threads` ATen threads on random
