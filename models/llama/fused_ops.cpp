@@ -540,10 +540,6 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     const auto b = b_in.contiguous();
     ctx->save_for_backward({a, b});
     if (!cpu_float(a) || !cpu_float(b)) {
-      if (reduced_float(a)) {
-        return (at::silu(a.to(at::kFloat)) * b.to(at::kFloat))
-            .to(a.scalar_type());
-      }
       return at::silu(a) * b;
     }
     auto out = at::empty_like(a);
@@ -563,16 +559,8 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     const at::Tensor& b = saved[1];
     const auto g = grads[0].contiguous();
     if (!cpu_float(a) || !cpu_float(b) || !cpu_float(g)) {
-      // With s = sigmoid(a): d silu(a) / da = s (1 + a (1 - s)).
-      const auto dtype = a.scalar_type();
-      const bool reduced = reduced_float(a);
-      const auto af = reduced ? a.to(at::kFloat) : a;
-      const auto bf = reduced ? b.to(at::kFloat) : b;
-      const auto gf = reduced ? g.to(at::kFloat) : g;
-      const auto s = at::sigmoid(af);
-      return {
-          (gf * bf * s * (1 + af * (1 - s))).to(dtype),
-          (gf * af * s).to(dtype)};
+      // The ops ATen's own autograd would run, in the tensors' dtype.
+      return {at::silu_backward(g * b, a), g * at::silu(a)};
     }
     auto ga = at::empty_like(a);
     auto gb = at::empty_like(b);

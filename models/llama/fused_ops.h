@@ -28,8 +28,8 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 /// silu(a) * b, SwiGLU's elementwise part, keeping a and b for its backward
 /// (not silu(a) too, as ATen's two ops do). On the CPU in float32 each pass
-/// is one of swiglu_kernel.h's; elsewhere ATen's ops, computed in float32
-/// for a lower-precision a (bf16). a and b: the same shape.
+/// is one of swiglu_kernel.h's; elsewhere (a GPU, bf16) ATen's ops. a and
+/// b: the same shape, dtype and device.
 at::Tensor swiglu(const at::Tensor& a, const at::Tensor& b);
 
 /// softmax(q k^T / sqrt(D) + causal mask) v. q, k, v: (B, H, T, D) ->

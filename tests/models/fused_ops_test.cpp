@@ -142,7 +142,7 @@ TEST(FusedOps, SwigluMatchesTheFormulaWithGradients) {
     expect_swiglu_matches_formula(wide, torch::randn({3, 267}), 1e-5);
   }
   at::set_num_threads(threads_before);
-  // bf16 (mixed precision): computed in float32, returned in bf16.
+  // bf16 (mixed precision): ATen's ops, in bf16.
   const auto a = (torch::randn({4, 40}) * 3.0).to(torch::kBFloat16);
   expect_swiglu_matches_formula(
       a, torch::randn({4, 40}).to(torch::kBFloat16), 2e-2);
