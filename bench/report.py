@@ -871,10 +871,20 @@ def gpu_target_row(gpu):
             "not run: no GPU on this machine | not measured |")
 
 
+# The last GPU machine's figures, kept in the repository: a CPU machine's
+# `make bench` has no gpu.json of its own and shows these.
+LAST_GPU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_last.json")
+
+
 def splice_gpu(gpu_path, docs):
-    """Puts a GPU machine's gpu.json into the existing page: its section and
-    its row of the targets, the rest of the page as the CPU run left it."""
+    """Puts a GPU machine's gpu.json into the existing page (its section and
+    its row of the targets, the rest of the page as the CPU run left it) and
+    keeps it as bench/gpu_last.json for the page's next regeneration."""
     gpu = json.load(open(gpu_path))
+    if os.path.abspath(gpu_path) != LAST_GPU:
+        with open(LAST_GPU, "w") as f:
+            json.dump(gpu, f, indent=1)
+            f.write("\n")
     path = os.path.join(docs, "PERFORMANCE.md")
     page = open(path).read()
     start = page.index("\n## GPU") + 1
@@ -1154,6 +1164,8 @@ def main():
     pipe = load(results, "pipeline.json")
     runs = load(results, "pipeline_runs.json")
     gpu = load(results, "gpu.json")
+    if not gpu and os.path.exists(LAST_GPU):
+        gpu = json.load(open(LAST_GPU))
     targets = {"gpu": gpu, "busy": busy_fraction(results)}
     body = []
     body += step_section(step_runs, peers, docs, targets, results)
