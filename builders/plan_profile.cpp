@@ -12,6 +12,8 @@
 #include <numeric>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "common/error.h"
 #include "models/linear.h"
 #include "models/loss.h"
@@ -256,6 +258,109 @@ struct PipelinedBlock {
   double recv_s = 0.0;
   /// The passes' standard deviations over the runs.
   PassCosts spread;
+  /// The median, over the messages a compute action waited for, of the
+  /// time from the later of the SEND and its RECV being posted to the data
+  /// being usable (the ranks' clocks put on one time line); negative where
+  /// no message was waited for or the ranks' clocks cannot be compared.
+  double delivery_s = -1.0;
+};
+
+/// Whether every rank of the world runs on this machine (the same host
+/// name), so that their steady clocks are one clock.
+bool one_machine(const Ranks& ranks) {
+  if (ranks.world() == nullptr) {
+    return true;
+  }
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  // 53 bits of the name's hash: exact in a double.
+  const double id = static_cast<double>(
+      std::hash<std::string>{}(name) & ((uint64_t{1} << 53) - 1));
+  at::Tensor lo = at::tensor({id}, at::kDouble);
+  at::Tensor hi = at::tensor({id}, at::kDouble);
+  ranks.world()->all_reduce(lo, dist::ReduceOp::kMin);
+  ranks.world()->all_reduce(hi, dist::ReduceOp::kMax);
+  return lo.item<double>() == hi.item<double>();
+}
+
+/// The messages of one run of a lowered schedule, on one time line: for
+/// each (direction, receiving stage, microbatch) the sender's SEND posted,
+/// the receiver's RECV posted, and, where the compute that needed it
+/// waited, when the data became usable (its start + its wait). Every rank
+/// fills its own entries; a sum over the ranks then holds them all.
+class MessageTimes {
+ public:
+  MessageTimes(int64_t stages, int64_t microbatches)
+      : microbatches_(microbatches),
+        grid_(at::zeros({2, stages, microbatches, 4}, at::kDouble)) {}
+
+  void add(const pipeline::ExecutorRun& run) {
+    auto g = grid_.accessor<double, 4>();
+    for (const pipeline::ExecutedAction& a : run.actions) {
+      const pipeline::Action action = pipeline::parse_action(a.name);
+      const int64_t s = action.stage;
+      const int64_t mb = action.microbatch;
+      const double start = run.epoch_us + a.start_us;
+      const double end = run.epoch_us + a.end_us;
+      switch (action.kind) {
+        case pipeline::ActionKind::kSendF:
+          g[0][s + 1][mb][0] = end;
+          break;
+        case pipeline::ActionKind::kSendB:
+          g[1][s - 1][mb][0] = end;
+          break;
+        case pipeline::ActionKind::kRecvF:
+          g[0][s][mb][1] = end;
+          break;
+        case pipeline::ActionKind::kRecvB:
+          g[1][s][mb][1] = end;
+          break;
+        case pipeline::ActionKind::kF:
+        case pipeline::ActionKind::kB:
+        case pipeline::ActionKind::kI:
+          // The wait comes first in these (an OVERLAP_F_B's backward waits
+          // after its forward: left out).
+          if (a.wait_us > 0.0) {
+            const int64_t d = action.kind == pipeline::ActionKind::kF ? 0 : 1;
+            g[d][s][mb][2] = start + a.wait_us;
+            g[d][s][mb][3] = 1.0;
+          }
+          break;
+        default:
+          break;
+      }
+    }
+  }
+
+  /// Seconds from the later post to the data usable, of each message
+  /// waited for (after the sum over the ranks).
+  std::vector<double> delivery_s(const Ranks& ranks) {
+    if (ranks.world() != nullptr) {
+      ranks.world()->all_reduce(grid_);
+    }
+    std::vector<double> out;
+    auto g = grid_.accessor<double, 4>();
+    for (int64_t d = 0; d < 2; ++d) {
+      for (int64_t s = 0; s < grid_.size(1); ++s) {
+        for (int64_t mb = 0; mb < microbatches_; ++mb) {
+          const double send = g[d][s][mb][0];
+          const double recv = g[d][s][mb][1];
+          if (g[d][s][mb][3] == 0.0 || send == 0.0 || recv == 0.0) {
+            continue;
+          }
+          const double t = g[d][s][mb][2] - std::max(send, recv);
+          if (t >= 0.0) {
+            out.push_back(t * 1e-6);
+          }
+        }
+      }
+    }
+    return out;
+  }
+
+ private:
+  int64_t microbatches_;
+  at::Tensor grid_;
 };
 
 /// F, B, I and W of a block at each of `rows_list`, as the pipeline
@@ -370,11 +475,20 @@ std::vector<PipelinedBlock> time_blocks_in_pipeline(
       pipeline::ActionKind::kI,
       pipeline::ActionKind::kW};
   std::vector<std::array<std::vector<double>, 6>> samples(rows_list.size());
+  std::vector<std::vector<double>> deliveries(rows_list.size());
+  const bool comparable_clocks = one_machine(ranks);
   for (int64_t k = 0; k < 1 + options.pipeline_runs(); ++k) {
     for (Run& run : runs) {
       ranks.line_up();
       const pipeline::ExecutorRun done =
           run.executor->run(run.inputs, run.labels, run.loss_scale);
+      if (k > 0 && comparable_clocks) {
+        MessageTimes messages(num_stages, microbatches);
+        messages.add(done);
+        for (const double t : messages.delivery_s(ranks)) {
+          deliveries[run.size].push_back(t);
+        }
+      }
       for (Chunk& chunk : chunks) {
         for (auto& p : chunk.part->module().parameters()) {
           p.mutable_grad() = at::Tensor();
@@ -422,7 +536,8 @@ std::vector<PipelinedBlock> time_blocks_in_pipeline(
         {PassCosts{f[0], f[1], f[2], f[3]},
          f[4],
          f[5],
-         PassCosts{f[6], f[7], f[8], f[9]}});
+         PassCosts{f[6], f[7], f[8], f[9]},
+         deliveries[k].empty() ? -1.0 : median(deliveries[k])});
   }
   return out;
 }
@@ -743,13 +858,36 @@ PlanCosts profile_plan_costs(
   }
   if (ranks.size() >= 2) {
     costs.p2p.inter_node = time_p2p(ranks, options);
+    // Where the pipeline's own messages were timed: P2P as the pipeline
+    // meets it, both ranks computing (on shared cores a message waits for
+    // its transport's threads to get a core, many times the idle round
+    // trip), fitted over the sizes.
+    std::vector<std::pair<double, double>> delivered;
+    for (size_t k = 0; k < pipelined.size(); ++k) {
+      if (pipelined[k].delivery_s >= 0.0) {
+        delivered.push_back(
+            {static_cast<double>(
+                 options.rows()[k] * seq_len * args.dim *
+                 c10::elementSize(context.mixed_precision.param)),
+             pipelined[k].delivery_s});
+      }
+    }
+    const bool in_pipeline = delivered.size() >= 2;
+    if (in_pipeline) {
+      costs.p2p.inter_node = fit_link_costs(delivered);
+    }
     costs.all_reduce.inter_node = time_collective("all_reduce", ranks, options);
     costs.all_gather.inter_node = time_collective("all_gather", ranks, options);
     costs.reduce_scatter.inter_node =
         time_collective("reduce_scatter", ranks, options);
-    obtained << "; P2P between ranks 0 and 1 and the collectives of "
-             << ranks.size() << " ranks over " << ranks.world()->backend()
-             << ", fitted to latency + bytes / "
+    obtained << (in_pipeline
+                     ? "; P2P from the pipeline runs' own messages (from the "
+                       "later of a SEND and its RECV posted to the data "
+                       "usable, the median of those a compute waited for, "
+                       "per size)"
+                     : "; P2P between ranks 0 and 1")
+             << " and the collectives of " << ranks.size() << " ranks over "
+             << ranks.world()->backend() << ", fitted to latency + bytes / "
              << "bandwidth";
   } else {
     // Nothing to measure between ranks: communication free, and said so.

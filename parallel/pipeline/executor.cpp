@@ -387,6 +387,9 @@ ExecutorRun PipelineExecutor::run(
   }
   st.sends.clear();
   out.loss_sum = st.loss_sum;
+  out.epoch_us =
+      std::chrono::duration<double, std::micro>(st.epoch.time_since_epoch())
+          .count();
   out.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
   st.cells.clear();
   st.inputs = at::Tensor();

@@ -39,6 +39,11 @@ struct ExecutorRun {
   double wall_s = 0.0;
   double compute_s = 0.0;
   std::vector<ExecutedAction> actions;
+  /// The executor's epoch (the origin of the actions' times) on
+  /// std::chrono::steady_clock, in microseconds since that clock's epoch:
+  /// on Linux one clock for every process of a machine, so the ranks of one
+  /// machine can put their actions on one time line.
+  double epoch_us = 0.0;
 };
 
 /// The shapes every stage agrees on, so receivers can allocate and check.

@@ -306,11 +306,14 @@ class Simulator {
         break;
       case ActionKind::kRecvF:
         // Posting a receive does not block; the compute that needs it waits.
-        recv_f_.at(s, mb) = inputs_at + costs_.p2p_latency();
+        // The data moves once both sides have posted (Gloo's pairs hold a
+        // send until the receiver says it is ready; NCCL's send and recv
+        // meet in one kernel): usable a latency after the later post.
+        recv_f_.at(s, mb) = std::max(inputs_at, end) + costs_.p2p_latency();
         clock_[r] = end;
         break;
       case ActionKind::kRecvB:
-        recv_b_.at(s, mb) = inputs_at + costs_.p2p_latency();
+        recv_b_.at(s, mb) = std::max(inputs_at, end) + costs_.p2p_latency();
         clock_[r] = end;
         break;
       default: {

@@ -34,8 +34,9 @@ struct SimulationCosts {
   /// An OVERLAP_F_B; negative means its forward's + its backward's cost
   /// (each by its stage and microbatch: no overlap gain).
   TORCH_ARG(double, overlap_f_b) = -1.0;
-  /// From a SEND being posted to its data being usable on the peer (and,
-  /// for a compute-only schedule, between stages on different ranks).
+  /// From a SEND and its RECV both being posted (the later of the two) to
+  /// the data being usable on the peer (and, for a compute-only schedule,
+  /// from the producing action's end, between stages on different ranks).
   TORCH_ARG(double, p2p_latency) = 0.0;
   /// A REDUCE_GRAD.
   TORCH_ARG(double, reduce_grad) = 0.0;
@@ -135,7 +136,8 @@ double action_cost(const SimulationCosts& costs, const Action& a);
 /// each action starts when its rank is free and its inputs have arrived;
 /// posting a SEND or RECV takes its `per_action` cost, if it has one, and
 /// otherwise no time; that time is not busy (the compute that needs the
-/// data waits for it: the SEND posted, + p2p_latency).
+/// data waits for it: the later of the SEND and the RECV posted, +
+/// p2p_latency, as the transports move data only once both sides posted).
 /// A compute-only schedule communicates implicitly (p2p_latency between
 /// ranks). Expects a schedule that passes validate_schedule.
 SimulationResult simulate(

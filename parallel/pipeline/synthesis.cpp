@@ -123,13 +123,22 @@ class Greedy {
     return remote(from, to) ? costs_.p2p_latency() : 0.0;
   }
 
-  /// When F(s, mb) has its input; kUnknown while its producer has not run.
+  /// When F(s, mb)'s input has been sent (its producer's end); kUnknown
+  /// while its producer has not run.
   double forward_ready(int64_t s, int64_t mb) {
     if (s == 0) {
       return 0.0;
     }
     const double end = f_end_.at(s - 1, mb);
-    return end < 0.0 ? kUnknown : end + hop(s - 1, s);
+    return end < 0.0 ? kUnknown : end;
+  }
+
+  /// When an action the rank could start at `now` whose input was sent at
+  /// `sent` starts: the lowering posts its RECV just before it, and the data
+  /// moves once both sides posted (the simulator's rendezvous), a latency
+  /// after the later of the two when the input comes from another rank.
+  double start_at(double now, double sent, int64_t from, int64_t to) const {
+    return std::max(now, sent) + hop(from, to);
   }
 
   /// When the backward of (s, mb) has its output gradient.
@@ -142,7 +151,7 @@ class Greedy {
       return own;
     }
     const double end = grad_end_.at(s + 1, mb);
-    return end < 0.0 ? kUnknown : std::max(own, end + hop(s + 1, s));
+    return end < 0.0 ? kUnknown : std::max(own, end);
   }
 
   /// Rank r's next action by the rules, or nothing while it must wait for
@@ -169,7 +178,9 @@ class Greedy {
       if (at < 0.0) {
         continue;
       }
-      const Choice c{Action::make(backward, s, mb), std::max(now, at)};
+      const Choice c{
+          Action::make(backward, s, mb),
+          s == stages_ - 1 ? std::max(now, at) : start_at(now, at, s + 1, s)};
       if (at <= now) {
         // The oldest microbatch first, then the later stage.
         if (!ready_backward || mb < ready_backward->action.microbatch ||
@@ -199,7 +210,9 @@ class Greedy {
       if (at < 0.0) {
         continue;
       }
-      const Choice c{Action::make(ActionKind::kF, s, mb), std::max(now, at)};
+      const Choice c{
+          Action::make(ActionKind::kF, s, mb),
+          s == 0 ? std::max(now, at) : start_at(now, at, s - 1, s)};
       if (at <= now) {
         if (!ready_forward ||
             (rules_.later_stage_first() ? s > ready_forward->action.stage

@@ -17,11 +17,16 @@ std::string executed_trace_json(
     for (const auto& a : ranks[r]) {
       json += first ? "" : ",\n";
       first = false;
-      json += "{\"name\": \"" + a.name + "\", \"cat\": \"" +
-              (a.compute ? "compute" : "comm") +
-              "\", \"ph\": \"X\", \"pid\": " + std::to_string(r) +
-              ", \"tid\": 0, \"ts\": " + std::to_string(a.start_us) +
-              ", \"dur\": " + std::to_string(a.end_us - a.start_us) + "}";
+      json +=
+          "{\"name\": \"" + a.name + "\", \"cat\": \"" +
+          (a.compute ? "compute" : "comm") +
+          "\", \"ph\": \"X\", \"pid\": " + std::to_string(r) +
+          ", \"tid\": 0, \"ts\": " + std::to_string(a.start_us) +
+          ", \"dur\": " + std::to_string(a.end_us - a.start_us) +
+          (a.compute
+               ? ", \"args\": {\"wait_us\": " + std::to_string(a.wait_us) + "}"
+               : std::string()) +
+          "}";
     }
   }
   return json + "\n]}\n";

@@ -10,7 +10,8 @@
 namespace baton::pipeline {
 
 /// Chrome trace JSON ("traceEvents") of executed actions, one process per
-/// rank (`pid` = rank).
+/// rank (`pid` = rank); a compute action's `args.wait_us` is the part of
+/// its duration spent waiting for a receive it needed.
 std::string executed_trace_json(
     const std::vector<std::vector<ExecutedAction>>& ranks);
 

@@ -156,6 +156,34 @@ TEST(PlanProfile, TwoRankThreadsAgreeOnTheCostsAndMeasureTheLinks) {
       plan_costs_to_json(load_plan_costs(path)), plan_costs_to_json(costs));
 }
 
+// With two sizes, P2P comes from the pipeline runs' own messages: the ranks
+// (threads of one process: one clock) put their SENDs, RECVs and the waits
+// of the computes that needed them on one time line, and the link is
+// fitted to what a message took from the later post to its data usable.
+TEST(PlanProfile, TwoSizesFitP2PFromThePipelinesOwnMessages) {
+  const JobConfig config = tiny_config();
+  std::vector<PlanCosts> got(2);
+  const auto errors =
+      testing::run_rank_threads(2, [&](int64_t rank, dist::Runtime& runtime) {
+        got[rank] = profile_plan_costs(config, &runtime, quick({1, 2}));
+      });
+  ASSERT_EQ(errors, std::vector<std::string>(2)) << errors[0] << errors[1];
+  EXPECT_EQ(plan_costs_to_json(got[0]), plan_costs_to_json(got[1]));
+  const LinkCosts& p2p = got[0].p2p.inter_node;
+  EXPECT_GE(p2p.latency_s, 0.0);
+  EXPECT_GT(p2p.bandwidth, 0.0);
+  EXPECT_LT(p2p.bandwidth, 1e15);
+  // A message takes at least a microsecond and less than a minute: the
+  // clocks were one.
+  const double bytes = 32.0 * 256 * 4;
+  EXPECT_GT(p2p.latency_s + bytes / p2p.bandwidth, 1e-6);
+  EXPECT_LT(p2p.latency_s + bytes / p2p.bandwidth, 60.0);
+  EXPECT_NE(
+      got[0].obtained.find("P2P from the pipeline runs' own messages"),
+      std::string::npos)
+      << got[0].obtained;
+}
+
 TEST(PlanProfile, MeasuredTensorParallelCostsReplaceTheModelledOnes) {
   register_builtin_builders();
   const JobConfig config = load_job_config(

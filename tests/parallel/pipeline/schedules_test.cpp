@@ -369,12 +369,37 @@ TEST(SimulatorTest, CostsAndLatencyShapeTheMakespan) {
   EXPECT_DOUBLE_EQ(base.makespan, 3.0 * (m + p - 1));
   const auto slow =
       simulate(gpipe, SimulationCosts().backward(2.0).p2p_latency(0.5));
-  EXPECT_DOUBLE_EQ(slow.makespan - base.makespan, 2.0 * (p - 1) * 0.5);
-  // The compute-only schedule communicates implicitly, with the same times.
+  // The data moves once both its SEND and its RECV are posted (the
+  // transports' rendezvous), a latency after the later: the lowering posts
+  // each RECV just before the compute that needs it, so every rank after
+  // the first pays the latency once per microbatch (each forward and each
+  // backward: p + m - 2 of each on the longest path), not once per hop.
+  EXPECT_DOUBLE_EQ(slow.makespan - base.makespan, 2.0 * (p + m - 2) * 0.5);
+  // The compute-only schedule communicates implicitly: the data usable a
+  // latency after its producer ends, paid on the pipeline's fill and drain.
   const auto implicit = simulate(
       make_schedule("GPipe", p, 1, m),
       SimulationCosts().backward(2.0).p2p_latency(0.5));
-  EXPECT_DOUBLE_EQ(implicit.makespan, slow.makespan);
+  EXPECT_DOUBLE_EQ(implicit.makespan - base.makespan, 2.0 * (p - 1) * 0.5);
+  // A RECV posted after its SEND: its forward waits the latency from the
+  // RECV, not from the SEND.
+  const auto two = lower_schedule(make_schedule("GPipe", 2, 1, 2));
+  const auto two_sim = simulate(
+      two, SimulationCosts().backward(2.0).p2p_latency(0.5).recv_post(0.25));
+  for (const auto& t : two_sim.timeline[1]) {
+    if (t.action.kind == ActionKind::kF && t.action.microbatch == 1) {
+      // 1RECV_F1 is posted when 1F0 ends, after 0F1 was sent at 2: its
+      // forward starts after the post (0.25) and the latency (0.5).
+      double f0_end = 0.0;
+      for (const auto& u : two_sim.timeline[1]) {
+        if (u.action.kind == ActionKind::kF && u.action.microbatch == 0) {
+          f0_end = u.end;
+        }
+      }
+      EXPECT_GT(f0_end, 2.0);
+      EXPECT_DOUBLE_EQ(t.start, f0_end + 0.25 + 0.5);
+    }
+  }
   // Overlapping F and B pays off for DualPipeV.
   const auto dual = lower_schedule(make_schedule("DualPipeV", p, 2, 16));
   EXPECT_LT(

@@ -112,12 +112,16 @@ TEST(Synthesis, EveryRuleSetAndBudgetGivesARunnableScheduleWithinItsBudget) {
 
 // Where the built-in schedules leave the pipeline idle (their warm-up and
 // the uneven backward halves), a schedule made for these costs with the
-// memory to spare is faster: 4 ranks, 8 microbatches.
+// memory to spare is faster: 4 ranks, one stage each, 8 microbatches. (With
+// two stages each the interleaved built-ins leave little idle: each action
+// whose input comes from another rank waits a latency after its RECV is
+// posted, just before it, whatever the order, and at these costs that is
+// what is left; the planner then ranks the built-in.)
 TEST(Synthesis, WithMemoryToSpareItBeatsEveryBuiltInScheduleHere) {
-  for (const int64_t v : {1, 2}) {
-    const double built_in = best_built_in(4, v, 8, uneven_costs());
-    const auto made =
-        synthesize_best(loop_placement(4, v), 8, uneven_costs(), {{}});
+  const SimulationCosts costs = uneven_costs();
+  for (const int64_t v : {1}) {
+    const double built_in = best_built_in(4, v, 8, costs);
+    const auto made = synthesize_best(loop_placement(4, v), 8, costs, {{}});
     SCOPED_TRACE("v=" + std::to_string(v));
     EXPECT_LT(made.planned.simulation.makespan, 0.97 * built_in)
         << made.planned.simulation.makespan << " against " << built_in;
