@@ -354,7 +354,6 @@ class MessageTimes {
             continue;
           }
           const double t = g[d][s][mb][2] - std::max(send, recv);
-
           if (t >= 0.0) {
             out.push_back(t * 1e-6);
           }

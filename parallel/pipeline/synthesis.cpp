@@ -134,9 +134,10 @@ class Greedy {
   }
 
   /// When an action the rank could start at `now` whose input was sent at
-  /// `sent` starts: the lowering posts its RECV just before it, and the data
-  /// moves once both sides posted (the simulator's rendezvous), a latency
-  /// after the later of the two when the input comes from another rank.
+  /// `sent` starts: the lowering mostly places its RECV just before it, and
+  /// the data moves once both sides posted (the simulator's rendezvous), a
+  /// latency after the later of the two when the input comes from another
+  /// rank.
   double start_at(double now, double sent, int64_t from, int64_t to) const {
     return std::max(now, sent) + hop(from, to);
   }
