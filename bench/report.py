@@ -876,6 +876,15 @@ def gpu_target_row(gpu):
 LAST_GPU = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_last.json")
 
 
+def with_current_notes(page):
+    """The page with its tail (bench/notes.md, appended as it is) replaced by
+    the file's current text."""
+    notes = open(os.path.join(os.path.dirname(__file__), "notes.md")).read()
+    head = notes.split("\n", 1)[0]
+    at = page.find("\n" + head + "\n")
+    return page if at < 0 else page[:at + 1] + notes.rstrip() + "\n"
+
+
 def splice_gpu(gpu_path, docs):
     """Puts a GPU machine's gpu.json into the existing page (its section and
     its row of the targets, the rest of the page as the CPU run left it) and
@@ -894,6 +903,35 @@ def splice_gpu(gpu_path, docs):
              for l in page.split("\n")]
     with open(path, "w") as f:
         f.write("\n".join(lines))
+
+
+def splice_plan(plan_path, docs):
+    """Puts one run of bench/plan_runs.py into the existing page: its section,
+    its rows of the targets and its bullet of the limits, the rest of the page
+    as the last `make bench` left it (the section states its own date and
+    machine)."""
+    targets = {}
+    section = plan_section(json.load(open(plan_path)), targets)
+    path = os.path.join(docs, "PERFORMANCE.md")
+    page = open(path).read()
+    start = page.index("\n## `baton plan`: predicted against measured") + 1
+    end = page.index("\n## ", start)
+    page = page[:start] + "\n".join(section) + page[end:]
+    rows = plan_target_rows(targets, lambda ok: "yes" if ok else "no")
+    limits = plan_limit_lines(targets)
+    lines, placed = [], False
+    for line in page.split("\n"):
+        if line.startswith("| plan (#21)"):
+            if not placed:
+                lines += rows
+                placed = True
+            continue
+        if line.startswith("- The plan's predictions against its runs."):
+            lines += limits
+            continue
+        lines.append(line)
+    with open(path, "w") as f:
+        f.write(with_current_notes("\n".join(lines)))
 
 
 def busy_fraction(results):
@@ -1002,6 +1040,14 @@ def targets_section(t):
                      f"{'yes' if t['bf16_loss'] <= 0.02 else 'no'} |")
         lines.append("| mixed precision (#19): bf16's step against fp32's on this CPU | "
                      f"{t['bf16_speed']:.2f}x | measured |")
+    lines += plan_target_rows(t, verdict)
+    lines.append(gpu_target_row(t.get("gpu")))
+    return lines + [""]
+
+
+def plan_target_rows(t, verdict):
+    """The targets table's rows of #21 (the runs' and the 405B plan's)."""
+    lines = []
     for f in t.get("plan", []):
         name = f["flavor"]
         lines.append(f"| plan (#21): `baton plan --nproc 2` ranks at least 20 candidates, "
@@ -1021,8 +1067,54 @@ def targets_section(t):
                      f"under 10 s | {c['wall_s']:.1f} s | {verdict(c['wall_s'] < 10)} |")
         lines.append("| plan (#21): 405B Interleaved1F1B / 1F1B tokens/s at FSDP 8 x TP 8 "
                      f"x PP 8, beside torchtitan's 1.28 | {c['ratio']:.2f} | measured |")
-    lines.append(gpu_target_row(t.get("gpu")))
-    return lines + [""]
+    return lines
+
+
+def plan_limit_lines(t):
+    """The limits section's bullet on the plan's runs, where a target of #21
+    was not met (none otherwise)."""
+    lines = []
+    plans = t.get("plan", [])
+    failed = [f for f in plans if f["worst_error"] > 0.10 or f["spearman"] < 0.8
+              or f["chosen_over_best"] > 1.05]
+    if failed:
+        spread = max(max(c["per_round_s"]) / min(c["per_round_s"]) - 1
+                     for f in plans for c in f["candidates"])
+        worst = max((c for f in plans for c in f["candidates"]),
+                    key=lambda c: abs(c["error"]))
+        top = [f"{f['flavor']} "
+               f"{100 * (max(c['predicted_s'] for c in f['candidates'][:5]) / min(c['predicted_s'] for c in f['candidates'][:5]) - 1):.1f} %"
+               for f in plans]
+        pred_spread = max((max(c["predicted_per_round_s"]) /
+                           min(c["predicted_per_round_s"]) - 1
+                           for f in plans for c in f["candidates"]
+                           if c.get("predicted_per_round_s")), default=0.0)
+        lines.append(
+            "- The plan's predictions against its runs. "
+            f"(1) This machine's own drift: one candidate's median step differs by up to "
+            f"{100 * spread:.0f} % between rounds of the same script (the measured "
+            "per-round column)"
+            + (f", and its prediction from each round's own profile by up to "
+               f"{100 * pred_spread:.0f} % (the predicted per-round column): the "
+               "machine's slow and fast spells are shorter than a round, so a profile "
+               "and the runs after it can meet different ones" if pred_spread else "")
+            + "; an error of 10 % is within reach of the noise alone. (2) The "
+            f"largest error: {worst['layout']}, {100 * worst['error']:+.0f} %. "
+            "Measured apart on this machine (2026-12-02, by hand, with the executor's "
+            "trace): in a pipelined `baton train` run (LoopedBFS, v 3, 8 microbatches "
+            "of 2 sequences) the first stage's forward (the embedding and one block) "
+            "took 15.2 ms against 13.8 ms from the profile's own pipeline run in the "
+            "same hour (backward 27.6 against 25.6 ms), while a "
+            "dp_replicate 2 run matched its prediction within 3 %. Ruled out: timing "
+            "each pass with many microbatches' activations in flight (no change), the "
+            "allocator that counts CPU tensor bytes (no change), flushing denormals "
+            "to zero (within the noise). (3) The top five predictions lie within "
+            + ", ".join(top) + " of each other (the first plan's top five, slowest "
+            "against fastest prediction), inside (1): "
+            "which of them runs fastest is decided by noise the model cannot see, "
+            "so the rank correlation over ten runs and the chosen plan's place "
+            "suffer most from it.")
+    return lines
 
 
 def limits_section(t):
@@ -1101,46 +1193,7 @@ def limits_section(t):
             "what remains is time the simulator does not model: data on the "
             "wire (P2P latency 0 in the simulator), the executor's "
             "bookkeeping between actions, and the ranks' start skew.")
-    plans = t.get("plan", [])
-    failed = [f for f in plans if f["worst_error"] > 0.10 or f["spearman"] < 0.8
-              or f["chosen_over_best"] > 1.05]
-    if failed:
-        spread = max(max(c["per_round_s"]) / min(c["per_round_s"]) - 1
-                     for f in plans for c in f["candidates"])
-        worst = max((c for f in plans for c in f["candidates"]),
-                    key=lambda c: abs(c["error"]))
-        top = [f"{f['flavor']} "
-               f"{100 * (max(c['predicted_s'] for c in f['candidates'][:5]) / min(c['predicted_s'] for c in f['candidates'][:5]) - 1):.1f} %"
-               for f in plans]
-        pred_spread = max((max(c["predicted_per_round_s"]) /
-                           min(c["predicted_per_round_s"]) - 1
-                           for f in plans for c in f["candidates"]
-                           if c.get("predicted_per_round_s")), default=0.0)
-        lines.append(
-            "- The plan's predictions against its runs. "
-            f"(1) This machine's own drift: one candidate's median step differs by up to "
-            f"{100 * spread:.0f} % between rounds of the same script (the measured "
-            "per-round column)"
-            + (f", and its prediction from each round's own profile by up to "
-               f"{100 * pred_spread:.0f} % (the predicted per-round column): the "
-               "machine's slow and fast spells are shorter than a round, so a profile "
-               "and the runs after it can meet different ones" if pred_spread else "")
-            + "; an error of 10 % is within reach of the noise alone. (2) The "
-            f"largest error: {worst['layout']}, {100 * worst['error']:+.0f} %. "
-            "Measured apart on this machine (2026-12-02, by hand, with the executor's "
-            "trace): in a pipelined `baton train` run (LoopedBFS, v 3, 8 microbatches "
-            "of 2 sequences) the first stage's forward (the embedding and one block) "
-            "took 15.2 ms against 13.8 ms from the profile's own pipeline run in the "
-            "same hour (backward 27.6 against 25.6 ms), while a "
-            "dp_replicate 2 run matched its prediction within 3 %. Ruled out: timing "
-            "each pass with many microbatches' activations in flight (no change), the "
-            "allocator that counts CPU tensor bytes (no change), flushing denormals "
-            "to zero (within the noise). (3) The top five predictions lie within "
-            + ", ".join(top) + " of each other (the first plan's top five, slowest "
-            "against fastest prediction), inside (1): "
-            "which of them runs fastest is decided by noise the model cannot see, "
-            "so the rank correlation over ten runs and the chosen plan's place "
-            "suffer most from it.")
+    lines += plan_limit_lines(t)
     if len(lines) == 2:
         return []
     return lines + [""]
@@ -1149,6 +1202,9 @@ def limits_section(t):
 def main():
     if sys.argv[1] == "--gpu":
         splice_gpu(sys.argv[2], sys.argv[3])
+        return
+    if sys.argv[1] == "--plan":
+        splice_plan(sys.argv[2], sys.argv[3])
         return
     results, docs = sys.argv[1], sys.argv[2]
     machine = load(results, "machine.json")
