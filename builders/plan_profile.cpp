@@ -12,8 +12,6 @@
 #include <numeric>
 #include <sstream>
 
-#include <unistd.h>
-
 #include "common/error.h"
 #include "models/linear.h"
 #include "models/loss.h"
@@ -265,24 +263,6 @@ struct PipelinedBlock {
   double delivery_s = -1.0;
 };
 
-/// Whether every rank of the world runs on this machine (the same host
-/// name), so that their steady clocks are one clock.
-bool one_machine(const Ranks& ranks) {
-  if (ranks.world() == nullptr) {
-    return true;
-  }
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  // 53 bits of the name's hash: exact in a double.
-  const double id = static_cast<double>(
-      std::hash<std::string>{}(name) & ((uint64_t{1} << 53) - 1));
-  at::Tensor lo = at::tensor({id}, at::kDouble);
-  at::Tensor hi = at::tensor({id}, at::kDouble);
-  ranks.world()->all_reduce(lo, dist::ReduceOp::kMin);
-  ranks.world()->all_reduce(hi, dist::ReduceOp::kMax);
-  return lo.item<double>() == hi.item<double>();
-}
-
 /// The messages of one run of a lowered schedule, on one time line: for
 /// each (direction, receiving stage, microbatch) the sender's SEND posted,
 /// the receiver's RECV posted, and, where the compute that needed it
@@ -481,7 +461,10 @@ std::vector<PipelinedBlock> time_blocks_in_pipeline(
       pipeline::ActionKind::kW};
   std::vector<std::array<std::vector<double>, 6>> samples(rows_list.size());
   std::vector<std::vector<double>> deliveries(rows_list.size());
-  const bool comparable_clocks = one_machine(ranks);
+  // Every rank on this machine (as the launch says, which also picks Gloo's
+  // loopback): their steady clocks are one clock.
+  const bool comparable_clocks =
+      runtime->env().world_size == runtime->env().local_world_size;
   for (int64_t k = 0; k < 1 + options.pipeline_runs(); ++k) {
     for (Run& run : runs) {
       ranks.line_up();
@@ -862,11 +845,10 @@ PlanCosts profile_plan_costs(
                 "ranks, its collectives included";
   }
   if (ranks.size() >= 2) {
-    costs.p2p.inter_node = time_p2p(ranks, options);
-    // Where the pipeline's own messages were timed: P2P as the pipeline
-    // meets it, both ranks computing (on shared cores a message waits for
-    // its transport's threads to get a core, many times the idle round
-    // trip), fitted over the sizes.
+    // Where the pipeline's own messages were timed (every rank holds the
+    // same figures): P2P as the pipeline meets it, both ranks computing (on
+    // shared cores a large message waits for its transport's threads to get
+    // a core), fitted over the sizes; else half an idle round trip.
     std::vector<std::pair<double, double>> delivered;
     for (size_t k = 0; k < pipelined.size(); ++k) {
       if (pipelined[k].delivery_s >= 0.0) {
@@ -878,9 +860,8 @@ PlanCosts profile_plan_costs(
       }
     }
     const bool in_pipeline = delivered.size() >= 2;
-    if (in_pipeline) {
-      costs.p2p.inter_node = fit_link_costs(delivered);
-    }
+    costs.p2p.inter_node =
+        in_pipeline ? fit_link_costs(delivered) : time_p2p(ranks, options);
     costs.all_reduce.inter_node = time_collective("all_reduce", ranks, options);
     costs.all_gather.inter_node = time_collective("all_gather", ranks, options);
     costs.reduce_scatter.inter_node =
