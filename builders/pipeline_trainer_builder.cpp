@@ -9,6 +9,7 @@
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/lowering.h"
 #include "parallel/pipeline/placement.h"
 #include "parallel/pipeline/schedule_io.h"
 #include "parallel/pipeline/schedules.h"
@@ -110,9 +111,11 @@ std::unique_ptr<DataLoader> PipelineTrainerBuilder::build_dataloader(
 
 std::unique_ptr<TrainStep> PipelineTrainerBuilder::build_train_step(
     const ModelParts& parts, LossFn loss) {
-  // Lowered (unless a CSV already was), validated, and checked for deadlock.
-  auto lowered =
-      pipeline::plan_schedule(schedule_, pipeline::SimulationCosts()).lowered;
+  // Lowered (unless a CSV already was), validated, checked for deadlock, and
+  // put in the order this device's transport posts best.
+  auto lowered = pipeline::posting_order(
+      pipeline::plan_schedule(schedule_, pipeline::SimulationCosts()).lowered,
+      device().is_cuda());
   std::vector<std::pair<int64_t, std::shared_ptr<ModelChunk>>> stages;
   parts.for_each([&](ModelPart& part) {
     stages.emplace_back(part.stage(), part.module_ptr());

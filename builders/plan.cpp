@@ -1,5 +1,6 @@
 #include "builders/plan.h"
 
+#include <torch/cuda.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "builders/dry_run.h"
 #include "common/error.h"
 #include "models/model_spec.h"
+#include "parallel/pipeline/lowering.h"
 #include "parallel/pipeline/schedule_io.h"
 #include "parallel/pipeline/schedules.h"
 #include "parallel/pipeline/synthesis.h"
@@ -1123,8 +1125,17 @@ void add_candidates(
   }
 }
 
+/// Whether the costs are for CUDA (NCCL's P2P) rather than CPU (Gloo's): a
+/// cost file's `device`, else this machine's.
+bool on_cuda(const PlanCosts& costs) {
+  return costs.device.empty() ? torch::cuda::is_available()
+                              : costs.device == "cuda";
+}
+
+/// Each (schedule, pp, v, m) of `candidates` lowered once, in the order the
+/// executor posts it on the costs' device (pipeline::posting_order).
 std::map<ScheduleKey, CachedSchedule> lower_schedules(
-    const std::vector<PlanCandidate>& candidates, int64_t threads) {
+    const std::vector<PlanCandidate>& candidates, bool cuda, int64_t threads) {
   std::map<ScheduleKey, CachedSchedule> cache;
   for (const auto& c : candidates) {
     if (c.pp > 1) {
@@ -1141,7 +1152,7 @@ std::map<ScheduleKey, CachedSchedule> lower_schedules(
     try {
       const auto planned = pipeline::plan_schedule(
           pipeline::make_schedule(name, pp, v, m), pipeline::SimulationCosts());
-      s.lowered = planned.lowered;
+      s.lowered = pipeline::posting_order(planned.lowered, cuda);
       s.peaks = planned.simulation.peak_activations;
       s.freed_gathers = freed_block_gathers(s.lowered);
     } catch (const ConfigError& e) {
@@ -1290,7 +1301,7 @@ Candidates valid_candidates(
     add_candidates(layout, global_batch, args, unit, options, all);
   }
   Candidates out;
-  out.schedules = lower_schedules(all, threads);
+  out.schedules = lower_schedules(all, on_cuda(costs), threads);
   // Drop the layouts a schedule refuses (1F1B with m < pp, ...).
   for (auto& c : all) {
     const CachedSchedule* schedule = out.schedule_of(c);
@@ -1480,7 +1491,8 @@ void synthesize_for_fastest(
       const auto made = pipeline::synthesize_best(
           lowered.stage_to_rank, built_in.microbatches, costs, {budget});
       CachedSchedule schedule;
-      schedule.lowered = made.planned.lowered;
+      schedule.lowered =
+          pipeline::posting_order(made.planned.lowered, on_cuda(model.costs));
       schedule.peaks = made.planned.simulation.peak_activations;
       schedule.freed_gathers = freed_block_gathers(schedule.lowered);
       PlanCandidate c = built_in;
@@ -1893,12 +1905,16 @@ std::string plan_schedule_svg(
   pipeline::register_builtin_schedules();
   const llama::ModelArgs args = plan_model_args(base);
   const CostModel model = cost_model(base, args, costs);
+  const auto costs_of_c = simulation_costs(model, c);
   const auto planned = pipeline::plan_schedule(
       c.synthesized ? *c.synthesized
                     : pipeline::make_schedule(
                           c.schedule, c.pp, c.stages_per_rank, c.microbatches),
-      simulation_costs(model, c));
-  return pipeline::format_schedule(planned.compute, planned.simulation, "svg");
+      costs_of_c);
+  // Timed as it was scored: in the executor's posting order.
+  const auto simulation = pipeline::simulate(
+      pipeline::posting_order(planned.lowered, on_cuda(costs)), costs_of_c);
+  return pipeline::format_schedule(planned.compute, simulation, "svg");
 }
 
 void write_synthesized_schedules(PlanResult& result, const std::string& dir) {

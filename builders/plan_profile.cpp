@@ -24,6 +24,7 @@
 #include "parallel/mixed_precision.h"
 #include "parallel/model_parts.h"
 #include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/lowering.h"
 #include "parallel/pipeline/schedule_io.h"
 #include "parallel/pipeline/schedules.h"
 #include "parallel/tensor_parallel/tensor_parallel.h"
@@ -433,10 +434,13 @@ std::vector<PipelinedBlock> time_blocks_in_pipeline(
       Run run;
       run.size = k;
       run.executor = std::make_unique<pipeline::PipelineExecutor>(
-          pipeline::plan_schedule(
-              pipeline::make_schedule(name, pp, stages_per_rank, microbatches),
-              pipeline::SimulationCosts())
-              .lowered,
+          pipeline::posting_order(
+              pipeline::plan_schedule(
+                  pipeline::make_schedule(
+                      name, pp, stages_per_rank, microbatches),
+                  pipeline::SimulationCosts())
+                  .lowered,
+              context.device.is_cuda()),
           stages,
           runtime->world(),
           chunks.front().loss,

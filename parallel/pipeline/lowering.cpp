@@ -1,5 +1,7 @@
 #include "parallel/pipeline/lowering.h"
 
+#include <optional>
+
 #include "parallel/pipeline/schedule_state.h"
 
 namespace baton::pipeline {
@@ -197,6 +199,39 @@ Schedule lower_schedule(const Schedule& compute) {
         std::to_string(compute.num_stages) + " stages and a list per rank");
   }
   return Lowering(compute).run();
+}
+
+Schedule post_receives_early(Schedule schedule) {
+  for (ActionList& list : schedule.ranks) {
+    ActionList out;
+    out.reserve(list.size());
+    // Where the last compute action went in `out`: a RECV goes before it.
+    std::optional<size_t> compute;
+    for (auto& slot : list) {
+      if (!slot) {
+        continue;
+      }
+      const ActionKind kind = slot->kind;
+      if ((kind == ActionKind::kRecvF || kind == ActionKind::kRecvB) &&
+          compute) {
+        out.insert(
+            out.begin() + static_cast<std::ptrdiff_t>(*compute),
+            std::move(slot));
+        ++*compute;
+        continue;
+      }
+      if (is_compute(kind)) {
+        compute = out.size();
+      }
+      out.push_back(std::move(slot));
+    }
+    list = std::move(out);
+  }
+  return schedule;
+}
+
+Schedule posting_order(Schedule schedule, bool cuda) {
+  return cuda ? std::move(schedule) : post_receives_early(std::move(schedule));
 }
 
 }  // namespace baton::pipeline

@@ -32,6 +32,8 @@ class Simulator {
         send_b_(s.num_stages, s.microbatches, kNotYet),
         recv_f_(s.num_stages, s.microbatches, kNotYet),
         recv_b_(s.num_stages, s.microbatches, kNotYet),
+        recv_posted_f_(s.num_stages, s.microbatches, kNotYet),
+        recv_posted_b_(s.num_stages, s.microbatches, kNotYet),
         clock_(s.pp, 0.0),
         in_flight_(s.pp, 0) {
     for (const auto& rank : s.ranks) {
@@ -141,7 +143,13 @@ class Simulator {
     if (explicit_comms_ && rank_of(s - 1) != r) {
       const double at = recv_f_.at(s, mb);
       return {
-          at >= 0.0, at, on_rank(Action::make(ActionKind::kRecvF, s, mb), r)};
+          at >= 0.0,
+          at,
+          recv_posted_f_.at(s, mb) < 0.0
+              ? on_rank(Action::make(ActionKind::kRecvF, s, mb), r)
+              : on_rank(
+                    Action::make(ActionKind::kSendF, s - 1, mb),
+                    rank_of(s - 1))};
     }
     const double end = f_end_.at(s - 1, mb);
     const double hop = rank_of(s - 1) == r ? 0.0 : costs_.p2p_latency();
@@ -164,7 +172,13 @@ class Simulator {
     if (explicit_comms_ && rank_of(s + 1) != r) {
       const double at = recv_b_.at(s, mb);
       out = {
-          at >= 0.0, at, on_rank(Action::make(ActionKind::kRecvB, s, mb), r)};
+          at >= 0.0,
+          at,
+          recv_posted_b_.at(s, mb) < 0.0
+              ? on_rank(Action::make(ActionKind::kRecvB, s, mb), r)
+              : on_rank(
+                    Action::make(ActionKind::kSendB, s + 1, mb),
+                    rank_of(s + 1))};
     } else {
       const double end = grad_end_.at(s + 1, mb);
       const double hop = rank_of(s + 1) == r ? 0.0 : costs_.p2p_latency();
@@ -208,26 +222,20 @@ class Simulator {
         const double at = grad_end_.at(s, mb);
         return {at >= 0.0, at, backward_of(s, mb, r)};
       }
-      case ActionKind::kRecvF: {
-        const double at = send_f_.at(s - 1, mb);
-        return {
-            at >= 0.0,
-            at,
-            on_rank(
-                Action::make(ActionKind::kSendF, s - 1, mb), rank_of(s - 1))};
-      }
-      case ActionKind::kRecvB: {
-        const double at = send_b_.at(s + 1, mb);
-        return {
-            at >= 0.0,
-            at,
-            on_rank(
-                Action::make(ActionKind::kSendB, s + 1, mb), rank_of(s + 1))};
-      }
+      case ActionKind::kRecvF:
+      case ActionKind::kRecvB:  // posting a receive waits for nothing
       case ActionKind::kReduceGrad:
         return {true, 0.0, ""};
     }
     return {};
+  }
+
+  /// Once a message's SEND and RECV are both posted: when its data is
+  /// usable.
+  void meet(double sent, double received, double& usable) const {
+    if (sent >= 0.0 && received >= 0.0) {
+      usable = std::max(sent, received) + costs_.p2p_latency();
+    }
   }
 
   /// The action's own entry in `per_action`, if it has one.
@@ -296,24 +304,35 @@ class Simulator {
     // as busy).
     double end = start + comm_cost(a);
     switch (a.kind) {
+      // Posting does not block; the compute that needs the data waits. The
+      // data moves once both sides have posted (Gloo's pairs hold a send
+      // until the receiver says it is ready; NCCL's send and recv meet in
+      // one kernel): usable a latency after the later post, whichever of
+      // the two the simulation reaches first.
       case ActionKind::kSendF:
         send_f_.at(s, mb) = end;
+        meet(
+            send_f_.at(s, mb),
+            recv_posted_f_.at(s + 1, mb),
+            recv_f_.at(s + 1, mb));
         clock_[r] = end;
         break;
       case ActionKind::kSendB:
         send_b_.at(s, mb) = end;
+        meet(
+            send_b_.at(s, mb),
+            recv_posted_b_.at(s - 1, mb),
+            recv_b_.at(s - 1, mb));
         clock_[r] = end;
         break;
       case ActionKind::kRecvF:
-        // Posting a receive does not block; the compute that needs it waits.
-        // The data moves once both sides have posted (Gloo's pairs hold a
-        // send until the receiver says it is ready; NCCL's send and recv
-        // meet in one kernel): usable a latency after the later post.
-        recv_f_.at(s, mb) = std::max(inputs_at, end) + costs_.p2p_latency();
+        recv_posted_f_.at(s, mb) = end;
+        meet(send_f_.at(s - 1, mb), end, recv_f_.at(s, mb));
         clock_[r] = end;
         break;
       case ActionKind::kRecvB:
-        recv_b_.at(s, mb) = std::max(inputs_at, end) + costs_.p2p_latency();
+        recv_posted_b_.at(s, mb) = end;
+        meet(send_b_.at(s + 1, mb), end, recv_b_.at(s, mb));
         clock_[r] = end;
         break;
       default: {
@@ -349,6 +368,8 @@ class Simulator {
   StageGrid<double> send_b_;
   StageGrid<double> recv_f_;  // when the data is usable
   StageGrid<double> recv_b_;
+  StageGrid<double> recv_posted_f_;  // when the receive was posted
+  StageGrid<double> recv_posted_b_;
   std::vector<double> clock_;
   std::vector<int64_t> in_flight_;
   SimulationResult out_;

@@ -130,16 +130,16 @@ double action_cost(const SimulationCosts& costs, const Action& a);
 
 /// Runs `schedule` (lowered or compute-only) with ranks advancing in
 /// lockstep: in each step each rank runs its next action if it is ready (a
-/// RECV once the matching SEND was posted; a compute once its inputs
-/// exist); a step in which no rank can run is a deadlock, reported in
-/// `deadlock` with the step and the stuck actions. Times follow `costs`:
-/// each action starts when its rank is free and its inputs have arrived;
-/// posting a SEND or RECV takes its `per_action` cost, if it has one, and
-/// otherwise no time; that time is not busy (the compute that needs the
-/// data waits for it: the later of the SEND and the RECV posted, +
-/// p2p_latency, as the transports move data only once both sides posted).
-/// A compute-only schedule communicates implicitly (p2p_latency between
-/// ranks). Expects a schedule that passes validate_schedule.
+/// SEND once its data exists; a RECV at once, as a receive can be posted
+/// before its send; a compute once its inputs exist); a step in which no rank
+/// can run is a deadlock, reported in `deadlock` with the step and the stuck
+/// actions. Times follow `costs`: each action starts when its rank is free and
+/// its inputs have arrived; posting a SEND or RECV takes its `per_action` cost,
+/// if it has one, and otherwise send_post / recv_post; that time is not busy
+/// (the compute that needs the data waits for it: the later of the SEND and the
+/// RECV posted, + p2p_latency, as the transports move data only once both sides
+/// posted). A compute-only schedule communicates implicitly (p2p_latency
+/// between ranks). Expects a schedule that passes validate_schedule.
 SimulationResult simulate(
     const Schedule& schedule, const SimulationCosts& costs = SimulationCosts());
 

@@ -649,7 +649,9 @@ TEST(Plan, TheCostFilesDeviceSizesAttentionsMemory) {
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   EXPECT_GT(a->peak_bytes, b->peak_bytes);
-  EXPECT_EQ(a->step_s, b->step_s);
+  // The CPU's executor posts receives early (Gloo), CUDA's as lowered
+  // (NCCL): with no P2P latency the same time, but for rounding.
+  EXPECT_NEAR(a->step_s, b->step_s, 1e-9 * b->step_s);
 }
 
 TEST(Plan, PostingEachSendAndRecvLengthensPipelinesOnly) {

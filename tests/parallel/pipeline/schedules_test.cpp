@@ -671,6 +671,57 @@ TEST(LoweringTest, ReceiverOrderComesFromTheSender) {
                   "1REDUCE_GRAD"));
 }
 
+TEST(LoweringTest, PostingReceivesEarlyMovesEachAboveTheComputeBeforeIt) {
+  const auto lowered = lower_schedule(make_schedule("1F1B", 2, 1, 3));
+  const auto early = post_receives_early(lowered);
+  // As lowered (baton schedule --comms):
+  //   0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0F2 0SEND_F2 0RECV_B1 0B1
+  //   0RECV_B2 0B2 0REDUCE_GRAD
+  //   1RECV_F0 1F0 1RECV_F1 1B0 1SEND_B0 1F1 1RECV_F2 1B1 1SEND_B1 1F2 1B2
+  //   1SEND_B2 1REDUCE_GRAD
+  // Each RECV just before the compute before it; 1RECV_F0 has none.
+  const std::vector<std::vector<std::string>> want = {
+      split_words("0F0 0SEND_F0 0RECV_B0 0F1 0SEND_F1 0B0 0RECV_B1 0F2 "
+                  "0SEND_F2 0RECV_B2 0B1 0B2 0REDUCE_GRAD"),
+      split_words("1RECV_F0 1RECV_F1 1F0 1B0 1SEND_B0 1RECV_F2 1F1 1B1 "
+                  "1SEND_B1 1F2 1B2 1SEND_B2 1REDUCE_GRAD")};
+  EXPECT_EQ(strings(early, false), want);
+  validate_schedule(early);
+  // The order the executor posts in: early on CPU tensors (Gloo), as
+  // lowered on CUDA ones (NCCL).
+  EXPECT_EQ(strings(posting_order(lowered, false), false), want);
+  EXPECT_EQ(
+      strings(posting_order(lowered, true), false), strings(lowered, false));
+}
+
+TEST(LoweringTest, ReceivesPostedEarlyMeetTheComputeOnlyTiming) {
+  // Posted as lowered, a RECV mostly goes just before its compute, and the
+  // data moves only from then (the transports' rendezvous): each hop pays
+  // its latency on the receiver's critical path. Posted one compute
+  // earlier, with every pass at least as long as the latency, the data is
+  // usable a latency after its send, as a compute-only schedule's implicit
+  // hop: the same makespan, for every schedule.
+  for (const auto& name : kAllSchedules) {
+    const bool one_stage = name == "GPipe" || name == "1F1B";
+    const auto compute = make_schedule(name, 4, one_stage ? 1 : 2, 8);
+    const auto costs = SimulationCosts()
+                           .forward(1.0)
+                           .backward(2.0)
+                           .backward_input(1.0)
+                           .backward_weight(1.0)
+                           .p2p_latency(0.25);
+    const auto lowered = lower_schedule(compute);
+    const auto early = post_receives_early(lowered);
+    validate_schedule(early);
+    const auto implicit = simulate(compute, costs);
+    const auto as_lowered = simulate(lowered, costs);
+    const auto posted_early = simulate(early, costs);
+    ASSERT_FALSE(posted_early.deadlock.has_value()) << name;
+    EXPECT_DOUBLE_EQ(posted_early.makespan, implicit.makespan) << name;
+    EXPECT_LE(posted_early.makespan, as_lowered.makespan) << name;
+  }
+}
+
 TEST(LoweringTest, MalformedComputeScheduleIsReported) {
   // Rank 0 holds stages 0 and 2 and wants 2F0 before 0F0: a cycle.
   const auto s = schedule_from_csv("2F0,0F0,0B0,2B0\n1F0,1B0\n");
@@ -717,29 +768,63 @@ TEST(ValidationTest, ReportsRankStepAndAction) {
 }
 
 TEST(SimulatorTest, BrokenScheduleIsADeadlockWithItsStep) {
-  // Rank 0 waits for microbatch 1's gradient before sending microbatch 1.
+  // Rank 1 runs microbatch 1 first; rank 0 sends it only after microbatch
+  // 0's backward, which waits for rank 1's gradient of microbatch 0.
   const auto s = schedule_from_csv(
-      "0F0,0SEND_F0,0RECV_B1,0F1,0SEND_F1,0RECV_B0,0B0,0B1\n"
-      "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n");
+      "0F0,0SEND_F0,0RECV_B0,0B0,0F1,0SEND_F1,0RECV_B1,0B1\n"
+      "1RECV_F0,1RECV_F1,1F1,1B1,1SEND_B1,1F0,1B0,1SEND_B0\n");
   validate_schedule(s);  // pairs and local order are fine
   const auto sim = simulate(s);
   ASSERT_TRUE(sim.deadlock.has_value());
-  EXPECT_EQ(sim.deadlock->step, 5);
+  // Steps 0-2: rank 0 runs F0, SEND_F0, RECV_B0; rank 1 posts both
+  // receives; then neither can compute.
+  EXPECT_EQ(sim.deadlock->step, 3);
   ASSERT_EQ(sim.deadlock->stuck.size(), 2u);
   EXPECT_EQ(sim.deadlock->stuck[0].rank, 0);
-  EXPECT_EQ(sim.deadlock->stuck[0].index, 2);
-  EXPECT_EQ(sim.deadlock->stuck[0].action.str(), "0RECV_B1");
-  EXPECT_EQ(sim.deadlock->stuck[1].action.str(), "1RECV_F1");
+  EXPECT_EQ(sim.deadlock->stuck[0].index, 3);
+  EXPECT_EQ(sim.deadlock->stuck[0].action.str(), "0B0");
+  EXPECT_EQ(sim.deadlock->stuck[1].action.str(), "1F1");
   const std::string message = sim.deadlock->message();
-  EXPECT_NE(message.find("deadlock at step 5"), std::string::npos);
+  EXPECT_NE(message.find("deadlock at step 3"), std::string::npos);
   EXPECT_NE(
-      message.find("rank 0 step 2 (0RECV_B1) waits for 1SEND_B1 on rank 1"),
+      message.find("rank 0 step 3 (0B0) waits for 1SEND_B0 on rank 1"),
       std::string::npos)
       << message;
   EXPECT_NE(
-      message.find("rank 1 step 4 (1RECV_F1) waits for 0SEND_F1 on rank 0"),
+      message.find("rank 1 step 2 (1F1) waits for 0SEND_F1 on rank 0"),
       std::string::npos)
       << message;
+}
+
+TEST(SimulatorTest, AReceivePostedBeforeItsSendNeitherBlocksNorDeadlocks) {
+  // Rank 1 posts microbatch 1's receive first (as post_receives_early may
+  // place it), yet rank 0 sends microbatch 1 only after microbatch 0's
+  // backward, which needs rank 1's later SEND_B0. A receive that waited
+  // for its send would deadlock here; posted, it waits for nothing, and
+  // the data is usable a latency after the send. F = 1, B = 2, latency
+  // 0.5: 0F0 0-1, 1F0 1.5-2.5, 1B0 2.5-4.5, 0B0 5-7, 0F1 7-8, 1F1 8.5-9.5,
+  // 1B1 9.5-11.5, 0B1 12-14.
+  const auto s = schedule_from_csv(
+      "0F0,0SEND_F0,0RECV_B0,0B0,0F1,0SEND_F1,0RECV_B1,0B1\n"
+      "1RECV_F0,1RECV_F1,1F0,1B0,1SEND_B0,1F1,1B1,1SEND_B1\n");
+  validate_schedule(s);
+  const auto sim = simulate(
+      s, SimulationCosts().forward(1.0).backward(2.0).p2p_latency(0.5));
+  ASSERT_FALSE(sim.deadlock.has_value()) << sim.deadlock->message();
+  const auto start_of = [&](int64_t rank, const std::string& name) {
+    for (const auto& t : sim.timeline[rank]) {
+      if (t.action.str() == name) {
+        return t.start;
+      }
+    }
+    ADD_FAILURE() << name << " not on rank " << rank;
+    return -1.0;
+  };
+  EXPECT_DOUBLE_EQ(start_of(1, "1RECV_F1"), 0.0);
+  EXPECT_DOUBLE_EQ(start_of(1, "1F0"), 1.5);
+  EXPECT_DOUBLE_EQ(start_of(0, "0B0"), 5.0);
+  EXPECT_DOUBLE_EQ(start_of(1, "1F1"), 8.5);
+  EXPECT_DOUBLE_EQ(sim.makespan, 14.0);
 }
 
 TEST(ScheduleIoTest, CsvRoundTrips) {
