@@ -919,7 +919,7 @@ def splice_plan(plan_path, docs):
     page = page[:start] + "\n".join(section) + page[end:]
     rows = plan_target_rows(targets, lambda ok: "yes" if ok else "no")
     limits = plan_limit_lines(targets)
-    lines, placed = [], False
+    lines, placed, limited = [], False, False
     for line in page.split("\n"):
         if line.startswith("| plan (#21)"):
             if not placed:
@@ -928,8 +928,13 @@ def splice_plan(plan_path, docs):
             continue
         if line.startswith("- The plan's predictions against its runs."):
             lines += limits
+            limited = True
             continue
         lines.append(line)
+    if limits and not limited:
+        # The last page met every target of the plan: no bullet to replace.
+        at = lines.index("## What limits the targets not met") + 2
+        lines[at:at] = limits
     with open(path, "w") as f:
         f.write(with_current_notes("\n".join(lines)))
 
