@@ -1,6 +1,8 @@
 #include "parallel/pipeline/lowering.h"
 
+#include <map>
 #include <optional>
+#include <tuple>
 
 #include "parallel/pipeline/schedule_state.h"
 
@@ -230,8 +232,80 @@ Schedule post_receives_early(Schedule schedule) {
   return schedule;
 }
 
+void check_pair_order(const Schedule& lowered) {
+  // Per rank and peer: the messages in posted order, each as the SEND that
+  // carries it ("F" or "B", the sending stage, the microbatch), beside the
+  // action that posts it here.
+  struct Posted {
+    std::tuple<bool, int64_t, int64_t> message;
+    Action action;
+    int64_t index;
+  };
+  std::vector<std::map<int64_t, std::vector<Posted>>> posted(lowered.pp);
+  for (int64_t r = 0; r < lowered.pp; ++r) {
+    const ActionList& list = lowered.ranks[r];
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!list[i] || !is_comm(list[i]->kind)) {
+        continue;
+      }
+      const Action& a = *list[i];
+      int64_t from = a.stage;  // the sending stage
+      int64_t peer_stage = a.stage;
+      bool backward = false;
+      switch (a.kind) {
+        case ActionKind::kSendF:
+          peer_stage = a.stage + 1;
+          break;
+        case ActionKind::kRecvF:
+          from = peer_stage = a.stage - 1;
+          break;
+        case ActionKind::kSendB:
+          backward = true;
+          peer_stage = a.stage - 1;
+          break;
+        default:  // kRecvB
+          backward = true;
+          from = peer_stage = a.stage + 1;
+      }
+      posted[r][lowered.stage_to_rank.at(peer_stage)].push_back(
+          {{backward, from, a.microbatch}, a, static_cast<int64_t>(i)});
+    }
+  }
+  for (int64_t r = 0; r < lowered.pp; ++r) {
+    for (const auto& [p, mine] : posted[r]) {
+      if (p <= r) {
+        continue;
+      }
+      const auto& theirs = posted[p][r];
+      for (size_t k = 0; k < std::max(mine.size(), theirs.size()); ++k) {
+        if (k < mine.size() && k < theirs.size() &&
+            mine[k].message == theirs[k].message) {
+          continue;
+        }
+        const auto name = [](int64_t rank,
+                             const std::vector<Posted>& list,
+                             size_t k) {
+          return k < list.size()
+                     ? where_in_schedule(rank, list[k].index, list[k].action)
+                     : "rank " + std::to_string(rank) + " posts no more";
+        };
+        throw ScheduleError(
+            "[schedule] ranks " + std::to_string(r) + " and " +
+            std::to_string(p) + " post their messages in different orders (" +
+            name(r, mine, k) + " against " + name(p, theirs, k) +
+            "); NCCL runs a pair's sends and receives in posted order, so " +
+            "this schedule would hang on CUDA");
+      }
+    }
+  }
+}
+
 Schedule posting_order(Schedule schedule, bool cuda) {
-  return cuda ? std::move(schedule) : post_receives_early(std::move(schedule));
+  if (cuda) {
+    check_pair_order(schedule);
+    return schedule;
+  }
+  return post_receives_early(std::move(schedule));
 }
 
 }  // namespace baton::pipeline

@@ -30,9 +30,16 @@ Schedule lower_schedule(const Schedule& compute);
 /// SEND on the peer. Everything else keeps its order.
 Schedule post_receives_early(Schedule schedule);
 
+/// Throws ScheduleError unless each pair of ranks posts the messages between
+/// them in one order on both sides (naming the first that differ): NCCL
+/// runs a pair's sends and receives in posted order, so a pair that differs
+/// would hang. The lowering's schedules always pass; a lowered CSV may not.
+void check_pair_order(const Schedule& lowered);
+
 /// The lowered `schedule` in the order the executor posts it: on CPU
 /// tensors (Gloo) receives early (`post_receives_early`), on CUDA ones (NCCL)
-/// as lowered. What the trainer runs and what the planner simulates.
+/// as lowered, checked by `check_pair_order`. What the trainer runs and what
+/// the planner simulates.
 Schedule posting_order(Schedule schedule, bool cuda);
 
 }  // namespace baton::pipeline

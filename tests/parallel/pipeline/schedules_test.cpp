@@ -694,6 +694,30 @@ TEST(LoweringTest, PostingReceivesEarlyMovesEachAboveTheComputeBeforeIt) {
       strings(posting_order(lowered, true), false), strings(lowered, false));
 }
 
+TEST(LoweringTest, OnCudaEachPairPostsItsMessagesInOneOrder) {
+  // Every built-in schedule's lowering posts each pair's messages in one
+  // order on both sides; posted early (Gloo) they need not be.
+  for (const auto& name : kAllSchedules) {
+    const bool one_stage = name == "GPipe" || name == "1F1B";
+    const auto lowered =
+        lower_schedule(make_schedule(name, 4, one_stage ? 1 : 2, 8));
+    EXPECT_NO_THROW(check_pair_order(lowered)) << name;
+    EXPECT_NO_THROW(posting_order(lowered, /*cuda=*/true)) << name;
+  }
+  // Rank 1 receives microbatch 1 before it sends microbatch 0's gradient,
+  // rank 0 sends microbatch 1 only after receiving that gradient: fine for
+  // Gloo, a hang on NCCL's in-order pair.
+  const auto crossed = schedule_from_csv(
+      "0F0,0SEND_F0,0RECV_B0,0B0,0F1,0SEND_F1,0RECV_B1,0B1\n"
+      "1RECV_F0,1RECV_F1,1F0,1B0,1SEND_B0,1F1,1B1,1SEND_B1\n");
+  EXPECT_NO_THROW(posting_order(crossed, /*cuda=*/false));
+  expect_error<ScheduleError>(
+      [&] { posting_order(crossed, /*cuda=*/true); },
+      {"ranks 0 and 1 post their messages in different orders",
+       "rank 0 step 2 (0RECV_B0) against rank 1 step 1 (1RECV_F1)",
+       "would hang on CUDA"});
+}
+
 TEST(LoweringTest, ReceivesPostedEarlyMeetTheComputeOnlyTiming) {
   // Posted as lowered, a RECV mostly goes just before its compute, and the
   // data moves only from then (the transports' rendezvous): each hop pays
