@@ -1489,10 +1489,13 @@ void synthesize_for_fastest(
     }
     for (const auto& budget : {held, more, std::vector<int64_t>{}}) {
       const auto made = pipeline::synthesize_best(
-          lowered.stage_to_rank, built_in.microbatches, costs, {budget});
+          lowered.stage_to_rank,
+          built_in.microbatches,
+          costs,
+          {budget},
+          on_cuda(model.costs));
       CachedSchedule schedule;
-      schedule.lowered =
-          pipeline::posting_order(made.planned.lowered, on_cuda(model.costs));
+      schedule.lowered = made.planned.lowered;
       schedule.peaks = made.planned.simulation.peak_activations;
       schedule.freed_gathers = freed_block_gathers(schedule.lowered);
       PlanCandidate c = built_in;

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "parallel/pipeline/lowering.h"
 #include "parallel/pipeline/schedule_state.h"
 
 namespace baton::pipeline {
@@ -318,7 +319,8 @@ SynthesisResult synthesize_best(
     const std::vector<int64_t>& stage_to_rank,
     int64_t microbatches,
     const SimulationCosts& costs,
-    const std::vector<std::vector<int64_t>>& budgets) {
+    const std::vector<std::vector<int64_t>>& budgets,
+    bool cuda) {
   std::optional<SynthesisResult> best;
   int64_t tried = 0;
   for (const bool split : {true, false}) {
@@ -333,6 +335,10 @@ SynthesisResult synthesize_best(
           auto planned = plan_schedule(
               synthesize_schedule(stage_to_rank, microbatches, costs, rules),
               costs);
+          planned.lowered = posting_order(std::move(planned.lowered), cuda);
+          if (!cuda) {  // its receives moved: their timing changes
+            planned.simulation = simulate(planned.lowered, costs);
+          }
           ++tried;
           if (!best ||
               planned.simulation.makespan < best->planned.simulation.makespan) {

@@ -59,7 +59,8 @@ Schedule synthesize_schedule(
 
 /// The fastest synthesised schedule and what made it.
 struct SynthesisResult {
-  /// The schedule lowered and simulated with the costs it was made for.
+  /// The schedule lowered, in its posting order, and simulated with the
+  /// costs it was made for.
   PlannedSchedule planned;
   /// The rules that made it.
   SynthesisRules rules;
@@ -69,13 +70,16 @@ struct SynthesisResult {
 
 /// Tries split and whole backwards, later- and earlier-stage-first
 /// forwards, backward- and forward-first, and each budget in `budgets` (per
-/// rank; an empty one is no limit), lowers and simulates each with `costs`, and
-/// returns the one with the shortest makespan (ties: the earlier tried, in that
-/// order).
+/// rank; an empty one is no limit), lowers each, puts it in the order the
+/// executor posts it on CUDA or CPU tensors (`posting_order`), simulates it
+/// with `costs`, and returns the one with the shortest makespan (ties: the
+/// earlier tried, in that order): the rules are chosen by the timing the
+/// schedule will run with.
 SynthesisResult synthesize_best(
     const std::vector<int64_t>& stage_to_rank,
     int64_t microbatches,
     const SimulationCosts& costs,
-    const std::vector<std::vector<int64_t>>& budgets);
+    const std::vector<std::vector<int64_t>>& budgets,
+    bool cuda);
 
 }  // namespace baton::pipeline
