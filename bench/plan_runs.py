@@ -4,13 +4,14 @@
 For the debug and small flavors on 2 ranks, `baton plan --nproc 2 --out DIR`
 profiles this machine (its ranks time every piece together, the cost file
 goes to DIR/costs.json) and ranks the layouts (DIR/plan.json). This script
-then runs the plan's top 5 and 5 others spread evenly over the rest of the
-ranking (its last included) as real processes: `baton train` with the base
-config and the candidate's overlay as a second --config, each rank a process
-with one ATen and one OpenBLAS thread (process_runs.py), the candidates
-interleaved in each of R rounds. Each round after the first profiles and
-plans again and predicts the same candidates from its own profile, so that
-a prediction and the runs it predicts meet the machine in the same minutes.
+then runs the plan's top 5 and 5 others spread evenly over the rest of its
+range of predicted step times (the slowest included; see picks) as real
+processes: `baton train` with the base config and the candidate's overlay as
+a second --config, each rank a process with one ATen and one OpenBLAS thread
+(process_runs.py), the candidates interleaved in each of R rounds. Each
+round after the first profiles and plans again and predicts the same
+candidates from its own profile, so that a prediction and the runs it
+predicts meet the machine in the same minutes.
 Predicted and measured (the median step time of steps 3.. of a run) are
 each the median over the rounds. It reports each candidate's error, the
 Spearman rank correlation of predicted and measured, and the chosen plan
@@ -117,15 +118,28 @@ def plan(build, flavor_args, global_batch, out_dir):
 
 def picks(ranked):
     """The top TOP ranks (0-based) and OTHERS spread evenly over the rest of
-    the ranking, its last included, so that the rank correlation is taken
-    over the whole range the plan predicts."""
+    the plan's range of predicted step times, the slowest included: other k
+    is the rest's candidate predicted nearest the top's last plus k / OTHERS
+    of the way to the slowest. Spread by time, not by rank: a plan's ranks
+    crowd where many layouts tie (small's ranks 5-40 are predicted within
+    10 %), and a rank correlation over candidates closer than the runs'
+    noise measures the noise; candidates a fifth of the range apart test
+    whether the predictions order what differs."""
     n = len(ranked)
     chosen = list(range(min(TOP, n)))
     rest = list(range(TOP, n))
     if len(rest) <= OTHERS:
         return chosen + rest
-    step = (len(rest) - 1) / (OTHERS - 1)
-    return chosen + sorted({rest[round(k * step)] for k in range(OTHERS)})
+    low = ranked[TOP - 1]["step_s"]
+    high = ranked[-1]["step_s"]
+    others = set()
+    for k in range(1, OTHERS + 1):
+        target = low + k * (high - low) / OTHERS
+        free = [i for i in rest if i not in others]
+        # Nearest the target; among equals the later rank, so that the
+        # last one (the slowest, the last target) is always included.
+        others.add(min(free, key=lambda i: (abs(ranked[i]["step_s"] - target), -i)))
+    return chosen + sorted(others)
 
 
 def ranks_of(values):
