@@ -1104,7 +1104,7 @@ def plan_limit_lines(t):
                "machine's slow and fast spells are shorter than a round, so a profile "
                "and the runs after it can meet different ones" if pred_spread else "")
             + "; an error of 10 % is within reach of the noise alone. (2) The "
-            f"largest error: {worst['layout']}, {100 * worst['error']:+.0f} %. "
+            f"largest error: {worst['layout']}, {100 * worst['error']:+.1f} %. "
             "Measured apart on this machine (2026-12-02, by hand, with the executor's "
             "trace): in a pipelined `baton train` run (LoopedBFS, v 3, 8 microbatches "
             "of 2 sequences) the first stage's forward (the embedding and one block) "
