@@ -187,6 +187,14 @@ class OptionReader {
   std::optional<std::string> inline_value_;
 };
 
+dist::CpuBind parse_bind(const std::string& value) {
+  try {
+    return dist::parse_cpu_bind("--cpu-bind", value);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(e.what());
+  }
+}
+
 void require(bool present, const std::string& command, const char* what) {
   if (!present) {
     throw ConfigError("baton " + command + ": " + what + " is required");
@@ -195,6 +203,7 @@ void require(bool present, const std::string& command, const char* what) {
 
 TrainArgs parse_train(const std::vector<std::string>& args) {
   TrainArgs out;
+  bool cpu_bind_given = false;
   OptionReader option(args, "train");
   while (option.next()) {
     const std::string& name = option.name();
@@ -220,6 +229,9 @@ TrainArgs parse_train(const std::vector<std::string>& args) {
       out.nproc = parse_count("--nproc", option.value());
     } else if (name == "max-restarts") {
       out.max_restarts = parse_count("--max-restarts", option.value());
+    } else if (name == "cpu-bind") {
+      out.cpu_bind = parse_bind(option.value());
+      cpu_bind_given = true;
     } else if (name.find('.') != std::string::npos || name == "builder") {
       out.overrides.push_back(name + "=" + option.value());
     } else {
@@ -237,6 +249,12 @@ TrainArgs parse_train(const std::vector<std::string>& args) {
     throw ConfigError(
         "--max-restarts " + std::to_string(out.max_restarts) +
         ": needs --nproc N (under torchrun, use torchrun's --max-restarts)");
+  }
+  if (cpu_bind_given && out.nproc == 0) {
+    throw ConfigError(
+        "--cpu-bind: needs --nproc N (it binds the ranks the launcher "
+        "starts; under torchrun, bind them with its own options or "
+        "numactl)");
   }
   return out;
 }
@@ -299,6 +317,9 @@ PlanArgs parse_plan(const std::vector<std::string>& args) {
       out.profile_path = option.value();
     } else if (name == "profile-repeats") {
       out.profile_repeats = parse_count("--profile-repeats", option.value());
+    } else if (name == "cpu-bind") {
+      out.cpu_bind = parse_bind(option.value());
+      out.cpu_bind_given = true;
     } else if (name == "profile-rank") {
       out.profile_rank_path = option.value();
     } else if (name == "profile-compute-ranks") {
@@ -327,6 +348,12 @@ PlanArgs parse_plan(const std::vector<std::string>& args) {
     throw ConfigError(
         "plan: --costs and --write-costs are not allowed together; allowed: "
         "--costs FILE (plan from it) or --write-costs FILE (profile here)");
+  }
+  if (out.cpu_bind_given &&
+      (!out.costs_path.empty() || !out.write_costs_path.empty())) {
+    throw ConfigError(
+        "plan: --cpu-bind binds the ranks of the profile on this machine; "
+        "with --costs or --write-costs-from-flops nothing is profiled");
   }
   return out;
 }
@@ -576,7 +603,8 @@ CommandUsage train_usage() {
       "train",
       "trains a model from a YAML job config",
       {"baton train --config FILE [--config FILE ...]",
-       "            [--nproc N [--max-restarts R]] [--SECTION.KEY=VALUE ...]",
+       "            [--nproc N [--max-restarts R] [--cpu-bind cores|none]]",
+       "            [--SECTION.KEY=VALUE ...]",
        "            [--print-config] [--dry-run[=text|json] [--device D]]"},
       {{"config",
         "--config FILE",
@@ -595,6 +623,11 @@ CommandUsage train_usage() {
         "--max-restarts R",
         "with --nproc: after a rank fails, starts every rank again from the "
         "latest checkpoint, at most R times"},
+       {"cpu-bind",
+        "--cpu-bind cores|none",
+        "with --nproc: cores binds each rank to its own share of this "
+        "process's cores (whole cores, none shared while there are enough); "
+        "default none"},
        {"print-config",
         "--print-config",
         "prints the effective config as YAML and exits"},
@@ -711,9 +744,9 @@ CommandUsage plan_usage() {
        "           [--top K] [--out DIR] [--global-batch ROWS] [--synthesize "
        "L]",
        "           [--tolerance PCT]",
-       "           [--SECTION.KEY=VALUE ...]",
+       "           [--cpu-bind cores|none] [--SECTION.KEY=VALUE ...]",
        "baton plan --config FILE --nproc N --write-costs FILE",
-       "           [--profile-repeats R]",
+       "           [--profile-repeats R] [--cpu-bind cores|none]",
        "baton plan --config FILE --write-costs-from-flops FILE",
        "           [--peak-tflops X] [--efficiency E]"},
       {{"config", "--config FILE", "the base job config (repeatable)"},
@@ -731,6 +764,10 @@ CommandUsage plan_usage() {
         "--profile-repeats R",
         "timed runs per profile measurement (the median is kept; the "
         "pipelined block's runs: half as many, at least 1); default 5"},
+       {"cpu-bind",
+        "--cpu-bind cores|none",
+        "binds the profile's ranks as baton train --cpu-bind would: profile "
+        "the way the planned runs will be launched; default none"},
        {"memory-per-rank",
         "--memory-per-rank GIB",
         "the memory cap per rank; default the cost file's, else none"},

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "parallel/dist/launcher.h"
+
 namespace baton {
 
 /// `baton train` arguments.
@@ -24,6 +26,8 @@ struct TrainArgs {
   int64_t nproc = 0;
   /// With nproc: how many times every rank is restarted after one fails.
   int64_t max_restarts = 0;
+  /// With nproc: where the ranks may run (--cpu-bind).
+  dist::CpuBind cpu_bind = dist::CpuBind::kNone;
 };
 
 /// `baton schedule` arguments.
@@ -89,6 +93,10 @@ struct PlanArgs {
   std::string profile_path;
   /// Timed runs per profile measurement.
   int64_t profile_repeats = 5;
+  /// Where the profile's ranks may run (--cpu-bind): as the runs planned
+  /// for will be launched.
+  dist::CpuBind cpu_bind = dist::CpuBind::kNone;
+  bool cpu_bind_given = false;
   /// Internal: set on the ranks the profile launches (--profile-rank FILE),
   /// where rank 0 writes the costs.
   std::string profile_rank_path;

@@ -178,6 +178,7 @@ PlanCosts profile_here(
   const int64_t ranks = args.nproc > 1 ? std::max<int64_t>(2, compute) : 1;
   dist::LocalLaunchOptions launch;
   launch.nproc = ranks;
+  launch.cpu_bind = args.cpu_bind;
   launch.args = {"plan"};
   for (const auto& file : args.config_paths) {
     launch.args.insert(launch.args.end(), {"--config", file});
@@ -206,9 +207,15 @@ PlanCosts profile_here(
         {"--memory-per-rank", std::to_string(args.memory_per_rank_gib)});
   }
   std::cout << "plan: profiling on this machine with " << ranks << " rank(s) ("
-            << compute << " timing compute, "
-            << dist::blas_threads_per_rank(ranks) << " BLAS thread(s) each)\n"
-            << std::flush;
+            << compute << " timing compute, ";
+  if (args.cpu_bind == dist::CpuBind::kCores) {
+    std::cout << "each bound to its own cores and as many BLAS threads; "
+                 "train with --cpu-bind cores to run as profiled)\n";
+  } else {
+    std::cout << dist::blas_threads_per_rank(ranks)
+              << " BLAS thread(s) each)\n";
+  }
+  std::cout << std::flush;
   const auto start = std::chrono::steady_clock::now();
   if (const int code = dist::launch_local(launch); code != 0) {
     throw std::runtime_error(

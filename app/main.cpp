@@ -138,6 +138,7 @@ int run_train(const baton::TrainArgs& args, char** argv) {
       launch.args.push_back("--" + o);
     }
     launch.max_restarts = args.max_restarts;
+    launch.cpu_bind = args.cpu_bind;
     launch.resume_note = [config] { return resume_note(config); };
     if (config.comm.flight_recorder_entries > 0) {
       launch.flight_recorder_dir =

@@ -2,6 +2,7 @@
 
 #include <torch/autograd.h>
 #include <torch/optim/optimizer.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -18,6 +19,7 @@
 #include "models/model_spec.h"
 #include "optim/optimizers.h"
 #include "parallel/applier.h"
+#include "parallel/dist/launcher.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/grad_norm.h"
@@ -647,6 +649,23 @@ std::string describe_rows(const std::vector<int64_t>& rows) {
   return out;
 }
 
+/// ", bound to CPU(s) 0 of 2 on rank 0" when this rank may not run on every
+/// online CPU (the launcher's --cpu-bind cores, or taskset): how the ranks
+/// ran belongs with what they measured.
+std::string binding() {
+  const auto cores = dist::allowed_cores();
+  std::vector<int> cpus;
+  for (const auto& core : cores) {
+    cpus.insert(cpus.end(), core.begin(), core.end());
+  }
+  const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (online <= 0 || static_cast<long>(cpus.size()) >= online) {
+    return "";
+  }
+  return ", bound to CPU(s) " + dist::format_cpu_list(cpus) + " of " +
+         std::to_string(online) + " on rank 0";
+}
+
 }  // namespace
 
 LinkCosts fit_link_costs(const std::vector<std::pair<double, double>>& points) {
@@ -822,11 +841,11 @@ PlanCosts profile_plan_costs(
   obtained << "measured by baton plan's profile on this machine: "
            << ranks.size() << " rank(s) at once (" << compute_ranks
            << " timing compute), " << at::get_num_threads()
-           << " intra-op thread(s) each, compute " << costs.compute_dtype
-           << "; per microbatch of " << describe_rows(options.rows())
-           << " sequence(s) of " << seq_len << " tokens, the mean of "
-           << options.repeats() << " runs after " << options.warmup()
-           << " warm-up(s)";
+           << " intra-op thread(s) each" << binding() << ", compute "
+           << costs.compute_dtype << "; per microbatch of "
+           << describe_rows(options.rows()) << " sequence(s) of " << seq_len
+           << " tokens, the mean of " << options.repeats() << " runs after "
+           << options.warmup() << " warm-up(s)";
   if (pipelined.empty()) {
     obtained << ", each passing through up to " << options.block_copies()
              << " blocks of their own weights";

@@ -2,16 +2,21 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <map>
+#include <sstream>
 #include <stdexcept>
 
 #include "common/exit_codes.h"
@@ -103,13 +108,136 @@ int64_t blas_threads_per_rank(int64_t nproc) {
   return resolve_intra_op_threads(0, nproc);
 }
 
+CpuBind parse_cpu_bind(const std::string& flag, const std::string& value) {
+  if (value == "none") {
+    return CpuBind::kNone;
+  }
+  if (value == "cores") {
+    return CpuBind::kCores;
+  }
+  throw std::invalid_argument(
+      flag + " " + value + ": unknown binding; allowed: none, cores");
+}
+
+std::vector<int> parse_cpu_list(const std::string& text) {
+  std::vector<int> cpus;
+  std::stringstream in(text);
+  std::string part;
+  const auto number = [&](const std::string& s) {
+    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos ||
+        s.size() > 6) {
+      throw std::invalid_argument(
+          "cpu list '" + text + "': '" + s + "' is not a CPU number");
+    }
+    return std::stoi(s);
+  };
+  while (std::getline(in, part, ',')) {
+    while (!part.empty() &&
+           std::isspace(static_cast<unsigned char>(part.back()))) {
+      part.pop_back();
+    }
+    const size_t dash = part.find('-');
+    const int first = number(part.substr(0, dash));
+    const int last =
+        dash == std::string::npos ? first : number(part.substr(dash + 1));
+    if (last < first) {
+      throw std::invalid_argument(
+          "cpu list '" + text + "': the range " + part + " runs backwards");
+    }
+    for (int c = first; c <= last; ++c) {
+      cpus.push_back(c);
+    }
+  }
+  return cpus;
+}
+
+std::string format_cpu_list(std::vector<int> cpus) {
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  std::ostringstream out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) {
+      ++j;
+    }
+    out << (i > 0 ? "," : "") << cpus[i];
+    if (j > i) {
+      out << "-" << cpus[j];
+    }
+    i = j + 1;
+  }
+  return out.str();
+}
+
+std::vector<std::vector<int>> allowed_cores() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (::sched_getaffinity(0, sizeof(mask), &mask) != 0) {
+    throw std::runtime_error(
+        std::string(
+            "[launcher] --cpu-bind: cannot read this process's CPUs: ") +
+        std::strerror(errno));
+  }
+  // Each allowed CPU under the first CPU of its core.
+  std::map<int, std::vector<int>> cores;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &mask)) {
+      continue;
+    }
+    int first = cpu;
+    std::ifstream siblings(
+        "/sys/devices/system/cpu/cpu" + std::to_string(cpu) +
+        "/topology/thread_siblings_list");
+    std::string line;
+    if (siblings && std::getline(siblings, line)) {
+      try {
+        const auto list = parse_cpu_list(line);
+        if (!list.empty()) {
+          first = *std::min_element(list.begin(), list.end());
+        }
+      } catch (const std::invalid_argument&) {
+      }
+    }
+    cores[first].push_back(cpu);
+  }
+  std::vector<std::vector<int>> out;
+  for (auto& [first, cpus] : cores) {
+    out.push_back(std::move(cpus));
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> cores_per_rank(
+    int64_t nproc, const std::vector<std::vector<int>>& cores) {
+  if (cores.empty()) {
+    throw std::invalid_argument("[launcher] --cpu-bind: no cores to bind to");
+  }
+  const int64_t n = static_cast<int64_t>(cores.size());
+  std::vector<std::vector<int>> out(nproc);
+  if (nproc > n) {
+    for (int64_t r = 0; r < nproc; ++r) {
+      out[r] = cores[r % n];
+    }
+    return out;
+  }
+  int64_t next = 0;
+  for (int64_t r = 0; r < nproc; ++r) {
+    const int64_t take = n / nproc + (r < n % nproc ? 1 : 0);
+    for (int64_t k = 0; k < take; ++k, ++next) {
+      out[r].insert(out[r].end(), cores[next].begin(), cores[next].end());
+    }
+  }
+  return out;
+}
+
 namespace {
 
 std::vector<std::string> child_environment(
     int64_t rank,
     int64_t nproc,
     const std::string& store_file,
-    int64_t attempt) {
+    int64_t attempt,
+    int64_t threads) {
   std::vector<std::string> env;
   std::vector<std::string> ours = {
       "RANK",
@@ -148,8 +276,8 @@ std::vector<std::string> child_environment(
   // BLAS and OpenMP pools sized for one process would oversubscribe the
   // cores N times over (measured: DP 2 on 2 cores went from 2011 to 3512
   // tokens/s with one OpenBLAS thread per rank); as torchrun does, give each
-  // rank its share unless the user chose.
-  const std::string share = std::to_string(blas_threads_per_rank(nproc));
+  // rank its share (a bound rank: its CPUs) unless the user chose.
+  const std::string share = std::to_string(threads);
   for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
     if (std::getenv(var) == nullptr) {
       env.push_back(std::string(var) + "=" + share);
@@ -180,7 +308,8 @@ void spawn(
     Child& child,
     const std::string& program,
     std::vector<std::string> argv,
-    std::vector<std::string> env) {
+    std::vector<std::string> env,
+    const std::vector<int>& cpus) {
   int out[2];
   int err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
@@ -192,6 +321,11 @@ void spawn(
   // threaded process may only call async-signal-safe functions.
   auto argv_p = pointers(argv);
   auto env_p = pointers(env);
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  for (const int cpu : cpus) {
+    CPU_SET(cpu, &mask);
+  }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -209,6 +343,12 @@ void spawn(
     }
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
+    // Bound before exec, so that every thread the rank starts inherits it.
+    if (!cpus.empty() && ::sched_setaffinity(0, sizeof(mask), &mask) != 0) {
+      const char msg[] = "error: --cpu-bind: cannot bind a rank to its CPUs\n";
+      (void)!::write(STDERR_FILENO, msg, sizeof(msg) - 1);
+      ::_exit(127);
+    }
     ::execve(program.c_str(), argv_p.data(), env_p.data());
     const char msg[] = "error: --nproc: cannot execute the baton binary\n";
     (void)!::write(STDERR_FILENO, msg, sizeof(msg) - 1);
@@ -415,7 +555,8 @@ void report_hang(
 Attempt run_attempt(
     const LocalLaunchOptions& options,
     const std::string& program,
-    int64_t attempt) {
+    int64_t attempt,
+    const std::vector<std::vector<int>>& bound) {
   const RendezvousFolder rendezvous;
   // Flight-recorder files older than this attempt are not its own.
   const auto started = std::filesystem::file_time_type::clock::now();
@@ -424,11 +565,19 @@ Attempt run_attempt(
     std::vector<std::string> argv{"baton"};
     argv.insert(argv.end(), options.args.begin(), options.args.end());
     children[r].rank = r;
+    const std::vector<int> cpus = bound.empty() ? std::vector<int>() : bound[r];
     spawn(
         children[r],
         program,
         argv,
-        child_environment(r, options.nproc, rendezvous.store_file(), attempt));
+        child_environment(
+            r,
+            options.nproc,
+            rendezvous.store_file(),
+            attempt,
+            cpus.empty() ? blas_threads_per_rank(options.nproc)
+                         : static_cast<int64_t>(cpus.size())),
+        cpus);
   }
   Attempt result;
   Supervision s;
@@ -478,16 +627,36 @@ int launch_local(const LocalLaunchOptions& options) {
   sigaction(SIGTERM, &sa, &old_term);
   sigaction(SIGUSR1, &sa, &old_usr1);
 
+  std::vector<std::vector<int>> bound;
+  if (options.cpu_bind == CpuBind::kCores) {
+    const auto cores = allowed_cores();
+    bound = cores_per_rank(options.nproc, cores);
+    std::cerr << "baton: --cpu-bind cores:";
+    for (int64_t r = 0; r < options.nproc; ++r) {
+      std::cerr << (r > 0 ? "," : "") << " rank " << r << " on CPU(s) "
+                << format_cpu_list(bound[r]);
+    }
+    if (options.nproc > static_cast<int64_t>(cores.size())) {
+      std::cerr << " (" << options.nproc << " ranks on " << cores.size()
+                << " cores: some share one)";
+    }
+    std::cerr << std::endl;
+  }
   if (std::getenv("OMP_NUM_THREADS") == nullptr ||
       std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
     std::cerr << "baton: " << options.nproc << " ranks: OMP_NUM_THREADS and "
-              << "OPENBLAS_NUM_THREADS default to "
-              << blas_threads_per_rank(options.nproc)
-              << " per rank (cores / ranks); set them to choose" << std::endl;
+              << "OPENBLAS_NUM_THREADS default to ";
+    if (bound.empty()) {
+      std::cerr << blas_threads_per_rank(options.nproc)
+                << " per rank (cores / ranks)";
+    } else {
+      std::cerr << "each rank's CPUs";
+    }
+    std::cerr << "; set them to choose" << std::endl;
   }
   Attempt last;
   for (int64_t attempt = 0;; ++attempt) {
-    last = run_attempt(options, program, attempt);
+    last = run_attempt(options, program, attempt, bound);
     // A stop the user (or the scheduler) asked for is not restarted.
     if (last.failed_rank < 0 || last.signalled ||
         attempt >= options.max_restarts) {

@@ -185,6 +185,58 @@ TEST(Cli, TrainTakesSeveralConfigsAndPlanItsOptions) {
       ConfigError);
 }
 
+TEST(Cli, CpuBindIsForTheRanksALaunchStarts) {
+  EXPECT_EQ(
+      parse_cli(
+          {"train", "--config", "a", "--nproc", "2", "--cpu-bind", "cores"})
+          .train.cpu_bind,
+      dist::CpuBind::kCores);
+  EXPECT_EQ(
+      parse_cli({"train", "--config", "a", "--nproc", "2"}).train.cpu_bind,
+      dist::CpuBind::kNone);
+  EXPECT_EQ(
+      parse_cli({"plan", "--config", "a", "--nproc", "2", "--cpu-bind=cores"})
+          .plan.cpu_bind,
+      dist::CpuBind::kCores);
+  const auto message = [](const std::vector<std::string>& line) {
+    try {
+      parse_cli(line);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // Without --nproc nothing is launched to bind.
+  EXPECT_NE(
+      message({"train", "--config", "a", "--cpu-bind", "cores"})
+          .find("--cpu-bind: needs --nproc N"),
+      std::string::npos);
+  EXPECT_NE(
+      message(
+          {"train", "--config", "a", "--nproc", "2", "--cpu-bind", "sockets"})
+          .find("--cpu-bind sockets: unknown binding; allowed: none, cores"),
+      std::string::npos);
+  // Planning from a cost file profiles nothing.
+  EXPECT_NE(
+      message({"plan",
+               "--config",
+               "a",
+               "--nproc",
+               "2",
+               "--costs",
+               "c.json",
+               "--cpu-bind",
+               "cores"})
+          .find("nothing is profiled"),
+      std::string::npos);
+  // Exit 2 from the binary, before any rank starts.
+  const auto r =
+      run_baton("train --config " + debug_config() + " --cpu-bind cores");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--cpu-bind: needs --nproc N"), std::string::npos)
+      << r.output;
+}
+
 TEST(Cli, UnknownOptionsExitTwoPointingAtTheCommandsHelp) {
   auto r = run_baton("train --config " + debug_config() + " --bogus");
   EXPECT_EQ(r.code, 2);

@@ -3,6 +3,7 @@
 // killed with SIGKILL, one that hangs.
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -111,6 +112,99 @@ TEST(Launcher, RanksGetThePassiveWaitsUnlessSet) {
       ::unsetenv(var.c_str());
     }
   }
+}
+
+TEST(Launcher, CpuListsReadAndWriteAsLinuxWritesThem) {
+  EXPECT_EQ(
+      parse_cpu_list("0-3,8,10-11\n"),
+      (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  EXPECT_EQ(format_cpu_list({11, 0, 2, 1, 3, 8, 10, 3}), "0-3,8,10-11");
+  EXPECT_EQ(format_cpu_list({5}), "5");
+  EXPECT_EQ(format_cpu_list({}), "");
+  for (const char* bad : {"x", "3-1", "1,,2", "-2", "1-"}) {
+    EXPECT_THROW(parse_cpu_list(bad), std::invalid_argument) << bad;
+  }
+  EXPECT_EQ(parse_cpu_bind("--cpu-bind", "cores"), CpuBind::kCores);
+  EXPECT_EQ(parse_cpu_bind("--cpu-bind", "none"), CpuBind::kNone);
+  EXPECT_THROW(parse_cpu_bind("--cpu-bind", "core"), std::invalid_argument);
+}
+
+TEST(Launcher, RanksBoundToCoresGetWholeCoresAndShareOnlyWhenShort) {
+  // 4 cores of 2 hardware threads each, siblings numbered n and n + 4.
+  const std::vector<std::vector<int>> smt = {{0, 4}, {1, 5}, {2, 6}, {3, 7}};
+  EXPECT_EQ(
+      cores_per_rank(2, smt),
+      (std::vector<std::vector<int>>{{0, 4, 1, 5}, {2, 6, 3, 7}}));
+  // Uneven: the first ranks one core more.
+  EXPECT_EQ(
+      cores_per_rank(3, smt),
+      (std::vector<std::vector<int>>{{0, 4, 1, 5}, {2, 6}, {3, 7}}));
+  // More ranks than cores: round robin.
+  EXPECT_EQ(
+      cores_per_rank(3, {{0}, {1}}),
+      (std::vector<std::vector<int>>{{0}, {1}, {0}}));
+  EXPECT_THROW(cores_per_rank(2, {}), std::invalid_argument);
+  // This process's cores hold exactly the CPUs it may run on.
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(mask), &mask), 0);
+  size_t cpus = 0;
+  for (const auto& core : allowed_cores()) {
+    ASSERT_FALSE(core.empty());
+    for (const int cpu : core) {
+      EXPECT_TRUE(CPU_ISSET(cpu, &mask)) << cpu;
+      ++cpus;
+    }
+  }
+  EXPECT_EQ(cpus, static_cast<size_t>(CPU_COUNT(&mask)));
+}
+
+TEST(Launcher, BoundRanksRunOnlyOnTheirCoresWithAThreadPerCpu) {
+  ::unsetenv("OMP_NUM_THREADS");
+  ::unsetenv("OPENBLAS_NUM_THREADS");
+  const auto cores = allowed_cores();
+  for (const int64_t nproc : {int64_t{2}, int64_t{3}}) {
+    auto options = shell(
+        nproc,
+        "echo \"cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "
+        "/proc/self/status) omp=$OMP_NUM_THREADS "
+        "blas=$OPENBLAS_NUM_THREADS\"");
+    options.cpu_bind = CpuBind::kCores;
+    ::testing::internal::CaptureStdout();
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(launch_local(options), 0);
+    const std::string out = ::testing::internal::GetCapturedStdout();
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    const auto expected = cores_per_rank(nproc, cores);
+    for (int64_t r = 0; r < nproc; ++r) {
+      const std::string n = std::to_string(expected[r].size());
+      const std::string line = "[rank" + std::to_string(r) +
+                               "]: cpus=" + format_cpu_list(expected[r]) +
+                               " omp=" + n + " blas=" + n + "\n";
+      EXPECT_NE(out.find(line), std::string::npos) << line << out;
+      EXPECT_NE(
+          err.find(
+              "rank " + std::to_string(r) + " on CPU(s) " +
+              format_cpu_list(expected[r])),
+          std::string::npos)
+          << err;
+    }
+    if (nproc > static_cast<int64_t>(cores.size())) {
+      EXPECT_NE(err.find("some share one"), std::string::npos) << err;
+    }
+  }
+  // Unbound, a rank may run wherever the launcher may.
+  ::testing::internal::CaptureStdout();
+  launch_local(shell(
+      1, "sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status"));
+  std::vector<int> all;
+  for (const auto& core : cores) {
+    all.insert(all.end(), core.begin(), core.end());
+  }
+  EXPECT_NE(
+      ::testing::internal::GetCapturedStdout().find(
+          "[rank0]: " + format_cpu_list(all) + "\n"),
+      std::string::npos);
 }
 
 TEST(Launcher, FirstFailureDecidesTheExitCodeAndStopsTheRest) {
