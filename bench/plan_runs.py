@@ -6,9 +6,11 @@ profiles this machine (its ranks time every piece together, the cost file
 goes to DIR/costs.json) and ranks the layouts (DIR/plan.json). This script
 then runs the plan's top 5 and 5 others spread evenly over the rest of its
 range of predicted step times (the slowest included; see picks) as real
-processes: `baton train` with the base config and the candidate's overlay as
-a second --config, each rank a process with one ATen and one OpenBLAS thread
-(process_runs.py), the candidates interleaved in each of R rounds. Each
+processes: `baton train --nproc 2` with the base config and the candidate's
+overlay as a second --config, each rank with one ATen and one OpenBLAS
+thread, the candidates interleaved in each of R rounds. The profile's ranks
+and the runs' are launched alike: by default each bound to its own core
+(--cpu-bind cores; --cpu-bind none leaves them to the scheduler). Each
 round after the first profiles and plans again and predicts the same
 candidates from its own profile, so that a prediction and the runs it
 predicts meet the machine in the same minutes.
@@ -19,6 +21,7 @@ Spearman rank correlation of predicted and measured, and the chosen plan
 tolerance of the fastest simplest first) against the best measured.
 
 Usage: plan_runs.py BUILD_DIR OUT.json [--rounds R] [--steps N]
+                    [--flavors debugmodel,small] [--cpu-bind cores|none]
 """
 
 import argparse
@@ -99,10 +102,10 @@ def machine(build, tmp):
     return {"cpu": cpu, "blas": blas}
 
 
-def plan(build, flavor_args, global_batch, out_dir):
+def plan(build, flavor_args, global_batch, out_dir, cpu_bind):
     cmd = [os.path.join(build, "baton"), "plan", *COMMON, *flavor_args,
            "--nproc", "2", "--global-batch", str(global_batch),
-           "--top", "10", "--out", out_dir]
+           "--top", "10", "--out", out_dir, "--cpu-bind", cpu_bind]
     start = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
@@ -114,6 +117,20 @@ def plan(build, flavor_args, global_batch, out_dir):
         costs = json.load(f)
     print(done.stdout, flush=True)
     return result, costs, wall
+
+
+def train(build, name, args, tmp, cpu_bind):
+    """`baton train --nproc 2 --cpu-bind CPU_BIND ARGS`, as the profile's
+    ranks were launched: the metrics rows of steps 3..; exits naming the
+    run if it fails."""
+    dump = os.path.join(tmp, name)
+    cmd = [os.path.join(build, "baton"), "train", "--nproc", "2",
+           "--cpu-bind", cpu_bind, *args, f"--job.dump_folder={dump}"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{name} failed:\n" + done.stdout[-3000:] + done.stderr[-3000:])
+    with open(os.path.join(dump, "metrics.jsonl")) as f:
+        return [json.loads(l) for l in f][2:]
 
 
 def picks(ranked):
@@ -223,7 +240,8 @@ def flavor_runs(args, flavor, flavor_args, global_batch, tmp):
     rounds: on a machine whose speed drifts by 10-17 % between minutes, the
     profile and the runs it predicts then meet the same spells."""
     out_dir = os.path.join(tmp, flavor)
-    result, costs, wall = plan(args.build, flavor_args, global_batch, out_dir)
+    result, costs, wall = plan(args.build, flavor_args, global_batch, out_dir,
+                               args.cpu_bind)
     first_result = result
     ranked = result["ranked"]
     chosen = picks(ranked)
@@ -235,7 +253,8 @@ def flavor_runs(args, flavor, flavor_args, global_batch, tmp):
     for r in range(args.rounds):
         if r > 0:
             result, costs, _ = plan(args.build, flavor_args, global_batch,
-                                    os.path.join(tmp, f"{flavor}_{r}"))
+                                    os.path.join(tmp, f"{flavor}_{r}"),
+                                    args.cpu_bind)
             all_costs.append(costs)
         by_key = {key_of(c): c for c in result["ranked"]}
         # Each round starts one candidate further on, so that no candidate
@@ -251,10 +270,10 @@ def flavor_runs(args, flavor, flavor_args, global_batch, tmp):
             overlay = os.path.join(out_dir, f"candidate_{r}_{c['rank']}.yaml")
             with open(overlay, "w") as f:
                 f.write(c["overlay"])
-            rows, _, _ = process_runs.train(
-                args.build, f"{flavor}_{c['rank']}_{r}", 2,
+            rows = train(
+                args.build, f"{flavor}_{c['rank']}_{r}",
                 [*COMMON, *flavor_args, "--config", overlay, *RUN_ONLY,
-                 f"--training.steps={args.steps}"], tmp)
+                 f"--training.steps={args.steps}"], tmp, args.cpu_bind)
             step = process_runs.speed(rows)["step_s"]
             runs[k].append(step)
             print(json.dumps({"flavor": flavor, "rank": c["rank"],
@@ -312,8 +331,12 @@ def main():
     # (bench/notes.md).
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--flavors", default="debugmodel,small")
+    # Bound, a run's spread was 0.15-5 % against 3-12 % left to the
+    # scheduler, on a 2-core Zen 5 (bench/notes.md).
+    parser.add_argument("--cpu-bind", default="cores", choices=["cores", "none"])
     args = parser.parse_args()
     report = {"rounds": args.rounds, "steps": args.steps, "flavors": [],
+              "cpu_bind": args.cpu_bind,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               }
     conditions = Conditions()

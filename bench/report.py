@@ -614,11 +614,17 @@ def plan_section(doc, targets):
              + (f", on {doc['cpu']} (BLAS: {doc['blas'].split(';')[0]})" if doc.get("cpu") else "")
              + ": for each flavor, `baton plan "
              "--nproc 2` profiles this machine (two ranks timing each piece at "
-             "once, one ATen and one OpenBLAS thread each; the cost file it "
+             "once, one ATen and one OpenBLAS thread each"
+             + ({"cores": ", each bound to its own core (`--cpu-bind cores`)",
+                 "none": ", where the scheduler puts them"}.get(doc.get("cpu_bind"), "")
+                + (" as the runs below" if doc.get("cpu_bind") else ""))
+             + "; the cost file it "
              "wrote is in bench/results/plan_runs.json) and ranks the layouts; "
              "the plan's top 5 and 5 others spread evenly over the rest of its "
              "range of predicted step times (the slowest included) then "
-             "run as real processes, `baton train` with the candidate's overlay "
+             "run as real processes, `baton train --nproc 2"
+             + (f" --cpu-bind {doc['cpu_bind']}" if doc.get("cpu_bind") else "")
+             + "` with the candidate's overlay "
              "as a second --config, float32, one ATen and one OpenBLAS thread per "
              f"rank, {doc['steps']} steps; measured: the median step of steps "
              f"3.. of a run, the median over {doc['rounds']} rounds (the "
