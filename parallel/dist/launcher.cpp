@@ -617,16 +617,7 @@ int launch_local(const LocalLaunchOptions& options) {
   const std::string program =
       options.program.empty() ? "/proc/self/exe" : options.program;
 
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  struct sigaction old_int {};
-  struct sigaction old_term {};
-  struct sigaction old_usr1 {};
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
-  sigaction(SIGUSR1, &sa, &old_usr1);
-
+  // Before the handlers are installed: a failure here leaves none behind.
   std::vector<std::vector<int>> bound;
   if (options.cpu_bind == CpuBind::kCores) {
     const auto cores = allowed_cores();
@@ -642,6 +633,16 @@ int launch_local(const LocalLaunchOptions& options) {
     }
     std::cerr << std::endl;
   }
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int {};
+  struct sigaction old_term {};
+  struct sigaction old_usr1 {};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGUSR1, &sa, &old_usr1);
+
   if (std::getenv("OMP_NUM_THREADS") == nullptr ||
       std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
     std::cerr << "baton: " << options.nproc << " ranks: OMP_NUM_THREADS and "
