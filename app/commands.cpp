@@ -306,6 +306,13 @@ int run_plan(const PlanArgs& args) {
         result.fastest_step_s);
     reason += why;
   }
+  if (args.costs_path.empty() && args.cpu_bind == dist::CpuBind::kCores) {
+    // The launch belongs with the costs it was profiled under.
+    reason +=
+        "; profiled with each rank bound to its own cores: train with "
+        "--nproc " +
+        std::to_string(args.nproc) + " --cpu-bind cores";
+  }
   const std::string dir = args.out_dir + "/";
   write_text_file(dir + "plan.yaml", plan_overlay_yaml(best, reason));
   write_text_file(dir + "plan.txt", table.str());

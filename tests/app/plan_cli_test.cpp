@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "parallel/dist/launcher.h"
 #include "tests/baton_binary.h"
 
 namespace baton {
@@ -218,7 +219,7 @@ TEST(PlanCli, WithoutACostFileProfilesThisMachineThenPlans) {
       baton_bin() + " plan --config " +
       source_path("configs/debug_model.yaml") +
       " --training.seq_len=32 --training.mixed_precision_param=float32"
-      " --nproc 2 --profile-repeats 1 --out " +
+      " --nproc 2 --profile-repeats 1 --cpu-bind cores --out " +
       dir.string());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(
@@ -226,9 +227,23 @@ TEST(PlanCli, WithoutACostFileProfilesThisMachineThenPlans) {
       std::string::npos)
       << r.output;
   const auto costs = nlohmann::json::parse(read(dir / "costs.json"));
+  const std::string obtained = costs["obtained"].get<std::string>();
+  EXPECT_NE(obtained.find("measured by baton plan"), std::string::npos);
+  // Bound (--cpu-bind cores), rank 0 ran on its own share of the cores, and
+  // the overlay says how to launch the run it plans.
+  const auto cores = dist::allowed_cores();
+  if (cores.size() >= 2) {
+    EXPECT_NE(
+        obtained.find(
+            "bound to CPU(s) " +
+            dist::format_cpu_list(dist::cores_per_rank(2, cores)[0]) + " of "),
+        std::string::npos)
+        << obtained;
+  }
   EXPECT_NE(
-      costs["obtained"].get<std::string>().find("measured by baton plan"),
-      std::string::npos);
+      read(dir / "plan.yaml").find("train with --nproc 2 --cpu-bind cores"),
+      std::string::npos)
+      << read(dir / "plan.yaml");
   // The sizes the search can choose: 1, 2, 4, 8 and 16 sequences.
   EXPECT_EQ(costs["microbatches"].size(), 5u);
   EXPECT_GT(costs["all_reduce"]["bandwidth_GBps"].get<double>(), 0.0);
