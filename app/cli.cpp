@@ -289,6 +289,7 @@ double parse_percent(const std::string& flag, const std::string& value) {
 
 PlanArgs parse_plan(const std::vector<std::string>& args) {
   PlanArgs out;
+  bool cpu_bind_given = false;
   OptionReader option(args, "plan");
   while (option.next()) {
     const std::string& name = option.name();
@@ -319,7 +320,7 @@ PlanArgs parse_plan(const std::vector<std::string>& args) {
       out.profile_repeats = parse_count("--profile-repeats", option.value());
     } else if (name == "cpu-bind") {
       out.cpu_bind = parse_bind(option.value());
-      out.cpu_bind_given = true;
+      cpu_bind_given = true;
     } else if (name == "profile-rank") {
       out.profile_rank_path = option.value();
     } else if (name == "profile-compute-ranks") {
@@ -349,7 +350,7 @@ PlanArgs parse_plan(const std::vector<std::string>& args) {
         "plan: --costs and --write-costs are not allowed together; allowed: "
         "--costs FILE (plan from it) or --write-costs FILE (profile here)");
   }
-  if (out.cpu_bind_given &&
+  if (cpu_bind_given &&
       (!out.costs_path.empty() || !out.write_costs_path.empty())) {
     throw ConfigError(
         "plan: --cpu-bind binds the ranks of the profile on this machine; "

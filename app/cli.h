@@ -96,7 +96,6 @@ struct PlanArgs {
   /// Where the profile's ranks may run (--cpu-bind): as the runs planned
   /// for will be launched.
   dist::CpuBind cpu_bind = dist::CpuBind::kNone;
-  bool cpu_bind_given = false;
   /// Internal: set on the ranks the profile launches (--profile-rank FILE),
   /// where rank 0 writes the costs.
   std::string profile_rank_path;

@@ -2,7 +2,6 @@
 
 #include <torch/autograd.h>
 #include <torch/optim/optimizer.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -12,6 +11,7 @@
 #include <functional>
 #include <numeric>
 #include <sstream>
+#include <thread>
 
 #include "common/error.h"
 #include "models/linear.h"
@@ -658,8 +658,8 @@ std::string binding() {
   for (const auto& core : cores) {
     cpus.insert(cpus.end(), core.begin(), core.end());
   }
-  const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
-  if (online <= 0 || static_cast<long>(cpus.size()) >= online) {
+  const size_t online = std::thread::hardware_concurrency();
+  if (online == 0 || cpus.size() >= online) {
     return "";
   }
   return ", bound to CPU(s) " + dist::format_cpu_list(cpus) + " of " +
