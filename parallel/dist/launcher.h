@@ -14,9 +14,9 @@ enum class CpuBind {
   kNone,
   /// Each on its own share of the launcher's cores (cores_per_rank): a
   /// rank's threads stay on its cores' caches and no two ranks meet on one
-  /// core. On a 2-core AMD EPYC, data-parallel runs took 15 % less time and
-  /// varied less from run to run; pipelines ran about as fast as unbound
-  /// (bench/notes.md).
+  /// core. On a 2-core AMD EPYC Zen 5 (OpenBLAS's Haswell kernels),
+  /// data-parallel runs took 15 % less time and varied less from run to run;
+  /// pipelines ran about as fast as unbound (bench/notes.md).
   kCores,
 };
 
