@@ -314,8 +314,8 @@ BlasStartup prepare_blas_kernels(
     // An explicit OPENBLAS_CORETYPE is the user's choice; a kernel set
     // named in Baton's own setting overrides it.
     const std::string problem = checked(false);
-    const KernelChoice would = choose_kernels(
-        "auto", BlasInfo{true, loaded.kernels, ""}, cpu_simd(), refused, where);
+    const KernelChoice would =
+        choose_kernels("auto", loaded, cpu_simd(), refused, where);
     std::string text = "blas: " + loaded.describe() + ", from " + kCoretypeVar +
                        "=" + users + " in the environment";
     text += problem.empty() ? "; its products match a float64 reference"

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "app/cli.h"
+#include "common/blas.h"
 #include "common/error.h"
 #include "tests/baton_binary.h"
 
@@ -915,6 +916,48 @@ TEST(CliBlas, AKernelSetWhoseCheckFailsIsRefusedAndNamed) {
       std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("step     2"), std::string::npos) << r.output;
+}
+
+TEST(CliBlas, TheEnvironmentsKernelsAreKeptAndAutoSaysWhatItWouldRun) {
+  // OPENBLAS_CORETYPE in the environment is the user's choice: kept, checked,
+  // and compared with what auto would run instead (by speed class: Haswell
+  // is slower than the AVX-512 sets, SkylakeX and Cooperlake are alike).
+  const CpuSimd cpu = cpu_simd();
+  if (!cpu.avx2) {
+    GTEST_SKIP() << "this CPU runs neither kernel set used here";
+  }
+  auto r =
+      train_briefly("cli_blas_env_haswell", "OPENBLAS_CORETYPE=Haswell", "", 1);
+  ASSERT_EQ(r.code, 0) << r.output;
+  if (r.output.find("blas: OpenBLAS") == std::string::npos) {
+    GTEST_SKIP() << "the BLAS is not OpenBLAS";
+  }
+  EXPECT_NE(
+      r.output.find("kernels Haswell, from OPENBLAS_CORETYPE=Haswell in the "
+                    "environment; its products match a float64 reference"),
+      std::string::npos)
+      << r.output;
+  const std::string would =
+      "auto would run SkylakeX (this CPU has AVX-512 and OpenBLAS picked "
+      "Haswell): unset OPENBLAS_CORETYPE or set "
+      "training.blas_kernels=SkylakeX";
+  if (cpu.avx512f) {
+    EXPECT_NE(r.output.find(would), std::string::npos) << r.output;
+  } else {
+    EXPECT_EQ(r.output.find("auto would run"), std::string::npos) << r.output;
+  }
+  if (!cpu.avx512f) {
+    return;
+  }
+  r = train_briefly(
+      "cli_blas_env_skylakex", "OPENBLAS_CORETYPE=SkylakeX", "", 1);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(
+      r.output.find("kernels SkylakeX, from OPENBLAS_CORETYPE=SkylakeX in the "
+                    "environment"),
+      std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("auto would run"), std::string::npos) << r.output;
 }
 
 TEST(CliBlas, AnUnknownSetIsAConfigError) {
