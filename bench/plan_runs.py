@@ -31,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import process_runs
@@ -54,52 +53,15 @@ TOP = 5
 OTHERS = 5
 
 
-class Conditions:
-    """What else runs meanwhile, every 10 s: the 1-minute load average and
-    the compilers running (a prediction is only as good as the machine is
-    quiet)."""
-
-    def __init__(self):
-        self.samples = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self):
-        while not self._stop.is_set():
-            load = float(open("/proc/loadavg").read().split()[0])
-            compilers = 0
-            for pid in os.listdir("/proc"):
-                try:
-                    if pid.isdigit() and open(f"/proc/{pid}/comm").read().strip() == "cc1plus":
-                        compilers += 1
-                except OSError:
-                    pass
-            self.samples.append((load, compilers))
-            self._stop.wait(10)
-
-    def summary(self):
-        self._stop.set()
-        self._thread.join()
-        loads = [l for l, _ in self.samples]
-        return {"samples": len(self.samples),
-                "with_compilers": sum(1 for _, c in self.samples if c > 0),
-                "load_median": statistics.median(loads) if loads else 0.0,
-                "load_max": max(loads) if loads else 0.0}
-
-
 def machine(build, tmp):
     """The CPU model and the BLAS kernel set `baton` runs with here (its
     start-up line "blas: ..., kernels X, ...")."""
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
-                if l.startswith("model name")), "unknown")
     done = subprocess.run(
         [os.path.join(build, "baton"), "train", *COMMON, *RUN_ONLY,
          "--training.steps=1", f"--job.dump_folder={tmp}/machine"],
         capture_output=True, text=True)
-    line = next((l for l in done.stderr.splitlines() if "blas: " in l), "")
-    blas = line[line.index("blas: ") + 6:] if line else "not reported"
-    return {"cpu": cpu, "blas": blas}
+    return {"cpu": process_runs.cpu_model(),
+            "blas": process_runs.blas_line(done.stderr)}
 
 
 def plan(build, flavor_args, global_batch, out_dir, cpu_bind):
@@ -123,14 +85,7 @@ def train(build, name, args, tmp, cpu_bind):
     """`baton train --nproc 2 --cpu-bind CPU_BIND ARGS`, as the profile's
     ranks were launched: the metrics rows of steps 3..; exits naming the
     run if it fails."""
-    dump = os.path.join(tmp, name)
-    cmd = [os.path.join(build, "baton"), "train", "--nproc", "2",
-           "--cpu-bind", cpu_bind, *args, f"--job.dump_folder={dump}"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{name} failed:\n" + done.stdout[-3000:] + done.stderr[-3000:])
-    with open(os.path.join(dump, "metrics.jsonl")) as f:
-        return [json.loads(l) for l in f][2:]
+    return process_runs.launch(build, name, 2, args, tmp, cpu_bind)[0]
 
 
 def picks(ranked):
@@ -339,7 +294,7 @@ def main():
               "cpu_bind": args.cpu_bind,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               }
-    conditions = Conditions()
+    conditions = process_runs.Conditions()
     with tempfile.TemporaryDirectory(prefix="baton_plan_runs_") as tmp:
         report.update(machine(args.build, tmp))
         report["cluster"] = cluster(args.build, tmp)

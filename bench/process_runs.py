@@ -1,6 +1,8 @@
-"""Ranks of `baton train` as real processes, for the benchmarks that need each
-rank's peak RSS (os.wait4) and its log: pipeline_runs.py, fsdp_runs.py and
-scaling_runs.py."""
+"""Ranks of `baton train` as real processes, for the benchmarks: started one
+by one with torchrun's variables where a benchmark needs each rank's peak RSS
+(os.wait4) and its log (pipeline_runs.py, fsdp_runs.py), or by `baton train
+--nproc` (launch: scaling_runs.py, plan_runs.py); and what else ran on the
+machine meanwhile (Conditions)."""
 
 import json
 import os
@@ -8,6 +10,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 
 
 # The small flavor (about 25M parameters), one ATen thread per rank, 4 x 256
@@ -71,3 +74,102 @@ def speed(rows):
     """Median step time and tokens/s of metrics rows."""
     return {"step_s": statistics.median(r["step_time_s"] for r in rows),
             "tokens_per_sec": statistics.median(r["tokens_per_sec"] for r in rows)}
+
+
+def whole_cores():
+    """The cores this process may run on, each as the set of its allowed
+    hardware threads (thread_siblings_list), in the order of their first
+    CPU."""
+    allowed = os.sched_getaffinity(0)
+    cores, seen = [], set()
+    for cpu in sorted(allowed):
+        if cpu in seen:
+            continue
+        path = f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"
+        siblings = {cpu}
+        try:
+            with open(path) as f:
+                for part in f.read().strip().split(","):
+                    lo, _, hi = part.partition("-")
+                    siblings.update(range(int(lo), int(hi or lo) + 1))
+        except OSError:
+            pass
+        core = siblings & allowed
+        seen |= core
+        cores.append(core)
+    return cores
+
+
+def launch(build, name, world, args, tmp, cpu_bind, threads=None):
+    """`baton train --nproc WORLD --cpu-bind CPU_BIND ARGS`. With `cores` the
+    launcher starts on the first WORLD whole cores this process may use, so
+    it binds each rank to one of them (one rank: one core, not the machine).
+    `threads`, where given, sets each rank's OMP_NUM_THREADS and
+    OPENBLAS_NUM_THREADS (else the launcher's defaults). Returns (metrics
+    rows of steps 3.., the launcher's output); exits naming the run if it
+    fails or the machine has too few cores."""
+    preexec = None
+    if cpu_bind == "cores":
+        cores = whole_cores()
+        if len(cores) < world:
+            sys.exit(f"{name}: needs {world} cores, this process may use {len(cores)}")
+        cpus = set().union(*cores[:world])
+        preexec = lambda: os.sched_setaffinity(0, cpus)  # noqa: E731
+    env = dict(os.environ)
+    if threads is not None:
+        env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    dump = os.path.join(tmp, name)
+    cmd = [os.path.join(build, "baton"), "train", "--nproc", str(world),
+           "--cpu-bind", cpu_bind, *args, f"--job.dump_folder={dump}"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                          preexec_fn=preexec)
+    if done.returncode != 0:
+        sys.exit(f"{name} failed:\n" + done.stdout[-3000:] + done.stderr[-3000:])
+    with open(os.path.join(dump, "metrics.jsonl")) as f:
+        return [json.loads(l) for l in f][2:], done.stdout + done.stderr
+
+
+def blas_line(output):
+    """What `baton train` said of its BLAS at start ("blas: ..."), or "not
+    reported"."""
+    line = next((l for l in output.splitlines() if "blas: " in l), "")
+    return line[line.index("blas: ") + 6:] if line else "not reported"
+
+
+def cpu_model():
+    return next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                 if l.startswith("model name")), "unknown")
+
+
+class Conditions:
+    """What else runs meanwhile, every 10 s: the 1-minute load average and
+    the compilers running (a measurement is only as good as the machine is
+    quiet)."""
+
+    def __init__(self):
+        self.samples = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            load = float(open("/proc/loadavg").read().split()[0])
+            compilers = 0
+            for pid in os.listdir("/proc"):
+                try:
+                    if pid.isdigit() and open(f"/proc/{pid}/comm").read().strip() == "cc1plus":
+                        compilers += 1
+                except OSError:
+                    pass
+            self.samples.append((load, compilers))
+            self._stop.wait(10)
+
+    def summary(self):
+        self._stop.set()
+        self._thread.join()
+        loads = [l for l, _ in self.samples]
+        return {"samples": len(self.samples),
+                "with_compilers": sum(1 for _, c in self.samples if c > 0),
+                "load_median": statistics.median(loads) if loads else 0.0,
+                "load_max": max(loads) if loads else 0.0}

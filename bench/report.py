@@ -8,6 +8,10 @@ Standard library only; the plots are SVG written directly.
 Usage: report.py RESULTS_DIR DOCS_DIR
        report.py --gpu GPU_JSON DOCS_DIR   (bench/gpu.sh's figures from a GPU
        machine into the existing page: its GPU section and targets row)
+       report.py --plan PLAN_RUNS_JSON DOCS_DIR   (one bench/plan_runs.py run
+       into the existing page: its section, targets rows and limits bullet)
+       report.py --scaling SCALING_RUNS_JSON DOCS_DIR   (one
+       bench/scaling_runs.py run: its section and targets rows)
 """
 
 import json
@@ -582,24 +586,60 @@ def scaling_section(doc, targets):
     """Data and pipeline parallel's scaling efficiency, process runs."""
     if not doc:
         return []
-    med = {}
-    for name in [r["name"] for r in doc["rounds"][0]]:
-        runs = [r for rnd in doc["rounds"] for r in rnd if r["name"] == name]
-        med[name] = {k: statistics.median(r[k] for r in runs)
-                     for k in ("step_s", "tokens_per_sec")}
+    names = [r["name"] for r in doc["rounds"][0]]
+    runs = {n: [r for rnd in doc["rounds"] for r in rnd if r["name"] == n]
+            for n in names}
+    med = {n: {k: statistics.median(r[k] for r in rs)
+               for k in ("step_s", "tokens_per_sec")} for n, rs in runs.items()}
     one = med["one"]["tokens_per_sec"]
+    per_round = "efficiency" in doc["rounds"][0][0]
+    where = {
+        "cores": " Every run is `baton train --nproc W --cpu-bind cores` started "
+                 "on the first W whole cores, so the one-process run has one core "
+                 "and each rank of the others a core of its own.",
+        "none": " Every run is `baton train --nproc W` with its ranks left to the "
+                "scheduler (`--cpu-bind none`), each free to move between all "
+                "the cores.",
+    }.get(doc.get("cpu_bind"), " Each rank started with torchrun's variables, "
+          "left to the scheduler.")
+    machine = ""
+    if doc.get("date"):
+        cond = doc.get("conditions", {})
+        machine = (f" Run {doc['date']} on {doc['cpu']} (BLAS: "
+                   f"{doc['blas'].split(';')[0]})"
+                   + (f"; other work meanwhile, sampled every 10 s: compilers "
+                      f"running in {cond['with_compilers']} of {cond['samples']} "
+                      f"samples, 1-minute load average median "
+                      f"{cond['load_median']:.1f}, max {cond['load_max']:.1f} "
+                      f"({os.cpu_count()} cores)" if cond.get("samples") else "")
+                   + ".")
+    how = ("the efficiency of each round (its runs one after the other, each "
+           "round starting one run further on), and their median" if per_round
+           else "from the medians of the rounds")
     lines = ["## Scaling efficiency (process runs)", "",
              "`bench/scaling_runs.py`: the small flavor, one ATen and one OpenBLAS "
-             "thread per rank (a core each), 4 x 256 tokens per local batch in float32, "
-             f"{doc['steps']} steps, medians of steps 3.. and of {len(doc['rounds'])} "
-             "rounds. Efficiency: tokens/s of the two ranks over twice one process's "
-             "on one core.", "",
-             "| run | ranks | step | tokens/s | efficiency |", "|---|---|---|---|---|"]
+             "thread per rank, 4 x 256 tokens per local batch in float32, "
+             f"{doc['steps']} steps, medians of steps 3.. and of "
+             f"{len(doc['rounds'])} rounds." + where +
+             " Efficiency: tokens/s of the two ranks over twice one process's "
+             f"on one core, {how}." + machine, ""]
+    if per_round:
+        lines += ["| run | ranks | step | tokens/s | efficiency | per round |",
+                  "|---|---|---|---|---|---|"]
+    else:
+        lines += ["| run | ranks | step | tokens/s | efficiency |",
+                  "|---|---|---|---|---|"]
     for name, m in med.items():
-        ranks = 1 if name == "one" else 2
-        eff = m["tokens_per_sec"] / (ranks * one)
+        ranks = runs[name][0]["ranks"]
+        if per_round:
+            effs = [r["efficiency"] for r in runs[name]]
+            eff = statistics.median(effs)
+            tail = f" {eff:.2f} | {' / '.join(f'{e:.2f}' for e in effs)} |"
+        else:
+            eff = m["tokens_per_sec"] / (ranks * one)
+            tail = f" {eff:.2f} |"
         lines.append(f"| {name} | {ranks} | {m['step_s'] * 1e3:.0f} ms | "
-                     f"{m['tokens_per_sec']:,.0f} | {eff:.2f} |")
+                     f"{m['tokens_per_sec']:,.0f} |" + tail)
         if ranks == 2:
             targets.setdefault("scaling", []).append((name, eff))
     return lines + [""]
@@ -911,6 +951,36 @@ def splice_gpu(gpu_path, docs):
         f.write("\n".join(lines))
 
 
+def scaling_target_rows(t, verdict):
+    return [f"| scaling (#16): {name} tokens/s with one core per rank over twice "
+            f"one process on one core | {eff:.2f} | {verdict(eff >= 0.9)} |"
+            for name, eff in t.get("scaling", [])]
+
+
+def splice_scaling(scaling_path, docs):
+    """Puts one run of bench/scaling_runs.py into the existing page: its
+    section and its rows of the targets, the rest of the page as the last
+    `make bench` left it (the section states its own date and machine)."""
+    targets = {}
+    section = scaling_section(json.load(open(scaling_path)), targets)
+    path = os.path.join(docs, "PERFORMANCE.md")
+    page = open(path).read()
+    start = page.index("\n## Scaling efficiency (process runs)") + 1
+    end = page.index("\n## ", start)
+    page = page[:start] + "\n".join(section) + page[end:]
+    rows = scaling_target_rows(targets, lambda ok: "yes" if ok else "no")
+    lines, placed = [], False
+    for line in page.split("\n"):
+        if line.startswith("| scaling (#16)"):
+            if not placed:
+                lines += rows
+                placed = True
+            continue
+        lines.append(line)
+    with open(path, "w") as f:
+        f.write(with_current_notes("\n".join(lines)))
+
+
 def splice_plan(plan_path, docs):
     """Puts one run of bench/plan_runs.py into the existing page: its section,
     its rows of the targets and its bullet of the limits, the rest of the page
@@ -1019,9 +1089,7 @@ def targets_section(t):
     for threads, mfu in t.get("kernel_mfu", []):
         lines.append(f"| BLAS kernels (#16): MFU of `small` >= 60 % of the chosen kernels' "
                      f"matmul peak, {threads} thread(s) | {mfu:.0f} % | {verdict(mfu >= 60)} |")
-    for name, eff in t.get("scaling", []):
-        lines.append(f"| scaling (#16): {name} tokens/s with one core per rank over twice "
-                     f"one process on one core | {eff:.2f} | {verdict(eff >= 0.9)} |")
+    lines += scaling_target_rows(t, verdict)
     if t.get("tp_traffic") is not None:
         lines.append("| tensor parallel (#18): bytes each TP layer moves per step "
                      "equal the formula | worst difference "
@@ -1216,6 +1284,9 @@ def main():
         return
     if sys.argv[1] == "--plan":
         splice_plan(sys.argv[2], sys.argv[3])
+        return
+    if sys.argv[1] == "--scaling":
+        splice_scaling(sys.argv[2], sys.argv[3])
         return
     results, docs = sys.argv[1], sys.argv[2]
     machine = load(results, "machine.json")
