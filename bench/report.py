@@ -941,10 +941,7 @@ def splice_gpu(gpu_path, docs):
             json.dump(gpu, f, indent=1)
             f.write("\n")
     path = os.path.join(docs, "PERFORMANCE.md")
-    page = open(path).read()
-    start = page.index("\n## GPU") + 1
-    end = page.index("\n## ", start)
-    page = page[:start] + "\n".join(gpu_section(gpu)) + page[end:]
+    page = replace_section(open(path).read(), "## GPU", gpu_section(gpu))
     lines = [gpu_target_row(gpu) if l.startswith("| GPU: `bench/gpu.sh`") else l
              for l in page.split("\n")]
     with open(path, "w") as f:
@@ -957,62 +954,72 @@ def scaling_target_rows(t, verdict):
             for name, eff in t.get("scaling", [])]
 
 
-def splice_scaling(scaling_path, docs):
-    """Puts one run of bench/scaling_runs.py into the existing page: its
-    section and its rows of the targets, the rest of the page as the last
-    `make bench` left it (the section states its own date and machine)."""
-    targets = {}
-    section = scaling_section(json.load(open(scaling_path)), targets)
-    path = os.path.join(docs, "PERFORMANCE.md")
-    page = open(path).read()
-    start = page.index("\n## Scaling efficiency (process runs)") + 1
+def replace_section(page, heading, section):
+    """The page with its section under `heading` (to the next "## ")
+    replaced by `section`'s lines."""
+    start = page.index("\n" + heading) + 1
     end = page.index("\n## ", start)
-    page = page[:start] + "\n".join(section) + page[end:]
-    rows = scaling_target_rows(targets, lambda ok: "yes" if ok else "no")
-    lines, placed = [], False
-    for line in page.split("\n"):
-        if line.startswith("| scaling (#16)"):
+    return page[:start] + "\n".join(section) + page[end:]
+
+
+def replace_rows(lines, prefix, rows):
+    """`lines` with the run of rows starting with `prefix` replaced by
+    `rows`."""
+    out, placed = [], False
+    for line in lines:
+        if line.startswith(prefix):
             if not placed:
-                lines += rows
+                out += rows
                 placed = True
             continue
-        lines.append(line)
+        out.append(line)
+    return out
+
+
+def splice(docs, heading, section, prefix, rows, edit=None):
+    """Puts one run's `section` (under `heading`) and its rows of the
+    targets (starting with `prefix`) into the existing page, the rest as the
+    last `make bench` left it; `edit`, where given, changes the lines after
+    that; bench/notes.md's current text goes at the end."""
+    path = os.path.join(docs, "PERFORMANCE.md")
+    page = replace_section(open(path).read(), heading, section)
+    lines = replace_rows(page.split("\n"), prefix, rows)
+    if edit:
+        lines = edit(lines)
     with open(path, "w") as f:
         f.write(with_current_notes("\n".join(lines)))
+
+
+def splice_scaling(scaling_path, docs):
+    """One run of bench/scaling_runs.py into the page: its section and its
+    rows of the targets (the section states its own date and machine)."""
+    targets = {}
+    section = scaling_section(json.load(open(scaling_path)), targets)
+    splice(docs, "## Scaling efficiency (process runs)", section,
+           "| scaling (#16)", scaling_target_rows(targets, lambda ok: "yes" if ok else "no"))
 
 
 def splice_plan(plan_path, docs):
-    """Puts one run of bench/plan_runs.py into the existing page: its section,
-    its rows of the targets and its bullet of the limits, the rest of the page
-    as the last `make bench` left it (the section states its own date and
-    machine)."""
+    """One run of bench/plan_runs.py into the page: its section, its rows of
+    the targets and its bullet of the limits (the section states its own
+    date and machine)."""
     targets = {}
     section = plan_section(json.load(open(plan_path)), targets)
-    path = os.path.join(docs, "PERFORMANCE.md")
-    page = open(path).read()
-    start = page.index("\n## `baton plan`: predicted against measured") + 1
-    end = page.index("\n## ", start)
-    page = page[:start] + "\n".join(section) + page[end:]
-    rows = plan_target_rows(targets, lambda ok: "yes" if ok else "no")
     limits = plan_limit_lines(targets)
-    lines, placed, limited = [], False, False
-    for line in page.split("\n"):
-        if line.startswith("| plan (#21)"):
-            if not placed:
-                lines += rows
-                placed = True
-            continue
-        if line.startswith("- The plan's predictions against its runs."):
-            lines += limits
-            limited = True
-            continue
-        lines.append(line)
-    if limits and not limited:
-        # The last page met every target of the plan: no bullet to replace.
-        at = lines.index("## What limits the targets not met") + 2
-        lines[at:at] = limits
-    with open(path, "w") as f:
-        f.write(with_current_notes("\n".join(lines)))
+    bullet = "- The plan's predictions against its runs."
+
+    def limits_bullet(lines):
+        if any(l.startswith(bullet) for l in lines):
+            return replace_rows(lines, bullet, limits)
+        if limits:
+            # The last page met every target of the plan: no bullet to replace.
+            at = lines.index("## What limits the targets not met") + 2
+            lines[at:at] = limits
+        return lines
+
+    splice(docs, "## `baton plan`: predicted against measured", section,
+           "| plan (#21)", plan_target_rows(targets, lambda ok: "yes" if ok else "no"),
+           limits_bullet)
 
 
 def busy_fraction(results):
