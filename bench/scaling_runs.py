@@ -73,9 +73,9 @@ def main():
             report["rounds"].append([results[name] for name, _, _ in RUNS])
     report["conditions"] = conditions.summary()
     for name, _, _ in RUNS[1:]:
-        print(json.dumps({"name": name, "efficiency": statistics.median(
-            rnd[i]["efficiency"] for rnd in report["rounds"]
-            for i in range(len(RUNS)) if rnd[i]["name"] == name)}))
+        effs = [r["efficiency"] for rnd in report["rounds"] for r in rnd
+                if r["name"] == name]
+        print(json.dumps({"name": name, "efficiency": statistics.median(effs)}))
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
 
