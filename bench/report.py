@@ -933,19 +933,16 @@ def with_current_notes(page):
 
 def splice_gpu(gpu_path, docs):
     """Puts a GPU machine's gpu.json into the existing page (its section and
-    its row of the targets, the rest of the page as the CPU run left it) and
-    keeps it as bench/gpu_last.json for the page's next regeneration."""
+    its row of the targets, the rest of the page as the CPU run left it and
+    bench/notes.md's current text at the end, as the other splices) and keeps
+    it as bench/gpu_last.json for the page's next regeneration."""
     gpu = json.load(open(gpu_path))
     if os.path.abspath(gpu_path) != LAST_GPU:
         with open(LAST_GPU, "w") as f:
             json.dump(gpu, f, indent=1)
             f.write("\n")
-    path = os.path.join(docs, "PERFORMANCE.md")
-    page = replace_section(open(path).read(), "## GPU", gpu_section(gpu))
-    lines = [gpu_target_row(gpu) if l.startswith("| GPU: `bench/gpu.sh`") else l
-             for l in page.split("\n")]
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
+    splice(docs, "## GPU", gpu_section(gpu), "| GPU: `bench/gpu.sh`",
+           [gpu_target_row(gpu)])
 
 
 def scaling_target_rows(t, verdict):
@@ -1336,7 +1333,7 @@ def main():
         "`bench/results/*.json` of one run; do not edit by hand. Every comparison "
         "below was measured side by side in that run.",
         "",
-    ] + machine_section(machine, results) + targets_section(targets) + limits_section(targets) + body + [gpu_text, "", notes]
+    ] + machine_section(machine, results) + targets_section(targets) + limits_section(targets) + body + [gpu_text.rstrip("\n"), "", notes]
     with open(os.path.join(docs, "PERFORMANCE.md"), "w") as f:
         f.write("\n".join(page).rstrip() + "\n")
 
