@@ -21,6 +21,7 @@
 #include "builders/plan_profile.h"
 #include "checkpoint/inspect.h"
 #include "common/allocator.h"
+#include "common/blas.h"
 #include "common/error.h"
 #include "common/threads.h"
 #include "config/job_config.h"
@@ -93,25 +94,13 @@ void write_text_file(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-BlasStartup prepare_blas_for(const JobConfig& config) {
-  const char* forced = std::getenv(kBlasKernelsVar);
-  const bool from_env = forced != nullptr && *forced != '\0';
-  const BlasStartup blas = prepare_blas_kernels(
-      from_env ? std::string(forced) : config.training.blas_kernels,
-      from_env ? std::string(kBlasKernelsVar) + "=" + forced
-               : config.origin("training.blas_kernels"),
-      FaultInjection::get().fail_blas_check());
-  if (blas.warning) {
-    LOG(WARNING) << blas.log;
-  } else {
-    LOG(INFO) << blas.log;
-  }
-  // The other CPU code chosen by instruction set: float32 attention.
+void log_cpu_kernels() {
+  LOG(INFO) << "blas: " << loaded_blas().describe();
+  // The CPU code Baton chooses by instruction set: float32 attention.
   LOG(INFO) << "attention: CPU kernel with "
             << llama::attention_kernel::isa_name(
                    llama::attention_kernel::best_isa())
             << " instructions";
-  return blas;
 }
 
 namespace {
@@ -131,7 +120,7 @@ PlanOptions plan_options(const PlanArgs& args) {
 /// One rank of the profile's launch: times what the cost file holds with
 /// the others (builders/plan_profile.h); rank 0 writes it.
 int run_profile_rank(const JobConfig& config, const PlanArgs& args) {
-  prepare_blas_for(config);
+  log_cpu_kernels();
   keep_freed_memory_in_process();
   const dist::LaunchEnv env = dist::detect_launch_env();
   std::shared_ptr<dist::Runtime> runtime;
@@ -171,7 +160,7 @@ int run_profile_rank(const JobConfig& config, const PlanArgs& args) {
 /// 1). Returns the costs; writes them to `path`.
 PlanCosts profile_here(
     const JobConfig& config, const PlanArgs& args, const std::string& path) {
-  prepare_blas_for(config);
+  log_cpu_kernels();
   const int64_t cores =
       std::max<int64_t>(1, std::thread::hardware_concurrency());
   const int64_t compute = std::min(args.nproc, cores);
@@ -209,11 +198,10 @@ PlanCosts profile_here(
   std::cout << "plan: profiling on this machine with " << ranks << " rank(s) ("
             << compute << " timing compute, ";
   if (args.cpu_bind == dist::CpuBind::kCores) {
-    std::cout << "each bound to its own cores and as many BLAS threads; "
+    std::cout << "each bound to its own cores and as many threads; "
                  "train with --cpu-bind cores to run as profiled)\n";
   } else {
-    std::cout << dist::blas_threads_per_rank(ranks)
-              << " BLAS thread(s) each)\n";
+    std::cout << dist::threads_per_rank(ranks) << " thread(s) each)\n";
   }
   std::cout << std::flush;
   const auto start = std::chrono::steady_clock::now();

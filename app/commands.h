@@ -1,16 +1,12 @@
 #pragma once
 
 #include "app/cli.h"
-#include "common/blas.h"
 
 namespace baton {
 
-struct JobConfig;
-
-/// OpenBLAS's kernels for a run of `config` (training.blas_kernels, or
-/// BATON_BLAS_KERNELS): chosen, checked and logged (common/blas.h). The
-/// ranks a launch starts inherit the choice.
-BlasStartup prepare_blas_for(const JobConfig& config);
+/// Logs the CPU code a run computes with: the BLAS (common/blas.h) and the
+/// instruction set of the CPU attention kernel.
+void log_cpu_kernels();
 
 /// `baton schedule`: generates (or loads) a schedule, plans it and writes it
 /// in the asked format; returns the exit code.

@@ -17,7 +17,6 @@
 #include "builders/builder_registry.h"
 #include "builders/dry_run.h"
 #include "checkpoint/checkpoint.h"
-#include "common/blas.h"
 #include "common/error.h"
 #include "common/threads.h"
 #include "config/job_config.h"
@@ -122,9 +121,7 @@ int run_train(const baton::TrainArgs& args, char** argv) {
         args.dry_run);
     return 0;
   }
-  // OpenBLAS's kernels (common/blas.h): chosen here, and for the ranks
-  // a launch starts, which inherit the choice and check it themselves.
-  const baton::BlasStartup blas = baton::prepare_blas_for(config);
+  baton::log_cpu_kernels();
   if (args.nproc > 0) {
     // The config is checked once, here, before any rank starts.
     baton::dist::LocalLaunchOptions launch;
@@ -147,30 +144,22 @@ int run_train(const baton::TrainArgs& args, char** argv) {
     }
     return baton::dist::launch_local(launch);
   }
-  // Several intra-op threads must not spin beside OpenBLAS's, nor
-  // OpenBLAS's idle threads beside them (common/threads.h): start again
-  // with OMP_WAIT_POLICY=PASSIVE and a short OPENBLAS_THREAD_TIMEOUT unless
-  // the user set them; in the same restart as the kernels'. Not when the
-  // config could not be read a second time (a pipe, /dev/stdin).
+  // Several intra-op threads must not spin after each parallel region on
+  // the cores the others need (common/threads.h): start again with
+  // OMP_WAIT_POLICY=PASSIVE unless the user set it. Not when the config
+  // could not be read a second time (a pipe, /dev/stdin).
   const bool rereadable = std::all_of(
       args.config_paths.begin(),
       args.config_paths.end(),
       [](const std::string& path) {
         return std::filesystem::is_regular_file(path);
       });
-  const baton::LoadTimeSettings settings = baton::load_time_settings(
-      blas.restart,
-      baton::resolve_intra_op_threads(
-          config.training.num_threads,
-          baton::dist::detect_launch_env().local_world_size),
-      baton::blas_threads());
-  if (!rereadable) {
-    if (blas.restart) {
-      LOG(WARNING) << "blas: the config cannot be read again (a pipe): going "
-                      "on with the kernels loaded";
-    }
-  } else {
-    baton::restart_for_load_time_settings(argv, settings);
+  if (rereadable) {
+    baton::restart_for_load_time_settings(
+        argv,
+        baton::load_time_settings(baton::resolve_intra_op_threads(
+            config.training.num_threads,
+            baton::dist::detect_launch_env().local_world_size)));
   }
   // Both live outside the try, so the runtime they hold is still there when
   // a failure is reported.

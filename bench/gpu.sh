@@ -37,7 +37,6 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 # from BATON_DEBS, a folder of .deb files (scripts/gpu_deps.sh) unpacked
 # beside the build for a machine with no network, else installed with apt.
 cmake_prefix=$prefix
-extra_cmake=()
 if [ -n "${BATON_DEBS:-}" ]; then
   case $build in /*) deps=$build-deps ;; *) deps=$PWD/$build-deps ;; esac
   log "unpacking $(ls "$BATON_DEBS"/*.deb | wc -l) packages from $BATON_DEBS into $deps"
@@ -74,7 +73,7 @@ elif command -v apt-get >/dev/null; then
   fi
 fi
 
-# Gloo's headers and code ship inside PyTorch (in libtorch_cpu).
+# Gloo's code ships inside PyTorch (in libtorch_cpu), its headers may not.
 gloo_include="$torch_dir/include"
 if [ ! -f "$gloo_include/gloo/algorithm.h" ]; then
   gloo_include=
@@ -88,11 +87,6 @@ if [ ! -f "$gloo_include/gloo/algorithm.h" ]; then
   fi
 fi
 log "Gloo headers from $gloo_include"
-# PyTorch's NCCL header lives in the nvidia-nccl wheel, not in torch/include.
-nccl_include=$("$python" -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "include"))' 2>/dev/null || true)
-if [ -n "$nccl_include" ] && [ -f "$nccl_include/nccl.h" ]; then
-  extra_cmake+=(-DNCCL_INCLUDE_DIR="$nccl_include")
-fi
 # Ninja where there is one (a pip PyTorch machine has it); keep going past
 # a failing translation unit so one run names them all.
 if command -v ninja >/dev/null; then
@@ -102,9 +96,9 @@ else
 fi
 log "configuring $build"
 cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$cmake_prefix" "${extra_cmake[@]}" \
-  -DGLOO_INCLUDE_DIR="$gloo_include" \
-  -DGLOO_LIBRARY="$torch_dir/lib/libtorch_cpu.so" > "$build.configure.log" 2>&1 ||
+  -DBATON_TORCH_PYTHON="$(command -v "$python")" -DBATON_TORCH_CUDA=ON \
+  -DCMAKE_PREFIX_PATH="$cmake_prefix" \
+  -DGLOO_INCLUDE_DIR="$gloo_include" > "$build.configure.log" 2>&1 ||
   { tail -30 "$build.configure.log"; exit 1; }
 grep -E "CUDA|NCCL" "$build.configure.log" || true
 log "building baton, gpu_bench, models_test and trainer_test"

@@ -128,7 +128,8 @@ void BM_CausalAttention(benchmark::State& state) {
       [block](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
         return block > 0 ? baton::llama::blocked_causal_attention(
                                q, k, v, false, block)
-                         : baton::compat::causal_sdpa(q, k, v);
+                         : at::scaled_dot_product_attention(
+                               q, k, v, {}, 0.0, /*is_causal=*/true);
       });
 }
 BENCHMARK(BM_CausalAttention)
@@ -200,24 +201,12 @@ BENCHMARK(BM_Swiglu)
 }  // namespace
 
 int main(int argc, char** argv) {
-  // OpenBLAS's kernels as `baton train` chooses them when BATON_BLAS_KERNELS
-  // says so (auto, or a set: scripts/bench.sh runs the environment's and
-  // the chosen ones side by side); unset, as the environment gives them.
-  const char* kernels = std::getenv(baton::kBlasKernelsVar);
-  const baton::BlasStartup blas = baton::prepare_blas_kernels(
-      kernels != nullptr && *kernels != '\0' ? kernels : "default",
-      baton::kBlasKernelsVar,
-      /*fail_check=*/false);
-  std::cerr << blas.log << '\n';
   // As `baton train` runs with several threads (common/threads.h): the
-  // benchmarks set 1 or 2 ATen threads themselves, and OpenBLAS runs its
-  // own on every core. The Python peer is run both with the same settings
-  // and without.
+  // benchmarks set 1 or 2 ATen threads themselves. The Python peer is run
+  // both with the same settings and without.
   baton::restart_for_load_time_settings(
-      argv,
-      baton::load_time_settings(
-          blas.restart, /*intra_op_threads=*/2, baton::blas_threads()));
-  benchmark::AddCustomContext("blas_kernels", baton::loaded_blas().kernels);
+      argv, baton::load_time_settings(/*intra_op_threads=*/2));
+  benchmark::AddCustomContext("blas", baton::loaded_blas().describe());
   baton::keep_freed_memory_in_process();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

@@ -34,18 +34,6 @@ std::string value_or_unset(const char* var) {
   return value == nullptr || *value == '\0' ? "unset" : value;
 }
 
-/// "2 OpenBLAS threads (OPENBLAS_THREAD_TIMEOUT=12), " for the runtime's
-/// log line; "" where the BLAS is not OpenBLAS.
-std::string openblas_threads_note() {
-  const int threads = blas_threads();
-  if (threads == 0) {
-    return "";
-  }
-  return std::to_string(threads) + " OpenBLAS threads (" +
-         kBlasThreadTimeoutVar + "=" + value_or_unset(kBlasThreadTimeoutVar) +
-         "), ";
-}
-
 /// comm.backend resolved for `device`: auto is NCCL on CUDA, else Gloo.
 std::string comm_backend(const JobConfig& config, const at::Device& device) {
   const std::string& b = config.comm.backend;
@@ -267,8 +255,8 @@ void TrainerBuilder::init_runtime() {
   LOG(INFO) << "runtime: " << env_.to_string() << "; " << dims_.to_string()
             << "; " << mesh_->to_string() << "; " << threads
             << " intra-op threads (" << kOmpWaitPolicyVar << "="
-            << value_or_unset(kOmpWaitPolicyVar) << "), "
-            << openblas_threads_note() << "device " << device_.str();
+            << value_or_unset(kOmpWaitPolicyVar) << "), device "
+            << device_.str();
 }
 
 std::shared_ptr<const Tokenizer> TrainerBuilder::build_tokenizer() {

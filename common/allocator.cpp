@@ -7,8 +7,6 @@
 #include <atomic>
 #include <mutex>
 
-#include "common/torch_compat.h"
-
 namespace baton {
 
 void keep_freed_memory_in_process() {
@@ -30,7 +28,7 @@ class CountingCpuAllocator final : public c10::Allocator {
  public:
   explicit CountingCpuAllocator(c10::Allocator* base) : base_(base) {}
 
-  c10::DataPtr allocate(size_t n) BATON_ALLOCATOR_ALLOCATE_CONST override {
+  c10::DataPtr allocate(size_t n) override {
     auto* block = static_cast<char*>(base_->raw_allocate(n + kHeader));
     *reinterpret_cast<size_t*>(block) = n;
     const int64_t now =
@@ -46,12 +44,10 @@ class CountingCpuAllocator final : public c10::Allocator {
     return &release;
   }
 
-#if BATON_TORCH_AT_LEAST(2, 3)
   void copy_data(
       void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
-#endif
 
   static void release(void* data) {
     char* block = static_cast<char*>(data) - kHeader;

@@ -29,18 +29,9 @@ bool openmp_wait_policy_unset() {
   return value == nullptr || *value == '\0';
 }
 
-bool blas_thread_timeout_unset() {
-  const char* value = std::getenv(kBlasThreadTimeoutVar);
-  return value == nullptr || *value == '\0';
-}
-
-LoadTimeSettings load_time_settings(
-    bool kernels, int64_t intra_op_threads, int blas_threads) {
+LoadTimeSettings load_time_settings(int64_t intra_op_threads) {
   LoadTimeSettings settings;
-  settings.kernels = kernels;
   settings.passive_openmp = intra_op_threads > 1 && openmp_wait_policy_unset();
-  settings.blas_thread_timeout =
-      intra_op_threads > 1 && blas_threads > 1 && blas_thread_timeout_unset();
   return settings;
 }
 
@@ -73,21 +64,11 @@ void restart_process(char** argv, const std::string& what) {
 void restart_for_load_time_settings(
     char** argv, const LoadTimeSettings& settings) {
   std::vector<std::string> what;
-  if (settings.kernels) {
-    what.emplace_back("OpenBLAS's kernels");
-  }
   if (settings.passive_openmp && set_for_restart(
                                      kOmpWaitPolicyVar,
                                      kBatonOmpWaitPolicy,
                                      "OpenMP's idle threads will spin")) {
     what.push_back(join({kOmpWaitPolicyVar, kBatonOmpWaitPolicy}, "="));
-  }
-  if (settings.blas_thread_timeout &&
-      set_for_restart(
-          kBlasThreadTimeoutVar,
-          kBatonBlasThreadTimeout,
-          "OpenBLAS's idle threads will spin for its default time")) {
-    what.push_back(join({kBlasThreadTimeoutVar, kBatonBlasThreadTimeout}, "="));
   }
   if (what.empty()) {
     return;

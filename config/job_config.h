@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "common/blas.h"
 #include "common/error.h"
 
 namespace baton {
@@ -207,9 +206,6 @@ struct TrainingConfig {
   bool deterministic = false;
   /// Intra-op threads; 0 = cores / local ranks.
   int64_t num_threads = 0;
-  /// OpenBLAS's kernel set (common/blas.h): auto (the fastest this CPU
-  /// runs, checked), default (OpenBLAS's own choice) or a set's name.
-  std::string blas_kernels = "auto";
   /// Mixed precision: the dtype forward and backward compute in (the
   /// master weights and optimizer state stay float32). auto: bfloat16 on
   /// CUDA; on the CPU bfloat16 only where a start-up probe measures its
@@ -257,11 +253,6 @@ struct TrainingConfig {
     v("num_threads",
       num_threads,
       FieldSpec("intra-op threads (0: cores / local ranks)").at_least(0));
-    v("blas_kernels",
-      blas_kernels,
-      FieldSpec("OpenBLAS kernel set: auto (the fastest this CPU runs, "
-                "checked at start-up), default (OpenBLAS's own) or a name")
-          .one_of(blas_kernels_values()));
     v("mixed_precision_param",
       mixed_precision_param,
       FieldSpec("dtype of forward and backward compute, weights kept "

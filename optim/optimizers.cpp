@@ -2,7 +2,6 @@
 
 #include <torch/optim/adamw.h>
 
-#include "common/torch_compat.h"
 #include "optim/fused_adamw.h"
 
 namespace baton {
@@ -18,7 +17,9 @@ void OptimizersContainer::step() {
 }
 
 void OptimizersContainer::zero_grad() {
-  for_each([](torch::optim::Optimizer& o) { compat::zero_grad_to_none(o); });
+  // set_to_none: the gradients' memory goes back between steps.
+  for_each(
+      [](torch::optim::Optimizer& o) { o.zero_grad(/*set_to_none=*/true); });
 }
 
 int64_t OptimizersContainer::state_bytes() const {

@@ -9,7 +9,6 @@
 #include <mutex>
 #include <sstream>
 
-#include "common/blas.h"
 #include "config/job_config.h"
 #include "models/forward_state.h"
 #include "models/param_cast.h"
@@ -74,17 +73,16 @@ class ReleaseCasts final : public GradientSync {
 
 double measure_bf16_matmul_speed() {
   c10::AutoGradMode no_grad(false);
-  // One core for both: ATen's intra-op threads (which bf16's products use)
-  // and OpenBLAS's own (float32's) set to one, restored after. OpenBLAS's
-  // count is the process's: rank threads sharing a process probe one at a
-  // time, so that none restores another's setting.
+  // One core: ATen's intra-op threads (which MKL's products run on too) set
+  // to one, restored after. The count is the process's: rank threads
+  // sharing a process probe one at a time, so that none restores another's
+  // setting.
   static std::mutex one_probe_at_a_time;
   const std::lock_guard<std::mutex> lock(one_probe_at_a_time);
   const int threads = at::get_num_threads();
   at::set_num_threads(1);
   double fp32 = 1e30, bf16 = 1e30;
   {
-    const BlasThreadsGuard one_blas_thread(1);
     const auto a = at::randn({1024, 256});
     const auto b = at::randn({256, 1024});
     const auto a16 = a.to(at::kBFloat16), b16 = b.to(at::kBFloat16);

@@ -31,13 +31,11 @@ struct MixedPrecisionChoice {
 
 /// bf16 matmul speed over float32's on one CPU core, measured on a
 /// model-sized product (1024 x 256 by 256 x 1024, the best of 5 runs of
-/// each, interleaved, with one ATen and one OpenBLAS thread, both restored
-/// after): above 1, bf16 is faster. Per core, because the two dtypes'
-/// products run on different threads (float32's on OpenBLAS's own, which a
-/// one-thread run leaves at the core count; bf16's on ATen's): compared on
-/// the run's threads, a one-thread run weighed two cores against one, and
-/// the answer moved from 1.03x to 1.48x between two starts on one Zen 4, so
-/// the same config trained in float32 or bf16 by chance (bench/notes.md).
+/// each, interleaved, on one ATen thread, restored after): above 1, bf16 is
+/// faster. Per core, so that the answer does not depend on the run's
+/// threads: with Debian's OpenBLAS, whose float32 products ran on its own
+/// threads, a comparison on the run's threads moved from 1.03x to 1.48x
+/// between two starts on one Zen 4 (bench/notes.md).
 double measure_bf16_matmul_speed();
 
 /// What `auto` asks of bf16's matmul on the CPU over float32's.

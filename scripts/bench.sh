@@ -7,9 +7,10 @@
 set -euo pipefail
 build_dir=${1:-build}
 out=bench/results
-# Debian's interpreter, with Debian's python3-torch (not a pyenv or venv one).
-python=/usr/bin/python3
+# The venv of the pinned PyTorch (scripts/versions.env): the Python peer
+# runs on the same libtorch as Baton.
 bash scripts/setup.sh bench
+python=$(bash scripts/setup.sh --venv)/bin/python
 mkdir -p "$out"
 rm -f "$out"/*.json "$out"/conditions.txt
 

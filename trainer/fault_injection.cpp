@@ -41,18 +41,18 @@ const FaultInjection& FaultInjection::get() {
       throw_config_error(
           where,
           "malformed; allowed: KIND:RANK:STEP[:ATTEMPTS] with KIND throw, "
-          "kill, hang, hangaction, killsave, stallsave or badblas and "
+          "kill, hang, hangaction, killsave or stallsave and "
           "ATTEMPTS >= 1");
     }
     f.kind_ = kind;
     if (f.kind_ != "throw" && f.kind_ != "kill" && f.kind_ != "hang" &&
         f.kind_ != "hangaction" && f.kind_ != "killsave" &&
-        f.kind_ != "stallsave" && f.kind_ != "badblas") {
+        f.kind_ != "stallsave") {
       throw_config_error(
           where,
           "KIND: '" + f.kind_ +
-              "'; allowed: throw, kill, hang, hangaction, killsave, "
-              "stallsave or badblas");
+              "'; allowed: throw, kill, hang, hangaction, killsave or "
+              "stallsave");
     }
     f.rank_ = rank;
     f.step_ = step;
@@ -100,8 +100,7 @@ void FaultInjection::in_pipeline_action(int64_t rank) const {
 void FaultInjection::at_step_start(int64_t rank, int64_t step) const {
   current_step = step;
   if (kind_.empty() || kind_ == "killsave" || kind_ == "stallsave" ||
-      kind_ == "hangaction" || kind_ == "badblas" || rank_ != rank ||
-      step_ != step) {
+      kind_ == "hangaction" || rank_ != rank || step_ != step) {
     return;
   }
   LOG(WARNING) << "injecting fault '" << kind_ << "' at step " << step;

@@ -15,9 +15,7 @@ namespace baton {
 /// hang report names the action); with killsave the checkpoint save of step
 /// STEP kills the process half-way through writing its file, with stallsave
 /// it stops there (sleeps) instead, so that a test can signal a save in
-/// progress; with badblas (any RANK
-/// and STEP) the check of the BLAS kernels Baton chose fails
-/// (common/blas.h). Unset: nothing. Read and parsed once per process; only
+/// progress. Unset: nothing. Read and parsed once per process; only
 /// the train loop, the checkpoint and the start-up ask it.
 class FaultInjection {
  public:
@@ -35,15 +33,11 @@ class FaultInjection {
   bool kill_during_save(int64_t rank, int64_t step) const;
   /// True when the save of `step` on `rank` is to stall half-way.
   bool stall_during_save(int64_t rank, int64_t step) const;
-  /// True when the check of chosen BLAS kernels is to fail.
-  bool fail_blas_check() const {
-    return kind_ == "badblas";
-  }
 
  private:
   FaultInjection() = default;
 
-  /// throw, kill, hang, hangaction, killsave, stallsave or badblas; empty
+  /// throw, kill, hang, hangaction, killsave or stallsave; empty
   /// when unset.
   std::string kind_;
   int64_t rank_ = -1;

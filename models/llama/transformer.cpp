@@ -6,7 +6,6 @@
 #include <stdexcept>
 
 #include "common/text.h"
-#include "common/torch_compat.h"
 #include "models/llama/fused_ops.h"
 #include "models/param_cast.h"
 
@@ -90,7 +89,8 @@ at::Tensor AttentionImpl::forward(
   if (blocked) {
     out = causal_attention(q, k, v, /*q_scaled=*/true);
   } else {
-    out = compat::causal_sdpa(q, k, v);
+    out = at::scaled_dot_product_attention(
+        q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
   }
   // (B, H, T, D) -> (B, T, H * D)
   return hooks.out(wo(out.transpose(1, 2).reshape({B, T, -1})));

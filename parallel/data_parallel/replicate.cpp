@@ -7,6 +7,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "common/torch_compat.h"
 #include "config/job_config.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
@@ -29,7 +30,7 @@ struct GradientReducer::State {
   std::vector<Bucket> buckets;
   std::vector<int64_t> bucket_of;
   // Keep the AccumulateGrad nodes (and so the hooks) alive.
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<compat::NodeRef> accumulators;
 
   std::mutex mutex;
   bool sync = false;

@@ -104,7 +104,7 @@ bool pump(Child& child, int k, bool flush_partial) {
 
 }  // namespace
 
-int64_t blas_threads_per_rank(int64_t nproc) {
+int64_t threads_per_rank(int64_t nproc) {
   return resolve_intra_op_threads(0, nproc);
 }
 
@@ -253,9 +253,6 @@ std::vector<std::string> child_environment(
   if (openmp_wait_policy_unset()) {
     ours.push_back(kOmpWaitPolicyVar);  // an empty one is replaced below
   }
-  if (blas_thread_timeout_unset()) {
-    ours.push_back(kBlasThreadTimeoutVar);
-  }
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv(*e);
     const std::string key = kv.substr(0, kv.find('='));
@@ -273,24 +270,18 @@ std::vector<std::string> child_environment(
   env.push_back(std::string(kBatonAgentStoreEnv) + "=" + store_file);
   env.push_back(
       std::string(kBatonRestartCountEnv) + "=" + std::to_string(attempt));
-  // BLAS and OpenMP pools sized for one process would oversubscribe the
-  // cores N times over (measured: DP 2 on 2 cores went from 2011 to 3512
-  // tokens/s with one OpenBLAS thread per rank); as torchrun does, give each
-  // rank its share (a bound rank: its CPUs) unless the user chose.
-  const std::string share = std::to_string(threads);
-  for (const char* var : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
-    if (std::getenv(var) == nullptr) {
-      env.push_back(std::string(var) + "=" + share);
-    }
+  // OpenMP pools (ATen's, and MKL's products on them) sized for one
+  // process would oversubscribe the cores N times over (measured with
+  // OpenBLAS's pool: DP 2 on 2 cores went from 2011 to 3512 tokens/s with
+  // one thread per rank); as torchrun does, give each rank its share (a
+  // bound rank: its CPUs) unless the user chose.
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    env.push_back("OMP_NUM_THREADS=" + std::to_string(threads));
   }
   // So that a rank with several intra-op threads need not restart itself
   // to get them (common/threads.h).
   if (openmp_wait_policy_unset()) {
     env.push_back(std::string(kOmpWaitPolicyVar) + "=" + kBatonOmpWaitPolicy);
-  }
-  if (blas_thread_timeout_unset()) {
-    env.push_back(
-        std::string(kBlasThreadTimeoutVar) + "=" + kBatonBlasThreadTimeout);
   }
   return env;
 }
@@ -575,7 +566,7 @@ Attempt run_attempt(
             options.nproc,
             rendezvous.store_file(),
             attempt,
-            cpus.empty() ? blas_threads_per_rank(options.nproc)
+            cpus.empty() ? threads_per_rank(options.nproc)
                          : static_cast<int64_t>(cpus.size())),
         cpus);
   }
@@ -643,12 +634,11 @@ int launch_local(const LocalLaunchOptions& options) {
   sigaction(SIGTERM, &sa, &old_term);
   sigaction(SIGUSR1, &sa, &old_usr1);
 
-  if (std::getenv("OMP_NUM_THREADS") == nullptr ||
-      std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
-    std::cerr << "baton: " << options.nproc << " ranks: OMP_NUM_THREADS and "
-              << "OPENBLAS_NUM_THREADS default to ";
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    std::cerr << "baton: " << options.nproc << " ranks: OMP_NUM_THREADS "
+              << "defaults to ";
     if (bound.empty()) {
-      std::cerr << blas_threads_per_rank(options.nproc)
+      std::cerr << threads_per_rank(options.nproc)
                 << " per rank (cores / ranks)";
     } else {
       std::cerr << "each rank's CPUs";

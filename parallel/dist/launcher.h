@@ -45,16 +45,16 @@ struct LocalLaunchOptions {
   /// the rank the others waited on and its last action. Empty: none.
   std::string flight_recorder_dir;
   /// kCores: rank r is started bound to cores_per_rank(nproc,
-  /// allowed_cores())[r], with OMP_NUM_THREADS and OPENBLAS_NUM_THREADS (when
-  /// unset) the number of its CPUs.
+  /// allowed_cores())[r], with OMP_NUM_THREADS (when unset) the number of
+  /// its CPUs.
   CpuBind cpu_bind = CpuBind::kNone;
 };
 
 /// Makes a private (0700) folder for the ranks' rendezvous store (a c10d
 /// FileStore: nothing listens on a port), starts `nproc` children with
 /// RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and BATON_AGENT_STORE
-/// (the store's file) set (and OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, see
-/// blas_threads_per_rank), each bound to its cores under CpuBind::kCores
+/// (the store's file) set (and OMP_NUM_THREADS, see threads_per_rank),
+/// each bound to its cores under CpuBind::kCores
 /// (the binding logged first), and copies their stdout and stderr line by line
 /// with a "[rankN]: " prefix. SIGINT, SIGTERM and SIGUSR1 are forwarded to
 /// every child. When a child fails, the others get `grace` to exit, then
@@ -67,9 +67,9 @@ struct LocalLaunchOptions {
 /// the attempt; each restart is logged with its cause and resume_note().
 int launch_local(const LocalLaunchOptions& options);
 
-/// OMP_NUM_THREADS and OPENBLAS_NUM_THREADS that launch_local gives each of
-/// `nproc` children when the user has not set them: cores / nproc, at least 1.
-int64_t blas_threads_per_rank(int64_t nproc);
+/// OMP_NUM_THREADS that launch_local gives each of `nproc` children when
+/// the user has not set it: cores / nproc, at least 1.
+int64_t threads_per_rank(int64_t nproc);
 
 /// The cores this process may run on (its affinity mask, as taskset, a
 /// cgroup cpuset or a batch scheduler leave it), each as its logical CPUs

@@ -9,7 +9,6 @@
 
 #include <ATen/ATen.h>
 #include <glog/logging.h>
-#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -17,6 +16,12 @@
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <csignal>
 
@@ -31,20 +36,15 @@
 #include <thread>
 
 #include "common/text.h"
-#include "common/torch_compat.h"
 #include "parallel/dist/flight_recorder.h"
 
 namespace baton::dist {
 
 namespace {
 
-#if BATON_TORCH_AT_LEAST(2, 0)
-// 2.x: the backends derive from c10d::Backend; c10d::ProcessGroup is a
+// The backends derive from c10d::Backend; c10d::ProcessGroup is a
 // dispatching front end we never construct.
 using BackendBase = c10d::Backend;
-#else
-using BackendBase = c10d::ProcessGroup;
-#endif
 
 using Millis = std::chrono::milliseconds;
 
@@ -109,15 +109,74 @@ constexpr const char* kFlightReasonKey = "baton/flight_recorder/reason";
 /// Counts the dumps written, so the rank that asked can wait for them.
 constexpr const char* kFlightDumpedKey = "baton/flight_recorder/dumped";
 
-/// TCPStore options with the classic server. 2.4 made the libuv one the
-/// default, and a libtorch built without libuv (Debian's 2.6) then fails
-/// every rendezvous with "use_libuv was requested but PyTorch was build
-/// without libuv support".
-c10d::TCPStoreOptions store_options() {
+/// A listening TCP socket bound to `host`'s first address and `port` (0: a
+/// free one), for a TCPStore server to take over (masterListenFd).
+///
+/// c10d's own server listens on every interface of a dual-stack socket;
+/// this one listens on the interface the job named (MASTER_ADDR) alone, and
+/// its clients arrive in that address's own family. Both matter: the store
+/// has no authentication, and c10d's server names each client by a reverse
+/// lookup of its address, which for the IPv4-mapped address a dual-stack
+/// socket reports (::ffff:127.0.0.1) misses /etc/hosts and asks DNS: where
+/// no DNS server answers, each connection waited 5 s (2.15 on this
+/// project's machines: a two-rank rendezvous took 10 s).
+int listen_socket(const std::string& host, int64_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc =
+          ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
+      rc != 0) {
+    throw std::runtime_error(
+        "cannot resolve '" + host + "' to listen on: " + ::gai_strerror(rc));
+  }
+  const int fd = ::socket(
+      found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
+  const int one = 1;
+  if (fd < 0 ||
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+      ::bind(fd, found->ai_addr, found->ai_addrlen) != 0 ||
+      ::listen(fd, SOMAXCONN) != 0) {
+    const int error = errno;
+    ::freeaddrinfo(found);
+    if (fd >= 0) {
+      ::close(fd);
+    }
+    throw std::runtime_error(
+        "cannot listen on " + host + ":" + service + ": " +
+        std::strerror(error));
+  }
+  ::freeaddrinfo(found);
+  return fd;
+}
+
+/// The port `fd` listens on.
+int64_t bound_port(int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  return address.ss_family == AF_INET6
+             ? ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port)
+             : ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+}
+
+/// TCPStore options: the classic server (libuv's is the default from 2.4,
+/// and takes the listening socket over the same way; kept as 1.13-2.11
+/// runs were tested) on a socket of `host`'s when serving.
+c10d::TCPStoreOptions store_options(
+    bool is_server, const std::string& host, int64_t port) {
   c10d::TCPStoreOptions opts;
-#if BATON_TORCH_AT_LEAST(2, 4)
   opts.useLibUV = false;
-#endif
+  opts.isServer = is_server;
+  opts.port = static_cast<uint16_t>(port);
+  if (is_server) {
+    const int fd = listen_socket(host, port);
+    opts.masterListenFd = fd;
+    opts.port = static_cast<uint16_t>(bound_port(fd));
+  }
   return opts;
 }
 
@@ -130,9 +189,8 @@ c10::intrusive_ptr<c10d::Store> connect_store(
     store->setTimeout(timeout);
     return store;
   }
-  c10d::TCPStoreOptions opts = store_options();
-  opts.port = static_cast<uint16_t>(env.master_port);
-  opts.isServer = is_server;
+  c10d::TCPStoreOptions opts =
+      store_options(is_server, env.master_addr, env.master_port);
   opts.waitWorkers = false;
   opts.timeout = timeout;
   return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
@@ -365,9 +423,9 @@ struct ProcessGroup::Impl {
   mutable std::vector<int64_t> p2p;
 
   ~Impl() {
-#if defined(USE_C10D_NCCL) && BATON_TORCH_AT_LEAST(2, 4)
-    // From 2.4 an NCCL group destroyed without shutdown() warns that
-    // pending operations may be cut off; this is its only owner.
+#ifdef USE_C10D_NCCL
+    // An NCCL group destroyed without shutdown() warns that pending
+    // operations may be cut off; this is its only owner.
     if (pg && backend == "nccl") {
       static_cast<c10d::ProcessGroupNCCL&>(*pg).shutdown();
     }
@@ -1123,9 +1181,7 @@ struct StoreServer::Impl {
 StoreServer::StoreServer(
     int64_t port, int64_t world_size, std::chrono::milliseconds timeout)
     : impl_(std::make_unique<Impl>()) {
-  c10d::TCPStoreOptions opts = store_options();
-  opts.port = static_cast<uint16_t>(port);
-  opts.isServer = true;
+  c10d::TCPStoreOptions opts = store_options(true, "127.0.0.1", port);
   opts.waitWorkers = false;
   opts.numWorkers = world_size;
   opts.timeout = timeout;

@@ -7,13 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "common/torch_compat.h"
 #include "parallel/applier.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/grad_sync.h"
-
-namespace torch::autograd {
-struct Node;
-}
 
 namespace baton {
 
@@ -186,7 +183,7 @@ class FullyShardedPart final : public GradientSync {
  private:
   std::vector<std::unique_ptr<Unit>> units_;
   /// The parameters' gradient accumulators, made while they were whole.
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<compat::NodeRef> accumulators_;
   std::shared_ptr<State> state_;
 };
 

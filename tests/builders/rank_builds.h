@@ -23,14 +23,14 @@ inline void on_each_rank(
     const JobConfig& config,
     int64_t world,
     const std::function<void(int64_t, TrainerBuilder&)>& body) {
-  dist::StoreServer store(0, world, std::chrono::seconds(60));
+  const RankStore store;
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
   for (int64_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
         auto builder = make_trainer_builder(config);
-        builder->use_launch_env(rank_env(r, world, store.port()));
+        builder->use_launch_env(rank_env(r, world, store));
         body(r, *builder);
       } catch (const std::exception& e) {
         errors[r] = e.what();

@@ -63,38 +63,18 @@ TEST(Threads, WaitPolicyUnsetIsEmptyOrMissing) {
 }
 
 TEST(Threads, RestartsForTheWaitsOnlyWhereThreadsShareTheCores) {
-  // The user's settings, unset here and restored after.
+  // The user's setting, unset here and restored after.
   const char* policy = std::getenv(kOmpWaitPolicyVar);
-  const char* timeout = std::getenv(kBlasThreadTimeoutVar);
   const std::string saved_policy = policy == nullptr ? "" : policy;
-  const std::string saved_timeout = timeout == nullptr ? "" : timeout;
   const bool had_policy = policy != nullptr;
-  const bool had_timeout = timeout != nullptr;
   ::unsetenv(kOmpWaitPolicyVar);
-  ::unsetenv(kBlasThreadTimeoutVar);
-  EXPECT_TRUE(blas_thread_timeout_unset());
 
-  // Two ATen threads beside two of OpenBLAS's: both.
-  LoadTimeSettings s = load_time_settings(false, 2, 2);
-  EXPECT_FALSE(s.kernels);
-  EXPECT_TRUE(s.passive_openmp);
-  EXPECT_TRUE(s.blas_thread_timeout);
-  // One ATen thread: nothing spins beside it; the kernels as given.
-  s = load_time_settings(true, 1, 2);
-  EXPECT_TRUE(s.kernels);
-  EXPECT_FALSE(s.passive_openmp);
-  EXPECT_FALSE(s.blas_thread_timeout);
-  // OpenBLAS on one thread (a rank's share), or not OpenBLAS (0): no
-  // idle BLAS thread.
-  EXPECT_FALSE(load_time_settings(false, 2, 1).blas_thread_timeout);
-  EXPECT_FALSE(load_time_settings(false, 2, 0).blas_thread_timeout);
-  EXPECT_TRUE(load_time_settings(false, 2, 0).passive_openmp);
-  // The user's values stand.
-  ::setenv(kBlasThreadTimeoutVar, "20", 1);
+  // Two ATen threads: PASSIVE. One: nothing spins beside it.
+  EXPECT_TRUE(load_time_settings(2).passive_openmp);
+  EXPECT_FALSE(load_time_settings(1).passive_openmp);
+  // The user's value stands.
   ::setenv(kOmpWaitPolicyVar, "ACTIVE", 1);
-  s = load_time_settings(false, 2, 2);
-  EXPECT_FALSE(s.passive_openmp);
-  EXPECT_FALSE(s.blas_thread_timeout);
+  EXPECT_FALSE(load_time_settings(2).passive_openmp);
   // Nothing asked: no restart, the process goes on.
   restart_for_load_time_settings(nullptr, LoadTimeSettings{});
 
@@ -102,11 +82,6 @@ TEST(Threads, RestartsForTheWaitsOnlyWhereThreadsShareTheCores) {
     ::setenv(kOmpWaitPolicyVar, saved_policy.c_str(), 1);
   } else {
     ::unsetenv(kOmpWaitPolicyVar);
-  }
-  if (had_timeout) {
-    ::setenv(kBlasThreadTimeoutVar, saved_timeout.c_str(), 1);
-  } else {
-    ::unsetenv(kBlasThreadTimeoutVar);
   }
 }
 

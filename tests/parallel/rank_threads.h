@@ -1,11 +1,20 @@
 #pragma once
 
-// Ranks as threads over real Gloo on loopback: a store on a free port, one
-// dist::Runtime per thread. Free of GoogleTest, so the benchmarks use it
-// too; tests/parallel/multi_rank.h reports its errors through GoogleTest.
+// Ranks as threads over real Gloo on loopback: a c10d FileStore in a
+// private folder (as `baton --nproc` meets its ranks), one dist::Runtime per
+// thread. Not a TCPStore: c10d's names each connection by a reverse DNS
+// lookup, which waits 5 s where no DNS server answers (this project's
+// machines); the tests of the TCP rendezvous use rank_env with a port. Free of
+// GoogleTest, so the benchmarks use it too; tests/parallel/multi_rank.h reports
+// its errors through GoogleTest.
+
+#include <stdlib.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +36,50 @@ inline dist::LaunchEnv rank_env(int64_t rank, int64_t world, int64_t port) {
   return env;
 }
 
+/// A rendezvous for ranks as threads: a FileStore's file in a fresh private
+/// folder under TMPDIR, removed with it.
+class RankStore {
+ public:
+  RankStore() {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    if (tmp == nullptr || *tmp == '\0') {
+      tmp = std::getenv("TMPDIR");
+    }
+    std::string path =
+        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+        "/baton-ranks-XXXXXX";
+    if (::mkdtemp(path.data()) == nullptr) {
+      throw std::runtime_error("RankStore: cannot create " + path);
+    }
+    folder_ = path;
+  }
+  ~RankStore() {
+    std::error_code ec;
+    std::filesystem::remove_all(folder_, ec);
+  }
+  RankStore(const RankStore&) = delete;
+  RankStore& operator=(const RankStore&) = delete;
+  std::string file() const {
+    return (folder_ / "store").string();
+  }
+
+ private:
+  std::filesystem::path folder_;
+};
+
+/// `rank`'s environment meeting the others in `store`.
+inline dist::LaunchEnv rank_env(
+    int64_t rank, int64_t world, const RankStore& store) {
+  dist::LaunchEnv env;
+  env.rank = rank;
+  env.world_size = world;
+  env.local_rank = rank;
+  env.local_world_size = world;
+  env.store_file = store.file();
+  env.source = "test";
+  return env;
+}
+
 /// Calls `body(rank, runtime)` on `world` threads and returns each rank's
 /// error message ("" for a rank that returned). `timeout` is the init
 /// timeout (and the operations' timeout until set_timeout).
@@ -34,7 +87,7 @@ inline std::vector<std::string> run_rank_threads(
     int64_t world,
     const std::function<void(int64_t, dist::Runtime&)>& body,
     std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  dist::StoreServer store(0, world, timeout);
+  const RankStore store;
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
   for (int64_t r = 0; r < world; ++r) {
@@ -42,8 +95,7 @@ inline std::vector<std::string> run_rank_threads(
       try {
         dist::RuntimeOptions options;
         options.init_timeout = timeout;
-        auto runtime =
-            dist::Runtime::init(rank_env(r, world, store.port()), options);
+        auto runtime = dist::Runtime::init(rank_env(r, world, store), options);
         body(r, *runtime);
       } catch (const std::exception& e) {
         errors[r] = e.what();

@@ -47,7 +47,7 @@ TEST(Launcher, ChildrenGetTheTorchrunEnvironmentAndPrefixedOutput) {
       "printf 'no newline'"));
   const std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(code, 0);
-  EXPECT_GE(blas_threads_per_rank(3), 1);
+  EXPECT_GE(threads_per_rank(3), 1);
   for (int r = 0; r < 3; ++r) {
     const std::string rank = std::to_string(r);
     EXPECT_NE(
@@ -61,26 +61,27 @@ TEST(Launcher, ChildrenGetTheTorchrunEnvironmentAndPrefixedOutput) {
   }
 }
 
-TEST(Launcher, BlasThreadsAreSharedOutUnlessSet) {
-  ::setenv("OPENBLAS_NUM_THREADS", "7", 1);
+TEST(Launcher, ThreadsAreSharedOutUnlessSet) {
   ::unsetenv("OMP_NUM_THREADS");
   ::testing::internal::CaptureStdout();
-  launch_local(
-      shell(2, "echo \"omp=$OMP_NUM_THREADS blas=$OPENBLAS_NUM_THREADS\""));
-  const std::string out = ::testing::internal::GetCapturedStdout();
-  ::unsetenv("OPENBLAS_NUM_THREADS");
+  launch_local(shell(2, "echo \"omp=$OMP_NUM_THREADS\""));
+  std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_NE(
-      out.find(
-          "[rank1]: omp=" + std::to_string(blas_threads_per_rank(2)) +
-          " blas=7"),
+      out.find("[rank1]: omp=" + std::to_string(threads_per_rank(2)) + "\n"),
       std::string::npos)
       << out;
+  ::setenv("OMP_NUM_THREADS", "7", 1);
+  ::testing::internal::CaptureStdout();
+  launch_local(shell(2, "echo \"omp=$OMP_NUM_THREADS\""));
+  out = ::testing::internal::GetCapturedStdout();
+  ::unsetenv("OMP_NUM_THREADS");
+  EXPECT_NE(out.find("[rank1]: omp=7\n"), std::string::npos) << out;
 }
 
 TEST(Launcher, RanksGetThePassiveWaitsUnlessSet) {
-  // OMP_WAIT_POLICY and OPENBLAS_THREAD_TIMEOUT (common/threads.h).
+  // OMP_WAIT_POLICY (common/threads.h).
   std::map<std::string, std::optional<std::string>> saved;
-  for (const char* var : {"OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT"}) {
+  for (const char* var : {"OMP_WAIT_POLICY"}) {
     const char* before = std::getenv(var);
     saved[var] =
         before == nullptr ? std::nullopt : std::optional<std::string>(before);
@@ -89,22 +90,16 @@ TEST(Launcher, RanksGetThePassiveWaitsUnlessSet) {
     ::testing::internal::CaptureStdout();
     launch_local(shell(
         2,
-        "echo \"policy=${OMP_WAIT_POLICY:-unset} "
-        "timeout=${OPENBLAS_THREAD_TIMEOUT:-unset}\""));
+        "echo \"policy=${OMP_WAIT_POLICY:-unset}\""));
     return ::testing::internal::GetCapturedStdout();
   };
   ::unsetenv("OMP_WAIT_POLICY");
-  ::unsetenv("OPENBLAS_THREAD_TIMEOUT");
   std::string out = seen();
-  EXPECT_NE(out.find("[rank0]: policy=PASSIVE timeout=12"), std::string::npos)
-      << out;
-  EXPECT_NE(out.find("[rank1]: policy=PASSIVE timeout=12"), std::string::npos)
-      << out;
+  EXPECT_NE(out.find("[rank0]: policy=PASSIVE\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank1]: policy=PASSIVE\n"), std::string::npos) << out;
   ::setenv("OMP_WAIT_POLICY", "ACTIVE", 1);
-  ::setenv("OPENBLAS_THREAD_TIMEOUT", "20", 1);
   out = seen();
-  EXPECT_NE(out.find("[rank1]: policy=ACTIVE timeout=20"), std::string::npos)
-      << out;
+  EXPECT_NE(out.find("[rank1]: policy=ACTIVE\n"), std::string::npos) << out;
   for (const auto& [var, value] : saved) {
     if (value) {
       ::setenv(var.c_str(), value->c_str(), 1);
@@ -161,14 +156,12 @@ TEST(Launcher, RanksBoundToCoresGetWholeCoresAndShareOnlyWhenShort) {
 
 TEST(Launcher, BoundRanksRunOnlyOnTheirCoresWithAThreadPerCpu) {
   ::unsetenv("OMP_NUM_THREADS");
-  ::unsetenv("OPENBLAS_NUM_THREADS");
   const auto cores = allowed_cores();
   for (const int64_t nproc : {int64_t{2}, int64_t{3}}) {
     auto options = shell(
         nproc,
         "echo \"cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "
-        "/proc/self/status) omp=$OMP_NUM_THREADS "
-        "blas=$OPENBLAS_NUM_THREADS\"");
+        "/proc/self/status) omp=$OMP_NUM_THREADS\"");
     options.cpu_bind = CpuBind::kCores;
     ::testing::internal::CaptureStdout();
     ::testing::internal::CaptureStderr();
@@ -180,7 +173,7 @@ TEST(Launcher, BoundRanksRunOnlyOnTheirCoresWithAThreadPerCpu) {
       const std::string n = std::to_string(expected[r].size());
       const std::string line = "[rank" + std::to_string(r) +
                                "]: cpus=" + format_cpu_list(expected[r]) +
-                               " omp=" + n + " blas=" + n + "\n";
+                               " omp=" + n + "\n";
       EXPECT_NE(out.find(line), std::string::npos) << line << out;
       EXPECT_NE(
           err.find(
