@@ -58,7 +58,7 @@ get_filename_component(_site ${BATON_TORCH_DIR} DIRECTORY)
 if(BATON_TORCH_CUDA STREQUAL AUTO)
   find_package(CUDAToolkit QUIET)
   if(CUDAToolkit_FOUND AND EXISTS ${BATON_TORCH_DIR}/lib/libtorch_cuda.so
-     AND EXISTS ${_site}/nvidia)
+     AND EXISTS ${_site}/nvidia/nccl)
     set(BATON_TORCH_CUDA ON)
   else()
     set(BATON_TORCH_CUDA OFF)
@@ -82,10 +82,10 @@ else()
       message(FATAL_ERROR "no lib${lib}.so in ${BATON_TORCH_DIR}/lib")
     endif()
   endforeach()
-  file(STRINGS ${BATON_TORCH_DIR}/include/torch/version.h _torch_version_line
-       REGEX "#define TORCH_VERSION \"")
-  string(REGEX MATCH "[0-9]+\\.[0-9]+\\.[0-9]+" BATON_TORCH_VERSION
-         "${_torch_version_line}")
+  # The version the wheel's CMake package declares (its header moved
+  # between releases).
+  include(${BATON_TORCH_DIR}/share/cmake/Torch/TorchConfigVersion.cmake)
+  set(BATON_TORCH_VERSION ${PACKAGE_VERSION})
   # As the wheel's Caffe2Targets.cmake defines torch_cpu, less CUDA.
   add_library(torch SHARED IMPORTED)
   set_target_properties(torch PROPERTIES
@@ -95,8 +95,25 @@ else()
     INTERFACE_COMPILE_DEFINITIONS "USE_DISTRIBUTED;USE_C10D_GLOO"
     INTERFACE_COMPILE_OPTIONS "-D_GLIBCXX_USE_CXX11_ABI=1"
     INTERFACE_LINK_LIBRARIES ${BATON_TORCH_DIR}/lib/libc10.so)
-  message(STATUS "libtorch ${BATON_TORCH_VERSION} (CPU libraries only: no "
-                 "CUDA toolkit found) from ${BATON_TORCH_DIR}")
+  # libtorch_cpu needs the CUDA runtime and CUPTI to load (its profiler
+  # links them) but names no path to them (Python's `import torch` loads
+  # them first). Every binary loads the wheels' copies first, by name and
+  # RUNPATH, so that libtorch_cpu finds them loaded; where none is
+  # installed, the system's (a toolkit's) serve.
+  file(GLOB _cuda_runtime ${_site}/nvidia/*/lib/libcudart.so.*
+                          ${_site}/nvidia/*/lib/libcupti.so.*)
+  if(_cuda_runtime)
+    set_property(TARGET torch APPEND PROPERTY INTERFACE_LINK_LIBRARIES
+      "-Wl,--push-state,--no-as-needed" ${_cuda_runtime} "-Wl,--pop-state")
+    foreach(lib ${_cuda_runtime})
+      get_filename_component(dir ${lib} DIRECTORY)
+      list(PREPEND CMAKE_BUILD_RPATH ${dir})
+      list(PREPEND CMAKE_INSTALL_RPATH ${dir})
+    endforeach()
+  endif()
+  message(STATUS "libtorch ${BATON_TORCH_VERSION} (CPU libraries only: "
+                 "BATON_TORCH_CUDA=${BATON_TORCH_CUDA}, CUDA toolkit found: "
+                 "${CUDAToolkit_FOUND}) from ${BATON_TORCH_DIR}")
 endif()
 
 # c10d's NCCL header includes <nccl.h>: the wheel's comes in the nvidia-nccl

@@ -14,9 +14,10 @@
 #    ~/.cache/baton/torch-VERSION), whose libtorch Baton builds against. With
 #    the CUDA toolkit (nvcc) the wheel comes with its NVIDIA libraries (CUDA,
 #    cuDNN, NCCL: Baton's NCCL backend is built); without it, the wheel alone
-#    and its pure-Python dependencies: CMakeLists.txt then links the wheel's
-#    CPU libraries itself (cmake/torch.cmake), and 3 GB of NVIDIA wheels are
-#    not downloaded. BATON_TORCH_CUDA=OFF chooses that where a toolkit is.
+#    with its pure-Python dependencies and the CUDA runtime and CUPTI wheels
+#    that libtorch_cpu needs to load: cmake/torch.cmake then links the
+#    wheel's CPU libraries itself, and 3 GB of NVIDIA wheels are not
+#    downloaded. BATON_TORCH_CUDA=OFF chooses that where a toolkit is.
 #
 # Usage: scripts/setup.sh [bench|floor]
 #   bench   also torchtitan (the bench's peer) and numpy into the venv
@@ -112,11 +113,12 @@ else
   if [ $flavour = cuda ]; then
     "${pip[@]}" "$want"
   else
-    # The wheel without its CUDA, cuDNN, NCCL and Triton wheels, and its
-    # pure-Python requirements (pip's warning that the others are missing
-    # is filtered out: they are left out on purpose). Such a torch does not
-    # import (libtorch_cuda needs them); cmake/torch.cmake finds it by its
-    # location instead.
+    # The wheel, its pure-Python requirements and, of its NVIDIA wheels,
+    # only the CUDA runtime and CUPTI, which libtorch_cpu needs to load (its
+    # profiler links them); not cuBLAS, cuDNN, NCCL, Triton and the rest
+    # (pip's warning that they are missing is filtered out: they are left
+    # out on purpose). Such a torch does not import (libtorch_cuda needs
+    # them); cmake/torch.cmake finds it by its location instead.
     "${pip[@]}" --no-deps "$want"
     mapfile -t reqs < <("$venv/bin/python" - <<'PY'
 import importlib.metadata as md
@@ -125,7 +127,12 @@ for line in md.requires("torch") or []:
     r = Requirement(line)
     if r.marker and not r.marker.evaluate({"extra": ""}):
         continue
-    if r.name.lower().startswith(("nvidia", "cuda", "triton")):
+    name = r.name.lower()
+    if name == "cuda-toolkit":
+        # libtorch_cpu itself needs the CUDA runtime and CUPTI to load.
+        print(f"cuda-toolkit[cudart,cupti]{r.specifier}")
+        continue
+    if name.startswith(("nvidia", "cuda", "triton")):
         continue
     print(str(r).split(";")[0])
 PY
