@@ -109,32 +109,16 @@ repeat3=(--benchmark_repetitions=3 --benchmark_report_aggregates_only=true)
 # Single-process step, Baton beside the Python peer on the same shapes and
 # ATen thread count, interleaved config by config and repeated in three
 # rounds, so drift in the machine's speed hits both sides alike.
-# Each round also runs Baton with the kernels it chooses (common/blas.h:
-# BATON_BLAS_KERNELS=auto, without an OPENBLAS_CORETYPE the environment may
-# set) beside the environment's, and the peer with those same kernels.
-chosen_gbench() {  # as gbench, under Baton's own kernel choice
-  (unset OPENBLAS_CORETYPE; export BATON_BLAS_KERNELS=auto; gbench "$@")
-}
 for round in 1 2 3; do
   gbench train_step_bench "kernels_r$round" \
     --benchmark_filter='BM_MatmulPeak|BM_CausalAttention|BM_AttentionKernel|BM_Swiglu'
-  chosen_gbench train_step_bench "chosen_kernels_r$round" \
-    --benchmark_filter='BM_MatmulPeak'
-  chosen=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["context"]["blas_kernels"])' \
-    "$out/chosen_kernels_r$round.json")
-  echo "bench: Baton's kernel choice: $chosen"
   for flavor in debugmodel small; do
     for threads in 1 2; do
       gbench train_step_bench "train_step_${flavor}_t${threads}_r$round" \
         --benchmark_filter="BM_TrainStep/$flavor/seq_len:256/threads:$threads/"
-      chosen_gbench train_step_bench "chosen_train_step_${flavor}_t${threads}_r$round" \
-        --benchmark_filter="BM_TrainStep/$flavor/seq_len:256/threads:$threads/"
       env "${same_settings[@]}" "$python" bench/peer_step.py --flavor "$flavor" \
         --threads "$threads" --reps 3 \
         --out "$out/peer_${flavor}_t${threads}_tuned_r$round.json"
-      env "${same_settings[@]}" OPENBLAS_CORETYPE="$chosen" "$python" \
-        bench/peer_step.py --flavor "$flavor" --threads "$threads" --reps 3 \
-        --out "$out/peer_${flavor}_t${threads}_chosen_r$round.json"
     done
   done
 done

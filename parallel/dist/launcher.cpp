@@ -358,8 +358,8 @@ void spawn(
 }
 
 /// A private folder (mode 0700, under TMPDIR or /tmp) holding the ranks'
-/// FileStore: c10d's stores have no authentication, and a TCPStore in
-/// libtorch 1.13 listens on every interface. Removed with the launch.
+/// FileStore: c10d's stores have no authentication, and nothing need
+/// listen on a port for ranks on one machine. Removed with the launch.
 class RendezvousFolder {
  public:
   RendezvousFolder() {

@@ -1,5 +1,5 @@
-// The one file that includes c10d. Version differences (the ProcessGroup /
-// Backend split of 2.0) and the Gloo gaps of 1.13 stay here.
+// The one file that includes c10d: any difference between the libtorch
+// versions Baton supports in c10d stays here, naming the version.
 #ifndef USE_C10D_GLOO
 // Debian's libtorch is built with Gloo, but its CMake target does not say so.
 #define USE_C10D_GLOO
@@ -163,9 +163,10 @@ int64_t bound_port(int fd) {
              : ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
 }
 
-/// TCPStore options: the classic server (libuv's is the default from 2.4,
-/// and takes the listening socket over the same way; kept as 1.13-2.11
-/// runs were tested) on a socket of `host`'s when serving.
+/// TCPStore options: the classic server (libuv's, the default, takes the
+/// listening socket over the same way; the classic one is what Baton's
+/// tests and runs have used throughout) on a socket of `host`'s when
+/// serving.
 c10d::TCPStoreOptions store_options(
     bool is_server, const std::string& host, int64_t port) {
   c10d::TCPStoreOptions opts;
@@ -606,22 +607,13 @@ Work ProcessGroup::all_reduce_async(at::Tensor& tensor, ReduceOp op) {
   if (impl_->local()) {
     return Work();
   }
-  // Gloo reduces neither bf16 nor fp16 in 1.13: reduce a float32 copy.
-  const bool upcast =
-      impl_->backend == "gloo" && (tensor.scalar_type() == at::kBFloat16 ||
-                                   tensor.scalar_type() == at::kHalf);
-  at::Tensor buffer = upcast ? tensor.to(at::kFloat) : tensor;
+  // bf16 and fp16 are reduced in their own dtype (half the bytes of a
+  // float32 copy), on Gloo as on NCCL.
+  at::Tensor buffer = tensor;
   const int64_t size = impl_->size();
   std::function<void()> then;
-  if (upcast || op == ReduceOp::kAvg) {
-    then = [tensor, buffer, upcast, op, size]() mutable {
-      if (op == ReduceOp::kAvg) {
-        buffer.div_(static_cast<double>(size));
-      }
-      if (upcast) {
-        tensor.copy_(buffer);
-      }
-    };
+  if (op == ReduceOp::kAvg) {
+    then = [buffer, size]() mutable { buffer.div_(static_cast<double>(size)); };
   }
   const uint64_t id = impl_->record("all_reduce", buffer);
   auto work = impl_->start("all_reduce", id, [&] {
@@ -666,21 +658,12 @@ at::Tensor ProcessGroup::all_gather(const at::Tensor& tensor) {
     out[0].copy_(tensor);
     return out;
   }
-  // 1.13's Gloo has no _allgather_base: gather into views of `out`. Gloo
-  // moves no bf16 either; gathering copies bytes, so bf16 travels as fp16.
-  const bool as_half =
-      impl_->backend == "gloo" && tensor.scalar_type() == at::kBFloat16;
-  const auto wire = [as_half](const at::Tensor& t) {
-    return as_half ? t.view(at::kHalf) : t;
-  };
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int64_t r = 0; r < size(); ++r) {
-    outputs[0].push_back(wire(out[r]));
-  }
-  std::vector<at::Tensor> inputs{wire(tensor.contiguous())};
-  const uint64_t id = impl_->record("all_gather", inputs[0]);
-  auto work = impl_->start(
-      "all_gather", id, [&] { return impl_->pg->allgather(outputs, inputs); });
+  at::Tensor in = tensor.contiguous().view({-1});
+  const uint64_t id = impl_->record("all_gather", in);
+  auto work = impl_->start("all_gather", id, [&] {
+    at::Tensor flat = out.view({-1});
+    return impl_->pg->_allgather_base(flat, in);
+  });
   impl_->make_work("all_gather", std::move(work)).wait();
   return out;
 }
@@ -702,34 +685,12 @@ Work ProcessGroup::all_gather_into_async(
     return Work();
   }
   at::Tensor in = input.contiguous().view({-1});
-#ifdef USE_C10D_NCCL
-  if (impl_->backend == "nccl") {
-    const uint64_t id = impl_->record("all_gather_into", in);
-    auto work = impl_->start("all_gather_into", id, [&] {
-      at::Tensor out = flat_out;
-      return impl_->pg->_allgather_base(out, in);
-    });
-    return impl_->make_work("all_gather_into", std::move(work));
-  }
-#endif
-  // 1.13's Gloo has no _allgather_base: gather into views of `output`. It
-  // moves no bf16 either; gathering copies bytes, so bf16 travels as fp16.
-  const bool bf16 = in.scalar_type() == at::kBFloat16;
-  if (bf16) {
-    in = in.view(at::kHalf);
-  }
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int64_t r = 0; r < size(); ++r) {
-    const at::Tensor piece = flat_out.narrow(0, r * n, n);
-    outputs[0].push_back(bf16 ? piece.view(at::kHalf) : piece);
-  }
-  std::vector<at::Tensor> inputs{in};
   const uint64_t id = impl_->record("all_gather_into", in);
   auto work = impl_->start("all_gather_into", id, [&] {
-    return impl_->pg->allgather(outputs, inputs);
+    at::Tensor out = flat_out;
+    return impl_->pg->_allgather_base(out, in);
   });
-  return impl_->make_work(
-      "all_gather_into", std::move(work), [keep = in, outputs] {});
+  return impl_->make_work("all_gather_into", std::move(work), [keep = in] {});
 }
 
 void ProcessGroup::reduce_scatter(
@@ -782,12 +743,10 @@ Work ProcessGroup::reduce_scatter_async(
   }
 #endif
   // Gloo: chunk r of every rank to rank r (all-to-all), then a local
-  // reduction of the size() chunks received. Gloo moves bf16 and fp16 as
-  // float32, as its all-reduce does.
-  const bool upcast =
-      input.scalar_type() == at::kBFloat16 || input.scalar_type() == at::kHalf;
-  at::Tensor send =
-      (upcast ? input.to(at::kFloat) : input.contiguous()).view({-1});
+  // reduction of the size() chunks received, in float32 for bf16 and fp16.
+  // Not c10d's Gloo reduce-scatter, which is an all-reduce of the whole
+  // input and a chunk of it: about twice the bytes a rank sends.
+  at::Tensor send = input.contiguous().view({-1});
   at::Tensor received = at::empty_like(send);
   const uint64_t id = impl_->record("reduce_scatter", send);
   auto work = impl_->start("reduce_scatter", id, [&] {
@@ -800,7 +759,10 @@ Work ProcessGroup::reduce_scatter_async(
       "reduce_scatter",
       std::move(work),
       [output, send, received, op, ranks, n]() mutable {
-        const at::Tensor chunks = received.view({ranks, n});
+        const bool low = received.scalar_type() == at::kBFloat16 ||
+                         received.scalar_type() == at::kHalf;
+        const at::Tensor chunks =
+            (low ? received.to(at::kFloat) : received).view({ranks, n});
         at::Tensor reduced;
         switch (op) {
           case ReduceOp::kSum:

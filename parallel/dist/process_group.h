@@ -87,10 +87,10 @@ class ProcessGroup {
   Work all_gather_into_async(at::Tensor& output, const at::Tensor& input);
   /// `input` is size() equal chunks (flat: chunk r at [r n, (r + 1) n) for
   /// n = output.numel()); member r gets the reduction of everyone's chunk r
-  /// in `output`. Gloo has no reduce-scatter in 1.13: its chunks go
-  /// all-to-all and each rank sums what it received, so a rank sends and
-  /// receives (size - 1) / size of the input, as a ring would; NCCL's own
-  /// on GPUs. bf16 and fp16 are reduced in float32 on Gloo.
+  /// in `output`. On Gloo the chunks go all-to-all and each rank reduces
+  /// what it received (bf16 and fp16 in float32), so a rank sends and
+  /// receives (size - 1) / size of the input, as a ring would (c10d's Gloo
+  /// reduce-scatter all-reduces the whole input); NCCL's own on GPUs.
   void reduce_scatter(
       at::Tensor& output,
       const at::Tensor& input,

@@ -3,6 +3,9 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
@@ -313,6 +316,37 @@ TEST(ProcessGroup, StartingARuntimeIgnoresSigpipe) {
 int64_t free_port() {
   StoreServer probe(0, 1, std::chrono::seconds(5));
   return probe.port();
+}
+
+/// The local addresses (as /proc/net writes them) of the sockets listening
+/// on `port` in this network namespace, from `table` (tcp or tcp6).
+std::vector<std::string> listening_on(const std::string& table, int64_t port) {
+  std::ifstream in("/proc/net/" + table);
+  std::string line;
+  std::getline(in, line);  // the header
+  std::vector<std::string> out;
+  char hex_port[8];
+  std::snprintf(hex_port, sizeof(hex_port), "%04lX", static_cast<long>(port));
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    if (state == "0A" && local.substr(local.find(':') + 1) == hex_port) {
+      out.push_back(local.substr(0, local.find(':')));
+    }
+  }
+  return out;
+}
+
+TEST(ProcessGroup, AStoreHostedByRankZeroListensOnMasterAddrAlone) {
+  // As under torchrun without an agent store: c10d's own server would
+  // listen on every interface; Baton's listens on MASTER_ADDR's.
+  const int64_t port = free_port();
+  auto env = baton::testing::rank_env(0, 1, port);
+  env.store_hosted = false;
+  auto rt = Runtime::init(env, RuntimeOptions());
+  EXPECT_EQ(listening_on("tcp", port), std::vector<std::string>{"0100007F"});
+  EXPECT_TRUE(listening_on("tcp6", port).empty());
 }
 
 TEST(ProcessGroup, LosingTheStoreHostIsNamed) {
