@@ -18,11 +18,14 @@ all: build
 setup:
 	@bash scripts/setup.sh
 
+# A build folder configured before the wheel (against Debian's libtorch)
+# is configured afresh.
 configure: setup
-	@test -f $(BUILD_DIR)/CMakeCache.txt || \
+	@grep -qs '^BATON_TORCH_PYTHON:' $(BUILD_DIR)/CMakeCache.txt || { \
+	  rm -f $(BUILD_DIR)/CMakeCache.txt; \
 	  cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release \
 	    -DBATON_TORCH_PYTHON=$(TORCH_VENV)/bin/python \
-	    -DBATON_TORCH_CUDA=$(BATON_TORCH_CUDA)
+	    -DBATON_TORCH_CUDA=$(BATON_TORCH_CUDA); }
 
 build: configure
 	cmake --build $(BUILD_DIR) -j$(JOBS)

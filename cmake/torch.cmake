@@ -31,7 +31,7 @@ try:
     import torch, torch.utils
     print(torch.utils.cmake_prefix_path)
     print(os.path.dirname(torch.__file__))
-except ImportError:  # the CPU-only install: torch/ without its NVIDIA libraries
+except (ImportError, OSError):  # the CPU-only install: no NVIDIA libraries
     d = os.path.dirname(importlib.util.find_spec('torch').origin)
     print(os.path.join(d, 'share', 'cmake'))
     print(d)"

@@ -118,8 +118,10 @@ constexpr const char* kFlightDumpedKey = "baton/flight_recorder/dumped";
 /// has no authentication, and c10d's server names each client by a reverse
 /// lookup of its address, which for the IPv4-mapped address a dual-stack
 /// socket reports (::ffff:127.0.0.1) misses /etc/hosts and asks DNS: where
-/// no DNS server answers, each connection waited 5 s (2.15 on this
-/// project's machines: a two-rank rendezvous took 10 s).
+/// no DNS server answers, each such lookup waits 5 s (2.15 on this
+/// project's machines: one two-rank pipeline test took 16 s with c10d's
+/// socket, 6 s with this one; the rest was the clients' own lookups, which
+/// the tests' rank threads avoid by meeting in a FileStore).
 int listen_socket(const std::string& host, int64_t port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
