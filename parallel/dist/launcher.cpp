@@ -357,37 +357,6 @@ void spawn(
   child.fds[1] = err[0];
 }
 
-/// A private folder (mode 0700, under TMPDIR or /tmp) holding the ranks'
-/// FileStore: c10d's stores have no authentication, and nothing need
-/// listen on a port for ranks on one machine. Removed with the launch.
-class RendezvousFolder {
- public:
-  RendezvousFolder() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string path =
-        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-        "/baton-rendezvous-XXXXXX";
-    if (::mkdtemp(path.data()) == nullptr) {
-      throw std::runtime_error(
-          "[launcher] --nproc: cannot create the rendezvous folder " + path +
-          ": " + std::strerror(errno) + "; set TMPDIR to a writable folder");
-    }
-    folder_ = path;
-  }
-  ~RendezvousFolder() {
-    std::error_code ec;
-    std::filesystem::remove_all(folder_, ec);
-  }
-  RendezvousFolder(const RendezvousFolder&) = delete;
-  RendezvousFolder& operator=(const RendezvousFolder&) = delete;
-  std::string store_file() const {
-    return (folder_ / "store").string();
-  }
-
- private:
-  std::filesystem::path folder_;
-};
-
 void signal_all(std::vector<Child>& children, int sig) {
   for (auto& c : children) {
     if (c.running) {
@@ -598,6 +567,28 @@ Attempt run_attempt(
 }
 
 }  // namespace
+
+RendezvousFolder::RendezvousFolder() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string path =
+      std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+      "/baton-rendezvous-XXXXXX";
+  if (::mkdtemp(path.data()) == nullptr) {
+    throw std::runtime_error(
+        "[launcher] cannot create the rendezvous folder " + path + ": " +
+        std::strerror(errno) + "; set TMPDIR to a writable folder");
+  }
+  folder_ = path;
+}
+
+RendezvousFolder::~RendezvousFolder() {
+  std::error_code ec;
+  std::filesystem::remove_all(folder_, ec);
+}
+
+std::string RendezvousFolder::store_file() const {
+  return (std::filesystem::path(folder_) / "store").string();
+}
 
 int launch_local(const LocalLaunchOptions& options) {
   if (options.nproc < 1) {

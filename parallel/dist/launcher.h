@@ -50,6 +50,23 @@ struct LocalLaunchOptions {
   CpuBind cpu_bind = CpuBind::kNone;
 };
 
+/// A private folder (mode 0700, under TMPDIR or /tmp) for a c10d
+/// FileStore that ranks on one machine meet in: c10d's stores have no
+/// authentication, and nothing need listen on a port. Removed with it.
+/// launch_local's ranks meet in one, and so do the tests' rank threads.
+class RendezvousFolder {
+ public:
+  RendezvousFolder();
+  ~RendezvousFolder();
+  RendezvousFolder(const RendezvousFolder&) = delete;
+  RendezvousFolder& operator=(const RendezvousFolder&) = delete;
+  /// The store's file, inside the folder.
+  std::string store_file() const;
+
+ private:
+  std::string folder_;
+};
+
 /// Makes a private (0700) folder for the ranks' rendezvous store (a c10d
 /// FileStore: nothing listens on a port), starts `nproc` children with
 /// RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and BATON_AGENT_STORE

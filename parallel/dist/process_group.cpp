@@ -17,12 +17,6 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <csignal>
 
 #include <algorithm>
@@ -37,6 +31,7 @@
 
 #include "common/text.h"
 #include "parallel/dist/flight_recorder.h"
+#include "parallel/dist/listen_socket.h"
 
 namespace baton::dist {
 
@@ -108,62 +103,6 @@ constexpr const char* kFlightRequestsKey = "baton/flight_recorder/requests";
 constexpr const char* kFlightReasonKey = "baton/flight_recorder/reason";
 /// Counts the dumps written, so the rank that asked can wait for them.
 constexpr const char* kFlightDumpedKey = "baton/flight_recorder/dumped";
-
-/// A listening TCP socket bound to `host`'s first address and `port` (0: a
-/// free one), for a TCPStore server to take over (masterListenFd).
-///
-/// c10d's own server listens on every interface of a dual-stack socket;
-/// this one listens on the interface the job named (MASTER_ADDR) alone, and
-/// its clients arrive in that address's own family. Both matter: the store
-/// has no authentication, and c10d's server names each client by a reverse
-/// lookup of its address, which for the IPv4-mapped address a dual-stack
-/// socket reports (::ffff:127.0.0.1) misses /etc/hosts and asks DNS: where
-/// no DNS server answers, each such lookup waits 5 s (2.15 on this
-/// project's machines: one two-rank pipeline test took 16 s with c10d's
-/// socket, 6 s with this one; the rest was the clients' own lookups, which
-/// the tests' rank threads avoid by meeting in a FileStore).
-int listen_socket(const std::string& host, int64_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string service = std::to_string(port);
-  if (const int rc =
-          ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
-      rc != 0) {
-    throw std::runtime_error(
-        "cannot resolve '" + host + "' to listen on: " + ::gai_strerror(rc));
-  }
-  const int fd = ::socket(
-      found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
-  const int one = 1;
-  if (fd < 0 ||
-      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-      ::bind(fd, found->ai_addr, found->ai_addrlen) != 0 ||
-      ::listen(fd, SOMAXCONN) != 0) {
-    const int error = errno;
-    ::freeaddrinfo(found);
-    if (fd >= 0) {
-      ::close(fd);
-    }
-    throw std::runtime_error(
-        "cannot listen on " + host + ":" + service + ": " +
-        std::strerror(error));
-  }
-  ::freeaddrinfo(found);
-  return fd;
-}
-
-/// The port `fd` listens on.
-int64_t bound_port(int fd) {
-  sockaddr_storage address{};
-  socklen_t length = sizeof(address);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  return address.ss_family == AF_INET6
-             ? ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port)
-             : ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
-}
 
 /// TCPStore options: the classic server (libuv's, the default, takes the
 /// listening socket over the same way; the classic one is what Baton's

@@ -553,8 +553,8 @@ TEST(Cli, RestartsWithPassiveWaitsUnlessTheUserChose) {
     EXPECT_EQ(count(r.output, "GOMP_SPINCOUNT"), starts) << r.output;
     EXPECT_NE(
         r.output.find(
-            std::to_string(threads) + " intra-op threads (OMP_WAIT_POLICY=" +
-            policy + "), device"),
+            std::to_string(threads) +
+            " intra-op threads (OMP_WAIT_POLICY=" + policy + "), device"),
         std::string::npos)
         << r.output;
     return r.output;

@@ -23,7 +23,7 @@ inline void on_each_rank(
     const JobConfig& config,
     int64_t world,
     const std::function<void(int64_t, TrainerBuilder&)>& body) {
-  const RankStore store;
+  const dist::RendezvousFolder store;
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
   for (int64_t r = 0; r < world; ++r) {

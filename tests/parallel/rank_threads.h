@@ -8,17 +8,13 @@
 // GoogleTest, so the benchmarks use it too; tests/parallel/multi_rank.h reports
 // its errors through GoogleTest.
 
-#include <stdlib.h>
-
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
 #include <functional>
-#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "parallel/dist/launcher.h"
 #include "parallel/dist/process_group.h"
 
 namespace baton::testing {
@@ -36,46 +32,15 @@ inline dist::LaunchEnv rank_env(int64_t rank, int64_t world, int64_t port) {
   return env;
 }
 
-/// A rendezvous for ranks as threads: a FileStore's file in a fresh private
-/// folder under TMPDIR, removed with it.
-class RankStore {
- public:
-  RankStore() {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    if (tmp == nullptr || *tmp == '\0') {
-      tmp = std::getenv("TMPDIR");
-    }
-    std::string path =
-        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-        "/baton-ranks-XXXXXX";
-    if (::mkdtemp(path.data()) == nullptr) {
-      throw std::runtime_error("RankStore: cannot create " + path);
-    }
-    folder_ = path;
-  }
-  ~RankStore() {
-    std::error_code ec;
-    std::filesystem::remove_all(folder_, ec);
-  }
-  RankStore(const RankStore&) = delete;
-  RankStore& operator=(const RankStore&) = delete;
-  std::string file() const {
-    return (folder_ / "store").string();
-  }
-
- private:
-  std::filesystem::path folder_;
-};
-
 /// `rank`'s environment meeting the others in `store`.
 inline dist::LaunchEnv rank_env(
-    int64_t rank, int64_t world, const RankStore& store) {
+    int64_t rank, int64_t world, const dist::RendezvousFolder& store) {
   dist::LaunchEnv env;
   env.rank = rank;
   env.world_size = world;
   env.local_rank = rank;
   env.local_world_size = world;
-  env.store_file = store.file();
+  env.store_file = store.store_file();
   env.source = "test";
   return env;
 }
@@ -87,7 +52,7 @@ inline std::vector<std::string> run_rank_threads(
     int64_t world,
     const std::function<void(int64_t, dist::Runtime&)>& body,
     std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  const RankStore store;
+  const dist::RendezvousFolder store;
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
   for (int64_t r = 0; r < world; ++r) {

@@ -88,9 +88,7 @@ TEST(Launcher, RanksGetThePassiveWaitsUnlessSet) {
   }
   const auto seen = [] {
     ::testing::internal::CaptureStdout();
-    launch_local(shell(
-        2,
-        "echo \"policy=${OMP_WAIT_POLICY:-unset}\""));
+    launch_local(shell(2, "echo \"policy=${OMP_WAIT_POLICY:-unset}\""));
     return ::testing::internal::GetCapturedStdout();
   };
   ::unsetenv("OMP_WAIT_POLICY");
