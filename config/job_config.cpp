@@ -848,7 +848,7 @@ std::optional<ConfigProblem> LRSchedulerConfig::phases_warning(
       "lr_scheduler.warmup_steps: " + std::to_string(warmup_steps) +
           " exceeds training.steps " + std::to_string(training_steps) +
           "; the run warms up for all its steps (step s at s / " +
-          std::to_string(warmup_steps + 1) +
+          std::to_string(warmup_steps) +
           " of optimizer.lr), never reaching the full rate nor decaying; set "
           "lr_scheduler.warmup_steps at most training.steps for the whole "
           "schedule"};

@@ -22,7 +22,7 @@ WarmupStableDecay::WarmupStableDecay(
 
 double WarmupStableDecay::factor(int64_t step) const {
   if (step <= warmup_steps_) {
-    return static_cast<double>(step) / static_cast<double>(warmup_steps_ + 1);
+    return static_cast<double>(step) / static_cast<double>(warmup_steps_);
   }
   const int64_t decay_start = training_steps_ - decay_steps_;
   if (step <= decay_start) {

@@ -27,12 +27,13 @@ class LRSchedule {
 };
 
 /// `warmup_stable_decay`: linear warmup over `warmup_steps` (step s of
-/// warmup gets s / (warmup_steps + 1)), then a stable phase at 1, then
-/// `decay_steps` of decay (linear, sqrt or cosine) that reaches
-/// `min_lr_factor` at the last step. Without `decay_ratio` every step after
-/// warmup decays. A warmup longer than the run keeps its slope: every step
-/// of the run warms up (s / (warmup_steps + 1)) and none decays, as in
-/// torchtitan (LRSchedulerConfig::phases_warning).
+/// warmup gets s / warmup_steps, the last the full rate, as torchtitan 0.3's
+/// schedule), then a stable phase at 1, then `decay_steps` of decay (linear,
+/// sqrt or cosine) that reaches `min_lr_factor` at the last step. Without
+/// `decay_ratio` every step after warmup decays. A warmup longer than the
+/// run keeps its slope: every step of the run warms up (s / warmup_steps)
+/// and none decays (torchtitan 0.3 shortens the warmup to the run instead;
+/// LRSchedulerConfig::phases_warning).
 class WarmupStableDecay final : public LRSchedule {
  public:
   /// Throws std::invalid_argument when the phases do not fit in

@@ -487,7 +487,7 @@ TEST(Cli, ActivationCheckpointingLowersTheActivationPeak) {
 TEST(Cli, AWarmupLongerThanTheRunWarnsOnceAndTrains) {
   // The first thing a new user tries: five steps of a config whose warmup
   // is ten. torchtitan warns and goes on; every step warms up at the
-  // configured slope, step s at s / 11 of optimizer.lr (3e-3).
+  // configured slope, step s at s / 10 of optimizer.lr (3e-3).
   const fs::path dump = testing::fresh_dir("cli_short_warmup");
   const auto r = run_baton(
       "train --config " + debug_config() +
@@ -511,7 +511,7 @@ TEST(Cli, AWarmupLongerThanTheRunWarnsOnceAndTrains) {
     EXPECT_EQ(lines[i]["step"].get<int64_t>(), static_cast<int64_t>(i + 1));
     EXPECT_NEAR(
         lines[i]["lr"].get<double>(),
-        3e-3 * static_cast<double>(i + 1) / 11.0,
+        3e-3 * static_cast<double>(i + 1) / 10.0,
         1e-12)
         << "step " << i + 1;
   }

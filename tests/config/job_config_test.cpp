@@ -462,7 +462,7 @@ TEST(JobConfig, WarmupBeyondStepsIsAWarningNotAnError) {
   expect_contains(
       warning->message,
       {"lr_scheduler.warmup_steps: 200 exceeds training.steps 100",
-       "step s at s / 201 of optimizer.lr"});
+       "step s at s / 200 of optimizer.lr"});
   EXPECT_FALSE(c.lr_scheduler.phases_problem(c.training.steps).has_value());
   EXPECT_EQ(c.lr_scheduler.decay_steps(c.training.steps), 0);
   // With a decay_ratio too: warmup takes the whole run, nothing decays.

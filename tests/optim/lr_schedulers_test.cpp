@@ -24,8 +24,8 @@ TEST(WarmupStableDecay, WarmupThenLinearDecayOverTheRest) {
   const WarmupStableDecay s(schedule(2, std::nullopt, "linear", 0.0), 10);
   EXPECT_EQ(s.decay_steps(), 8);
   const std::vector<double> expected = {
-      1.0 / 3,
-      2.0 / 3,
+      1.0 / 2,
+      1.0,
       7.0 / 8,
       6.0 / 8,
       5.0 / 8,
@@ -70,13 +70,13 @@ TEST(WarmupStableDecay, NoWarmupAndNoDecay) {
 
 TEST(WarmupStableDecay, WarmupLongerThanTheRunKeepsItsSlope) {
   // Warmup 10 on a 5-step run (debug_model.yaml with --training.steps=5):
-  // every step warms up as it would in the full run, s / 11, and none
+  // every step warms up as it would in the full run, s / 10, and none
   // decays, decay_ratio or not.
   for (const std::optional<double> ratio : {std::optional<double>(), {0.5}}) {
     const WarmupStableDecay s(schedule(10, ratio, "cosine", 0.1), 5);
     EXPECT_EQ(s.decay_steps(), 0);
     for (int64_t step = 1; step <= 5; ++step) {
-      EXPECT_NEAR(s.factor(step), static_cast<double>(step) / 11.0, 1e-12)
+      EXPECT_NEAR(s.factor(step), static_cast<double>(step) / 10.0, 1e-12)
           << "step " << step;
     }
   }
@@ -88,7 +88,7 @@ TEST(WarmupStableDecay, WarmupLongerThanTheRunKeepsItsSlope) {
       std::make_shared<WarmupStableDecay>(
           schedule(10, std::nullopt, "cosine", 0.1), 5));
   for (int64_t step = 1; step <= 5; ++step) {
-    EXPECT_NEAR(scheduler.lr(), 3e-3 * static_cast<double>(step) / 11.0, 1e-15)
+    EXPECT_NEAR(scheduler.lr(), 3e-3 * static_cast<double>(step) / 10.0, 1e-15)
         << "step " << step;
     scheduler.step();
   }
@@ -107,9 +107,9 @@ TEST(LRScheduler, SetsEachStepsRateOnTheOptimizer) {
       optimizer,
       std::make_shared<WarmupStableDecay>(
           schedule(2, std::nullopt, "linear", 0.0), 10));
-  EXPECT_NEAR(scheduler.lr(), 0.5 / 3, 1e-12);  // step 1 is set up front
+  EXPECT_NEAR(scheduler.lr(), 0.5 / 2, 1e-12);  // step 1 is set up front
   scheduler.step();
-  EXPECT_NEAR(scheduler.lr(), 0.5 * 2 / 3, 1e-12);
+  EXPECT_NEAR(scheduler.lr(), 0.5, 1e-12);
   scheduler.step();
   EXPECT_NEAR(scheduler.lr(), 0.5 * 7 / 8, 1e-12);
   EXPECT_EQ(scheduler.steps_done(), 2);
