@@ -3,7 +3,7 @@
 parallel, as real processes.
 
 Trains the small flavor (about 25M parameters) on two ranks, one ATen and
-one OpenBLAS thread each, 4 x 256 tokens per rank and step, with `baton
+one MKL thread each, 4 x 256 tokens per rank and step, with `baton
 train`, each rank a process started here with the torchrun variables so that
 os.wait4 gives each rank's peak RSS:
 

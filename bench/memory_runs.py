@@ -53,7 +53,7 @@ def run(build, name, extra, steps, threads, tmp):
         build, name, 1,
         COMMON + [f"--training.steps={steps}",
                   f"--training.num_threads={threads}", *extra],
-        tmp, blas_threads=threads)
+        tmp, threads=threads)
     result = {
         "name": name,
         **process_runs.speed(rows),

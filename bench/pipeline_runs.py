@@ -5,10 +5,10 @@ Trains the debug model (8 x 256 tokens per step) with `baton train`, each
 rank a process started here with the torchrun variables (RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT), so os.wait4 gives each rank's peak RSS:
 
-- one process, one ATen thread, OpenBLAS's two threads (2 threads in all);
+- one process with two ATen threads (MKL's follow them);
 - pp 2 with GPipe, 1F1B and Interleaved1F1B (2 stages per rank) at the same
-  microbatch count, and ZBVZeroBubble, one ATen and one OpenBLAS thread per
-  rank (2 threads in all).
+  microbatch count, and ZBVZeroBubble, one ATen thread per rank (2 threads
+  in all).
 
 Step time and tokens/s are medians of steps 3.. from metrics.jsonl.
 Usage: pipeline_runs.py BUILD_DIR OUT.json [--steps N] [--microbatches M]
@@ -24,18 +24,20 @@ import process_runs
 COMMON = [
     "--config", "configs/debug_model.yaml",
     "--metrics.log_freq=1", "--metrics.peak_tflops=1",
-    "--lr_scheduler.warmup_steps=2", "--training.num_threads=1",
+    "--lr_scheduler.warmup_steps=2",
     "--training.local_batch_size=8", "--training.seq_len=256",
     # float32 on every CPU (precision_runs.py measures bf16).
     "--training.mixed_precision_param=float32",
 ]
 
 
-def run(build, name, world, blas_threads, extra, steps, tmp):
+def run(build, name, world, threads, extra, steps, tmp):
     rows, rss_mib, _ = process_runs.train(
-        build, name, world, COMMON + [f"--training.steps={steps}", *extra], tmp,
-        blas_threads)
-    result = {"name": name, "ranks": world, "blas_threads_per_rank": blas_threads,
+        build, name, world,
+        COMMON + [f"--training.steps={steps}",
+                  f"--training.num_threads={threads}", *extra],
+        tmp, threads)
+    result = {"name": name, "ranks": world, "threads_per_rank": threads,
               **process_runs.speed(rows), "peak_rss_mib_per_rank": rss_mib}
     if "pipeline_bubble_pct" in rows[0]:
         result["bubble_pct_per_rank"] = [

@@ -7,7 +7,7 @@ goes to DIR/costs.json) and ranks the layouts (DIR/plan.json). This script
 then runs the plan's top 5 and 5 others spread evenly over the rest of its
 range of predicted step times (the slowest included; see picks) as real
 processes: `baton train --nproc 2` with the base config and the candidate's
-overlay as a second --config, each rank with one ATen and one OpenBLAS
+overlay as a second --config, each rank with one ATen and one MKL
 thread, the candidates interleaved in each of R rounds. The profile's ranks
 and the runs' are launched alike: by default each bound to its own core
 (--cpu-bind cores; --cpu-bind none leaves them to the scheduler). Each

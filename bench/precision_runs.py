@@ -31,7 +31,7 @@ def run(build, name, extra, steps, threads, tmp):
         ["--config", "configs/debug_model.yaml", "--metrics.log_freq=1",
          "--metrics.peak_tflops=1", f"--training.steps={steps}",
          f"--training.num_threads={threads}", *extra],
-        tmp, blas_threads=threads)
+        tmp, threads=threads)
     line = LINE.search(text[0])
     result = {
         "name": name,

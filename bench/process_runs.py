@@ -31,17 +31,17 @@ def free_port():
         return s.getsockname()[1]
 
 
-def train(build, name, world, args, tmp, blas_threads=1):
-    """Runs `baton train ARGS` as `world` ranks (torchrun's variables), one
-    ATen thread and `blas_threads` OpenBLAS threads each, with its dump
+def train(build, name, world, args, tmp, threads=1):
+    """Runs `baton train ARGS` as `world` ranks (torchrun's variables),
+    OMP_NUM_THREADS=`threads` each (ARGS' training.num_threads sets ATen's
+    and MKL's threads), with its dump
     folder under `tmp`. Returns (metrics rows of steps 3.., peak RSS MiB per
     rank, each rank's log); exits naming the run if a rank fails."""
     dump = os.path.join(tmp, name)
     port = free_port()
     procs, logs, files = [], [], []
     for rank in range(world):
-        env = dict(os.environ, OMP_NUM_THREADS="1",
-                   OPENBLAS_NUM_THREADS=str(blas_threads))
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         if world > 1:
             env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                        LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
@@ -104,8 +104,8 @@ def launch(build, name, world, args, tmp, cpu_bind, threads=None):
     """`baton train --nproc WORLD --cpu-bind CPU_BIND ARGS`. With `cores` the
     launcher starts on the first WORLD whole cores this process may use, so
     it binds each rank to one of them (one rank: one core, not the machine).
-    `threads`, where given, sets each rank's OMP_NUM_THREADS and
-    OPENBLAS_NUM_THREADS (else the launcher's defaults). Returns (metrics
+    `threads`, where given, sets each rank's OMP_NUM_THREADS (else the
+    launcher's default). Returns (metrics
     rows of steps 3.., the launcher's output); exits naming the run if it
     fails or the machine has too few cores."""
     preexec = None
@@ -117,7 +117,7 @@ def launch(build, name, world, args, tmp, cpu_bind, threads=None):
         preexec = lambda: os.sched_setaffinity(0, cpus)  # noqa: E731
     env = dict(os.environ)
     if threads is not None:
-        env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+        env.update(OMP_NUM_THREADS=str(threads))
     dump = os.path.join(tmp, name)
     cmd = [os.path.join(build, "baton"), "train", "--nproc", str(world),
            "--cpu-bind", cpu_bind, *args, f"--job.dump_folder={dump}"]

@@ -143,8 +143,8 @@ def conditions_line(results):
             f"samples; 1-minute load average median "
             f"{statistics.median(float(r[1]) for r in rows):.1f}, max "
             f"{max(float(r[1]) for r in rows):.1f} (2 cores). Figures taken while "
-            "other work ran are slower than the machine alone; Baton and the "
-            "Python peer alternate config by config so both meet it."]
+            "other work ran are slower than the machine alone; Baton and "
+            "torchtitan alternate config by config so both meet it."]
 
 
 def machine_section(machine, results):
@@ -154,101 +154,173 @@ def machine_section(machine, results):
         "",
         f"- CPU: {m.get('cpu', 'n/a')} (family {m.get('cpu_family', 'n/a')}), "
         f"{m.get('cores', 'n/a')} cores, "
-        f"{m.get('memory_gib', 'n/a')} GiB; {m.get('os', 'n/a')}",
-        f"- libtorch {m.get('libtorch', 'n/a')} (Debian `libtorch-dev`); "
-        f"Python peer: torch {m.get('python_torch', 'n/a')} (Debian `python3-torch`, "
-        "the same libtorch)",
-        f"- BLAS: `{m.get('blas', 'n/a')}`, kernel set "
-        f"{m.get('blas_kernels', 'n/a')} (`openblas_get_corename`)"
-        + (f", from `OPENBLAS_CORETYPE={m['openblas_coretype']}` in the environment"
-           if m.get("openblas_coretype") else "")
-        + f"; CPU SIMD: {', '.join(m.get('simd', [])) or 'n/a'}, "
-        f"{m.get('cpu_mhz', 0):.0f} MHz",
+        f"{m.get('memory_gib', 'n/a')} GiB; {m.get('os', 'n/a')}; SIMD: "
+        f"{', '.join(m.get('simd', [])) or 'n/a'}, {m.get('cpu_mhz', 0):.0f} MHz",
+        f"- libtorch: the PyTorch {m.get('torch', 'n/a')} wheel "
+        "(`scripts/versions.env`), Baton built on it and torchtitan "
+        f"{m.get('torchtitan', 'n/a')} running on it; BLAS: {m.get('blas', 'n/a')}; "
+        f"ATen's CPU kernels: {m.get('aten_cpu_capability', 'n/a')}; oneDNN "
+        f"{'available' if m.get('mkldnn') else 'absent'} (bfloat16 products)",
         f"- Threads: {m.get('threads_note', 'n/a')}",
         f"- Date: {m.get('date', 'n/a')}; GPU: none",
     ] + conditions_line(results) + [""]
 
 
-def step_section(meds, peers, docs, targets, results):
-    lines = ["## One training step, single process: Baton against Python PyTorch", ""]
-    lines += [
-        "`train_step_bench` (Baton) and `bench/peer_step.py` (Python, written "
-        "independently from Meta's reference model) run the same step on the "
-        "same shapes in the same run: forward, cross-entropy, backward, "
-        "gradient clipping to norm 1, AdamW; 8 sequences of 256 tokens, "
-        "vocabulary 258. Both warm up 3 steps. They run config by config, "
-        "Baton then Python, in 3 rounds; a figure is the median over the "
-        "rounds of Baton's mean step (4 timed steps for debugmodel, 2 for "
-        "small) and of Python's median of 3 timed steps. Same ATen thread "
-        "count, same environment (OpenBLAS: its own threads, one per core). Baton keeps freed memory in the process "
-        "(`common/allocator.h`) and runs OpenMP with `OMP_WAIT_POLICY=PASSIVE` "
-        "and OpenBLAS with `OPENBLAS_THREAD_TIMEOUT=12` (`common/threads.h`: "
-        "unset, idle OpenMP threads spin on the cores OpenBLAS's threads "
-        "need, and idle OpenBLAS threads for about 0.1 s on the cores ATen's "
-        "threads need); the Python peer is shown both as a user runs it "
-        "(glibc's, OpenMP's and OpenBLAS's defaults) and with the same "
-        "settings through `GLIBC_TUNABLES`, `OMP_WAIT_POLICY` and "
-        "`OPENBLAS_THREAD_TIMEOUT` (the stronger peer, which the target is "
-        "measured against). MFU is "
-        "against the matmul peak measured in the same run at the same ATen "
-        "thread count.",
-        "",
-        "| flavor | ATen threads | Baton step | tokens/s | TFLOP/s | MFU | Python step (same settings) | Baton / Python | per round | Python, AdamW foreach | Python as a user runs it | Baton / that |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+def peak_tflops(meds):
+    """{(threads, bf16): TFLOP/s} of BM_MatmulPeak, median of the rounds."""
     peak = {}
     for name, e in meds.items():
         if name.startswith("BM_MatmulPeak"):
             threads = int(name.split("threads:")[1].split("/")[0])
-            peak[threads] = e["flops"] / 1e12
-    chart_cats, chart_baton, chart_py = [], [], []
+            bf16 = name.split("bf16:")[1].split("/")[0] == "1"
+            peak[(threads, bf16)] = e["flops"] / 1e12
+    return peak
+
+
+def profile_lines(profiles):
+    """torchtitan's eager step by kind of op, one row per config profiled."""
+    lines = ["Where torchtitan's eager step goes (`--profile`: one step after the "
+             "timed ones under `torch.profiler`, self time of its ops by kind; "
+             "round 1). Baton calls the same MKL / oneDNN products for the same "
+             "shapes, so the matmul column bounds what any step on this libtorch "
+             "can take:", "",
+             "| flavor | precision | ATen threads | step (profiled) | matmul | "
+             "attention | AdamW | everything else | largest ops |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for (flavor, precision, threads), prof in sorted(profiles.items()):
+        k = prof["kinds_ms"]
+        wall = prof["wall_ms"]
+        cell = lambda name: (f"{k.get(name, 0):.0f} ms "  # noqa: E731
+                             f"({100 * k.get(name, 0) / wall:.0f} %)")
+        top = ", ".join(f"`{n}` {t:.0f}" for n, t in prof["top_ms"][:4])
+        lines.append(f"| {flavor} | {precision} | {threads} | {wall:.0f} ms | "
+                     f"{cell('matmul')} | {cell('attention')} | {cell('optimizer')} | "
+                     f"{cell('other')} | {top} |")
+    return lines + [""]
+
+
+def step_section(meds, peers, docs, targets, results):
+    """Baton's step against torchtitan's (eager and compiled): `peers` maps
+    (flavor, precision, threads, mode) to the torchtitan runs, one per
+    round."""
+    lines = ["## One training step, single process: Baton against torchtitan", ""]
+    tt = next((r for runs in peers.values() for r in runs), {})
+    lines += [
+        "`train_step_bench` (Baton) and `bench/torchtitan_step.py` (torchtitan "
+        f"{tt.get('torchtitan', 'n/a')}'s own `Llama3Model`, "
+        "`OptimizersContainer` (AdamW, its default `fused` implementation), "
+        "learning-rate schedule, `clip_grad_norm_` and cross-entropy, on torch "
+        f"{tt.get('torch', 'n/a')}, the libtorch Baton is built on) run the same "
+        "step on the same shapes: forward, cross-entropy, backward, gradient "
+        "clipping to norm 1, AdamW; 8 sequences of 256 tokens, vocabulary 258. "
+        "torchtitan starts from Baton's initial weights and trains on Baton's "
+        "batches (`peer_fixture` writes both), and its first two losses are "
+        "checked against Baton's (to 1e-5 in float32, 1e-2 in bfloat16; the run "
+        "stops otherwise). torchtitan runs eager and under `torch.compile` "
+        "(its `apply_compile`: each TransformerBlock compiled whole, and the "
+        "loss), with its SDPA attention (causal) in place of FlexAttention "
+        "(no CPU backward) and no Llama 3.1 RoPE scaling (Baton's Llama 3 has "
+        "none). bfloat16 is float32 master weights and optimizer state with "
+        "bfloat16 compute on both sides (Baton's `mixed_precision_param`; "
+        "torchtitan on one device under `torch.autocast`, as its docs name). "
+        "Both warm up 3 steps; they run config by config, Baton then torchtitan "
+        "eager then compiled, in 3 rounds; a figure is the median over the "
+        "rounds of Baton's mean step (4 timed steps for debugmodel, 2 for small) "
+        "and of torchtitan's median of 3 timed steps. Same ATen thread count; "
+        "both keep freed memory in the process and run OpenMP with "
+        "`OMP_WAIT_POLICY=PASSIVE` (Baton's binaries set both, "
+        "`common/allocator.h`, `common/threads.h`; torchtitan gets them from "
+        "`GLIBC_TUNABLES` and the environment). MFU is against the matmul peak "
+        "of the step's precision measured in the same run at the same ATen "
+        "thread count.",
+        "",
+        "| flavor | precision | ATen threads | Baton step | tokens/s | MFU | "
+        "torchtitan eager | Baton / eager | per round | torchtitan compiled | "
+        "Baton / compiled | first compiled step | first losses, largest difference |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    peak = peak_tflops(meds)
+    chart_cats, chart = [], {"Baton": [], "torchtitan eager": [],
+                             "torchtitan compiled": []}
     for flavor in ["debugmodel", "small"]:
-        for threads in [1, 2]:
-            prefix = f"BM_TrainStep/{flavor}/seq_len:256/threads:{threads}/"
-            e = next((v for k, v in meds.items() if k.startswith(prefix)), None)
-            if not e:
-                continue
-            step = ms(e)
-
-            def peer(variant):
-                # Median over the rounds of each run's median step.
-                runs = peers.get((flavor, threads, variant))
-                if not runs:
-                    return None
-                return statistics.median(p["median_step_s"] for p in runs) * 1e3
-
-            py = peer("tuned")
-            ratio = step / py if py else None
-            # The same ratio within each round, where both sides met the same
-            # machine: Baton's mean step over Python's median step.
-            per_round = []
-            for r in range(1, 10):
-                cpp = load(results, f"train_step_{flavor}_t{threads}_r{r}.json")
-                pyr = load(results, f"peer_{flavor}_t{threads}_tuned_r{r}.json")
-                if not cpp or not pyr:
+        for precision in ["float32", "bfloat16"]:
+            bf16 = precision == "bfloat16"
+            for threads in [1, 2]:
+                prefix = (f"BM_TrainStep/{flavor}/seq_len:256/threads:{threads}/"
+                          f"bf16:{int(bf16)}/")
+                e = next((v for k, v in meds.items() if k.startswith(prefix)), None)
+                if not e:
                     continue
-                runs = gbench_medians(cpp)
-                if runs:
-                    per_round.append(ms(next(iter(runs.values()))) /
-                                     (pyr["median_step_s"] * 1e3))
-            mfu = 100 * e["tflops"] / peak[threads] if threads in peak else None
-            lines.append(
-                f"| {flavor} | {threads} | {fmt(step, unit=' ms')} | "
-                f"{fmt(e['tokens_per_sec'])} | {e['tflops']:.3f} | {fmt(mfu, unit=' %')} | "
-                f"{fmt(py, unit=' ms')} | {fmt(ratio, 2)} | "
-                f"{' / '.join(f'{x:.2f}' for x in per_round) or 'n/a'} | "
-                f"{fmt(peer('foreach'), unit=' ms')} | {fmt(peer('default'), unit=' ms')} | "
-                f"{fmt(step / peer('default') if peer('default') else None, 2)} |")
-            targets.setdefault("ratio", []).append((flavor, threads, ratio))
-            targets.setdefault("mfu_all", []).append((flavor, threads, mfu))
-            if flavor == "small":
-                targets.setdefault("mfu", []).append((threads, mfu))
-            chart_cats.append(f"{flavor}, {threads} thr")
-            chart_baton.append(step)
-            chart_py.append(py)
-    lines += ["", "Matmul peak (1024 x 1024 fp32, `BM_MatmulPeak`, median of the rounds): " +
-              ", ".join(f"{peak[t] * 1e3:.1f} GFLOP/s with {t} ATen thread(s)"
-                        for t in sorted(peak)) + ".", ""]
+                step = ms(e)
+
+                def peer(mode):
+                    runs = peers.get((flavor, precision, threads, mode))
+                    return runs or []
+
+                def median_ms(mode):
+                    runs = peer(mode)
+                    if not runs:
+                        return None
+                    return statistics.median(p["median_step_s"] for p in runs) * 1e3
+
+                eager, compiled = median_ms("eager"), median_ms("compiled")
+                r_eager = step / eager if eager else None
+                r_compiled = step / compiled if compiled else None
+                per_round = []
+                config = f"{flavor}_{precision}_t{threads}"
+                for r in range(1, 10):
+                    cpp = load(results, f"train_step_{config}_r{r}.json")
+                    ttr = load(results, f"torchtitan_{config}_eager_r{r}.json")
+                    runs = gbench_medians(cpp)
+                    if runs and ttr:
+                        per_round.append(ms(next(iter(runs.values()))) /
+                                         (ttr["median_step_s"] * 1e3))
+                p = peak.get((threads, bf16))
+                mfu = 100 * e["tflops"] / p if p else None
+                diffs = [c["loss_diff"] for mode in ("eager", "compiled")
+                         for run in peer(mode) for c in run["checks"]]
+                agree = all(run["loss_agrees"] for mode in ("eager", "compiled")
+                            for run in peer(mode))
+                first = [run["first_step_s"] for run in peer("compiled")]
+                lines.append(
+                    f"| {flavor} | {precision} | {threads} | {fmt(step, unit=' ms')} | "
+                    f"{fmt(e['tokens_per_sec'])} | {fmt(mfu, unit=' %')} | "
+                    f"{fmt(eager, unit=' ms')} | {fmt(r_eager, 2)} | "
+                    f"{' / '.join(f'{x:.2f}' for x in per_round) or 'n/a'} | "
+                    f"{fmt(compiled, unit=' ms')} | {fmt(r_compiled, 2)} | "
+                    f"{fmt(statistics.median(first) if first else None, 1, ' s')} | "
+                    + (f"{max(diffs):.1e}" if diffs else "n/a")
+                    + ("" if agree else " (differ)") + " |")
+                key = (flavor, precision, threads)
+                targets.setdefault("eager", []).append(key + (r_eager,))
+                targets.setdefault("compiled", []).append(key + (r_compiled,))
+                targets.setdefault("mfu_all", []).append(key + (mfu,))
+                if diffs:
+                    targets.setdefault("losses", []).append(key + (max(diffs), agree))
+                chart_cats.append(f"{flavor[:5]} {'bf16' if bf16 else 'f32'} {threads}t")
+                chart["Baton"].append(step)
+                chart["torchtitan eager"].append(eager)
+                chart["torchtitan compiled"].append(compiled)
+    lines += ["", "Matmul peak (1024 x 1024, `BM_MatmulPeak`, median of the rounds): " +
+              ", ".join(f"{peak[k] * 1e3:,.0f} GFLOP/s in "
+                        f"{'bfloat16' if k[1] else 'float32'} with {k[0]} ATen thread(s)"
+                        for k in sorted(peak)) + "."]
+    machine = targets.get("machine")
+    if machine and (2, False) in peak:
+        limit, per_cycle, why = fma_limit_gflops(machine)
+        lines[-1] += (
+            f" The float32 FMA limit of the {machine['cores']} cores: "
+            f"{machine['cores']} x {machine.get('cpu_mhz', 0):.0f} MHz x {per_cycle} "
+            f"FLOP per cycle ({why}) = {limit:.0f} GFLOP/s, with the clock "
+            "/proc/cpuinfo reports (under a hypervisor the nominal one), so the "
+            f"2-thread peak is {100 * peak[(2, False)] * 1e3 / limit:.0f} % of it.")
+        targets["fma_fraction"] = peak[(2, False)] * 1e3 / limit
+    lines.append("")
+    profiles = {key[:3]: r["profile"] for key, runs in peers.items()
+                for r in runs if r.get("profile")}
+    if profiles:
+        lines += profile_lines(profiles)
+        targets["profiles"] = profiles
     attention = [(n, e) for n, e in meds.items()
                  if n.startswith(("BM_CausalAttention", "BM_AttentionKernel"))]
     if attention:
@@ -258,7 +330,8 @@ def step_section(meds, peers, docs, targets, results):
                   "instruction set the CPU runs, the heads split among ATen's threads); "
                   "`BM_CausalAttention`, the blocked path in ATen's batched products by block "
                   "size (block = T: one block) and, as block 0, libtorch's "
-                  "`_scaled_dot_product_attention`, which forms every score and a (T, T) mask:",
+                  "`at::scaled_dot_product_attention` (what torchtitan's SDPA runs: "
+                  "its CPU flash kernel in float32):",
                   "", "| heads x head_dim | path | ATen threads | time |", "|---|---|---|---|"]
         for n, e in attention:
             h = n.split("heads:")[1].split("/")[0]
@@ -291,19 +364,10 @@ def step_section(meds, peers, docs, targets, results):
                              f"{ms(c['0']) / ms(c['1']):.1f}x |")
         lines.append("")
     bar_chart(os.path.join(docs, "perf_step_time.svg"),
-              "Step time: Baton vs Python PyTorch (same settings)",
-              chart_cats, [("Baton (C++)", chart_baton), ("Python", chart_py)], "ms")
+              "Step time: Baton vs torchtitan (same settings)",
+              chart_cats, list(chart.items()), "ms")
     lines += ["![step time](perf_step_time.svg)", ""]
     return lines
-
-
-def kernels_of(results, prefix):
-    """The kernel set the Google Benchmark files `<prefix>*.json` ran with
-    (train_step_bench records it in its context)."""
-    for f in sorted(os.listdir(results)):
-        if f.startswith(prefix) and f.endswith(".json"):
-            return load(results, f).get("context", {}).get("blas_kernels", "?")
-    return "?"
 
 
 def fma_limit_gflops(machine):
@@ -324,68 +388,11 @@ def fma_limit_gflops(machine):
     return machine["cores"] * machine.get("cpu_mhz", 0) / 1e3 * per_cycle, per_cycle, why
 
 
-def kernels_section(results, peers, machine, targets):
-    """The environment's BLAS kernels against Baton's choice, side by side."""
-    env_runs = gbench_rounds(results, "train_step_")
-    env_runs.update(gbench_rounds(results, "kernels_"))
-    chosen = gbench_rounds(results, "chosen_train_step_")
-    chosen.update(gbench_rounds(results, "chosen_kernels_"))
-    if not chosen or not machine:
-        return []
-    env_k, chosen_k = kernels_of(results, "kernels_"), kernels_of(results, "chosen_kernels_")
-    forced = machine.get("openblas_coretype", "")
-    limit, per_cycle, per_cycle_why = fma_limit_gflops(machine)
-    targets["kernel_sets"] = (env_k, chosen_k)
-    lines = ["## BLAS kernels: the environment's against Baton's choice", "",
-             f"The same binaries and shapes as above, in the same rounds, with "
-             f"OpenBLAS's kernels as the environment gives them ({env_k}"
-             + (f": `OPENBLAS_CORETYPE={forced}` is set" if forced else ", OpenBLAS's own pick")
-             + f") and as `baton train` chooses them without that variable "
-             f"({chosen_k}: `common/blas.h`, `training.blas_kernels: auto`); the "
-             "Python peer runs with the chosen kernels too (the same settings), so "
-             "the ratio compares the two frameworks on one BLAS. FMA limit: "
-             f"{machine['cores']} cores x {machine.get('cpu_mhz', 0):.0f} MHz x "
-             f"{per_cycle} FLOP per cycle ({per_cycle_why}) = "
-             f"{limit:.0f} GFLOP/s, with the clock /proc/cpuinfo reports: under a "
-             "hypervisor that is the nominal clock and the cores may run faster "
-             "(a matmul above the limit says so), so the limit is a lower bound.", "",
-             "| | ATen threads | environment's kernels | Baton's choice | speedup |"
-             " Python, chosen kernels | Baton / Python, same kernels |",
-             "|---|---|---|---|---|---|---|"]
-    for threads in (1, 2):
-        key = f"BM_MatmulPeak/n:1024/threads:{threads}/real_time"
-        if key in env_runs and key in chosen:
-            a, b = env_runs[key]["flops"] / 1e9, chosen[key]["flops"] / 1e9
-            lines.append(f"| matmul 1024 (GFLOP/s) | {threads} | {a:.0f} | {b:.0f} | "
-                         f"{b / a:.2f}x | - | - |")
-            targets.setdefault("kernel_peak", []).append((threads, b / limit if limit else None))
-    for flavor in ("debugmodel", "small"):
-        for threads in (1, 2):
-            prefix = f"BM_TrainStep/{flavor}/seq_len:256/threads:{threads}/"
-            e = next((v for k, v in env_runs.items() if k.startswith(prefix)), None)
-            c = next((v for k, v in chosen.items() if k.startswith(prefix)), None)
-            if not e or not c:
-                continue
-            runs = peers.get((flavor, threads, "chosen"))
-            py = statistics.median(p["median_step_s"] for p in runs) * 1e3 if runs else None
-            speedup = ms(e) / ms(c)
-            ratio = ms(c) / py if py else None
-            lines.append(f"| {flavor} step | {threads} | {ms(e):.0f} ms | {ms(c):.0f} ms | "
-                         f"{speedup:.2f}x | {fmt(py, unit=' ms')} | {fmt(ratio, 2)} |")
-            targets.setdefault("kernel_speedup", []).append((flavor, threads, speedup))
-            targets.setdefault("kernel_ratio", []).append((flavor, threads, ratio))
-            peak_key = f"BM_MatmulPeak/n:1024/threads:{threads}/real_time"
-            if flavor == "small" and peak_key in chosen:
-                targets.setdefault("kernel_mfu", []).append(
-                    (threads, 100 * c["tflops"] / (chosen[peak_key]["flops"] / 1e12)))
-    return lines + [""]
-
-
 def pipeline_section(pipe, runs, docs, targets):
     lines = ["## Pipeline parallel: measured bubble against the simulator", ""]
     lines += [
         "`pipeline_bench`: the debug model at pp 2, ranks as threads over "
-        "Gloo, one ATen and one OpenBLAS thread per rank, 8 x 256 tokens "
+        "Gloo, one ATen thread per rank (MKL's follow), 8 x 256 tokens "
         "per step in m microbatches; one optimizer step per iteration, "
         "median of 4 timed steps after a warm-up. Measured bubble: each "
         "rank's idle share of the pipeline's span (from the first rank "
@@ -464,8 +471,8 @@ def pipeline_section(pipe, runs, docs, targets):
             "`bench/pipeline_runs.py`: `baton train` on the debug model, each rank "
             "its own process (torchrun variables), " + str(runs["steps"]) +
             " steps, medians of steps 3.. from `metrics.jsonl`; peak RSS of "
-            "each rank from `wait4`. One process: one ATen thread and "
-            "OpenBLAS's two; pp 2: one ATen and one OpenBLAS thread per rank, "
+            "each rank from `wait4`. One process: two ATen threads; pp 2: one "
+            "ATen thread per rank (MKL's follow ATen's), "
             f"{runs['microbatches']} microbatches: two threads in all either way.",
             "",
             "| run | step | tokens/s | speed-up over one process | peak RSS per rank | bubble per rank |",
@@ -515,9 +522,9 @@ def collectives_section(pipe):
              "(the all-reduced buffer; the all-gather's output; the "
              "reduce-scatter's input). Bus bandwidth as nccl-tests count it: "
              "the bytes each rank sends, 2 (n-1)/n of the buffer for the "
-             "all-reduce, (n-1)/n for the others. Gloo in libtorch 1.13 has no "
-             "reduce-scatter: Baton's exchanges the chunks all-to-all and sums "
-             "locally.", "",
+             "all-reduce, (n-1)/n for the others. Baton's reduce-scatter "
+             "exchanges the chunks all-to-all and sums locally (c10d's Gloo one "
+             "all-reduces the whole buffer, about twice the bytes).", "",
              "| collective | bytes | time | bus bandwidth |", "|---|---|---|---|"]
     for name, e in rows:
         op = name.split("/")[1]
@@ -548,7 +555,7 @@ def fsdp_section(fsdp, targets):
     base = med["dp_replicate2"]
     lines = ["## Sharded data parallel and tensor parallel (process runs)", "",
              "`bench/fsdp_runs.py`: the small flavor (about 25M parameters) on two "
-             "ranks, one ATen and one OpenBLAS thread each, 4 x 256 tokens per rank "
+             "ranks, one ATen thread each (MKL's follow), 4 x 256 tokens per rank "
              "and step (tp2: per step, both ranks together train on one global "
              "batch of 4 x 256 tokens; its tokens/s counts those), "
              f"{fsdp['steps']} steps, medians of steps 3.. and of "
@@ -617,7 +624,7 @@ def scaling_section(doc, targets):
            "round starting one run further on), and their median" if per_round
            else "from the medians of the rounds")
     lines = ["## Scaling efficiency (process runs)", "",
-             "`bench/scaling_runs.py`: the small flavor, one ATen and one OpenBLAS "
+             "`bench/scaling_runs.py`: the small flavor, one ATen and one MKL "
              "thread per rank, 4 x 256 tokens per local batch in float32, "
              f"{doc['steps']} steps, medians of steps 3.. and of "
              f"{len(doc['rounds'])} rounds." + where +
@@ -654,7 +661,7 @@ def plan_section(doc, targets):
              + (f", on {doc['cpu']} (BLAS: {doc['blas'].split(';')[0]})" if doc.get("cpu") else "")
              + ": for each flavor, `baton plan "
              "--nproc 2` profiles this machine (two ranks timing each piece at "
-             "once, one ATen and one OpenBLAS thread each"
+             "once, one ATen thread each (MKL's follow)"
              + ({"cores": ", each bound to its own core (`--cpu-bind cores`)",
                  "none": ", where the scheduler puts them"}.get(doc.get("cpu_bind"), "")
                 + (" as the runs below" if doc.get("cpu_bind") else ""))
@@ -665,7 +672,7 @@ def plan_section(doc, targets):
              "run as real processes, `baton train --nproc 2"
              + (f" --cpu-bind {doc['cpu_bind']}" if doc.get("cpu_bind") else "")
              + "` with the candidate's overlay "
-             "as a second --config, float32, one ATen and one OpenBLAS thread per "
+             "as a second --config, float32, one ATen thread (MKL's follow) per "
              f"rank, {doc['steps']} steps; measured: the median step of steps "
              f"3.. of a run, the median over {doc['rounds']} rounds (the "
              "candidates interleaved in each)"
@@ -796,7 +803,7 @@ def memory_section(mem, targets):
         for rnd in mem["rounds"] for r in rnd)
     lines = ["## Activation checkpointing (process runs)", "",
              "`bench/memory_runs.py`: the small flavor (about 25M parameters) in one "
-             f"process, {mem['threads']} ATen and OpenBLAS threads, 2 x "
+             f"process, {mem['threads']} ATen threads, 2 x "
              f"{mem['seq_len']} tokens per step in float32, {mem['steps']} steps, medians of "
              f"steps 3.. and of {len(mem['rounds'])} rounds (the modes interleaved). "
              "Activation peak: the most CPU tensor memory the step held at once "
@@ -1029,7 +1036,7 @@ def busy_fraction(results):
 
 
 def targets_section(t):
-    lines = ["## Targets (issues #8, #16, #17, #18, #19 and #21)", ""]
+    lines = ["## Targets (issues #8, #17, #18, #19, #21 and #44)", ""]
     if t.get("busy", 0.0) > 0.25:
         lines += [
             f"Other builds ran beside this run for {100 * t['busy']:.0f} % of it "
@@ -1039,20 +1046,32 @@ def targets_section(t):
             "matmul peak was probed under different load than the steps. "
             "Rerun `make bench` on an otherwise idle machine for a verdict.", ""]
     lines += ["| target | measured | met |", "|---|---|---|"]
-    ratios = [r for r in t.get("ratio", []) if r[2] is not None]
     busy = t.get("busy", 0.0) > 0.25
 
     def verdict(ok):
         mark = "yes" if ok else "no"
         return f"inconclusive ({mark} as measured)" if busy else mark
 
-    for flavor, threads, r in ratios:
-        lines.append(f"| Baton step <= 0.75x Python's, {flavor}, {threads} thread(s) | "
-                     f"{r:.2f}x | {verdict(r <= 0.75)} |")
-    for threads, mfu in t.get("mfu", []):
-        if mfu is not None:
-            lines.append(f"| MFU of `small` >= 50 % of the matmul peak, {threads} thread(s) | "
-                         f"{mfu:.0f} % | {verdict(mfu >= 50)} |")
+    for flavor, precision, threads, r in t.get("eager", []):
+        if r is not None:
+            lines.append(f"| Baton step <= 0.75x torchtitan eager's, {flavor}, {precision}, "
+                         f"{threads} thread(s) | {r:.2f}x | {verdict(r <= 0.75)} |")
+    for flavor, precision, threads, r in t.get("compiled", []):
+        if r is not None:
+            lines.append(f"| Baton step <= 1.0x torchtitan compiled's, {flavor}, "
+                         f"{precision}, {threads} thread(s) | {r:.2f}x | "
+                         f"{verdict(r <= 1.0)} |")
+    losses = t.get("losses", [])
+    if losses:
+        worst = max(d for *_, d, _ in losses)
+        lines.append("| torchtitan's first two losses agree with Baton's from the same "
+                     "weights and batches (1e-5 float32, 1e-2 bfloat16), every run | "
+                     f"largest difference {worst:.1e} | "
+                     f"{'yes' if all(ok for *_, ok in losses) else 'no'} |")
+    mfus = [m for *_, m in t.get("mfu_all", []) if m is not None]
+    if mfus:
+        lines.append(f"| MFU never above 100 % | highest {max(mfus):.0f} % | "
+                     f"{'yes' if max(mfus) <= 100 else 'no'} |")
     gap = t.get("bubble_gap")
     if gap is not None:
         lines.append("| measured bubble within 5 pp of the simulator replaying each "
@@ -1068,31 +1087,6 @@ def targets_section(t):
                      f"{t['fsdp_state']:.2f}x | {verdict(t['fsdp_state'] <= 0.55)} |")
         lines.append("| FSDP (#17): tokens/s at dp_shard 2 >= 0.9x of dp_replicate 2 | "
                      f"{t['fsdp_speed']:.2f}x | {verdict(t['fsdp_speed'] >= 0.9)} |")
-    env_k, chosen_k = t.get("kernel_sets", ("", ""))
-    for flavor, threads, s in t.get("kernel_speedup", []):
-        if env_k and env_k == chosen_k:
-            # The same kernels both ways: the ratio is the run's noise.
-            met = (f"n/a: both ran {env_k} (OpenBLAS's own pick is the fastest set "
-                   "here), so the two columns measure the same thing")
-        else:
-            met = (f"{verdict(s >= 0.97)} (nothing slower; 2.5x is the target where "
-                   "OpenBLAS picks Prescott)")
-        lines.append(f"| BLAS kernels (#16): {flavor} step with Baton's kernel choice "
-                     f"against the environment's, {threads} thread(s) | {s:.2f}x | "
-                     f"{met} |")
-    for threads, frac in t.get("kernel_peak", []):
-        if frac is not None:
-            lines.append(f"| BLAS kernels (#16): matmul peak with the chosen kernels >= 80 % of "
-                         f"the FMA limit, {threads} thread(s) | {100 * frac:.0f} % | "
-                         f"{verdict(frac >= 0.8)} |")
-    for flavor, threads, r in t.get("kernel_ratio", []):
-        if r is not None:
-            lines.append(f"| BLAS kernels (#16): Baton step <= 0.75x Python's with the same "
-                         f"kernels, {flavor}, {threads} thread(s) | {r:.2f}x | "
-                         f"{verdict(r <= 0.75)} |")
-    for threads, mfu in t.get("kernel_mfu", []):
-        lines.append(f"| BLAS kernels (#16): MFU of `small` >= 60 % of the chosen kernels' "
-                     f"matmul peak, {threads} thread(s) | {mfu:.0f} % | {verdict(mfu >= 60)} |")
     lines += scaling_target_rows(t, verdict)
     if t.get("tp_traffic") is not None:
         lines.append("| tensor parallel (#18): bytes each TP layer moves per step "
@@ -1203,58 +1197,44 @@ def plan_limit_lines(t):
 def limits_section(t):
     """Why each target not met is not met, with this run's figures."""
     lines = ["## What limits the targets not met", ""]
-    ratios = [r for r in t.get("ratio", []) if r[2] is not None]
-    if any(r > 0.75 for _, _, r in ratios):
+    missed = [(f, p, th, r, "eager", 0.75) for f, p, th, r in t.get("eager", [])
+              if r is not None and r > 0.75]
+    missed += [(f, p, th, r, "compiled", 1.0) for f, p, th, r in t.get("compiled", [])
+               if r is not None and r > 1.0]
+    if missed:
+        profiles = t.get("profiles", {})
         att = t.get("attention", {})
-        text = (
-            "- Step time against Python: both sides run the same libtorch 1.13 "
-            "kernels and the same OpenBLAS sgemm, and sgemm is most of either "
-            "step (by hand with `perf record` on the debug model, 2026-11-29: "
-            "53 % of Baton's samples and 49 % of Python's in `sgemm_kernel_HASWELL`, "
-            "a further 12-16 % in the kernel and `sched_yield`, mostly OpenBLAS's "
-            "idle thread waiting). What Baton removes is outside the model's "
-            "GEMMs: causal attention in its own kernel, which never forms the "
-            "masked half of the scores and calls no BLAS")
+        text = ("- Step time against torchtitan (" + ", ".join(
+            f"{f} {p} {th} thread(s) against {mode}: {r:.2f}x"
+            for f, p, th, r, mode, _ in missed) + "): both sides call the same "
+            "MKL (float32) and oneDNN (bfloat16) products for the same shapes, so "
+            "those take the same time in either; Baton's gain is in what surrounds "
+            "them")
         shown = []
         for (h, d), name in ((("16", "16"), "debugmodel"), (("8", "64"), "small")):
-            kernel, full = att.get((h, d, "kernel", "1")), att.get((h, d, "0", "1"))
-            blocked = att.get((h, d, "64", "1"))
-            if kernel and full and blocked:
-                shown.append(f"{kernel:.0f} ms per {name} layer, forward and backward, "
-                             f"against {blocked:.0f} ms in ATen's batched products "
-                             f"and libtorch's {full:.0f} ms")
+            kernel, sdpa = att.get((h, d, "kernel", "1")), att.get((h, d, "0", "1"))
+            if kernel and sdpa:
+                shown.append(f"attention {kernel:.1f} ms per {name} layer, forward and "
+                             f"backward, against SDPA's {sdpa:.1f} ms")
         if shown:
             text += " (" + "; ".join(shown) + ", on 1 thread)"
-        text += (
-            ", RoPE fused with the heads-first transpose, one-pass RMSNorm and "
-            "AdamW. What is left is mostly the model's own GEMMs, which both "
-            "sides run in the same OpenBLAS calls.")
-        # What 0.75x would take: the same FLOPs in 0.75 of Python's time.
-        needs = []
-        for flavor, threads, mfu in t.get("mfu_all", []):
-            r = next((x for f, th, x in ratios if f == flavor and th == threads), None)
-            if mfu is None or r is None or r <= 0.75:
+        text += (", SwiGLU, RoPE and RMSNorm in fused kernels, AdamW in one pass; "
+                 "under `torch.compile` Inductor fuses torchtitan's element-wise "
+                 "operations too, leaving the products and attention.")
+        bounds = []
+        for f, p, th, r, mode, target in missed:
+            prof = profiles.get((f, p, th))
+            if mode != "eager" or not prof:
                 continue
-            py_mfu = mfu * r
-            needs.append(f"{flavor} at {threads} thread(s): Python runs at "
-                         f"{py_mfu:.0f} % of the matmul peak, so 0.75x would need "
-                         f"Baton at {py_mfu / 0.75:.0f} % (it is at {mfu:.0f} %)")
-        if needs:
-            text += (" What the target asks, against the matmul peak measured in "
-                     "the same run: " + "; ".join(needs) + ".")
+            share = prof["kinds_ms"].get("matmul", 0) / prof["wall_ms"]
+            bounds.append(f"{f} {p} {th} thread(s): {100 * share:.0f} %")
+        if bounds:
+            text += (" The products' share of torchtitan's profiled eager step "
+                     "(the table above), the least Baton's step can be against "
+                     "it: " + "; ".join(bounds) + ". 0.75x leaves 25 % of "
+                     "torchtitan's step for all the rest. bench/notes.md has "
+                     "Baton's side profiled by hand and what was tried.")
         lines.append(text)
-    mfu = [m for m in t.get("mfu", []) if m[1] is not None]
-    if any(m < 50 for _, m in mfu):
-        by_threads = dict(mfu)
-        lines.append(
-            "- MFU with 2 ATen threads: "
-            + ", ".join(f"{m:.0f} % with {th}" for th, m in sorted(by_threads.items()))
-            + ". The matmul peak is the same for either ATen thread count "
-            "(OpenBLAS runs its own threads, one per core), and the step's "
-            "GEMMs already use both cores at 1 ATen thread; a second ATen "
-            "thread only speeds the work outside GEMM (attention's small "
-            "products, the element-wise kernels, AdamW), and on two cores it "
-            "competes with OpenBLAS's threads when both have work.")
     gap, gap_mean = t.get("bubble_gap"), t.get("bubble_gap_mean")
     if gap_mean is not None and gap_mean > 5:
         lines.append(
@@ -1298,20 +1278,18 @@ def main():
     step_runs.update(gbench_rounds(results, "kernels_"))
     peers = {}
     for f in sorted(os.listdir(results)):
-        if f.startswith("peer_") and f.endswith(".json"):
+        if f.startswith("torchtitan_") and f.endswith(".json"):
             p = load(results, f)
-            # peer_<flavor>_t<threads>_<variant>[_r<round>].json
-            variant = f[:-5].split("_")[3]
-            peers.setdefault((p["flavor"], p["threads"], variant), []).append(p)
+            peers.setdefault((p["flavor"], p["precision"], p["threads"], p["mode"]),
+                             []).append(p)
     pipe = load(results, "pipeline.json")
     runs = load(results, "pipeline_runs.json")
     gpu = load(results, "gpu.json")
     if not gpu and os.path.exists(LAST_GPU):
         gpu = json.load(open(LAST_GPU))
-    targets = {"gpu": gpu, "busy": busy_fraction(results)}
+    targets = {"gpu": gpu, "busy": busy_fraction(results), "machine": machine}
     body = []
     body += step_section(step_runs, peers, docs, targets, results)
-    body += kernels_section(results, peers, machine, targets)
     body += pipeline_section(pipe, runs, docs, targets)
     body += p2p_section(pipe)
     body += fsdp_section(load(results, "fsdp_runs.json"), targets)

@@ -2,7 +2,7 @@
 """Scaling efficiency of data and pipeline parallel, as real processes.
 
 Trains the small flavor (about 25M parameters) with `baton train`, one ATen
-and one OpenBLAS thread per rank, 4 x 256 tokens per local batch, float32:
+and one MKL thread per rank, 4 x 256 tokens per local batch, float32:
 
 - one process on one core (the baseline);
 - dp_replicate 2 (each rank its own 4 sequences: twice the tokens per step);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "bench/train_step_config.h"
 #include "builders/builder_registry.h"
 #include "common/allocator.h"
 #include "common/blas.h"
@@ -20,29 +21,26 @@ namespace {
 constexpr int kWarmupSteps = 3;
 
 std::unique_ptr<baton::Trainer> make_trainer(
-    const std::string& flavor, int64_t seq_len, int64_t threads) {
+    const std::string& flavor,
+    int64_t seq_len,
+    int64_t threads,
+    const std::string& precision) {
   baton::register_builtin_builders();
   const auto config = baton::load_job_config(
       "",
-      {"model.flavor=" + flavor,
-       "training.seq_len=" + std::to_string(seq_len),
-       "training.local_batch_size=8",
-       "training.steps=1000000",
-       "training.num_threads=" + std::to_string(threads),
-       // As the Python peer computes (precision_runs.py measures bf16).
-       "training.mixed_precision_param=float32",
-       "metrics.peak_tflops=1",
-       "metrics.jsonl=false",
-       "job.dump_folder=/tmp/baton_bench"});
+      baton::bench::train_step_overrides(
+          flavor, seq_len, /*batch=*/8, threads, precision));
   return baton::make_trainer_builder(config)->build();
 }
 
 void BM_TrainStep(benchmark::State& state, const std::string& flavor) {
   const int64_t seq_len = state.range(0);
   const int64_t threads = state.range(1);
-  auto trainer = make_trainer(flavor, seq_len, threads);
+  const bool bf16 = state.range(2) != 0;
+  auto trainer =
+      make_trainer(flavor, seq_len, threads, bf16 ? "bfloat16" : "float32");
   // Warm-up: the allocator's heap and BLAS buffers grow over the first
-  // steps (as the Python peer's do: it warms up as many).
+  // steps (as the torchtitan peer's do: it warms up as many).
   for (int i = 0; i < kWarmupSteps; ++i) {
     trainer->train_step();
   }
@@ -56,28 +54,31 @@ void BM_TrainStep(benchmark::State& state, const std::string& flavor) {
       benchmark::Counter::kIsRate);
   state.counters["tflops"] = tflops / static_cast<double>(state.iterations());
 }
-// A fixed number of steps per repetition, the same on every run.
+// A fixed number of steps per repetition, the same on every run; bf16 1:
+// bfloat16 compute over float32 master weights (mixed_precision_param).
 BENCHMARK_CAPTURE(BM_TrainStep, debugmodel, std::string("debugmodel"))
-    ->ArgNames({"seq_len", "threads"})
-    ->Args({256, 1})
-    ->Args({256, 2})
+    ->ArgNames({"seq_len", "threads", "bf16"})
+    ->ArgsProduct({{256}, {1, 2}, {0, 1}})
     ->Iterations(4)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_TrainStep, small, std::string("small"))
-    ->ArgNames({"seq_len", "threads"})
-    ->Args({256, 1})
-    ->Args({256, 2})
+    ->ArgNames({"seq_len", "threads", "bf16"})
+    ->ArgsProduct({{256}, {1, 2}, {0, 1}})
     ->Iterations(2)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-/// Peak fp32 matmul throughput, the denominator of MFU.
+/// Peak matmul throughput, the denominator of MFU: float32 (bf16 0) and
+/// bfloat16 (bf16 1, what the bfloat16 steps' products run in).
 void BM_MatmulPeak(benchmark::State& state) {
   at::set_num_threads(static_cast<int>(state.range(1)));
   const int64_t n = state.range(0);
-  const auto a = torch::randn({n, n}), b = torch::randn({n, n});
-  auto c = torch::empty({n, n});
+  const auto dtype = state.range(2) != 0 ? at::kBFloat16 : at::kFloat;
+  const auto a = torch::randn({n, n}).to(dtype);
+  const auto b = torch::randn({n, n}).to(dtype);
+  auto c = torch::empty({n, n}, dtype);
+  at::mm_out(c, a, b);  // untimed: oneDNN builds its kernel once
   for (auto _ : state) {
     at::mm_out(c, a, b);
   }
@@ -85,9 +86,8 @@ void BM_MatmulPeak(benchmark::State& state) {
       2.0 * n * n * n * state.iterations(), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_MatmulPeak)
-    ->ArgNames({"n", "threads"})
-    ->Args({1024, 1})
-    ->Args({1024, 2})
+    ->ArgNames({"n", "threads", "bf16"})
+    ->ArgsProduct({{1024}, {1, 2}, {0, 1}})
     ->UseRealTime();
 
 /// Times forward + backward of `attend` on one layer's attention at the
@@ -202,8 +202,8 @@ BENCHMARK(BM_Swiglu)
 
 int main(int argc, char** argv) {
   // As `baton train` runs with several threads (common/threads.h): the
-  // benchmarks set 1 or 2 ATen threads themselves. The Python peer is run
-  // both with the same settings and without.
+  // benchmarks set 1 or 2 ATen threads themselves. The torchtitan peer is
+  // run with the same settings (scripts/bench.sh).
   baton::restart_for_load_time_settings(
       argv, baton::load_time_settings(/*intra_op_threads=*/2));
   benchmark::AddCustomContext("blas", baton::loaded_blas().describe());

@@ -1,33 +1,26 @@
 #!/usr/bin/env bash
-# The benchmark suite (`make bench`): installs the Python peer's package,
-# runs the Google Benchmark binaries, the Python peer and the pipeline runs
-# side by side, keeps every result as JSON under bench/results, and
-# regenerates docs/PERFORMANCE.md (tables and SVG plots) from them.
+# The benchmark suite (`make bench`): installs the peer (torchtitan, on the
+# pinned PyTorch), runs the Google Benchmark binaries, torchtitan's training
+# step and the process runs side by side, keeps every result as JSON under
+# bench/results, and regenerates docs/PERFORMANCE.md (tables and SVG plots)
+# from them.
 # Usage: scripts/bench.sh [BUILD_DIR]
 set -euo pipefail
 build_dir=${1:-build}
 out=bench/results
-# The venv of the pinned PyTorch (scripts/versions.env): the Python peer
-# runs on the same libtorch as Baton.
+# The venv of the pinned PyTorch (scripts/versions.env) with torchtitan: the
+# peer runs on the same libtorch as Baton.
 bash scripts/setup.sh bench
 python=$(bash scripts/setup.sh --venv)/bin/python
 mkdir -p "$out"
-rm -f "$out"/*.json "$out"/conditions.txt
+rm -rf "$out"/*.json "$out"/conditions.txt "$out"/fixtures
 
-blas=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)
-echo "bench: BLAS in use: $blas"
-case "$blas" in
-  *openblas-pthread*) ;;
-  *) echo "bench: warning: expected OpenBLAS (pthread); timings are for $blas" >&2 ;;
-esac
 # Both sides run with glibc keeping freed memory in the process and with
-# OpenMP's and OpenBLAS's idle threads sleeping: Baton's binaries set these
-# themselves (common/allocator.h, common/threads.h); the peer gets them from
-# GLIBC_TUNABLES, OMP_WAIT_POLICY and OPENBLAS_THREAD_TIMEOUT. It also runs
-# once without any, as a user would run it.
+# OpenMP's idle threads sleeping: Baton's binaries set these themselves
+# (common/allocator.h, common/threads.h); the peer gets them from
+# GLIBC_TUNABLES and OMP_WAIT_POLICY.
 tunables=glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=1073741824
-same_settings=(GLIBC_TUNABLES=$tunables OMP_WAIT_POLICY=PASSIVE
-  OPENBLAS_THREAD_TIMEOUT=12)
+same_settings=(GLIBC_TUNABLES=$tunables OMP_WAIT_POLICY=PASSIVE)
 
 # What else runs meanwhile (1-minute load, compiler processes), every 10 s,
 # for the report: a shared machine's figures depend on it.
@@ -38,20 +31,9 @@ done >> "$out/conditions.txt") &
 monitor=$!
 trap 'kill "$monitor" 2>/dev/null || true' EXIT
 
-"$python" - "$out/machine.json" "$blas" <<'PY'
-import json, os, platform, subprocess, sys, datetime
-import ctypes
+"$python" - "$out/machine.json" <<'PY'
+import datetime, importlib.metadata, json, os, re, sys
 import torch
-
-
-def blas_kernels():
-    """The kernel set OpenBLAS picked for this CPU (its core name)."""
-    try:
-        lib = ctypes.CDLL("libopenblas.so.0")
-        lib.openblas_get_corename.restype = ctypes.c_char_p
-        return lib.openblas_get_corename().decode()
-    except (OSError, AttributeError):
-        return "unknown (not OpenBLAS)"
 
 
 def cpu_field(name):
@@ -61,38 +43,36 @@ def cpu_field(name):
     return "unknown"
 
 
-cpu = "unknown"
-for line in open("/proc/cpuinfo"):
-    if line.startswith("model name"):
-        cpu = line.split(":", 1)[1].strip()
-        break
+def mkl_version():
+    """MKL's version line from torch's build configuration."""
+    match = re.search(r"Math Kernel Library Version [^\n]*", torch.__config__.show())
+    return match.group(0) if match else "no MKL"
+
+
 mem = int(open("/proc/meminfo").readline().split()[1]) / 2**20
 osname = "unknown"
 if os.path.exists("/etc/os-release"):
     for line in open("/etc/os-release"):
         if line.startswith("PRETTY_NAME="):
             osname = line.split("=", 1)[1].strip().strip('"')
-libtorch = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "libtorch-dev"],
-                          capture_output=True, text=True).stdout
 json.dump({
-    "cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem),
-    "os": osname, "libtorch": libtorch, "python_torch": torch.__version__,
-    "blas": sys.argv[2],
-    "blas_kernels": blas_kernels(),
-    "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
+    "cpu": cpu_field("model name"), "cores": os.cpu_count(),
+    "memory_gib": round(mem), "os": osname,
+    "torch": torch.__version__,
+    "torchtitan": importlib.metadata.version("torchtitan"),
+    "blas": mkl_version(),
+    "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    "mkldnn": torch.backends.mkldnn.is_available(),
     "cpu_family": cpu_field("cpu family"),
     "cpu_mhz": max(float(l.split(":", 1)[1]) for l in open("/proc/cpuinfo")
                    if l.startswith("cpu MHz")),
-    "simd": [f for f in ("avx2", "avx512f", "avx512_bf16")
+    "simd": [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
              if f in cpu_field("flags").split()],
-    "threads_note": "ATen intra-op threads as stated per table; OpenBLAS: its "
-        "default (one thread per core) unless a table says otherwise; "
+    "threads_note": "ATen intra-op threads as stated per table; "
         "OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "unset") +
-        ", OPENBLAS_NUM_THREADS=" + os.environ.get("OPENBLAS_NUM_THREADS", "unset") +
         ", OMP_WAIT_POLICY=" + os.environ.get("OMP_WAIT_POLICY", "unset") +
-        ", OPENBLAS_THREAD_TIMEOUT=" +
-        os.environ.get("OPENBLAS_THREAD_TIMEOUT", "unset") +
-        " (Baton's binaries run with PASSIVE and 12 unless they are set)",
+        " (Baton's binaries run with PASSIVE unless it is set; the peer is "
+        "given PASSIVE)",
     "date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"),
 }, open(sys.argv[1], "w"), indent=1)
 PY
@@ -106,42 +86,49 @@ gbench() {  # binary result-name extra-args...
 }
 repeat3=(--benchmark_repetitions=3 --benchmark_report_aggregates_only=true)
 
-# Single-process step, Baton beside the Python peer on the same shapes and
-# ATen thread count, interleaved config by config and repeated in three
-# rounds, so drift in the machine's speed hits both sides alike.
+# Single-process step, Baton beside torchtitan's own Llama 3 (eager and
+# compiled) on the same shapes, precision, ATen thread count, weights and
+# batches: peer_fixture writes Baton's initial weights, first batches and
+# first losses; bench/torchtitan_step.py loads them and fails when its first
+# losses differ. Config by config, in 3 rounds, so drift in the machine's
+# speed hits every side alike.
+for flavor in debugmodel small; do
+  for precision in float32 bfloat16; do
+    "$build_dir/peer_fixture" "$flavor" "$precision" \
+      "$out/fixtures/${flavor}_$precision"
+  done
+done
 for round in 1 2 3; do
   gbench train_step_bench "kernels_r$round" \
     --benchmark_filter='BM_MatmulPeak|BM_CausalAttention|BM_AttentionKernel|BM_Swiglu'
   for flavor in debugmodel small; do
-    for threads in 1 2; do
-      gbench train_step_bench "train_step_${flavor}_t${threads}_r$round" \
-        --benchmark_filter="BM_TrainStep/$flavor/seq_len:256/threads:$threads/"
-      env "${same_settings[@]}" "$python" bench/peer_step.py --flavor "$flavor" \
-        --threads "$threads" --reps 3 \
-        --out "$out/peer_${flavor}_t${threads}_tuned_r$round.json"
+    for precision in float32 bfloat16; do
+      bf16=$([ "$precision" = bfloat16 ] && echo 1 || echo 0)
+      for threads in 1 2; do
+        config="${flavor}_${precision}_t$threads"
+        gbench train_step_bench "train_step_${config}_r$round" \
+          --benchmark_filter="BM_TrainStep/$flavor/seq_len:256/threads:$threads/bf16:$bf16/"
+        for mode in eager compiled; do
+          flags=(--reps 3)
+          [ $mode = eager ] || flags+=(--compile)
+          # Round 1's eager runs also profile a step (its ops by kind).
+          [ $mode = compiled ] || [ $round != 1 ] || flags+=(--profile)
+          env "${same_settings[@]}" "$python" bench/torchtitan_step.py \
+            --fixture "$out/fixtures/${flavor}_$precision" \
+            --threads "$threads" "${flags[@]}" \
+            --out "$out/torchtitan_${config}_${mode}_r$round.json"
+        done
+      done
     done
   done
 done
-# The peer's other settings, once: AdamW(foreach=True), and the defaults a
-# user gets (glibc's allocator, OpenMP's and OpenBLAS's spinning).
-for flavor in debugmodel small; do
-  env "${same_settings[@]}" "$python" bench/peer_step.py --flavor "$flavor" \
-    --threads 1 --reps 3 --foreach --out "$out/peer_${flavor}_t1_foreach.json"
-  for threads in 1 2; do
-    env -u GLIBC_TUNABLES -u OMP_WAIT_POLICY -u OPENBLAS_THREAD_TIMEOUT \
-      "$python" bench/peer_step.py \
-      --flavor "$flavor" --threads "$threads" --reps 3 \
-      --out "$out/peer_${flavor}_t${threads}_default.json"
-  done
-done
 
-# Pipelines: one BLAS thread per rank thread.
-OPENBLAS_NUM_THREADS=1 gbench pipeline_bench pipeline
+gbench pipeline_bench pipeline
 "$python" bench/pipeline_runs.py "$build_dir" "$out/pipeline_runs.json"
 "$python" bench/fsdp_runs.py "$build_dir" "$out/fsdp_runs.json"
 "$python" bench/scaling_runs.py "$build_dir" "$out/scaling_runs.json"
 "$python" bench/plan_runs.py "$build_dir" "$out/plan_runs.json"
-OPENBLAS_NUM_THREADS=1 gbench tensor_parallel_bench tensor_parallel
+gbench tensor_parallel_bench tensor_parallel
 "$python" bench/memory_runs.py "$build_dir" "$out/memory_runs.json"
 "$python" bench/precision_runs.py "$build_dir" "$out/precision_runs.json"
 
