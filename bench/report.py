@@ -226,7 +226,10 @@ def step_section(meds, peers, docs, targets, results):
         "Both warm up 3 steps; they run config by config, Baton then torchtitan "
         "eager then compiled, in 3 rounds; a figure is the median over the "
         "rounds of Baton's mean step (4 timed steps for debugmodel, 2 for small) "
-        "and of torchtitan's median of 3 timed steps. Same ATen thread count; "
+        "and of torchtitan's median of 3 timed steps; a ratio is the median "
+        "over the rounds of the ratio within each round (the machine's speed "
+        "drifts between rounds: see the matmul peak per round below). Same "
+        "ATen thread count; "
         "both keep freed memory in the process and run OpenMP with "
         "`OMP_WAIT_POLICY=PASSIVE` (Baton's binaries set both, "
         "`common/allocator.h`, `common/threads.h`; torchtitan gets them from "
@@ -236,8 +239,9 @@ def step_section(meds, peers, docs, targets, results):
         "",
         "| flavor | precision | ATen threads | Baton step | tokens/s | MFU | "
         "torchtitan eager | Baton / eager | per round | torchtitan compiled | "
-        "Baton / compiled | first compiled step | first losses, largest difference |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "Baton / compiled | per round | first compiled step | "
+        "first losses, largest difference |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     peak = peak_tflops(meds)
     chart_cats, chart = [], {"Baton": [], "torchtitan eager": [],
@@ -264,17 +268,27 @@ def step_section(meds, peers, docs, targets, results):
                     return statistics.median(p["median_step_s"] for p in runs) * 1e3
 
                 eager, compiled = median_ms("eager"), median_ms("compiled")
-                r_eager = step / eager if eager else None
-                r_compiled = step / compiled if compiled else None
-                per_round = []
                 config = f"{flavor}_{precision}_t{threads}"
-                for r in range(1, 10):
-                    cpp = load(results, f"train_step_{config}_r{r}.json")
-                    ttr = load(results, f"torchtitan_{config}_eager_r{r}.json")
-                    runs = gbench_medians(cpp)
-                    if runs and ttr:
-                        per_round.append(ms(next(iter(runs.values()))) /
-                                         (ttr["median_step_s"] * 1e3))
+
+                def rounds(mode):
+                    # Baton's step over torchtitan's within each round, where
+                    # both met the same machine (its speed drifts between
+                    # rounds: see the matmul peak per round).
+                    out = []
+                    for r in range(1, 10):
+                        cpp = load(results, f"train_step_{config}_r{r}.json")
+                        ttr = load(results, f"torchtitan_{config}_{mode}_r{r}.json")
+                        runs = gbench_medians(cpp)
+                        if runs and ttr:
+                            out.append(ms(next(iter(runs.values()))) /
+                                       (ttr["median_step_s"] * 1e3))
+                    return out
+
+                per_round, per_round_c = rounds("eager"), rounds("compiled")
+                r_eager = (statistics.median(per_round) if per_round
+                           else step / eager if eager else None)
+                r_compiled = (statistics.median(per_round_c) if per_round_c
+                              else step / compiled if compiled else None)
                 p = peak.get((threads, bf16))
                 mfu = 100 * e["tflops"] / p if p else None
                 diffs = [c["loss_diff"] for mode in ("eager", "compiled")
@@ -288,6 +302,7 @@ def step_section(meds, peers, docs, targets, results):
                     f"{fmt(eager, unit=' ms')} | {fmt(r_eager, 2)} | "
                     f"{' / '.join(f'{x:.2f}' for x in per_round) or 'n/a'} | "
                     f"{fmt(compiled, unit=' ms')} | {fmt(r_compiled, 2)} | "
+                    f"{' / '.join(f'{x:.2f}' for x in per_round_c) or 'n/a'} | "
                     f"{fmt(statistics.median(first) if first else None, 1, ' s')} | "
                     + (f"{max(diffs):.1e}" if diffs else "n/a")
                     + ("" if agree else " (differ)") + " |")
@@ -305,6 +320,14 @@ def step_section(meds, peers, docs, targets, results):
               ", ".join(f"{peak[k] * 1e3:,.0f} GFLOP/s in "
                         f"{'bfloat16' if k[1] else 'float32'} with {k[0]} ATen thread(s)"
                         for k in sorted(peak)) + "."]
+    per_round_peaks = []
+    for r in range(1, 10):
+        k = peak_tflops(gbench_medians(load(results, f"kernels_r{r}.json")))
+        if (2, False) in k:
+            per_round_peaks.append(f"{k[(2, False)] * 1e3:.0f}")
+    if len(per_round_peaks) > 1:
+        lines[-1] += (" The float32 peak with 2 threads, round by round: "
+                      + " / ".join(per_round_peaks) + " GFLOP/s.")
     machine = targets.get("machine")
     if machine and (2, False) in peak:
         limit, per_cycle, why = fma_limit_gflops(machine)
