@@ -32,19 +32,13 @@ int usage() {
   return 2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc < 4 || argc > 6) {
-    return usage();
-  }
-  const std::string flavor = argv[1], precision = argv[2];
-  const std::filesystem::path out = argv[3];
-  const int64_t seq_len = argc > 4 ? std::stoll(argv[4]) : 256;
-  const int64_t batch = argc > 5 ? std::stoll(argv[5]) : 8;
-  if (precision != "float32" && precision != "bfloat16") {
-    return usage();
-  }
+/// Writes the fixture (see the file's comment).
+void write_fixture(
+    const std::string& flavor,
+    const std::string& precision,
+    const std::filesystem::path& out,
+    int64_t seq_len,
+    int64_t batch) {
   baton::keep_freed_memory_in_process();
   baton::register_builtin_builders();
   const auto config = baton::load_job_config(
@@ -112,5 +106,28 @@ int main(int argc, char** argv) {
   std::ofstream(out / "fixture.json") << fixture.dump(1) << "\n";
   std::cout << "peer_fixture: " << flavor << " " << precision << " loss "
             << step.loss << " -> " << out.string() << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4 || argc > 6) {
+    return usage();
+  }
+  const std::string precision = argv[2];
+  if (precision != "float32" && precision != "bfloat16") {
+    return usage();
+  }
+  try {
+    write_fixture(
+        argv[1],
+        precision,
+        argv[3],
+        argc > 4 ? std::stoll(argv[4]) : 256,
+        argc > 5 ? std::stoll(argv[5]) : 8);
+  } catch (const std::exception& e) {
+    std::cerr << "peer_fixture: " << e.what() << "\n";
+    return 1;
+  }
   return 0;
 }
