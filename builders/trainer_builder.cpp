@@ -293,14 +293,14 @@ ApplierChain TrainerBuilder::build_appliers() {
   }
   const std::string where = config_.origin("parallelism.appliers");
   for (const auto& name : config_.parallelism.appliers) {
-    for (const auto& [placed, set_by] : builder_placed_appliers()) {
+    for (const auto& [placed, hint] : builder_placed_appliers()) {
       if (name == placed) {
         throw_config_error(
             where,
             "parallelism.appliers: '" + name +
                 "' is a step the builder places itself, from the config; "
-                "allowed: other registered appliers; hint: set " +
-                set_by + " instead");
+                "allowed: other registered appliers; hint: " +
+                hint);
       }
     }
     chain.append(name, where);

@@ -499,7 +499,7 @@ struct CommConfig {
 };
 
 /// The whole job: decoded from YAML once, validated, then passed down by
-/// const reference. No YAML types leave trainer/job_config.cpp.
+/// const reference. No YAML types leave config/job_config.cpp.
 struct JobConfig {
   /// Registered trainer builder; "auto" picks one from the parallelism.
   std::string builder = "auto";

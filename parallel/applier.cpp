@@ -184,13 +184,13 @@ void append_data_parallel(ApplierChain& chain, const ParallelDims& dims) {
 const std::vector<std::pair<std::string, std::string>>&
 builder_placed_appliers() {
   static const std::vector<std::pair<std::string, std::string>> kPlaced = {
-      {"to_device", "the data-parallel degrees"},
-      {"tensor_parallel", "parallelism.tensor_parallel_degree"},
-      {"activation_checkpoint", "activation_checkpoint.mode"},
-      {"mixed_precision", "training.mixed_precision_param"},
-      {"check_replicas", "the data-parallel degrees"},
-      {"replicate", "the data-parallel degrees"},
-      {"fully_shard", "the data-parallel degrees"}};
+      {"to_device", "leave it out: every chain starts with it"},
+      {"tensor_parallel", "set parallelism.tensor_parallel_degree instead"},
+      {"activation_checkpoint", "set activation_checkpoint.mode instead"},
+      {"mixed_precision", "set training.mixed_precision_param instead"},
+      {"check_replicas", "set the data-parallel degrees instead"},
+      {"replicate", "set the data-parallel degrees instead"},
+      {"fully_shard", "set the data-parallel degrees instead"}};
   return kPlaced;
 }
 

@@ -140,9 +140,9 @@ void append_data_parallel(ApplierChain& chain, const ParallelDims& dims);
 
 /// The steps the builders place themselves, from the config: to_device,
 /// tensor_parallel, activation_checkpoint, mixed_precision and the
-/// data-parallel ones,
-/// each with what sets it (the hint of the error when
-/// `parallelism.appliers` names one, which it may not).
+/// data-parallel ones, each with the hint of the error when
+/// `parallelism.appliers` names one, which it may not (what to set
+/// instead).
 const std::vector<std::pair<std::string, std::string>>&
 builder_placed_appliers();
 

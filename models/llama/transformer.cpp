@@ -156,20 +156,30 @@ TransformerImpl::TransformerImpl(const ModelArgs& args, const ChunkSpec& chunk)
   }
 }
 
+RopeTables rope_tables(
+    const ModelArgs& args,
+    int64_t first_position,
+    int64_t seq_len,
+    const at::Device& device) {
+  const int64_t half = args.head_dim() / 2;
+  const auto exponents =
+      torch::arange(0, half, torch::kFloat64) * (2.0 / args.head_dim());
+  const auto inv_freq = torch::pow(args.rope_theta, -exponents);  // (D/2)
+  const auto positions = torch::arange(
+      first_position, first_position + seq_len, torch::kFloat64);  // (T)
+  const auto angles = torch::outer(positions, inv_freq);           // (T, D/2)
+  return {
+      angles.cos().to(device, torch::kFloat32),
+      angles.sin().to(device, torch::kFloat32),
+      first_position};
+}
+
 const RopeTables& TransformerImpl::rope_for(
     int64_t seq_len, const at::Device& device) {
-  if (rope_.cos.defined() && rope_.cos.size(0) == seq_len &&
-      rope_.cos.device() == device) {
-    return rope_;
+  if (!rope_.cos.defined() || rope_.cos.size(0) != seq_len ||
+      rope_.first_position != position_offset || rope_.cos.device() != device) {
+    rope_ = rope_tables(args_, position_offset, seq_len, device);
   }
-  const int64_t half = args_.head_dim() / 2;
-  const auto exponents =
-      torch::arange(0, half, torch::kFloat64) * (2.0 / args_.head_dim());
-  const auto inv_freq = torch::pow(args_.rope_theta, -exponents);  // (D/2)
-  const auto positions = torch::arange(seq_len, torch::kFloat64);  // (T)
-  const auto angles = torch::outer(positions, inv_freq);           // (T, D/2)
-  rope_.cos = angles.cos().to(device, torch::kFloat32);
-  rope_.sin = angles.sin().to(device, torch::kFloat32);
   return rope_;
 }
 

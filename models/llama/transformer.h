@@ -28,11 +28,22 @@ class RMSNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
-/// Rotary position embedding tables for one sequence length.
+/// Rotary position embedding tables for T consecutive positions.
 struct RopeTables {
   at::Tensor cos;  // (T, head_dim / 2)
   at::Tensor sin;  // (T, head_dim / 2)
+  /// The position of row 0.
+  int64_t first_position = 0;
 };
+
+/// The tables of positions first_position .. first_position + seq_len - 1
+/// for `args`' head width and rope_theta, float32 on `device` (angles in
+/// float64 first, so a row does not depend on where the table starts).
+RopeTables rope_tables(
+    const ModelArgs& args,
+    int64_t first_position,
+    int64_t seq_len,
+    const at::Device& device);
 
 /// Rotates the pairs (x[2i], x[2i+1]) of each head, Meta's layout.
 /// x: (B, T, H, head_dim) -> (B, T, H, head_dim)
@@ -48,8 +59,8 @@ class AttentionImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, const RopeTables& rope);
 
   Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
-  /// Around the whole module: `enter` before wq, wk and wv read the input,
-  /// `leave` after wo.
+  /// Around the whole module: the enter hooks before wq, wk and wv read the
+  /// input, the leave hooks after wo.
   RegionHooks hooks;
 
  private:
@@ -65,7 +76,8 @@ class FeedForwardImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);
 
   Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
-  /// Around the whole module: `enter` before w1 and w3, `leave` after w2.
+  /// Around the whole module: the enter hooks before w1 and w3, the leave
+  /// hooks after w2.
   RegionHooks hooks;
 };
 TORCH_MODULE(FeedForward);
@@ -115,15 +127,22 @@ class TransformerImpl final : public ModelChunk {
   /// holds a slice of the vocabulary sets its own.
   std::function<at::Tensor(const at::Tensor& ids, const at::Tensor& weight)>
       embedding_lookup;
-  /// Around the output projection: `enter` runs on the final norm's output.
+  /// Around the output projection: the enter hooks run on the final norm's
+  /// output.
   RegionHooks output_hooks;
   /// The hidden states between blocks hold 1 / sequence_shards of the
   /// positions their attention sees (a sequence-parallel layout's shard;
-  /// its `enter` hooks gather the rest), so RoPE's tables cover that many.
+  /// its enter hooks gather the rest), so RoPE's tables cover that many.
   int64_t sequence_shards = 1;
+  /// The position of this rank's first token in the whole sequence: a
+  /// layout that gives each rank a run of the sequence (context parallel)
+  /// sets where its run starts; RoPE rotates by the whole sequence's
+  /// positions.
+  int64_t position_offset = 0;
 
  private:
-  /// RoPE tables for length `seq_len` on `device`, cached.
+  /// RoPE tables for `seq_len` positions from position_offset on `device`,
+  /// cached.
   const RopeTables& rope_for(int64_t seq_len, const at::Device& device);
   /// The forward without the root's wrappers.
   at::Tensor forward_root(const at::Tensor& input);

@@ -63,10 +63,13 @@ std::shared_ptr<Region> region(
       Region{context.mesh.group(dist::MeshDim::kTp), std::move(name)});
 }
 
-RegionHooks sequence_parallel_hooks(const std::shared_ptr<Region>& r) {
-  return {
+/// Adds sequence parallel's gather before `hooks`' module and its
+/// reduce-scatter after.
+void add_sequence_parallel_hooks(
+    RegionHooks& hooks, const std::shared_ptr<Region>& r) {
+  hooks.add(
       [r](const at::Tensor& x) { return gather_sequence(x, *r); },
-      [r](const at::Tensor& x) { return reduce_scatter_sequence(x, *r); }};
+      [r](const at::Tensor& x) { return reduce_scatter_sequence(x, *r); });
 }
 
 }  // namespace
@@ -193,10 +196,10 @@ void TensorParallelApplier::apply(
   for (const auto& item : model->layers->items()) {
     const std::string prefix = "layers." + item.first + ".";
     auto& block = *item.second->as<llama::TransformerBlockImpl>();
-    block.attention->hooks =
-        sequence_parallel_hooks(region(context, prefix + "attention"));
-    block.feed_forward->hooks =
-        sequence_parallel_hooks(region(context, prefix + "feed_forward"));
+    add_sequence_parallel_hooks(
+        block.attention->hooks, region(context, prefix + "attention"));
+    add_sequence_parallel_hooks(
+        block.feed_forward->hooks, region(context, prefix + "feed_forward"));
     sum_gradient_over_tp(
         block.attention_norm->weight,
         region(context, prefix + "attention_norm"));
@@ -213,9 +216,8 @@ void TensorParallelApplier::apply(
   }
   if (model->spec().output) {
     const auto r = region(context, "output");
-    model->output_hooks.enter = [r](const at::Tensor& x) {
-      return gather_sequence(x, *r);
-    };
+    model->output_hooks.add(
+        [r](const at::Tensor& x) { return gather_sequence(x, *r); }, {});
     sum_gradient_over_tp(model->norm->weight, region(context, "norm"));
   }
   model->sequence_shards = n;

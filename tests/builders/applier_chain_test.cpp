@@ -205,6 +205,8 @@ TEST(ApplierFromYaml, TheBuildersOwnStepsAreRefused) {
                   ? "hint: set activation_checkpoint.mode instead"
               : n == "mixed_precision"
                   ? "hint: set training.mixed_precision_param instead"
+              : n == "to_device"
+                  ? "hint: leave it out: every chain starts with it"
                   : "hint: set the data-parallel degrees instead"),
           std::string::npos)
           << e.what();

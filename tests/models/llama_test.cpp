@@ -358,6 +358,35 @@ TEST(Llama, RopeRotatesPairsByPositionTimesFrequency) {
   EXPECT_NEAR(y.norm().item<double>(), 1.0, 1e-6);  // rotations keep norms
 }
 
+TEST(Llama, RopeTablesStartAtTheirFirstPosition) {
+  // A rank holding positions 5..11 of a sequence (context parallel) gets
+  // exactly the rows 5..11 of the whole sequence's tables.
+  const ModelArgs args = tiny_args();
+  const auto whole = rope_tables(args, 0, 12, torch::kCPU);
+  const auto shard = rope_tables(args, 5, 7, torch::kCPU);
+  EXPECT_EQ(shard.first_position, 5);
+  EXPECT_TRUE(torch::equal(shard.cos, whole.cos.slice(0, 5, 12)));
+  EXPECT_TRUE(torch::equal(shard.sin, whole.sin.slice(0, 5, 12)));
+}
+
+TEST(Llama, APositionOffsetRotatesByTheWholeSequencesPositions) {
+  // Attention sees only relative positions, so shifting every position by
+  // the same offset leaves the logits as they were, up to rounding; the
+  // offset is used (the tables are rebuilt for it), and setting it back
+  // gives the first logits exactly.
+  const auto args = tiny_args();
+  TransformerImpl model(args);
+  model.init_weights(3);
+  const auto tokens = torch::randint(0, args.vocab_size, {2, 9}, torch::kLong);
+  const auto at_zero = model.forward(tokens);
+  model.position_offset = 1000;
+  const auto shifted = model.forward(tokens);
+  EXPECT_TRUE(torch::allclose(shifted, at_zero, 1e-4, 1e-4));
+  EXPECT_FALSE(torch::equal(shifted, at_zero));
+  model.position_offset = 0;
+  EXPECT_TRUE(torch::equal(model.forward(tokens), at_zero));
+}
+
 TEST(ModelSpec, RegistryBuildsFlavorsAndListsThemOnError) {
   register_builtin_models();
   const auto& spec = model_registry().get("LLAMA3");
