@@ -28,7 +28,9 @@ follows the first update): to 1e-5 in float32; in bfloat16 the two round differe
 operations in float32), so there to 1e-2.
 
 Usage: torchtitan_step.py --fixture DIR --threads N [--compile]
-                          [--warmup 3] [--reps 5] [--out FILE.json]
+                          [--device cpu|cuda] [--warmup 3] [--reps 5]
+                          [--profile] [--out FILE.json]
+(--device cuda is written for bench/gpu.sh and not yet run on a GPU.)
 Prints and writes the step times (median of --reps after --warmup steps,
 the first two of them the checked ones); exits 1 when a loss differs.
 """
@@ -124,6 +126,9 @@ def main():
     parser.add_argument("--fixture", required=True)
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu, or cuda (the fixture's weights and "
+                        "batches are moved there)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--profile", action="store_true",
@@ -135,14 +140,17 @@ def main():
     fixture = json.load(open(os.path.join(args.fixture, "fixture.json")))
     precision = fixture["precision"]
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
     model = model_config(fixture["model"]).build()
     model.init_states()
     model.load_state_dict(
         torchtitan_state_dict(
             read_safetensors(os.path.join(args.fixture, "weights.safetensors"))),
         strict=True)
+    model.to(device)
     batch = read_safetensors(os.path.join(args.fixture, "batch.safetensors"))
-    batches = [(batch[f"inputs.{i}"], batch[f"labels.{i}"]) for i in (0, 1)]
+    batches = [(batch[f"inputs.{i}"].to(device), batch[f"labels.{i}"].to(device))
+               for i in (0, 1)]
 
     opt = fixture["optimizer"]
     optimizers = default_adamw(
@@ -160,7 +168,7 @@ def main():
                 world_size=1))
         loss_fn = torch.compile(cross_entropy_loss)
     autocast = torch.autocast(
-        "cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16")
+        device.type, dtype=torch.bfloat16, enabled=precision == "bfloat16")
 
     def step(inputs, labels):
         optimizers.zero_grad()
@@ -176,6 +184,7 @@ def main():
         lr = optimizers.optimizers[0].param_groups[0]["lr"]
         optimizers.step()
         lr_schedulers.step()
+        # .item() waits for the device: a step's time includes its kernels.
         return loss.item(), grad_norm.item(), lr
 
     # The first two steps, on Baton's first two batches, checked against
@@ -203,12 +212,14 @@ def main():
         step(*batches[0])
         times.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
-    profile = profile_step(lambda: step(*batches[0])) if args.profile else None
+    profile = (profile_step(lambda: step(*batches[0]), device)
+               if args.profile else None)
     tokens = batches[0][0].numel()
     median = statistics.median(times)
     result = {
         "peer": "torchtitan",
         "mode": "compiled" if args.compile else "eager",
+        "device": args.device,
         "flavor": fixture["flavor"],
         "precision": precision,
         "threads": args.threads,
@@ -256,19 +267,24 @@ def op_kind(name):
     return "other"
 
 
-def profile_step(step):
+def profile_step(step, device):
     """One step under torch.profiler: its wall time and the self time of
     its ops by kind (op_kind) and of the 8 largest, in ms (the profiler's
     self CPU time: each op's time on the thread that calls it, which waits
-    for its intra-op threads)."""
+    for its intra-op threads; on a GPU, the ops' kernel time on the
+    device)."""
     from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
         start = time.perf_counter()
         step()
         wall = time.perf_counter() - start
     kinds, ops = {}, []
     for e in prof.key_averages():
-        ms = e.self_cpu_time_total / 1e3
+        ms = (e.self_device_time_total if device.type == "cuda"
+              else e.self_cpu_time_total) / 1e3
         kinds[op_kind(e.key)] = kinds.get(op_kind(e.key), 0.0) + ms
         ops.append((e.key, ms))
     ops.sort(key=lambda x: -x[1])
