@@ -377,8 +377,8 @@ DryRunReport dry_run(
       throw_config_error(config.origin(problem->key), problem->message);
     }
   }
-  const CheckpointPlan checkpoint_plan =
-      CheckpointPlan::from(config.activation_checkpoint);
+  const RecomputePlan recompute_plan =
+      RecomputePlan::from(config.activation_checkpoint);
 
   // fully_shard frees a unit's gathered parameters after its forward unless
   // it keeps them (pipeline stages by default).
@@ -462,7 +462,7 @@ DryRunReport dry_run(
       largest_block = std::max(largest_block, e.largest_block);
       gathered += keep_gathered ? e.all_units : e.root_unit;
       ActivationCheckpointConfig ac = config.activation_checkpoint;
-      if (!checkpoint_plan.checkpoints_stage(stage.stage)) {
+      if (!recompute_plan.checkpoints_stage(stage.stage)) {
         ac.mode = "none";
       }
       const StageActivations activations = stage_activations(

@@ -181,7 +181,7 @@ void TrainerBuilder::parallelize(ModelParts& parts, const ApplierChain& chain) {
             << parts.size() << (parts.size() == 1 ? " part" : " parts");
   if (chain.contains("activation_checkpoint")) {
     LOG(INFO) << "activation checkpoint: "
-              << CheckpointPlan::from(config_.activation_checkpoint).describe();
+              << RecomputePlan::from(config_.activation_checkpoint).describe();
   }
 }
 

@@ -10,8 +10,8 @@
 
 namespace baton {
 
-CheckpointPlan CheckpointPlan::from(const ActivationCheckpointConfig& config) {
-  CheckpointPlan plan;
+RecomputePlan RecomputePlan::from(const ActivationCheckpointConfig& config) {
+  RecomputePlan plan;
   if (config.mode == "full") {
     plan.kind = Kind::kFull;
   } else if (config.mode == "selective") {
@@ -22,12 +22,12 @@ CheckpointPlan CheckpointPlan::from(const ActivationCheckpointConfig& config) {
   return plan;
 }
 
-bool CheckpointPlan::checkpoints_stage(int64_t stage) const {
+bool RecomputePlan::checkpoints_stage(int64_t stage) const {
   return stages.empty() ||
          std::find(stages.begin(), stages.end(), stage) != stages.end();
 }
 
-bool CheckpointPlan::checkpoints(int64_t layer) const {
+bool RecomputePlan::checkpoints(int64_t layer) const {
   switch (kind) {
     case Kind::kNone:
       return false;
@@ -38,7 +38,7 @@ bool CheckpointPlan::checkpoints(int64_t layer) const {
   }
 }
 
-std::string CheckpointPlan::describe() const {
+std::string RecomputePlan::describe() const {
   if (kind == Kind::kNone || stages.empty()) {
     return describe_blocks();
   }
@@ -50,7 +50,7 @@ std::string CheckpointPlan::describe() const {
          (stages.size() == 1 ? " on stage " : " on stages ") + list;
 }
 
-std::string CheckpointPlan::describe_blocks() const {
+std::string RecomputePlan::describe_blocks() const {
   switch (kind) {
     case Kind::kNone:
       return "none";
@@ -99,11 +99,11 @@ int64_t layer_index(const std::string& unit) {
 
 void ActivationCheckpointApplier::apply(
     ModelPart& part, const ParallelContext& context) {
-  const auto plan = CheckpointPlan::from(context.config.activation_checkpoint);
+  const auto plan = RecomputePlan::from(context.config.activation_checkpoint);
   if (!plan.checkpoints_stage(part.stage())) {
     return;
   }
-  const auto policy = plan.kind == CheckpointPlan::Kind::kOp
+  const auto policy = plan.kind == RecomputePlan::Kind::kOp
                           ? CheckpointPolicy::kKeepExpensiveOps
                           : CheckpointPolicy::kFull;
   auto& chunk = part.module();

@@ -10,9 +10,10 @@ namespace baton {
 
 struct ActivationCheckpointConfig;
 
-/// Which blocks a part checkpoints, and how (the `activation_checkpoint`
-/// section, parsed).
-struct CheckpointPlan {
+/// Which blocks a part checkpoints (recomputes in backward), and how (the
+/// `activation_checkpoint` section, parsed). Named for the recomputation so
+/// that it is not taken for checkpoint/'s saved state.
+struct RecomputePlan {
   enum class Kind { kNone, kFull, kLayer, kOp };
   Kind kind = Kind::kNone;
   /// With kLayer: blocks whose global index i has (i + 1) % every == 0,
@@ -21,7 +22,7 @@ struct CheckpointPlan {
   /// The pipeline stages that checkpoint; empty = every stage.
   std::vector<int64_t> stages;
 
-  static CheckpointPlan from(const ActivationCheckpointConfig& config);
+  static RecomputePlan from(const ActivationCheckpointConfig& config);
   /// Whether the block with global index `layer` is checkpointed.
   bool checkpoints(int64_t layer) const;
   /// Whether the blocks of pipeline stage `stage` follow the plan (false:

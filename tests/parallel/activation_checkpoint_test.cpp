@@ -65,12 +65,12 @@ void apply_ac(ModelPart& part, const ActivationCheckpointConfig& c) {
       part, ParallelContext{config, mesh, at::kCPU});
 }
 
-TEST(CheckpointPlan, ChoosesBlocksByModeAndGlobalIndex) {
-  const auto full = CheckpointPlan::from(ac("full"));
-  const auto none = CheckpointPlan::from(ac("none"));
-  const auto every2 = CheckpointPlan::from(ac("selective", "layer", 2));
-  const auto every3 = CheckpointPlan::from(ac("selective", "layer", 3));
-  const auto op = CheckpointPlan::from(ac("selective", "op"));
+TEST(RecomputePlan, ChoosesBlocksByModeAndGlobalIndex) {
+  const auto full = RecomputePlan::from(ac("full"));
+  const auto none = RecomputePlan::from(ac("none"));
+  const auto every2 = RecomputePlan::from(ac("selective", "layer", 2));
+  const auto every3 = RecomputePlan::from(ac("selective", "layer", 3));
+  const auto op = RecomputePlan::from(ac("selective", "op"));
   std::vector<int64_t> picked2, picked3;
   for (int64_t i = 0; i < 6; ++i) {
     EXPECT_TRUE(full.checkpoints(i));
