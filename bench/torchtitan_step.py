@@ -39,11 +39,11 @@ import argparse
 import json
 import os
 import statistics
-import struct
 import sys
 import time
 
 import torch
+from safetensors.torch import load_file as read_safetensors
 
 from torchtitan.components.loss import IGNORE_INDEX, cross_entropy_loss
 from torchtitan.components.optimizer.lr_scheduler import LRSchedulersContainer
@@ -57,25 +57,6 @@ from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
 from torchtitan.models.common.attention import ScaledDotProductAttention
 
 TOLERANCE = {"float32": 1e-5, "bfloat16": 1e-2}
-DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "I64": torch.int64}
-
-
-def read_safetensors(path):
-    """{name: tensor} of a safetensors file (8-byte header length, JSON
-    header, data), without the `safetensors` package."""
-    with open(path, "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(size))
-        data = f.read()
-    out = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = entry["data_offsets"]
-        out[name] = torch.frombuffer(
-            bytearray(data[begin:end]), dtype=DTYPES[entry["dtype"]]
-        ).reshape(entry["shape"])
-    return out
 
 
 def model_config(shape):
