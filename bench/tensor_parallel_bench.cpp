@@ -28,6 +28,7 @@
 #include "parallel/applier.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/model_parts.h"
+#include "parallel/parallelism.h"
 #include "parallel/tensor_parallel/regions.h"
 #include "parallel/tensor_parallel/tensor_parallel.h"
 #include "tests/parallel/rank_threads.h"
@@ -61,6 +62,7 @@ void BM_TensorParallelTraffic(benchmark::State& state, const char* flavor) {
   auto args = baton::llama::llama3_flavors().at(flavor);
   args.vocab_size = kVocab;
   baton::register_builtin_optimizers();
+  baton::register_builtin_parallelisms();
   double step_s = 0.0;
   std::map<std::string, tp::Traffic> counted;
   for (auto _ : state) {
@@ -69,8 +71,8 @@ void BM_TensorParallelTraffic(benchmark::State& state, const char* flavor) {
         kRanks,
         [&](int64_t rank, baton::dist::Runtime& rt) {
           at::set_num_threads(1);
-          const auto dims =
-              baton::ParallelDims::resolve(1, 1, kRanks, 1, kRanks);
+          const auto dims = baton::ParallelDims::of(
+              {{baton::tensor_parallel::kAxis, kRanks}}, kRanks);
           const baton::dist::ParallelMesh mesh(
               dims, rank, rt.shared_from_this());
           baton::JobConfig config;

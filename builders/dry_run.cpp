@@ -15,7 +15,9 @@
 #include "models/llama/fused_ops.h"
 #include "models/model_spec.h"
 #include "parallel/activation_checkpoint.h"
+#include "parallel/axes.h"
 #include "parallel/dist/mesh.h"
+#include "parallel/parallelism.h"
 #include "parallel/pipeline/schedule_io.h"
 #include "parallel/pipeline/schedules.h"
 #include "parallel/pipeline/split.h"
@@ -52,14 +54,15 @@ std::vector<int64_t> stored_shape(
     const dist::MeshCoord& coord,
     const ParallelDims& dims) {
   std::vector<int64_t> shape = param.second;
-  if (dims.tp > 1) {
+  const int64_t tp = dims.degree(tensor_parallel::kAxis);
+  if (tp > 1) {
     if (const auto slice = tensor_parallel::tensor_parallel_slice(
-            args, param.first, coord.tp, dims.tp)) {
+            args, param.first, coord.at(tensor_parallel::kAxis), tp)) {
       shape[slice->dim] = slice->size;
     }
   }
-  if (dims.dp_shard > 1) {
-    shape[0] = shard_rows(shape[0], coord.dp_shard, dims.dp_shard);
+  if (const int64_t shards = dims.degree(kShardAxis); shards > 1) {
+    shape[0] = shard_rows(shape[0], coord.at(kShardAxis), shards);
   }
   return shape;
 }
@@ -277,13 +280,14 @@ DryRunReport dry_run(
     const JobConfig& config, int64_t world_size, const DryRunOptions& options) {
   const auto& p = config.parallelism;
   DryRunReport report;
-  report.dims = ParallelDims::resolve(
-      p.data_parallel_replicate_degree,
-      p.data_parallel_shard_degree,
-      p.tensor_parallel_degree,
-      p.pipeline_parallel_degree,
-      world_size);
+  register_builtin_parallelisms();
+  report.dims = ParallelDims::from_config(config, world_size);
   const ParallelDims& dims = report.dims;
+  // The built-in axes' degrees, which the memory rules below use (the
+  // planner's own room will ask the parallelisms instead).
+  const int64_t tp_degree = dims.degree(tensor_parallel::kAxis);
+  const int64_t pp_degree = dims.degree(kPipelineAxis);
+  const int64_t shard_degree = dims.degree(kShardAxis);
 
   const auto& spec =
       model_registry().get(config.model.name, config.origin("model.name"));
@@ -294,11 +298,8 @@ DryRunReport dry_run(
   report.flavor = config.model.flavor;
   report.vocab_size = args.vocab_size;
   report.model_parameters = spec.num_params(args);
-  if (dims.tp > 1) {
-    if (const auto problem = tensor_parallel::tensor_parallel_problem(
-            args, config.training.seq_len, dims.tp)) {
-      throw_config_error(config.origin(problem->key), problem->message);
-    }
+  if (const auto problem = parallelism_problem(config, dims, args)) {
+    throw_config_error(config.origin(problem->key), problem->message);
   }
   const bool cuda = options.device().empty() ? torch::cuda::is_available()
                                              : options.device() == "cuda";
@@ -316,10 +317,10 @@ DryRunReport dry_run(
   // The stages and where they live, as PipelineTrainerBuilder makes them.
   std::vector<ChunkSpec> chunks{ChunkSpec{0, args.n_layers, true, true}};
   std::vector<int64_t> stage_to_rank{0};
-  std::vector<int64_t> peak(dims.pp, 1);
+  std::vector<int64_t> peak(pp_degree, 1);
   const int64_t batch = config.training.local_batch_size;
   int64_t rows = batch;
-  if (dims.pp_enabled()) {
+  if ((pp_degree > 1)) {
     if (batch % p.pipeline_parallel_microbatch_size != 0) {
       throw_config_error(
           config.origin("parallelism.pipeline_parallel_microbatch_size"),
@@ -337,7 +338,7 @@ DryRunReport dry_run(
                  ? pipeline::load_schedule_csv(p.pipeline_parallel_schedule_csv)
                  : pipeline::make_schedule(
                        p.pipeline_parallel_schedule,
-                       dims.pp,
+                       pp_degree,
                        p.pipeline_parallel_stages_per_rank,
                        batch / rows);
     }
@@ -372,7 +373,7 @@ DryRunReport dry_run(
     report.microbatches = schedule.microbatches;
   }
   report.microbatch_tokens = rows * config.training.seq_len;
-  if (!dims.pp_enabled()) {
+  if (!(pp_degree > 1)) {
     if (const auto problem = config.activation_checkpoint.stages_problem(1)) {
       throw_config_error(config.origin(problem->key), problem->message);
     }
@@ -384,30 +385,32 @@ DryRunReport dry_run(
   // it keeps them (pipeline stages by default).
   const std::string& reshard = p.fsdp_reshard_after_forward;
   const bool keep_gathered =
-      reshard == "never" || (reshard == "default" && dims.pp_enabled());
+      reshard == "never" || (reshard == "default" && (pp_degree > 1));
   // The whole gradients outlive a backward when more passes accumulate
   // into them before the reduction: a stage's microbatches (reduced at
   // REDUCE_GRAD) or micro-steps without sync.
   const bool whole_grads_held =
-      dims.pp_enabled() || config.training.gradient_accumulation_steps > 1;
+      (pp_degree > 1) || config.training.gradient_accumulation_steps > 1;
 
   for (int64_t rank = 0; rank < dims.world_size; ++rank) {
     const dist::MeshCoord coord = dist::mesh_coord(dims, rank);
     if (options.first_rank_per_pipeline_rank() &&
-        (coord.dp_replicate != 0 || coord.dp_shard != 0 || coord.tp != 0)) {
+        coord.at(kReplicateAxis) + coord.at(kShardAxis) +
+                coord.at(tensor_parallel::kAxis) !=
+            0) {
       continue;
     }
     DryRunRank r;
     r.rank = rank;
-    r.pp = coord.pp;
-    r.dp_replicate = coord.dp_replicate;
-    r.dp_shard = coord.dp_shard;
-    r.tp = coord.tp;
+    r.pp = coord.at(kPipelineAxis);
+    r.dp_replicate = coord.at(kReplicateAxis);
+    r.dp_shard = coord.at(kShardAxis);
+    r.tp = coord.at(tensor_parallel::kAxis);
     int64_t largest_block = 0;  // elements gathered, whole after TP
     int64_t gathered = 0;       // every unit's, or the root's
     int64_t sliced_elements = 0;
     for (size_t s = 0; s < chunks.size(); ++s) {
-      if (stage_to_rank[s] != coord.pp) {
+      if (stage_to_rank[s] != r.pp) {
         continue;
       }
       DryRunStage stage;
@@ -421,8 +424,12 @@ DryRunReport dry_run(
           e.parameters += stored;
           dist::MeshCoord whole = coord;
           ParallelDims unsharded = dims;
-          unsharded.dp_shard = 1;
-          whole.dp_shard = 0;
+          for (auto& axis : unsharded.axes) {
+            if (axis.name == kShardAxis) {
+              axis.degree = 1;
+            }
+          }
+          whole.set(kShardAxis, 0);
           const int64_t slice =
               numel(stored_shape(args, param, whole, unsharded));
           e.sliced_elements += slice;
@@ -450,10 +457,10 @@ DryRunReport dry_run(
                                                    chunk.end_layer,
                                                    chunk.embedding ? 1 : 0,
                                                    chunk.output ? 1 : 0,
-                                                   dims.tp,
-                                                   coord.tp,
-                                                   dims.dp_shard,
-                                                   coord.dp_shard},
+                                                   tp_degree,
+                                                   r.tp,
+                                                   shard_degree,
+                                                   r.dp_shard},
                                                   count)
                                             : count();
       stage.parameters = e.parameters;
@@ -470,9 +477,10 @@ DryRunReport dry_run(
           chunks[s],
           ac,
           report.microbatch_tokens,
-          rows * attention_bytes(
-                     args, config.training.seq_len, dims.tp, cuda, dtype_bytes),
-          dims.tp,
+          rows *
+              attention_bytes(
+                  args, config.training.seq_len, tp_degree, cuda, dtype_bytes),
+          tp_degree,
           dtype_bytes);
       stage.activation_bytes = activations.saved;
       stage.recompute_bytes = activations.recompute;
@@ -484,12 +492,12 @@ DryRunReport dry_run(
     r.weight_bytes = r.parameters * kMasterBytes;
     r.gradient_bytes = r.parameters * kMasterBytes;
     r.optimizer_bytes = r.parameters * kOptimizerBytesPerElement;
-    r.peak_microbatches = peak.at(coord.pp);
-    if (dims.dp_shard > 1) {
+    r.peak_microbatches = peak.at(r.pp);
+    if (shard_degree > 1) {
       FsdpHeld held;
       held.kept = keep_gathered;
       held.whole_grads_held = whole_grads_held;
-      held.pipelined = dims.pp_enabled();
+      held.pipelined = (pp_degree > 1);
       held.gathered = gathered;
       held.largest_block = largest_block;
       held.all = sliced_elements;
@@ -600,10 +608,10 @@ std::string format_json(const DryRunReport& report) {
       {"vocab_size", report.vocab_size},
       {"vocab_source", report.vocab_source},
       {"world_size", d.world_size},
-      {"dp_replicate", d.dp_replicate},
-      {"dp_shard", d.dp_shard},
-      {"tp", d.tp},
-      {"pp", d.pp},
+      {"dp_replicate", d.degree(kReplicateAxis)},
+      {"dp_shard", d.degree(kShardAxis)},
+      {"tp", d.degree(tensor_parallel::kAxis)},
+      {"pp", d.degree(kPipelineAxis)},
       {"schedule", report.schedule},
       {"num_stages", report.num_stages},
       {"microbatches", report.microbatches},

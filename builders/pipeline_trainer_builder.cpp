@@ -6,8 +6,10 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "parallel/axes.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
+#include "parallel/parallelism.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/lowering.h"
 #include "parallel/pipeline/placement.h"
@@ -27,7 +29,7 @@ PipelineTrainerBuilder::~PipelineTrainerBuilder() = default;
 void PipelineTrainerBuilder::init_runtime() {
   TrainerBuilder::init_runtime();
   const auto& p = config().parallelism;
-  const int64_t pp = parallel_dims().pp;
+  const int64_t pp = parallel_dims().degree(kPipelineAxis);
   const int64_t batch = config().training.local_batch_size;
   if (batch % p.pipeline_parallel_microbatch_size != 0) {
     throw_config_error(
@@ -86,7 +88,7 @@ ModelParts PipelineTrainerBuilder::build_model(const llama::ModelArgs& args) {
           config().activation_checkpoint.stages_problem(schedule_.num_stages)) {
     throw_config_error(config().origin(problem->key), problem->message);
   }
-  const int64_t my_pp = mesh().coord().pp;
+  const int64_t my_pp = mesh().coord().at(kPipelineAxis);
   const auto& spec = model_registry().get(config().model.name);
   ModelParts parts;
   for (int64_t s = 0; s < schedule_.num_stages; ++s) {
@@ -103,7 +105,7 @@ ModelParts PipelineTrainerBuilder::build_model(const llama::ModelArgs& args) {
 
 std::unique_ptr<DataLoader> PipelineTrainerBuilder::build_dataloader(
     std::shared_ptr<const Tokenizer> tokenizer) {
-  if (schedule_.stage_to_rank.at(0) != mesh().coord().pp) {
+  if (schedule_.stage_to_rank.at(0) != mesh().coord().at(kPipelineAxis)) {
     return nullptr;
   }
   return TrainerBuilder::build_dataloader(std::move(tokenizer));
@@ -126,14 +128,14 @@ std::unique_ptr<TrainStep> PipelineTrainerBuilder::build_train_step(
   shapes.microbatch_size = p.pipeline_parallel_microbatch_size;
   shapes.seq_len = config().training.seq_len;
   shapes.dim = model_args().dim;
-  shapes.sequence_shards = mesh().group(dist::MeshDim::kTp)->size();
+  shapes.sequence_shards = parallel_sequence_shards(config(), parallel_dims());
   shapes.device = device();
   // Stages hand over activations in the compute dtype.
   shapes.dtype = mixed_precision().param;
   auto executor = std::make_unique<pipeline::PipelineExecutor>(
       std::move(lowered),
       std::move(stages),
-      mesh().pp(),
+      mesh().group(kPipelineAxis),
       std::move(loss),
       shapes);
   const int64_t tokens =
@@ -152,7 +154,7 @@ std::unique_ptr<TrainStep> PipelineTrainerBuilder::build_train_step(
   }
   return std::make_unique<PipelinedTrainStep>(
       std::move(executor),
-      mesh().pp(),
+      mesh().group(kPipelineAxis),
       mesh().dp(),
       config().training.gradient_accumulation_steps,
       tokens,

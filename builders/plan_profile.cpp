@@ -19,12 +19,14 @@
 #include "models/model_spec.h"
 #include "optim/optimizers.h"
 #include "parallel/applier.h"
+#include "parallel/axes.h"
 #include "parallel/dist/launcher.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/grad_norm.h"
 #include "parallel/mixed_precision.h"
 #include "parallel/model_parts.h"
+#include "parallel/parallelism.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/lowering.h"
 #include "parallel/pipeline/schedule_io.h"
@@ -136,7 +138,7 @@ Chunk make_chunk(
   Chunk chunk;
   chunk.part = std::make_shared<ModelPart>(
       model.build(args, spec, config.training.seed), /*stage=*/0);
-  const int64_t tp = context.mesh.group(dist::MeshDim::kTp)->size();
+  const int64_t tp = context.mesh.dims().degree(tensor_parallel::kAxis);
   if (tp > 1) {
     tensor_parallel::TensorParallelApplier().apply(*chunk.part, context);
     chunk.loss =
@@ -712,7 +714,8 @@ PlanCosts profile_plan_costs(
   const int64_t seq_len = config.training.seq_len;
 
   // Each rank works alone on its chunks: a mesh of one, the run's dtypes.
-  const dist::ParallelMesh single(ParallelDims{}, 0, nullptr);
+  register_builtin_parallelisms();
+  const dist::ParallelMesh single(ParallelDims::of({}, 1), 0, nullptr);
   const c10::Device cpu(at::kCPU);
   const MixedPrecisionChoice mp =
       resolve_mixed_precision(config.training, cpu, [&ranks] {
@@ -823,10 +826,10 @@ PlanCosts profile_plan_costs(
         compute_ranks < ranks.size()) {
       continue;
     }
-    ParallelDims dims;
-    dims.tp = tp;
-    dims.dp_replicate = ranks.size() / tp;
-    dims.world_size = ranks.size();
+    const ParallelDims dims = ParallelDims::of(
+        {{kReplicateAxis, static_cast<int64_t>(ranks.size()) / tp},
+         {tensor_parallel::kAxis, tp}},
+        static_cast<int64_t>(ranks.size()));
     const dist::ParallelMesh mesh(
         dims, ranks.rank(), runtime->shared_from_this());
     const ParallelContext on{config, mesh, cpu, /*pipelined=*/true, mp.dtypes};

@@ -18,10 +18,11 @@
 #include "common/threads.h"
 #include "data/dataset.h"
 #include "parallel/activation_checkpoint.h"
+#include "parallel/axes.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/mixed_precision.h"
-#include "parallel/tensor_parallel/tensor_parallel.h"
+#include "parallel/parallelism.h"
 
 namespace baton {
 
@@ -96,6 +97,9 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   args.vocab_size = c.tokenizer->vocab_size();
   c.flops_per_token = spec.flops_per_token(args, config_.training.seq_len);
   model_args_ = args;
+  if (const auto problem = parallelism_problem(config_, dims_, args)) {
+    throw_config_error(config_.origin(problem->key), problem->message);
+  }
   c.model_parts = build_model(args);
   check_built(!c.model_parts.empty(), "build_model returned no parts");
   parallelize(c.model_parts, build_appliers());
@@ -134,22 +138,21 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   if (c.peak_tflops <= 0.0) {
     // The step's own matmul shapes and the 1024 square, the best of each:
     // no matmul of the step is faster than this peak.
-    const int64_t tokens =
-        config_.parallelism.pipeline_parallel_degree > 1
-            ? config_.parallelism.pipeline_parallel_microbatch_size *
-                  config_.training.seq_len
-            : config_.training.local_batch_size * config_.training.seq_len;
-    const int64_t tp = dims_.tp;
+    // This rank's matmuls, as the enabled parallelisms split them.
+    const StepShape shape = parallel_step_shape(
+        config_,
+        dims_,
+        StepShape{
+            config_.training.local_batch_size * config_.training.seq_len,
+            args.dim,
+            args.ffn_hidden_dim(),
+            args.vocab_size});
     GemmShape best;
     // On the device the step runs on: a CPU probe under a GPU's step made
     // its MFU 300 %.
     c.peak_tflops = measure_peak_tflops(
         peak_probe_shapes(
-            tokens,
-            args.dim,
-            args.ffn_hidden_dim() / tp,
-            args.vocab_size / tp,
-            device_),
+            shape.tokens, shape.dim, shape.hidden, shape.vocab, device_),
         0.4,
         mixed_precision_.param,
         &best,
@@ -196,24 +199,9 @@ void TrainerBuilder::init_runtime() {
   keep_freed_memory_in_process();
   track_cpu_tensor_memory();
   env_ = env_override_ ? *env_override_ : dist::detect_launch_env();
-  const auto& p = config_.parallelism;
-  try {
-    dims_ = ParallelDims::resolve(
-        p.data_parallel_replicate_degree,
-        p.data_parallel_shard_degree,
-        p.tensor_parallel_degree,
-        p.pipeline_parallel_degree,
-        env_.world_size);
-  } catch (const ConfigError& e) {
-    // The degrees meet the world size only here: name where they were set.
-    throw_config_error(
-        config_.first_origin(
-            {"parallelism.data_parallel_replicate_degree",
-             "parallelism.data_parallel_shard_degree",
-             "parallelism.tensor_parallel_degree",
-             "parallelism.pipeline_parallel_degree"}),
-        std::string(e.what()) + " (" + env_.to_string() + ")");
-  }
+  // The registered parallelisms' axes, with the degrees the config sets.
+  register_builtin_parallelisms();
+  dims_ = ParallelDims::from_config(config_, env_.world_size, env_.to_string());
   device_ = torch::cuda::is_available()
                 ? at::Device(at::kCUDA, static_cast<int>(env_.local_rank))
                 : at::Device(at::kCPU);
@@ -278,11 +266,23 @@ ModelParts TrainerBuilder::build_model(const llama::ModelArgs& args) {
 }
 
 ApplierChain TrainerBuilder::build_appliers() {
+  const auto enabled = enabled_parallelisms(config_, dims_);
   ApplierChain chain;
+  // A step that two parallelisms place (check_replicas) runs once.
+  const auto append_steps = [&](ChainPlace place) {
+    for (const Parallelism* p : enabled) {
+      if (p->place != place || !p->appliers) {
+        continue;
+      }
+      for (const auto& step : p->appliers(config_, dims_)) {
+        if (!chain.contains(step)) {
+          chain.append(step);
+        }
+      }
+    }
+  };
   chain.append("to_device");
-  if (dims_.tp > 1) {
-    chain.append("tensor_parallel");
-  }
+  append_steps(ChainPlace::kModel);
   if (config_.activation_checkpoint.mode != "none") {
     chain.append("activation_checkpoint");
   }
@@ -292,9 +292,10 @@ ApplierChain TrainerBuilder::build_appliers() {
     chain.append("mixed_precision");
   }
   const std::string where = config_.origin("parallelism.appliers");
+  const auto placed = builder_placed_appliers();
   for (const auto& name : config_.parallelism.appliers) {
-    for (const auto& [placed, hint] : builder_placed_appliers()) {
-      if (name == placed) {
+    for (const auto& [step, hint] : placed) {
+      if (to_lower(name) == to_lower(step)) {
         throw_config_error(
             where,
             "parallelism.appliers: '" + name +
@@ -305,7 +306,7 @@ ApplierChain TrainerBuilder::build_appliers() {
     }
     chain.append(name, where);
   }
-  append_data_parallel(chain, dims_);
+  append_steps(ChainPlace::kData);
   return chain;
 }
 
@@ -351,7 +352,7 @@ std::unique_ptr<DataLoader> TrainerBuilder::build_dataloader(
   auto dataset = dataset_registry().get(
       t.dataset, config_.origin("training.dataset"))(dataset_options);
   DataLoaderOptions options(t.local_batch_size, t.seq_len);
-  options.dp_rank = mesh().coord().dp(dims_);
+  options.dp_rank = mesh().index("dp");
   options.dp_size = dims_.dp();
   options.shuffle = t.dataset_shuffle;
   options.seed = static_cast<uint64_t>(t.seed);
@@ -363,8 +364,9 @@ std::unique_ptr<DataLoader> TrainerBuilder::build_dataloader(
 }
 
 LossFn TrainerBuilder::build_loss() {
-  // Vocabulary-parallel under tensor parallel: the output is split so.
-  return tensor_parallel::tensor_parallel_loss(mesh(), model_args_.vocab_size);
+  // Cross-entropy, unless an enabled parallelism splits the output (tensor
+  // parallel's vocabulary-parallel loss).
+  return parallel_loss(config_, mesh(), model_args_);
 }
 
 std::unique_ptr<TrainStep> TrainerBuilder::build_train_step(
@@ -385,20 +387,22 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
   CheckpointLayout layout;
   layout.rank = env_.rank;
   layout.world_size = env_.world_size;
-  layout.dp_rank = mesh().coord().dp(dims_);
+  // The checkpoint's layout still names the built-in axes (issue #45's
+  // axis-map layout replaces it).
+  layout.dp_rank = mesh().index("dp");
   layout.dp_size = dims_.dp();
-  layout.dp_replicate_rank = mesh().coord().dp_replicate;
-  layout.tp_rank = mesh().coord().tp;
-  layout.pp = dims_.pp;
-  if (dims_.pp_enabled()) {
+  layout.dp_replicate_rank = mesh().coord().at(kReplicateAxis);
+  layout.tp_rank = mesh().coord().at("tp");
+  layout.pp = dims_.degree(kPipelineAxis);
+  if (layout.pp > 1) {
     layout.stages_per_rank = p.pipeline_parallel_stages_per_rank;
     layout.schedule = p.pipeline_parallel_schedule_csv.empty()
                           ? p.pipeline_parallel_schedule
                           : p.pipeline_parallel_schedule_csv;
   }
-  layout.dp_replicate = dims_.dp_replicate;
-  layout.dp_shard = dims_.dp_shard;
-  layout.tp = dims_.tp;
+  layout.dp_replicate = dims_.degree(kReplicateAxis);
+  layout.dp_shard = dims_.degree(kShardAxis);
+  layout.tp = dims_.degree("tp");
   // Saves may run in a background thread: they get a group of their own,
   // on Gloo (they exchange CPU tensors, also under NCCL), that waits for the
   // slowest writer rather than for comm.train_timeout_seconds.

@@ -627,14 +627,10 @@ void check_consistency(const JobConfig& config) {
              "training.steps"}),
         problem->message);
   }
-  const ParallelismConfig& p = config.parallelism;
-  if (const auto problem = degrees_problem(
-          p.data_parallel_replicate_degree,
-          p.data_parallel_shard_degree,
-          p.tensor_parallel_degree,
-          p.pipeline_parallel_degree)) {
+  if (const auto problem = degrees_problem(config.mesh_degrees())) {
     throw_config_error(config.origin(problem->key), problem->message);
   }
+  const ParallelismConfig& p = config.parallelism;
   // The stages are known here without pipelining (one) and for a
   // generator's schedule of a set degree; the builders check the rest
   // against the schedule.
@@ -897,6 +893,39 @@ std::string job_config_to_yaml(const JobConfig& config) {
   });
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
+}
+
+std::optional<int64_t> JobConfig::integer(const std::string& key_path) const {
+  const auto dot = key_path.find('.');
+  if (dot == std::string::npos) {
+    return std::nullopt;
+  }
+  std::optional<int64_t> out;
+  // visit is non-const (it also decodes); nothing here writes.
+  auto& config = const_cast<JobConfig&>(*this);
+  with_section(config, key_path.substr(0, dot), [&](auto& section) {
+    with_field(section, key_path.substr(dot + 1), [&](auto& field, auto&) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, int64_t>) {
+        out = field;
+      }
+    });
+  });
+  return out;
+}
+
+std::vector<std::pair<std::string, int64_t>> JobConfig::mesh_degrees() const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  auto& config = const_cast<JobConfig&>(*this);
+  config.visit_sections([&](const char* section_name, auto& section) {
+    section.visit([&](const char* name, auto& field, const FieldSpec& spec) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, int64_t>) {
+        if (spec.is_mesh_degree) {
+          out.emplace_back(std::string(section_name) + "." + name, field);
+        }
+      }
+    });
+  });
+  return out;
 }
 
 }  // namespace baton

@@ -4,7 +4,9 @@
 #include <initializer_list>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "common/error.h"
@@ -15,7 +17,7 @@ namespace baton {
 /// `visit`, so decoding, validation, messages and --print-config share one
 /// table. Chained setters, as in torch::nn options.
 struct FieldSpec {
-  explicit FieldSpec(const char* help) : help(help) {}
+  explicit FieldSpec(std::string help) : help(std::move(help)) {}
 
   /// Numbers must be >= `v`.
   FieldSpec& at_least(double v) {
@@ -59,9 +61,17 @@ struct FieldSpec {
     exact_length = n;
     return *this;
   }
+  /// The integer is the degree of a mesh axis (>= 1, or -1 for the rest of
+  /// the world in at most one such key): checked together with the other
+  /// such keys (degrees_problem); a parallelism's MeshAxisSpec names it.
+  FieldSpec& mesh_degree() {
+    is_mesh_degree = true;
+    min = -1;
+    return *this;
+  }
 
   /// One line shown by --print-config and in errors.
-  const char* help;
+  std::string help;
   std::optional<double> min;
   bool min_exclusive = false;
   std::optional<double> max;
@@ -70,7 +80,63 @@ struct FieldSpec {
   /// A registry kind, or null.
   const char* registry = nullptr;
   std::optional<size_t> exact_length;
+  bool is_mesh_degree = false;
 };
+
+/// The value of a field of a registered section (SectionField).
+using ConfigValue =
+    std::variant<int64_t, double, bool, std::string, std::vector<std::string>>;
+
+/// One key of a registered section: its name, its default (whose type is
+/// the field's type) and what it accepts.
+struct SectionField {
+  std::string name;
+  ConfigValue value;
+  FieldSpec spec;
+};
+
+/// A config section that an extension registers (a parallelism's own keys,
+/// register_config_section) rather than a struct of JobConfig: decoded,
+/// checked, printed by --print-config and named in errors like the built-in
+/// sections.
+struct RegisteredSection {
+  std::vector<SectionField> fields;
+
+  template <class V>
+  void visit(V&& v) {
+    for (auto& field : fields) {
+      std::visit(
+          [&](auto& value) { v(field.name.c_str(), value, field.spec); },
+          field.value);
+    }
+  }
+  /// The value of `key` as a T; throws std::logic_error naming the key when
+  /// there is none or it holds another type.
+  template <class T>
+  const T& get(const std::string& key) const {
+    const T* value = std::get_if<T>(&find(key));
+    if (value == nullptr) {
+      throw std::logic_error(
+          "[RegisteredSection] " + key +
+          ": read as another type than "
+          "registered");
+    }
+    return *value;
+  }
+
+ private:
+  const ConfigValue& find(const std::string& key) const;
+};
+
+/// Registers the section `name` with `fields` (their defaults), once per
+/// process, before configs that use it are loaded: configs loaded after it
+/// accept, print and check its keys. Registering a built-in section's name
+/// or another section's is a programming error (std::logic_error), unless
+/// the fields are the same (registering twice is then a no-op).
+void register_config_section(
+    const std::string& name, std::vector<SectionField> fields);
+/// The registered sections with their defaults, by name.
+const std::map<std::string, RegisteredSection>& registered_config_sections();
 
 // Every section is a plain struct with inline defaults and a `visit` that
 // names each field once: `v(name, field, spec)`. Field types are int64_t,
@@ -295,19 +361,19 @@ struct ParallelismConfig {
   void visit(V&& v) {
     v("data_parallel_replicate_degree",
       data_parallel_replicate_degree,
-      FieldSpec("DDP replicas (-1: the rest of the world)").at_least(-1));
+      FieldSpec("DDP replicas (-1: the rest of the world)").mesh_degree());
     v("data_parallel_shard_degree",
       data_parallel_shard_degree,
-      FieldSpec("FSDP shards (-1: the rest of the world)").at_least(-1));
+      FieldSpec("FSDP shards (-1: the rest of the world)").mesh_degree());
     v("data_parallel_bucket_size_mb",
       data_parallel_bucket_size_mb,
       FieldSpec("MiB per gradient all-reduce bucket").greater_than(0));
     v("tensor_parallel_degree",
       tensor_parallel_degree,
-      FieldSpec("tensor parallel ranks").at_least(-1));
+      FieldSpec("tensor parallel ranks").mesh_degree());
     v("pipeline_parallel_degree",
       pipeline_parallel_degree,
-      FieldSpec("pipeline ranks").at_least(-1));
+      FieldSpec("pipeline ranks").mesh_degree());
     v("pipeline_parallel_schedule",
       pipeline_parallel_schedule,
       FieldSpec("pipeline schedule name").registered_in("schedule"));
@@ -501,6 +567,10 @@ struct CommConfig {
 /// The whole job: decoded from YAML once, validated, then passed down by
 /// const reference. No YAML types leave config/job_config.cpp.
 struct JobConfig {
+  /// Every built-in section at its defaults, and each section registered
+  /// so far (register_config_section) at its defaults.
+  JobConfig();
+
   /// Registered trainer builder; "auto" picks one from the parallelism.
   std::string builder = "auto";
   JobSection job;
@@ -513,6 +583,9 @@ struct JobConfig {
   CheckpointConfig checkpoint;
   MetricsConfig metrics;
   CommConfig comm;
+  /// The registered sections, by name, as loaded (after the built-in ones
+  /// in the file, printed in name order).
+  std::map<std::string, RegisteredSection> sections;
 
   /// Where each key was last set: "file.yaml:12" or "--section.key=value".
   /// Keys left at their default are absent. Lets later checks (registry
@@ -524,6 +597,16 @@ struct JobConfig {
   /// The origin of the first of `keys` that was set, for messages about a
   /// combination of keys; "" when none was.
   std::string first_origin(std::initializer_list<const char*> keys) const;
+  /// The registered section `name` as loaded, or its registered defaults
+  /// when it was registered after this config was made; throws
+  /// std::logic_error when no section of that name is registered.
+  const RegisteredSection& section(const std::string& name) const;
+  /// The integer at `key_path` ("parallelism.tensor_parallel_degree",
+  /// "toy.degree"), in a built-in or registered section; nothing when there
+  /// is no such key or it is not an integer.
+  std::optional<int64_t> integer(const std::string& key_path) const;
+  /// Every key marked mesh_degree() with its value, in visit order.
+  std::vector<std::pair<std::string, int64_t>> mesh_degrees() const;
 
   /// Calls `v(name, section)` for each section in file order.
   template <class V>
@@ -538,6 +621,9 @@ struct JobConfig {
     v("checkpoint", checkpoint);
     v("metrics", metrics);
     v("comm", comm);
+    for (auto& [name, section] : sections) {
+      v(name.c_str(), section);
+    }
   }
 };
 

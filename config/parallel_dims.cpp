@@ -1,33 +1,78 @@
 #include "config/parallel_dims.h"
 
-#include <array>
+#include <algorithm>
+#include <mutex>
+#include <stdexcept>
 
 #include "common/error.h"
+#include "common/text.h"
+#include "config/job_config.h"
 
 namespace baton {
 
+namespace {
+
+std::mutex& axes_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+std::vector<MeshAxisSpec>& axes() {
+  static std::vector<MeshAxisSpec> declared;
+  return declared;
+}
+
+bool same_spec(const MeshAxisSpec& a, const MeshAxisSpec& b) {
+  return a.name == b.name && a.order == b.order &&
+         a.degree_key == b.degree_key && a.joins == b.joins;
+}
+
+}  // namespace
+
+void declare_mesh_axis(MeshAxisSpec spec) {
+  std::lock_guard lock(axes_mutex());
+  auto& declared = axes();
+  for (const auto& axis : declared) {
+    if (same_spec(axis, spec)) {
+      return;
+    }
+    if (axis.name == spec.name || axis.order == spec.order) {
+      throw std::logic_error(
+          "[mesh] declare_mesh_axis '" + spec.name + "' (order " +
+          std::to_string(spec.order) + "): axis '" + axis.name +
+          "' is declared with " +
+          (axis.name == spec.name ? "that name" : "that order") +
+          " already, otherwise");
+    }
+  }
+  const auto at = std::find_if(
+      declared.begin(), declared.end(), [&](const MeshAxisSpec& a) {
+        return a.order > spec.order;
+      });
+  declared.insert(at, std::move(spec));
+}
+
+std::vector<MeshAxisSpec> declared_mesh_axes() {
+  std::lock_guard lock(axes_mutex());
+  return axes();
+}
+
 std::optional<ConfigProblem> degrees_problem(
-    int64_t dp_replicate, int64_t dp_shard, int64_t tp, int64_t pp) {
-  const std::array<std::pair<const char*, int64_t>, 4> degrees = {{
-      {"parallelism.data_parallel_replicate_degree", dp_replicate},
-      {"parallelism.data_parallel_shard_degree", dp_shard},
-      {"parallelism.tensor_parallel_degree", tp},
-      {"parallelism.pipeline_parallel_degree", pp},
-  }};
-  const char* inferred = nullptr;
+    const std::vector<std::pair<std::string, int64_t>>& degrees) {
+  const std::string* inferred = nullptr;
   for (const auto& [key, degree] : degrees) {
     if (degree == -1) {
       if (inferred != nullptr) {
         return ConfigProblem{
             key,
-            std::string(key) + ": -1 conflicts with " + inferred +
+            key + ": -1 conflicts with " + *inferred +
                 " -1; allowed: -1 in at most one parallelism degree"};
       }
-      inferred = key;
+      inferred = &key;
     } else if (degree < 1) {
       return ConfigProblem{
           key,
-          std::string(key) + ": " + std::to_string(degree) +
+          key + ": " + std::to_string(degree) +
               " is out of range; allowed: an integer >= 1, or -1 for the "
               "rest"};
     }
@@ -35,31 +80,113 @@ std::optional<ConfigProblem> degrees_problem(
   return std::nullopt;
 }
 
+ParallelDims ParallelDims::from_config(
+    const JobConfig& config,
+    int64_t world_size,
+    const std::string& world_source) {
+  std::vector<std::pair<MeshAxisSpec, int64_t>> requested;
+  std::vector<const char*> keys;
+  const auto declared = declared_mesh_axes();
+  for (const auto& spec : declared) {
+    const auto degree = config.integer(spec.degree_key);
+    if (!degree) {
+      throw std::logic_error(
+          "[mesh] axis '" + spec.name + "': its degree key '" +
+          spec.degree_key + "' is not an integer key of the config");
+    }
+    requested.emplace_back(spec, *degree);
+    keys.push_back(spec.degree_key.c_str());
+  }
+  for (const auto& [key, degree] : config.mesh_degrees()) {
+    const bool read = std::any_of(
+        declared.begin(), declared.end(), [&](const MeshAxisSpec& s) {
+          return s.degree_key == key;
+        });
+    if (!read && degree != 1) {
+      throw_config_error(
+          config.origin(key),
+          key + ": " + std::to_string(degree) +
+              " needs its parallelism, which is not registered in this "
+              "process; allowed: 1");
+    }
+  }
+  try {
+    return resolve(std::move(requested), world_size);
+  } catch (const ConfigError& e) {
+    // The degrees meet the world size only here: name where they were set.
+    std::string where;
+    for (const char* key : keys) {
+      if (where.empty()) {
+        where = config.origin(key);
+      }
+    }
+    throw_config_error(
+        where,
+        std::string(e.what()) +
+            (world_source.empty() ? "" : " (" + world_source + ")"));
+  }
+}
+
+ParallelDims ParallelDims::of(
+    const std::map<std::string, int64_t>& degrees, int64_t world_size) {
+  std::vector<std::pair<MeshAxisSpec, int64_t>> requested;
+  size_t known = 0;
+  for (const auto& spec : declared_mesh_axes()) {
+    const auto it = degrees.find(spec.name);
+    known += it != degrees.end();
+    requested.emplace_back(spec, it == degrees.end() ? 1 : it->second);
+  }
+  if (known != degrees.size()) {
+    std::vector<std::string> names;
+    for (const auto& [spec, degree] : requested) {
+      names.push_back(spec.name);
+    }
+    throw std::invalid_argument(
+        "[ParallelDims] of: a degree for an axis that is not declared; "
+        "allowed: " +
+        join(names, ", "));
+  }
+  return resolve(std::move(requested), world_size);
+}
+
 ParallelDims ParallelDims::resolve(
-    int64_t dp_replicate,
-    int64_t dp_shard,
-    int64_t tp,
-    int64_t pp,
+    std::vector<std::pair<MeshAxisSpec, int64_t>> requested,
     int64_t world_size) {
   if (world_size < 1) {
     throw ConfigError(
         "[ParallelDims] world size: " + std::to_string(world_size) +
         "; allowed: an integer >= 1");
   }
-  if (const auto problem = degrees_problem(dp_replicate, dp_shard, tp, pp)) {
+  std::stable_sort(
+      requested.begin(), requested.end(), [](const auto& a, const auto& b) {
+        return a.first.order < b.first.order;
+      });
+  std::vector<std::pair<std::string, int64_t>> by_key;
+  for (const auto& [spec, degree] : requested) {
+    by_key.emplace_back(spec.degree_key, degree);
+  }
+  if (const auto problem = degrees_problem(by_key)) {
     throw ConfigError(problem->message);
   }
-  ParallelDims d{dp_replicate, dp_shard, tp, pp, world_size};
+  ParallelDims d;
+  d.world_size = world_size;
+  // Every mesh has these two, of one rank where no axis joins them.
+  d.flattened["dp"];
+  d.flattened["loss"];
   int64_t known = 1;
-  int64_t* rest = nullptr;
-  for (int64_t* value : {&d.dp_replicate, &d.dp_shard, &d.tp, &d.pp}) {
-    if (*value == -1) {
-      rest = value;
+  std::optional<size_t> rest;
+  for (const auto& [spec, degree] : requested) {
+    if (degree == -1) {
+      rest = d.axes.size();
     } else {
-      known *= *value;
+      known *= degree;
+    }
+    d.axes.push_back(MeshAxis{spec.name, degree});
+    for (const auto& group : spec.joins) {
+      d.flattened[group].push_back(spec.name);
     }
   }
-  if (rest != nullptr) {
+  if (rest) {
     if (world_size % known != 0) {
       throw ConfigError(
           "parallelism: the other degrees multiply to " +
@@ -67,7 +194,7 @@ ParallelDims ParallelDims::resolve(
           std::to_string(world_size) +
           "; allowed: degrees whose product divides the world size");
     }
-    *rest = world_size / known;
+    d.axes[*rest].degree = world_size / known;
   } else if (known != world_size) {
     throw ConfigError(
         "parallelism: " + d.to_string() + " multiply to " +
@@ -79,11 +206,77 @@ ParallelDims ParallelDims::resolve(
   return d;
 }
 
+void ParallelDims::add_derived(DerivedAxis axis) {
+  if (has(axis.name)) {
+    throw std::invalid_argument(
+        "[ParallelDims] derived axis '" + axis.name +
+        "': the mesh has that name already");
+  }
+  int64_t product = 1;
+  for (const auto& source : axis.sources) {
+    const bool is_axis =
+        std::any_of(axes.begin(), axes.end(), [&](const MeshAxis& a) {
+          return a.name == source;
+        });
+    if (!is_axis) {
+      throw std::invalid_argument(
+          "[ParallelDims] derived axis '" + axis.name + "': source '" + source +
+          "' is not an axis of the mesh");
+    }
+    product *= degree(source);
+  }
+  if (axis.degree < 1 || product % axis.degree != 0) {
+    throw std::invalid_argument(
+        "[ParallelDims] derived axis '" + axis.name + "': degree " +
+        std::to_string(axis.degree) + " does not divide " +
+        join(axis.sources, " x ") + " = " + std::to_string(product));
+  }
+  derived.push_back(std::move(axis));
+}
+
+int64_t ParallelDims::degree(const std::string& name) const {
+  for (const auto& axis : axes) {
+    if (axis.name == name) {
+      return axis.degree;
+    }
+  }
+  if (const auto it = flattened.find(name); it != flattened.end()) {
+    int64_t product = 1;
+    for (const auto& axis : it->second) {
+      product *= degree(axis);
+    }
+    return product;
+  }
+  for (const auto& axis : derived) {
+    if (axis.name == name) {
+      return axis.degree;
+    }
+  }
+  return 1;
+}
+
+bool ParallelDims::has(const std::string& name) const {
+  return flattened.count(name) > 0 ||
+         std::any_of(
+             axes.begin(),
+             axes.end(),
+             [&](const MeshAxis& a) { return a.name == name; }) ||
+         std::any_of(derived.begin(), derived.end(), [&](const DerivedAxis& a) {
+           return a.name == name;
+         });
+}
+
 std::string ParallelDims::to_string() const {
-  return "dp_replicate=" + std::to_string(dp_replicate) +
-         " dp_shard=" + std::to_string(dp_shard) + " tp=" + std::to_string(tp) +
-         " pp=" + std::to_string(pp) + " (world " + std::to_string(world_size) +
-         ")";
+  std::vector<std::string> items;
+  for (const auto& axis : axes) {
+    items.push_back(axis.name + "=" + std::to_string(axis.degree));
+  }
+  for (const auto& axis : derived) {
+    items.push_back(
+        axis.name + "=" + std::to_string(axis.degree) + " (of " +
+        join(axis.sources, " x ") + ")");
+  }
+  return join(items, " ") + " (world " + std::to_string(world_size) + ")";
 }
 
 }  // namespace baton

@@ -1,49 +1,113 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/error.h"
 
 namespace baton {
 
-/// Checks the four degrees alone: each is >= 1 or -1, and at most one is -1
-/// (it takes the rest of the world). The config check and
-/// ParallelDims::resolve both ask it.
-std::optional<ConfigProblem> degrees_problem(
-    int64_t dp_replicate, int64_t dp_shard, int64_t tp, int64_t pp);
+struct JobConfig;
 
-/// The degrees of each kind of parallelism. Their product is the world size;
-/// one of them may be given as -1 to take what is left.
+/// A mesh axis as the parallelism that owns it declares it
+/// (declare_mesh_axis): the mesh is the declared axes in `order`, each
+/// with the degree its config key sets.
+struct MeshAxisSpec {
+  /// "tp", "dp_shard": how groups and logs name it.
+  std::string name;
+  /// Its place in the rank order, lower outer: pp outermost, then the data
+  /// axes, then the others, tp innermost (the built-ins use 0, 100, 200 and
+  /// 1000). Two axes may not share a place.
+  int order = 0;
+  /// The integer config key of its degree ("parallelism.tensor_parallel_
+  /// degree", or a key of the owner's registered section); its FieldSpec is
+  /// marked mesh_degree().
+  std::string degree_key;
+  /// The flattened groups the axis is part of, each the axes that join it in
+  /// mesh order: "dp" (the ranks that hold replicas or shards of the same
+  /// weights and read different batches), "loss" (the ranks whose tokens
+  /// together make the global batch: losses and token counts are summed
+  /// over it), or a name of the owner's.
+  std::vector<std::string> joins;
+};
+
+/// Declares `spec` for every mesh built after it (ParallelDims::from_config
+/// and ::of). Declaring the same spec again is a no-op; another spec under
+/// a declared name or order is a programming error (std::logic_error).
+void declare_mesh_axis(MeshAxisSpec spec);
+/// The declared axes, outermost first.
+std::vector<MeshAxisSpec> declared_mesh_axes();
+
+/// One axis of a resolved mesh: its name and degree.
+struct MeshAxis {
+  std::string name;
+  int64_t degree = 1;
+};
+
+/// An axis that re-slices others rather than multiplying the world: its
+/// `degree` ranks are the innermost `degree` positions of the flattened
+/// `sources` (as expert parallel borrows its ranks from dp_shard x cp), so
+/// `degree` must divide the sources' product.
+struct DerivedAxis {
+  std::string name;
+  std::vector<std::string> sources;
+  int64_t degree = 1;
+};
+
+/// Checks the degrees alone, given as (config key, degree): each is >= 1 or
+/// -1, and at most one is -1 (it takes the rest of the world). The config
+/// check (over every key marked mesh_degree) and ParallelDims::resolve both
+/// ask it.
+std::optional<ConfigProblem> degrees_problem(
+    const std::vector<std::pair<std::string, int64_t>>& degrees);
+
+/// The parallel layout: the mesh's named axes, outermost first, each with
+/// its degree (their product is the world size), the flattened groups the
+/// axes join, and derived axes. An axis that is not in the mesh has degree
+/// 1.
 struct ParallelDims {
-  int64_t dp_replicate = 1;
-  int64_t dp_shard = 1;
-  int64_t tp = 1;
-  int64_t pp = 1;
+  std::vector<MeshAxis> axes;
+  /// Flattened name -> its axes, in mesh order.
+  std::map<std::string, std::vector<std::string>> flattened;
+  std::vector<DerivedAxis> derived;
   int64_t world_size = 1;
 
-  /// Resolves a -1 degree and checks that the product equals `world_size`.
-  /// Throws ConfigError naming the degrees and the world size otherwise
-  /// (and for a degrees_problem).
+  /// The declared axes with the degrees `config` sets, a -1 resolved, the
+  /// product checked against `world_size`. Throws ConfigError naming the
+  /// keys and the world size (and for a degree set above 1 by a key that no
+  /// declared axis reads). `world_source` says where the world size came
+  /// from, for the message ("world 4 from torchrun").
+  static ParallelDims from_config(
+      const JobConfig& config,
+      int64_t world_size,
+      const std::string& world_source = "");
+  /// The declared axes with `degrees` by axis name (absent: 1; -1: the
+  /// rest); for tests, benchmarks and the planner's candidates.
+  static ParallelDims of(
+      const std::map<std::string, int64_t>& degrees, int64_t world_size);
+  /// `axes` (each spec with its degree, -1 for at most one) in spec order:
+  /// what from_config and of share.
   static ParallelDims resolve(
-      int64_t dp_replicate,
-      int64_t dp_shard,
-      int64_t tp,
-      int64_t pp,
-      int64_t world_size);
+      std::vector<std::pair<MeshAxisSpec, int64_t>> axes, int64_t world_size);
 
-  /// Ranks that hold a replica or shard of the same weights.
+  /// Adds `axis`; throws std::invalid_argument when a source is not an axis
+  /// or its degree does not divide the sources' product.
+  void add_derived(DerivedAxis axis);
+
+  /// The degree of the axis, flattened group or derived axis `name`; 1 when
+  /// the mesh has none of that name.
+  int64_t degree(const std::string& name) const;
+  /// Whether `name` is an axis, flattened group or derived axis of the mesh.
+  bool has(const std::string& name) const;
+  /// degree("dp"): the ranks that read different batches.
   int64_t dp() const {
-    return dp_replicate * dp_shard;
+    return degree("dp");
   }
-  bool pp_enabled() const {
-    return pp > 1;
-  }
-  bool dp_enabled() const {
-    return dp() > 1;
-  }
-  /// "dp_replicate=2 dp_shard=1 tp=1 pp=4 (world 8)".
+  /// "pp=4 dp_replicate=2 dp_shard=1 tp=1 (world 8)", the axes in order.
   std::string to_string() const;
 };
 

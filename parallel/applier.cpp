@@ -7,14 +7,12 @@
 
 #include "common/text.h"
 #include "config/job_config.h"
-#include "config/parallel_dims.h"
 #include "parallel/activation_checkpoint.h"
 #include "parallel/data_parallel/replicate.h"
 #include "parallel/dist/mesh.h"
-#include "parallel/fsdp/fully_shard.h"
 #include "parallel/mixed_precision.h"
 #include "parallel/model_parts.h"
-#include "parallel/tensor_parallel/tensor_parallel.h"
+#include "parallel/parallelism.h"
 
 namespace baton {
 
@@ -30,14 +28,6 @@ void register_builtin_appliers() {
         [] { return std::make_unique<ToDeviceApplier>(); },
         "moves the part to the device and puts it in training mode");
     registry.add(
-        "tensor_parallel",
-        [] {
-          return std::make_unique<tensor_parallel::TensorParallelApplier>();
-        },
-        "Megatron's tensor parallel with sequence parallel over tp "
-        "(parallelism.tensor_parallel_degree): column- and row-parallel "
-        "linears, vocabulary-parallel embedding and output");
-    registry.add(
         "activation_checkpoint",
         [] { return std::make_unique<ActivationCheckpointApplier>(); },
         "activation checkpointing of the transformer blocks "
@@ -52,18 +42,9 @@ void register_builtin_appliers() {
         "check_replicas",
         [] { return std::make_unique<CheckReplicasApplier>(); },
         "checks that the data-parallel replicas start from equal weights");
-    registry.add(
-        "replicate",
-        [] { return std::make_unique<ReplicateApplier>(); },
-        "data parallel (DDP): bucketed gradient all-reduce over dp during "
-        "backward");
-    registry.add(
-        "fully_shard",
-        [] { return std::make_unique<fsdp::FullyShardApplier>(); },
-        "fully sharded data parallel (FSDP, HSDP with replicas): parameters "
-        "sharded over dp_shard, gathered per unit, gradients "
-        "reduce-scattered");
   });
+  // Each parallelism registers its own appliers.
+  register_builtin_parallelisms();
 }
 
 ApplierChain::ApplierChain() = default;
@@ -170,28 +151,33 @@ void ApplierChain::insert(
   steps_.emplace(at, std::move(name), std::move(applier));
 }
 
-void append_data_parallel(ApplierChain& chain, const ParallelDims& dims) {
-  if (dims.dp_enabled()) {
-    chain.append("check_replicas");
-  }
-  if (dims.dp_shard > 1) {
-    chain.append("fully_shard");
-  } else if (dims.dp_replicate > 1) {
-    chain.append("replicate");
-  }
-}
-
-const std::vector<std::pair<std::string, std::string>>&
-builder_placed_appliers() {
-  static const std::vector<std::pair<std::string, std::string>> kPlaced = {
+std::vector<std::pair<std::string, std::string>> builder_placed_appliers() {
+  std::vector<std::pair<std::string, std::string>> placed = {
       {"to_device", "leave it out: every chain starts with it"},
-      {"tensor_parallel", "set parallelism.tensor_parallel_degree instead"},
       {"activation_checkpoint", "set activation_checkpoint.mode instead"},
-      {"mixed_precision", "set training.mixed_precision_param instead"},
-      {"check_replicas", "set the data-parallel degrees instead"},
-      {"replicate", "set the data-parallel degrees instead"},
-      {"fully_shard", "set the data-parallel degrees instead"}};
-  return kPlaced;
+      {"mixed_precision", "set training.mixed_precision_param instead"}};
+  // A parallelism's steps: set its degree instead (any of them, for a
+  // step several place).
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_step;
+  for (const auto& p : registered_parallelisms()) {
+    const std::string what =
+        p.axis ? p.axis->degree_key : "the parallelism " + p.name;
+    for (const auto& step : p.steps) {
+      auto it =
+          std::find_if(by_step.begin(), by_step.end(), [&](const auto& entry) {
+            return entry.first == step;
+          });
+      if (it == by_step.end()) {
+        by_step.emplace_back(step, std::vector<std::string>{});
+        it = by_step.end() - 1;
+      }
+      it->second.push_back(what);
+    }
+  }
+  for (const auto& [step, keys] : by_step) {
+    placed.emplace_back(step, "set " + join(keys, " or ") + " instead");
+  }
+  return placed;
 }
 
 void ToDeviceApplier::apply(ModelPart& part, const ParallelContext& context) {

@@ -15,7 +15,6 @@
 namespace baton {
 
 struct JobConfig;
-struct ParallelDims;
 class ModelPart;
 namespace dist {
 class ParallelMesh;
@@ -76,9 +75,10 @@ using ApplierCreator = std::function<std::unique_ptr<Applier>()>;
 /// The applier registry (`parallelism.appliers` and the builders' chains).
 Registry<ApplierCreator>& applier_registry();
 
-/// Registers the built-in appliers: to_device, tensor_parallel,
-/// activation_checkpoint, mixed_precision, check_replicas, replicate,
-/// fully_shard. Safe to call more than once.
+/// Registers the built-in appliers: to_device, activation_checkpoint,
+/// mixed_precision, check_replicas, and through
+/// register_builtin_parallelisms each built-in parallelism's own (replicate,
+/// fully_shard, tensor_parallel). Safe to call more than once.
 void register_builtin_appliers();
 
 /// The ordered steps applied to every model part, each under a name. A
@@ -132,19 +132,12 @@ class ApplierChain {
   std::vector<Step> steps_;
 };
 
-/// Appends the data-parallel steps of `dims` to `chain`, as every builder
-/// does last: check_replicas with a data-parallel degree above 1, then
-/// fully_shard with dp_shard above 1 (it reduces across replicas too:
-/// HSDP), else replicate with dp_replicate above 1.
-void append_data_parallel(ApplierChain& chain, const ParallelDims& dims);
-
 /// The steps the builders place themselves, from the config: to_device,
-/// tensor_parallel, activation_checkpoint, mixed_precision and the
-/// data-parallel ones, each with the hint of the error when
+/// activation_checkpoint, mixed_precision and every registered
+/// parallelism's steps, each with the hint of the error when
 /// `parallelism.appliers` names one, which it may not (what to set
 /// instead).
-const std::vector<std::pair<std::string, std::string>>&
-builder_placed_appliers();
+std::vector<std::pair<std::string, std::string>> builder_placed_appliers();
 
 /// Built-in step: moves the part to the context's device and puts it in
 /// training mode. First in every builder's chain.

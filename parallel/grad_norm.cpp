@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 
+#include "parallel/axes.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/model_parts.h"
@@ -15,7 +16,7 @@ namespace baton {
 
 namespace {
 
-using DimSet = std::vector<dist::MeshDim>;
+using DimSet = std::vector<std::string>;
 
 /// Sorted, so that the same set marked in another order is one key.
 DimSet canonical(DimSet dims) {
@@ -48,16 +49,16 @@ double grad_norm(const ModelParts& parts, const dist::ParallelMesh& mesh) {
   // Within a stage: a split gradient's squares are summed over each group
   // it is split along (all of one dimension's sets in one all-reduce). The
   // groups lie within the stage, so ranks of other stages need not match.
-  std::vector<dist::MeshDim> dims;
+  std::vector<std::string> dims;
   for (const auto& [set, sum] : squares) {
-    for (const auto d : set) {
+    for (const auto& d : set) {
       if (std::find(dims.begin(), dims.end(), d) == dims.end()) {
         dims.push_back(d);
       }
     }
   }
   std::sort(dims.begin(), dims.end());
-  for (const auto d : dims) {
+  for (const auto& d : dims) {
     std::vector<at::Tensor*> members;
     for (auto& [set, sum] : squares) {
       if (std::find(set.begin(), set.end(), d) != set.end()) {
@@ -80,7 +81,9 @@ double grad_norm(const ModelParts& parts, const dist::ParallelMesh& mesh) {
   }
   // Each pipeline rank holds other parameters: sum the stages.
   at::Tensor total = stage_total.reshape({1});
-  mesh.pp()->all_reduce(total);
+  if (mesh.dims().degree(kPipelineAxis) > 1) {
+    mesh.group(kPipelineAxis)->all_reduce(total);
+  }
   return std::sqrt(total.item<double>());
 }
 

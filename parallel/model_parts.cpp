@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "parallel/axes.h"
+
 namespace baton {
 
 ModelPart::ModelPart(std::shared_ptr<ModelChunk> module, int64_t stage)
@@ -12,11 +14,12 @@ ModelPart::ModelPart(std::shared_ptr<ModelChunk> module, int64_t stage)
   }
 }
 
-void ModelPart::mark_grad_split(const std::string& fqn, dist::MeshDim dim) {
-  if (dim == dist::MeshDim::kPp) {
+void ModelPart::mark_grad_split(
+    const std::string& fqn, const std::string& dim) {
+  if (dim == kPipelineAxis) {
     throw std::invalid_argument(
-        "[ModelPart] mark_grad_split: pp; allowed: dp, dp_replicate, "
-        "dp_shard, tp; hint: every stage's gradients are summed over pp "
+        "[ModelPart] mark_grad_split: pp; allowed: an axis or group within "
+        "the stage; hint: every stage's gradients are summed over pp "
         "already");
   }
   if (!module_->named_parameters().contains(fqn)) {
@@ -31,9 +34,9 @@ void ModelPart::mark_grad_split(const std::string& fqn, dist::MeshDim dim) {
   }
 }
 
-const std::vector<dist::MeshDim>& ModelPart::grad_split(
+const std::vector<std::string>& ModelPart::grad_split(
     const std::string& fqn) const {
-  static const std::vector<dist::MeshDim> kWhole;
+  static const std::vector<std::string> kWhole;
   const auto it = grad_split_.find(fqn);
   return it == grad_split_.end() ? kWhole : it->second;
 }

@@ -50,12 +50,13 @@ class ModelPart {
   }
   /// Declares that this rank holds only a slice of the gradient of the
   /// parameter `fqn`, the rest being on the other ranks of its group along
-  /// `dim` (a sharded data-parallel or tensor-parallel split). The grad norm
-  /// sums that parameter's squares over the group.
-  void mark_grad_split(const std::string& fqn, dist::MeshDim dim);
-  /// The dimensions `fqn`'s gradient is split along, in the order marked
-  /// (empty: this rank holds all of it).
-  const std::vector<dist::MeshDim>& grad_split(const std::string& fqn) const;
+  /// the mesh axis (or group) `axis` (a sharded data-parallel or
+  /// tensor-parallel split). The grad norm sums that parameter's squares
+  /// over the group.
+  void mark_grad_split(const std::string& fqn, const std::string& axis);
+  /// The axes `fqn`'s gradient is split along, in the order marked (empty:
+  /// this rank holds all of it).
+  const std::vector<std::string>& grad_split(const std::string& fqn) const;
   /// Records that the parameter `fqn` is the slice `slice` of its whole
   /// tensor (an applier that shards it says so; the checkpoint saves and
   /// loads slices by it).
@@ -67,7 +68,7 @@ class ModelPart {
   std::shared_ptr<ModelChunk> module_;
   int64_t stage_;
   GradientSyncChain grad_sync_;
-  std::map<std::string, std::vector<dist::MeshDim>> grad_split_;
+  std::map<std::string, std::vector<std::string>> grad_split_;
   std::map<std::string, ParamSlice> slices_;
 };
 

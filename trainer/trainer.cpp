@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "common/allocator.h"
+#include "parallel/axes.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/grad_norm.h"
@@ -148,8 +149,9 @@ std::vector<StepMetrics> Trainer::train() {
     if (c_.metrics && (c_.metrics->should_log(m.step) || m.step == steps)) {
       if (m.pipeline_bubble_pct.size() == 1) {
         // Every rank logs the same steps, so this collective matches.
-        const auto all = c_.mesh->pp()->all_gather(
-            at::full({1}, m.pipeline_bubble_pct[0], at::kDouble));
+        const auto all = c_.mesh->group(kPipelineAxis)
+                             ->all_gather(at::full(
+                                 {1}, m.pipeline_bubble_pct[0], at::kDouble));
         m.pipeline_bubble_pct.assign(
             all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
       }

@@ -9,9 +9,11 @@
 
 #include "common/torch_compat.h"
 #include "config/job_config.h"
+#include "parallel/axes.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/model_parts.h"
+#include "parallel/parallelism.h"
 
 namespace baton {
 
@@ -241,6 +243,32 @@ void ReplicateApplier::apply(ModelPart& part, const ParallelContext& context) {
       context.mesh.dp(),
       bucket_bytes,
       context.mixed_precision.reduce_cast()));
+}
+
+Parallelism replicate_parallelism() {
+  Parallelism p;
+  p.name = "replicate";
+  p.help =
+      "data parallel (DDP) over dp_replicate "
+      "(parallelism.data_parallel_replicate_degree)";
+  p.axis = MeshAxisSpec{
+      kReplicateAxis,
+      100,
+      "parallelism.data_parallel_replicate_degree",
+      {"dp", "loss"}};
+  p.owned_appliers = {
+      {"replicate",
+       [] { return std::make_unique<ReplicateApplier>(); },
+       "data parallel (DDP): bucketed gradient all-reduce over dp during "
+       "backward"}};
+  p.place = ChainPlace::kData;
+  p.steps = {"check_replicas", "replicate"};
+  p.appliers = [](const JobConfig&, const ParallelDims& dims) {
+    return dims.degree(kShardAxis) > 1
+               ? std::vector<std::string>{}
+               : std::vector<std::string>{"check_replicas", "replicate"};
+  };
+  return p;
 }
 
 }  // namespace baton

@@ -80,4 +80,13 @@ class ReplicateApplier final : public Applier {
   void apply(ModelPart& part, const ParallelContext& context) override;
 };
 
+struct Parallelism;
+
+/// Data parallel over replicas as registered: the dp_replicate axis
+/// (parallelism.data_parallel_replicate_degree), joining the dp and loss
+/// groups; its steps check_replicas and replicate, last in the chain, unless
+/// dp_shard is above 1 too (fully_shard then reduces across the replicas:
+/// HSDP).
+Parallelism replicate_parallelism();
+
 }  // namespace baton

@@ -1,6 +1,6 @@
 #include "parallel/dist/mesh.h"
 
-#include <map>
+#include <algorithm>
 #include <stdexcept>
 
 #include "common/text.h"
@@ -18,31 +18,91 @@ std::string ranks_text(const std::vector<int64_t>& ranks) {
   return "[" + join(items, ", ") + "]";
 }
 
-/// The order every rank creates its groups in: dp before its two factors,
-/// so that the group they share when one factor is 1 is named "dp".
-constexpr MeshDim kDims[] = {
-    MeshDim::kPp,
-    MeshDim::kDp,
-    MeshDim::kDpReplicate,
-    MeshDim::kDpShard,
-    MeshDim::kTp};
+/// Every name of the mesh, in the order every rank creates their groups:
+/// the flattened groups first (so that a group an axis shares with one is
+/// named for the group: "dp" rather than "dp_replicate"), then the axes,
+/// then the derived axes.
+std::vector<std::string> mesh_names(const ParallelDims& dims) {
+  std::vector<std::string> names;
+  for (const auto& [name, axes] : dims.flattened) {
+    names.push_back(name);
+  }
+  for (const auto& axis : dims.axes) {
+    names.push_back(axis.name);
+  }
+  for (const auto& axis : dims.derived) {
+    names.push_back(axis.name);
+  }
+  return names;
+}
+
+[[noreturn]] void throw_unknown(
+    const ParallelDims& dims, const std::string& name) {
+  throw std::invalid_argument(
+      "[mesh] '" + name + "' is not an axis or group of the mesh; allowed: " +
+      join(mesh_names(dims), ", "));
+}
+
+/// Row-major index of `coord` over `axes` (in mesh order).
+int64_t flat_index(
+    const ParallelDims& dims,
+    const MeshCoord& coord,
+    const std::vector<std::string>& axes) {
+  int64_t index = 0;
+  for (const auto& axis : dims.axes) {
+    if (std::find(axes.begin(), axes.end(), axis.name) != axes.end()) {
+      index = index * axis.degree + coord.at(axis.name);
+    }
+  }
+  return index;
+}
+
+const DerivedAxis* find_derived(
+    const ParallelDims& dims, const std::string& name) {
+  for (const auto& axis : dims.derived) {
+    if (axis.name == name) {
+      return &axis;
+    }
+  }
+  return nullptr;
+}
+
+/// The axes the group `name` runs along.
+std::vector<std::string> group_axes(
+    const ParallelDims& dims, const std::string& name) {
+  if (const auto it = dims.flattened.find(name); it != dims.flattened.end()) {
+    return it->second;
+  }
+  if (const DerivedAxis* derived = find_derived(dims, name)) {
+    return derived->sources;
+  }
+  for (const auto& axis : dims.axes) {
+    if (axis.name == name) {
+      return {name};
+    }
+  }
+  throw_unknown(dims, name);
+}
 
 }  // namespace
 
-const char* mesh_dim_name(MeshDim dim) {
-  switch (dim) {
-    case MeshDim::kPp:
-      return "pp";
-    case MeshDim::kDp:
-      return "dp";
-    case MeshDim::kDpReplicate:
-      return "dp_replicate";
-    case MeshDim::kDpShard:
-      return "dp_shard";
-    case MeshDim::kTp:
-      return "tp";
+int64_t MeshCoord::at(const std::string& axis) const {
+  for (const auto& [name, value] : values_) {
+    if (name == axis) {
+      return value;
+    }
   }
-  return "?";
+  return 0;
+}
+
+void MeshCoord::set(const std::string& axis, int64_t value) {
+  for (auto& [name, v] : values_) {
+    if (name == axis) {
+      v = value;
+      return;
+    }
+  }
+  values_.emplace_back(axis, value);
 }
 
 MeshCoord mesh_coord(const ParallelDims& d, int64_t rank) {
@@ -51,49 +111,52 @@ MeshCoord mesh_coord(const ParallelDims& d, int64_t rank) {
         "[mesh] rank " + std::to_string(rank) + " outside world " +
         std::to_string(d.world_size));
   }
+  std::vector<int64_t> values(d.axes.size());
+  for (size_t i = d.axes.size(); i-- > 0;) {
+    values[i] = rank % d.axes[i].degree;
+    rank /= d.axes[i].degree;
+  }
   MeshCoord c;
-  c.tp = rank % d.tp;
-  rank /= d.tp;
-  c.dp_shard = rank % d.dp_shard;
-  rank /= d.dp_shard;
-  c.dp_replicate = rank % d.dp_replicate;
-  c.pp = rank / d.dp_replicate;
+  for (size_t i = 0; i < d.axes.size(); ++i) {
+    c.set(d.axes[i].name, values[i]);
+  }
   return c;
 }
 
 int64_t mesh_rank(const ParallelDims& d, const MeshCoord& c) {
-  return ((c.pp * d.dp_replicate + c.dp_replicate) * d.dp_shard + c.dp_shard) *
-             d.tp +
-         c.tp;
+  int64_t rank = 0;
+  for (const auto& axis : d.axes) {
+    rank = rank * axis.degree + c.at(axis.name);
+  }
+  return rank;
+}
+
+int64_t mesh_index(
+    const ParallelDims& d, const MeshCoord& c, const std::string& name) {
+  const auto axes = group_axes(d, name);
+  const int64_t flat = flat_index(d, c, axes);
+  if (const DerivedAxis* derived = find_derived(d, name)) {
+    return flat % derived->degree;
+  }
+  return flat;
 }
 
 std::vector<int64_t> mesh_group(
-    const ParallelDims& d, int64_t rank, MeshDim dim) {
+    const ParallelDims& d, int64_t rank, const std::string& name) {
+  const auto axes = group_axes(d, name);
+  const DerivedAxis* derived = find_derived(d, name);
   const MeshCoord me = mesh_coord(d, rank);
+  const auto outer = [&](const MeshCoord& c) {
+    return derived ? flat_index(d, c, axes) / derived->degree : 0;
+  };
   std::vector<int64_t> ranks;
   for (int64_t r = 0; r < d.world_size; ++r) {
     const MeshCoord c = mesh_coord(d, r);
-    const bool same_pp = c.pp == me.pp;
-    const bool same_rep = c.dp_replicate == me.dp_replicate;
-    const bool same_shard = c.dp_shard == me.dp_shard;
-    const bool same_tp = c.tp == me.tp;
-    bool member = false;
-    switch (dim) {
-      case MeshDim::kPp:
-        member = same_rep && same_shard && same_tp;
-        break;
-      case MeshDim::kDp:
-        member = same_pp && same_tp;
-        break;
-      case MeshDim::kDpReplicate:
-        member = same_pp && same_shard && same_tp;
-        break;
-      case MeshDim::kDpShard:
-        member = same_pp && same_rep && same_tp;
-        break;
-      case MeshDim::kTp:
-        member = same_pp && same_rep && same_shard;
-        break;
+    bool member = outer(c) == outer(me);
+    for (const auto& axis : d.axes) {
+      const bool along =
+          std::find(axes.begin(), axes.end(), axis.name) != axes.end();
+      member = member && (along || c.at(axis.name) == me.at(axis.name));
     }
     if (member) {
       ranks.push_back(r);
@@ -113,50 +176,63 @@ ParallelMesh::ParallelMesh(
         " ranks needs a distributed runtime");
   }
   world_ = runtime ? runtime->world() : ProcessGroup::single("world", rank);
-  groups_.resize(std::size(kDims));
-  // Every rank creates its groups in the same order (kDims), each once: a
-  // dimension with the members of an earlier one (or of the world) shares
-  // its group.
-  std::map<std::vector<int64_t>, std::shared_ptr<ProcessGroup>> by_members;
-  for (const MeshDim dim : kDims) {
-    const auto ranks = mesh_group(dims, rank, dim);
-    auto& group = groups_[static_cast<size_t>(dim)];
+  // Every rank creates its groups in the same order (mesh_names), each
+  // once: a name with the members of an earlier one (or of the world)
+  // shares its group.
+  for (const auto& name : mesh_names(dims)) {
+    const auto ranks = mesh_group(dims, rank, name);
+    const auto same =
+        std::find_if(distinct_.begin(), distinct_.end(), [&](const auto& d) {
+          return d.second == ranks;
+        });
+    if (same != distinct_.end()) {
+      groups_[name] = groups_.at(same->first.front());
+      same->first.push_back(name);
+      continue;
+    }
+    auto& group = groups_[name];
     if (ranks.size() == 1) {
-      group = ProcessGroup::single(mesh_dim_name(dim), rank);
+      group = ProcessGroup::single(name, rank);
     } else if (static_cast<int64_t>(ranks.size()) == dims.world_size) {
       group = world_;
-    } else if (const auto it = by_members.find(ranks); it != by_members.end()) {
-      group = it->second;
     } else {
-      group = runtime->new_group(ranks, mesh_dim_name(dim) + ranks_text(ranks));
-      by_members[ranks] = group;
+      group = runtime->new_group(ranks, name + ranks_text(ranks));
     }
+    distinct_.emplace_back(std::vector<std::string>{name}, ranks);
   }
 }
 
-const std::shared_ptr<ProcessGroup>& ParallelMesh::group(MeshDim dim) const {
-  return groups_.at(static_cast<size_t>(dim));
+int64_t ParallelMesh::index(const std::string& name) const {
+  return mesh_index(dims_, coord_, name);
+}
+
+const std::shared_ptr<ProcessGroup>& ParallelMesh::group(
+    const std::string& name) const {
+  const auto it = groups_.find(name);
+  if (it == groups_.end()) {
+    throw_unknown(dims_, name);
+  }
+  return it->second;
 }
 
 std::string ParallelMesh::to_string() const {
-  std::string text =
-      "rank " + std::to_string(rank_) + ": pp " + std::to_string(coord_.pp) +
-      "/" + std::to_string(dims_.pp) + ", dp " +
-      std::to_string(coord_.dp(dims_)) + "/" + std::to_string(dims_.dp());
-  std::string groups = "groups pp " + ranks_text(pp()->global_ranks()) +
-                       ", dp " + ranks_text(dp()->global_ranks());
-  const std::pair<MeshDim, int64_t> more[] = {
-      {MeshDim::kDpShard, dims_.dp_shard}, {MeshDim::kTp, dims_.tp}};
-  for (const auto& [dim, degree] : more) {
-    if (degree > 1) {
-      const auto& g = group(dim);
-      text += std::string(", ") + mesh_dim_name(dim) + " " +
-              std::to_string(g->rank()) + "/" + std::to_string(degree);
-      groups += std::string(", ") + mesh_dim_name(dim) + " " +
-                ranks_text(g->global_ranks());
+  std::vector<std::string> places;
+  std::vector<std::string> members;
+  for (const auto& [names, ranks] : distinct_) {
+    if (ranks.size() < 2) {
+      continue;
     }
+    const std::string name = join(names, "=");
+    places.push_back(
+        name + " " + std::to_string(index(names.front())) + "/" +
+        std::to_string(ranks.size()));
+    members.push_back(name + " " + ranks_text(ranks));
   }
-  return text + " (" + groups + ")";
+  if (places.empty()) {
+    return "rank " + std::to_string(rank_) + ": every group is this rank";
+  }
+  return "rank " + std::to_string(rank_) + ": " + join(places, ", ") +
+         " (groups " + join(members, ", ") + ")";
 }
 
 }  // namespace baton::dist

@@ -1,8 +1,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/parallel_dims.h"
@@ -12,43 +14,45 @@ namespace baton::dist {
 class ProcessGroup;
 class Runtime;
 
-/// A rank's position on each parallel dimension.
-struct MeshCoord {
-  int64_t pp = 0;
-  int64_t dp_replicate = 0;
-  int64_t dp_shard = 0;
-  int64_t tp = 0;
-
-  /// Index among the data-parallel ranks: dp_replicate * dp_shard degree +
-  /// dp_shard. Picks the data shard.
-  int64_t dp(const ParallelDims& dims) const {
-    return dp_replicate * dims.dp_shard + dp_shard;
+/// A rank's position on each axis of the mesh, by name.
+class MeshCoord {
+ public:
+  /// The position on `axis`; 0 where the mesh has no such axis.
+  int64_t at(const std::string& axis) const;
+  /// Sets the position on `axis` (adding it when absent).
+  void set(const std::string& axis, int64_t value);
+  /// (axis, position), in mesh order.
+  const std::vector<std::pair<std::string, int64_t>>& values() const {
+    return values_;
   }
+
+ private:
+  std::vector<std::pair<std::string, int64_t>> values_;
 };
 
-/// Dimensions a sub-group runs along: the four degrees, and kDp, the
-/// flattened dp_replicate x dp_shard (the ranks that split the batch).
-enum class MeshDim { kPp, kDp, kDpReplicate, kDpShard, kTp };
-
-/// "pp", "dp", "dp_replicate", "dp_shard", "tp".
-const char* mesh_dim_name(MeshDim dim);
-
-/// Rank order, as torchtitan's device mesh: pp outermost, then
-/// dp_replicate, dp_shard, tp innermost, so
+/// Rank order, as torchtitan's device mesh: the axes in ParallelDims order,
+/// the first outermost, so with pp, dp_replicate, dp_shard and tp
 /// rank = ((pp * dp_replicate + r) * dp_shard + s) * tp + t. Neighbouring
 /// ranks share a pipeline stage; with pp 2 x dp 2 ranks 0, 1 are stage 0.
 MeshCoord mesh_coord(const ParallelDims& dims, int64_t rank);
 int64_t mesh_rank(const ParallelDims& dims, const MeshCoord& coord);
-/// The ascending global ranks of `rank`'s group along `dim`: the ranks whose
-/// other coordinates equal `rank`'s.
+/// The index of `coord` along `name`: its position on an axis; on a
+/// flattened group, its position among the group's members (row-major over
+/// the group's axes); on a derived axis, the innermost `degree` positions of
+/// its flattened sources. Throws std::invalid_argument for a name the mesh
+/// does not have.
+int64_t mesh_index(
+    const ParallelDims& dims, const MeshCoord& coord, const std::string& name);
+/// The ascending global ranks of `rank`'s group along `name` (an axis, a
+/// flattened group or a derived axis): the ranks whose coordinates off that
+/// group's axes equal `rank`'s (for a derived axis, also the outer part of
+/// its sources).
 std::vector<int64_t> mesh_group(
-    const ParallelDims& dims, int64_t rank, MeshDim dim);
+    const ParallelDims& dims, int64_t rank, const std::string& name);
 
-/// The process groups of one rank: the world and one group along each
-/// MeshDim (pp, dp_replicate, dp_shard, tp and the flattened dp, which is
-/// also the group the loss and token counts are summed over). A dimension
-/// of degree 1 gets a group of one; dimensions with the same members share
-/// one group.
+/// The process groups of one rank: the world and one group for each axis,
+/// flattened group and derived axis of the layout, by name. A group of
+/// degree 1 is a group of one; names with the same members share one group.
 class ParallelMesh {
  public:
   /// Creates the sub-groups (collectively: every rank calls it, in the same
@@ -61,29 +65,33 @@ class ParallelMesh {
   int64_t rank() const {
     return rank_;
   }
+  const ParallelDims& dims() const {
+    return dims_;
+  }
   const MeshCoord& coord() const {
     return coord_;
   }
+  /// mesh_index of this rank along `name`.
+  int64_t index(const std::string& name) const;
   const std::shared_ptr<ProcessGroup>& world() const {
     return world_;
   }
-  /// This rank's group along `dim`.
-  const std::shared_ptr<ProcessGroup>& group(MeshDim dim) const;
-  /// group(MeshDim::kPp).
-  const std::shared_ptr<ProcessGroup>& pp() const {
-    return group(MeshDim::kPp);
-  }
-  /// group(MeshDim::kDp).
+  /// This rank's group along `name`; throws std::invalid_argument naming the
+  /// mesh's names for one it does not have.
+  const std::shared_ptr<ProcessGroup>& group(const std::string& name) const;
+  /// group("dp"): the ranks that hold replicas or shards of the same weights
+  /// and read different batches.
   const std::shared_ptr<ProcessGroup>& dp() const {
-    return group(MeshDim::kDp);
+    return group("dp");
   }
-  /// The ranks that together train on one global batch (dp: tensor-parallel
-  /// peers see the same batch).
+  /// group("loss"): the ranks that together train on one global batch
+  /// (losses and token counts are summed over it).
   const std::shared_ptr<ProcessGroup>& loss() const {
-    return group(MeshDim::kDp);
+    return group("loss");
   }
-  /// "rank 3: pp 1/2, dp 1/2 (groups pp [1, 3], dp [2, 3])", with the
-  /// dp_shard and tp groups too when their degrees are above 1.
+  /// "rank 5: pp 1/2, dp_replicate=dp=loss 0/2, tp 1/2 (groups pp [1, 5],
+  /// dp_replicate=dp=loss [5, 7], tp [4, 5])": each group above one rank
+  /// once, under all its names.
   std::string to_string() const;
 
  private:
@@ -91,8 +99,10 @@ class ParallelMesh {
   int64_t rank_;
   MeshCoord coord_;
   std::shared_ptr<ProcessGroup> world_;
-  /// Indexed by MeshDim.
-  std::vector<std::shared_ptr<ProcessGroup>> groups_;
+  /// (names, ranks) of each distinct group, in creation order.
+  std::vector<std::pair<std::vector<std::string>, std::vector<int64_t>>>
+      distinct_;
+  std::map<std::string, std::shared_ptr<ProcessGroup>> groups_;
 };
 
 }  // namespace baton::dist

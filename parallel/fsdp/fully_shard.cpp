@@ -15,9 +15,11 @@
 #include "common/error.h"
 #include "common/torch_compat.h"
 #include "config/job_config.h"
+#include "parallel/axes.h"
 #include "parallel/dist/flight_recorder.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/model_parts.h"
+#include "parallel/parallelism.h"
 
 namespace baton::fsdp {
 
@@ -489,7 +491,7 @@ FullyShardedPart::FullyShardedPart(
                 }));
       }
       accumulators_.push_back(std::move(acc));
-      part.mark_grad_split(fqn, dist::MeshDim::kDpShard);
+      part.mark_grad_split(fqn, kShardAxis);
     }
     const auto expected = static_cast<int64_t>(params.size());
     units_.push_back(
@@ -555,8 +557,7 @@ void FullyShardedPart::reduce_now() {
 void FullyShardApplier::apply(ModelPart& part, const ParallelContext& context) {
   const auto& p = context.config.parallelism;
   ShardGroups groups{
-      context.mesh.group(dist::MeshDim::kDpShard),
-      context.mesh.group(dist::MeshDim::kDpReplicate)};
+      context.mesh.group(kShardAxis), context.mesh.group(kReplicateAxis)};
   auto sharded = std::make_shared<FullyShardedPart>(
       part,
       groups,
@@ -600,6 +601,31 @@ void FullyShardApplier::apply(ModelPart& part, const ParallelContext& context) {
     }
   }
   part.grad_sync().add(std::move(sharded));
+}
+
+Parallelism fully_shard_parallelism() {
+  Parallelism p;
+  p.name = "fully_shard";
+  p.help =
+      "fully sharded data parallel (FSDP; HSDP with replicas) over dp_shard "
+      "(parallelism.data_parallel_shard_degree)";
+  p.axis = MeshAxisSpec{
+      kShardAxis,
+      200,
+      "parallelism.data_parallel_shard_degree",
+      {"dp", "loss"}};
+  p.owned_appliers = {
+      {"fully_shard",
+       [] { return std::make_unique<FullyShardApplier>(); },
+       "fully sharded data parallel (FSDP, HSDP with replicas): parameters "
+       "sharded over dp_shard, gathered per unit, gradients "
+       "reduce-scattered"}};
+  p.place = ChainPlace::kData;
+  p.steps = {"check_replicas", "fully_shard"};
+  p.appliers = [](const JobConfig&, const ParallelDims&) {
+    return std::vector<std::string>{"check_replicas", "fully_shard"};
+  };
+  return p;
 }
 
 }  // namespace baton::fsdp

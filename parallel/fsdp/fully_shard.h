@@ -13,6 +13,7 @@
 #include "parallel/grad_sync.h"
 
 namespace baton {
+struct Parallelism;
 
 class ModelPart;
 
@@ -197,6 +198,11 @@ class FullyShardApplier final : public Applier {
  public:
   void apply(ModelPart& part, const ParallelContext& context) override;
 };
+
+/// Fully sharded data parallel as registered: the dp_shard axis
+/// (parallelism.data_parallel_shard_degree), joining the dp and loss
+/// groups; its steps check_replicas and fully_shard, last in the chain.
+Parallelism fully_shard_parallelism();
 
 }  // namespace fsdp
 }  // namespace baton

@@ -4,8 +4,26 @@
 
 #include "common/error.h"
 #include "common/text.h"
+#include "parallel/axes.h"
+#include "parallel/parallelism.h"
 
 namespace baton::pipeline {
+
+Parallelism pipeline_parallelism() {
+  Parallelism p;
+  p.name = "pipeline";
+  p.help =
+      "pipeline parallel over pp (parallelism.pipeline_parallel_degree): "
+      "stages on different ranks, trained by a schedule";
+  p.axis = MeshAxisSpec{
+      kPipelineAxis, 0, "parallelism.pipeline_parallel_degree", {}};
+  p.step_shape =
+      [](const JobConfig& config, const ParallelDims&, StepShape& shape) {
+        shape.tokens = config.parallelism.pipeline_parallel_microbatch_size *
+                       config.training.seq_len;
+      };
+  return p;
+}
 
 namespace {
 

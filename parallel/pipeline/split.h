@@ -6,7 +6,18 @@
 
 #include "models/model_spec.h"
 
+namespace baton {
+struct Parallelism;
+}
+
 namespace baton::pipeline {
+
+/// Pipeline parallelism as registered: the pp axis (outermost,
+/// parallelism.pipeline_parallel_degree); its stages hold different
+/// parameters, and each forward carries one microbatch
+/// (pipeline_parallel_microbatch_size sequences). The pipeline builder
+/// places the stages; it adds no applier.
+Parallelism pipeline_parallelism();
 
 /// The chunk each of `num_stages` stages holds, for a model of `n_layers`
 /// transformer layers: the embedding on stage 0, the final norm and output

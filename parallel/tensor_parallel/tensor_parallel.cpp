@@ -11,6 +11,7 @@
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/model_parts.h"
+#include "parallel/parallelism.h"
 #include "parallel/tensor_parallel/regions.h"
 #include "parallel/tensor_parallel/vocab_parallel.h"
 
@@ -40,7 +41,7 @@ void shard(
     p.set_data(p.narrow(dim, begin, size).clone());
   }
   part.set_slice(fqn, std::move(slice));
-  part.mark_grad_split(fqn, dist::MeshDim::kTp);
+  part.mark_grad_split(fqn, kAxis);
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -60,7 +61,7 @@ void sum_gradient_over_tp(
 std::shared_ptr<Region> region(
     const ParallelContext& context, std::string name) {
   return std::make_shared<Region>(
-      Region{context.mesh.group(dist::MeshDim::kTp), std::move(name)});
+      Region{context.mesh.group(kAxis), std::move(name)});
 }
 
 /// Adds sequence parallel's gather before `hooks`' module and its
@@ -146,7 +147,7 @@ std::optional<TensorSlice> tensor_parallel_slice(
 }
 
 LossFn tensor_parallel_loss(const dist::ParallelMesh& mesh, int64_t vocab) {
-  const auto& group = mesh.group(dist::MeshDim::kTp);
+  const auto& group = mesh.group(kAxis);
   if (group->size() == 1) {
     return cross_entropy_sum;
   }
@@ -166,7 +167,7 @@ void TensorParallelApplier::apply(
         ": the module is not a llama3 Transformer; allowed: llama3, the "
         "model with a tensor-parallel plan");
   }
-  const auto& group = context.mesh.group(dist::MeshDim::kTp);
+  const auto& group = context.mesh.group(kAxis);
   const int64_t n = group->size();
   if (n == 1) {
     return;
@@ -237,6 +238,46 @@ void TensorParallelApplier::apply(
                "between blocks hold "
             << context.config.training.seq_len / n << " of "
             << context.config.training.seq_len << " positions";
+}
+
+Parallelism tensor_parallel_parallelism() {
+  Parallelism p;
+  p.name = "tensor_parallel";
+  p.help =
+      "Megatron's tensor parallel with sequence parallel over tp "
+      "(parallelism.tensor_parallel_degree)";
+  p.axis = MeshAxisSpec{kAxis, 1000, kDegreeKey, {}};
+  p.owned_appliers = {
+      {"tensor_parallel",
+       [] { return std::make_unique<TensorParallelApplier>(); },
+       "Megatron's tensor parallel with sequence parallel over tp "
+       "(parallelism.tensor_parallel_degree): column- and row-parallel "
+       "linears, vocabulary-parallel embedding and output"}};
+  p.steps = {"tensor_parallel"};
+  p.appliers = [](const JobConfig&, const ParallelDims&) {
+    return std::vector<std::string>{"tensor_parallel"};
+  };
+  p.check = [](const JobConfig& config,
+               const ParallelDims& dims,
+               const llama::ModelArgs& args) {
+    return tensor_parallel_problem(
+        args, config.training.seq_len, dims.degree(kAxis));
+  };
+  p.loss = [](const dist::ParallelMesh& mesh, const llama::ModelArgs& args) {
+    return tensor_parallel_loss(mesh, args.vocab_size);
+  };
+  // Each rank multiplies its columns of the feed-forward and its rows of
+  // the vocabulary.
+  p.step_shape =
+      [](const JobConfig&, const ParallelDims& dims, StepShape& shape) {
+        shape.hidden /= dims.degree(kAxis);
+        shape.vocab /= dims.degree(kAxis);
+      };
+  // Sequence parallel: stages hand over 1 / tp of the positions.
+  p.sequence_shards = [](const ParallelDims& dims) {
+    return dims.degree(kAxis);
+  };
+  return p;
 }
 
 }  // namespace baton::tensor_parallel

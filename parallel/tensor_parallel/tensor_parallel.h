@@ -13,7 +13,15 @@ namespace baton::dist {
 class ParallelMesh;
 }
 
+namespace baton {
+struct Parallelism;
+}
+
 namespace baton::tensor_parallel {
+
+/// Tensor parallel's mesh axis: innermost, its degree
+/// parallelism.tensor_parallel_degree.
+inline constexpr const char* kAxis = "tp";
 
 /// Whether a model shaped `args`, trained on sequences of `seq_len`,
 /// splits over `tp` ranks: query and key/value heads, the feed-forward's
@@ -69,5 +77,12 @@ class TensorParallelApplier final : public Applier {
  public:
   void apply(ModelPart& part, const ParallelContext& context) override;
 };
+
+/// Tensor parallel as registered: the tp axis, the tensor_parallel step
+/// (before activation checkpointing), tensor_parallel_problem as its check,
+/// the vocabulary-parallel loss, the MFU probe's hidden and vocabulary
+/// sizes divided by tp, and the pipeline's messages sequence-sharded tp
+/// ways.
+Parallelism tensor_parallel_parallelism();
 
 }  // namespace baton::tensor_parallel

@@ -117,7 +117,7 @@ TEST(DryRunCli, TextGroupsTheRanks) {
       source_path("configs/llama3_405b.yaml") + " --dry-run");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(
-      r.output.find("layout: dp_replicate=1 dp_shard=8 tp=8 pp=8 "
+      r.output.find("layout: pp=8 dp_replicate=1 dp_shard=8 tp=8 "
                     "(world 512)"),
       std::string::npos)
       << r.output;

@@ -180,6 +180,8 @@ TEST(ApplierFromYaml, TheBuildersOwnStepsAreRefused) {
   for (const char* name :
        {"replicate",
         "fully_shard",
+        "check_replicas",
+        "tensor_parallel",
         "to_device",
         "activation_checkpoint",
         "mixed_precision"}) {
@@ -207,7 +209,15 @@ TEST(ApplierFromYaml, TheBuildersOwnStepsAreRefused) {
                   ? "hint: set training.mixed_precision_param instead"
               : n == "to_device"
                   ? "hint: leave it out: every chain starts with it"
-                  : "hint: set the data-parallel degrees instead"),
+              : n == "replicate"
+                  ? "hint: set parallelism.data_parallel_replicate_degree "
+                    "instead"
+              : n == "fully_shard"
+                  ? "hint: set parallelism.data_parallel_shard_degree instead"
+              : n == "tensor_parallel"
+                  ? "hint: set parallelism.tensor_parallel_degree instead"
+                  : "hint: set parallelism.data_parallel_replicate_degree or "
+                    "parallelism.data_parallel_shard_degree instead"),
           std::string::npos)
           << e.what();
     }

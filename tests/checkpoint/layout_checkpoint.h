@@ -8,6 +8,7 @@
 #include <string>
 
 #include "checkpoint/checkpoint.h"
+#include "tests/parallel/test_parts.h"
 #include "tests/trainer/layout_run.h"
 
 namespace baton::testing {
@@ -18,14 +19,14 @@ inline std::unique_ptr<CheckpointManager> layout_checkpoint(
     const std::string& dump,
     const CheckpointConfig& config,
     const std::string& model_config_json = "{}") {
-  const auto dims = ParallelDims::resolve(
+  const auto dims = baton::testing::builtin_dims(
       1, layout.dp_shard, layout.tp, layout.pp, layout.world());
   CheckpointLayout where;
   where.rank = me.rank;
   where.world_size = layout.world();
-  where.dp_rank = me.mesh->coord().dp(dims);
+  where.dp_rank = me.mesh->index("dp");
   where.dp_size = dims.dp();
-  where.tp_rank = me.mesh->coord().tp;
+  where.tp_rank = me.mesh->coord().at("tp");
   where.pp = layout.pp;
   where.stages_per_rank = layout.stages_per_rank;
   where.schedule = layout.pp > 1 ? layout.schedule : "";

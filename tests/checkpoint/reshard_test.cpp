@@ -91,7 +91,7 @@ void run_rank(
     const fs::path& dump,
     Tensors& whole,
     std::mutex& mutex) {
-  const auto dims = ParallelDims::resolve(
+  const auto dims = baton::testing::builtin_dims(
       layout.replicate, layout.shard, 1, 1, layout.world());
   const dist::ParallelMesh mesh(
       dims, rank, rt ? rt->shared_from_this() : nullptr);
@@ -115,9 +115,9 @@ void run_rank(
   CheckpointLayout where;
   where.rank = rank;
   where.world_size = layout.world();
-  where.dp_rank = mesh.coord().dp(dims);
+  where.dp_rank = mesh.index("dp");
   where.dp_size = dims.dp();
-  where.dp_replicate_rank = mesh.coord().dp_replicate;
+  where.dp_replicate_rank = mesh.coord().at("dp_replicate");
   where.dp_replicate = layout.replicate;
   where.dp_shard = layout.shard;
   CheckpointManager checkpoint(
@@ -146,7 +146,7 @@ void run_rank(
     EXPECT_EQ(checkpoint.load().step, 2);
   }
   std::lock_guard<std::mutex> lock(mutex);
-  if (mesh.coord().dp_replicate == 0) {
+  if (mesh.coord().at("dp_replicate") == 0) {
     collect_state(parts, optimizers, whole);
   }
 }

@@ -1,25 +1,52 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "config/job_config.h"
 #include "config/parallel_dims.h"
 
 namespace baton {
 namespace {
 
-TEST(ParallelDims, ResolvesTheRestDegree) {
-  const auto d = ParallelDims::resolve(-1, 1, 1, 4, 8);
-  EXPECT_EQ(d.dp_replicate, 2);
-  EXPECT_EQ(d.pp, 4);
+MeshAxisSpec spec(const char* name, int order, const char* key) {
+  const bool data = std::string(name).rfind("dp_", 0) == 0;
+  return MeshAxisSpec{
+      name,
+      order,
+      key,
+      data ? std::vector<std::string>{"dp", "loss"}
+           : std::vector<std::string>{}};
+}
+
+/// Four axes in a scrambled order, keyed like the built-ins.
+ParallelDims resolve(
+    int64_t r, int64_t s, int64_t t, int64_t p, int64_t world) {
+  return ParallelDims::resolve(
+      {{spec("dp_replicate", 100, "parallelism.data_parallel_replicate_degree"),
+        r},
+       {spec("tp", 1000, "parallelism.tensor_parallel_degree"), t},
+       {spec("pp", 0, "parallelism.pipeline_parallel_degree"), p},
+       {spec("dp_shard", 200, "parallelism.data_parallel_shard_degree"), s}},
+      world);
+}
+
+TEST(ParallelDims, ResolvesTheRestDegreeInAxisOrder) {
+  const auto d = resolve(-1, 1, 1, 4, 8);
+  EXPECT_EQ(d.degree("dp_replicate"), 2);
+  EXPECT_EQ(d.degree("pp"), 4);
   EXPECT_EQ(d.dp(), 2);
-  EXPECT_TRUE(d.pp_enabled());
-  EXPECT_TRUE(d.dp_enabled());
-  EXPECT_EQ(d.to_string(), "dp_replicate=2 dp_shard=1 tp=1 pp=4 (world 8)");
+  EXPECT_EQ(d.degree("loss"), 2);
+  EXPECT_EQ(d.to_string(), "pp=4 dp_replicate=2 dp_shard=1 tp=1 (world 8)");
+  ASSERT_EQ(d.axes.size(), 4u);
+  EXPECT_EQ(d.axes.front().name, "pp");
+  EXPECT_EQ(d.axes.back().name, "tp");
 }
 
 TEST(ParallelDims, SingleRank) {
-  const auto d = ParallelDims::resolve(1, 1, 1, 1, 1);
-  EXPECT_FALSE(d.pp_enabled());
-  EXPECT_FALSE(d.dp_enabled());
+  const auto d = resolve(1, 1, 1, 1, 1);
+  EXPECT_EQ(d.dp(), 1);
+  EXPECT_TRUE(d.has("dp"));
+  EXPECT_FALSE(d.has("cp"));
+  EXPECT_EQ(d.degree("cp"), 1);
 }
 
 void expect_error(
@@ -30,7 +57,7 @@ void expect_error(
     int64_t world,
     const std::string& fragment) {
   try {
-    ParallelDims::resolve(r, s, t, p, world);
+    resolve(r, s, t, p, world);
     FAIL() << "expected ConfigError containing " << fragment;
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
@@ -44,6 +71,53 @@ TEST(ParallelDims, RejectsWhatDoesNotFitTheWorld) {
   expect_error(-1, 1, 1, 3, 8, "does not divide the world size 8");
   expect_error(
       0, 1, 1, 1, 1, "data_parallel_replicate_degree: 0 is out of range");
+}
+
+TEST(ParallelDims, DeclaredAxesComeFromTheConfig) {
+  // A section of this test's own with a mesh degree, and its axis declared
+  // between the data axes and tp.
+  register_config_section(
+      "dims_test",
+      {{"degree",
+        int64_t{1},
+        FieldSpec("the test axis's ranks").mesh_degree()}});
+  declare_mesh_axis(MeshAxisSpec{"dims_test", 500, "dims_test.degree", {}});
+  EXPECT_THROW(
+      declare_mesh_axis(MeshAxisSpec{"dims_test", 501, "dims_test.degree", {}}),
+      std::logic_error);
+  EXPECT_THROW(
+      declare_mesh_axis(MeshAxisSpec{"other", 500, "dims_test.degree", {}}),
+      std::logic_error);
+  const JobConfig config = load_job_config("", {"dims_test.degree=-1"});
+  const auto d = ParallelDims::from_config(config, 4);
+  EXPECT_EQ(d.degree("dims_test"), 4);
+  EXPECT_EQ(d.dp(), 1);
+  try {
+    load_job_config(
+        "", {"dims_test.degree=-1", "parallelism.tensor_parallel_degree=-1"});
+    FAIL() << "two -1 degrees";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("dims_test.degree: -1 conflicts with "
+                                   "parallelism.tensor_parallel_degree -1"),
+        std::string::npos)
+        << e.what();
+  }
+  // No parallelism reads tp's degree in this test binary: setting it above
+  // 1 is refused rather than ignored.
+  const JobConfig tp = load_job_config(
+      "", {"parallelism.tensor_parallel_degree=2", "dims_test.degree=2"});
+  try {
+    ParallelDims::from_config(tp, 4, "world 4 from the test");
+    FAIL() << "tp without its parallelism";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "--parallelism.tensor_parallel_degree=2: "
+            "parallelism.tensor_parallel_degree: 2 needs its parallelism"),
+        std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "parallel/dist/mesh.h"
 #include "parallel/model_parts.h"
 #include "tests/parallel/count_runs.h"
+#include "tests/parallel/test_parts.h"
 
 namespace baton {
 namespace {
@@ -60,7 +61,7 @@ void apply_ac(ModelPart& part, const ActivationCheckpointConfig& c) {
   JobConfig config;
   config.activation_checkpoint = c;
   const dist::ParallelMesh mesh(
-      ParallelDims::resolve(1, 1, 1, 1, 1), 0, nullptr);
+      baton::testing::builtin_dims(1, 1, 1, 1, 1), 0, nullptr);
   ActivationCheckpointApplier().apply(
       part, ParallelContext{config, mesh, at::kCPU});
 }

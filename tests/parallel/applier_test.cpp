@@ -17,6 +17,7 @@
 #include "parallel/model_parts.h"
 #include "tests/models/tiny_llama.h"
 #include "tests/parallel/multi_rank.h"
+#include "tests/parallel/test_parts.h"
 
 namespace baton {
 namespace {
@@ -73,7 +74,7 @@ TEST(ApplierChain, StepsAreFoundByNameAndRunInOrder) {
 
   const JobConfig config;
   const dist::ParallelMesh mesh(
-      ParallelDims::resolve(1, 1, 1, 1, 1), 0, nullptr);
+      baton::testing::builtin_dims(1, 1, 1, 1, 1), 0, nullptr);
   ModelPart part(testing::tiny_llama(16, 1), /*stage=*/3);
   chain.apply(part, ParallelContext{config, mesh, at::kCPU});
   EXPECT_EQ(log, (std::vector<std::string>{"a", "b2", "c", "d"}));
@@ -134,19 +135,16 @@ TEST(ModelParts, PartsKeepStageOrderAndMarks) {
   EXPECT_THROW(parts.at_stage(0), std::out_of_range);
   auto& part = parts[0];
   EXPECT_TRUE(part.grad_split("norm.weight").empty());
-  part.mark_grad_split("norm.weight", dist::MeshDim::kTp);
-  part.mark_grad_split("norm.weight", dist::MeshDim::kDpShard);
-  part.mark_grad_split("norm.weight", dist::MeshDim::kTp);
+  part.mark_grad_split("norm.weight", "tp");
+  part.mark_grad_split("norm.weight", "dp_shard");
+  part.mark_grad_split("norm.weight", "tp");
   EXPECT_EQ(
       part.grad_split("norm.weight"),
-      (std::vector<dist::MeshDim>{
-          dist::MeshDim::kTp, dist::MeshDim::kDpShard}));
+      (std::vector<std::string>{"tp", "dp_shard"}));
   EXPECT_THROW(
-      part.mark_grad_split("no.such.weight", dist::MeshDim::kTp),
-      std::invalid_argument);
+      part.mark_grad_split("no.such.weight", "tp"), std::invalid_argument);
   EXPECT_THROW(
-      part.mark_grad_split("norm.weight", dist::MeshDim::kPp),
-      std::invalid_argument);
+      part.mark_grad_split("norm.weight", "pp"), std::invalid_argument);
 }
 
 TEST(BuiltinAppliers, ReplicasAreCheckedThenGradientsSummedOverDp) {
@@ -156,7 +154,9 @@ TEST(BuiltinAppliers, ReplicasAreCheckedThenGradientsSummedOverDp) {
     JobConfig config;
     config.parallelism.data_parallel_replicate_degree = 2;
     const dist::ParallelMesh mesh(
-        ParallelDims::resolve(2, 1, 1, 1, 2), rank, rt.shared_from_this());
+        baton::testing::builtin_dims(2, 1, 1, 1, 2),
+        rank,
+        rt.shared_from_this());
     ModelPart part(testing::tiny_llama(16, 1));
     part.module().eval();
     ApplierChain chain;
@@ -196,7 +196,9 @@ TEST(BuiltinAppliers, CheckReplicasNamesTheFirstThatDiffers) {
   baton::testing::run_ranks(2, [](int64_t rank, dist::Runtime& rt) {
     const JobConfig config;
     const dist::ParallelMesh mesh(
-        ParallelDims::resolve(2, 1, 1, 1, 2), rank, rt.shared_from_this());
+        baton::testing::builtin_dims(2, 1, 1, 1, 2),
+        rank,
+        rt.shared_from_this());
     ModelPart part(testing::tiny_llama(16, /*seed=*/rank == 1 ? 2 : 1), 0);
     ApplierChain chain;
     chain.append("check_replicas");

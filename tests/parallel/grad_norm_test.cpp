@@ -16,11 +16,10 @@
 #include "parallel/dist/process_group.h"
 #include "parallel/model_parts.h"
 #include "tests/parallel/multi_rank.h"
+#include "tests/parallel/test_parts.h"
 
 namespace baton {
 namespace {
-
-using dist::MeshDim;
 
 /// A chunk with two parameters and no compute: `whole` (4 elements, the
 /// same on every rank of a stage) and `split` (this rank's 3 elements of a
@@ -64,15 +63,15 @@ at::Tensor split_grad(int64_t stage, int64_t index) {
 /// against the norm of the whole gradient.
 void check_norm(
     const ParallelDims& dims,
-    const std::vector<MeshDim>& split_dims,
+    const std::vector<std::string>& split_dims,
     double max_norm = 0.0) {
   // The whole gradient: per stage, `whole` once and every slice of `split`.
   int64_t slices = 1;
-  for (const auto d : split_dims) {
-    slices *= d == MeshDim::kTp ? dims.tp : dims.dp_shard;
+  for (const auto& d : split_dims) {
+    slices *= dims.degree(d);
   }
   double squares = 0.0;
-  for (int64_t stage = 0; stage < dims.pp; ++stage) {
+  for (int64_t stage = 0; stage < dims.degree("pp"); ++stage) {
     squares += whole_grad(stage).pow(2).sum().item<double>();
     for (int64_t i = 0; i < slices; ++i) {
       squares += split_grad(stage, i).pow(2).sum().item<double>();
@@ -85,16 +84,15 @@ void check_norm(
     const dist::ParallelMesh mesh(dims, r, rt.shared_from_this());
     const auto c = mesh.coord();
     int64_t index = 0;
-    for (const auto d : split_dims) {
-      index = index * (d == MeshDim::kTp ? dims.tp : dims.dp_shard) +
-              (d == MeshDim::kTp ? c.tp : c.dp_shard);
+    for (const auto& d : split_dims) {
+      index = index * dims.degree(d) + c.at(d);
     }
     auto chunk = std::make_shared<TwoParams>();
-    chunk->whole.mutable_grad() = whole_grad(c.pp);
-    chunk->split.mutable_grad() = split_grad(c.pp, index);
+    chunk->whole.mutable_grad() = whole_grad(c.at("pp"));
+    chunk->split.mutable_grad() = split_grad(c.at("pp"), index);
     ModelParts parts;
-    parts.push_back(std::make_shared<ModelPart>(chunk, c.pp));
-    for (const auto d : split_dims) {
+    parts.push_back(std::make_shared<ModelPart>(chunk, c.at("pp")));
+    for (const auto& d : split_dims) {
       parts[0].mark_grad_split("split", d);
     }
     norms[r] = clip_grad_norm(parts, mesh, max_norm);
@@ -111,29 +109,28 @@ void check_norm(
 }
 
 TEST(GradNorm, PipelineStagesAreSummed) {
-  check_norm(ParallelDims::resolve(1, 1, 1, 2, 2), {});
+  check_norm(baton::testing::builtin_dims(1, 1, 1, 2, 2), {});
 }
 
 TEST(GradNorm, ReplicatedGradientsCountOnce) {
-  check_norm(ParallelDims::resolve(2, 1, 1, 2, 4), {});
+  check_norm(baton::testing::builtin_dims(2, 1, 1, 2, 4), {});
 }
 
 TEST(GradNorm, ShardedGradientsAreSummedOverTheirGroup) {
-  check_norm(ParallelDims::resolve(1, 2, 1, 2, 4), {MeshDim::kDpShard});
-  check_norm(ParallelDims::resolve(1, 1, 2, 2, 4), {MeshDim::kTp});
+  check_norm(baton::testing::builtin_dims(1, 2, 1, 2, 4), {"dp_shard"});
+  check_norm(baton::testing::builtin_dims(1, 1, 2, 2, 4), {"tp"});
 }
 
 TEST(GradNorm, GradientsSplitAlongTwoDimensions) {
   // pp 2 x dp_shard 2 x tp 2: a tensor-parallel shard, sharded again.
-  check_norm(
-      ParallelDims::resolve(1, 2, 2, 2, 8), {MeshDim::kTp, MeshDim::kDpShard});
+  check_norm(baton::testing::builtin_dims(1, 2, 2, 2, 8), {"tp", "dp_shard"});
 }
 
 TEST(GradNorm, ClipsToTheGlobalNorm) {
-  check_norm(ParallelDims::resolve(1, 2, 1, 2, 4), {MeshDim::kDpShard}, 1.5);
+  check_norm(baton::testing::builtin_dims(1, 2, 1, 2, 4), {"dp_shard"}, 1.5);
   // A single process: clipping scales every gradient by one factor.
   const dist::ParallelMesh mesh(
-      ParallelDims::resolve(1, 1, 1, 1, 1), 0, nullptr);
+      baton::testing::builtin_dims(1, 1, 1, 1, 1), 0, nullptr);
   auto chunk = std::make_shared<TwoParams>();
   chunk->whole.mutable_grad() = torch::full({4}, 3.0);
   chunk->split.mutable_grad() = torch::full({3}, 0.0);

@@ -13,6 +13,7 @@
 #include "parallel/dist/mesh.h"
 #include "parallel/model_parts.h"
 #include "tests/models/tiny_llama.h"
+#include "tests/parallel/test_parts.h"
 
 namespace baton {
 namespace {
@@ -81,7 +82,7 @@ TEST(MixedPrecision, AutoIsBf16OnCudaAndOnTheCpuOnlyWhereClearlyFaster) {
 TEST(MixedPrecision, TheApplierCastsTheForwardAndKeepsTheMasters) {
   const JobConfig config;
   const dist::ParallelMesh mesh(
-      ParallelDims::resolve(1, 1, 1, 1, 1), 0, nullptr);
+      baton::testing::builtin_dims(1, 1, 1, 1, 1), 0, nullptr);
   auto model = testing::tiny_llama(16, 1);
   ModelPart part(model);
   MixedPrecisionApplier applier;

@@ -12,8 +12,10 @@
 #include "config/parallel_dims.h"
 #include "parallel/activation_checkpoint.h"
 #include "parallel/applier.h"
+#include "parallel/axes.h"
 #include "parallel/mixed_precision.h"
 #include "parallel/model_parts.h"
+#include "parallel/parallelism.h"
 #include "parallel/tensor_parallel/tensor_parallel.h"
 
 namespace baton::testing {
@@ -29,14 +31,36 @@ inline ModelParts parts_of(
   return parts;
 }
 
-/// The chain the builders give data parallel of these degrees: to_device,
-/// then append_data_parallel's steps.
-inline ApplierChain data_parallel_chain(int64_t replicate, int64_t shard) {
+/// The built-in parallelisms' layout with these degrees, as the builders
+/// resolve it from the config's four degrees.
+inline ParallelDims builtin_dims(
+    int64_t replicate, int64_t shard, int64_t tp, int64_t pp, int64_t world) {
   register_builtin_appliers();
+  return ParallelDims::of(
+      {{kReplicateAxis, replicate},
+       {kShardAxis, shard},
+       {tensor_parallel::kAxis, tp},
+       {kPipelineAxis, pp}},
+      world);
+}
+
+/// The chain the builders give data parallel of these degrees: to_device,
+/// then the data-parallel parallelisms' steps (each step once).
+inline ApplierChain data_parallel_chain(int64_t replicate, int64_t shard) {
+  const auto dims = builtin_dims(replicate, shard, 1, 1, replicate * shard);
   ApplierChain chain;
   chain.append("to_device");
-  append_data_parallel(
-      chain, ParallelDims::resolve(replicate, shard, 1, 1, replicate * shard));
+  const JobConfig config;
+  for (const Parallelism* p : enabled_parallelisms(config, dims)) {
+    if (p->place != ChainPlace::kData) {
+      continue;
+    }
+    for (const auto& step : p->appliers(config, dims)) {
+      if (!chain.contains(step)) {
+        chain.append(step);
+      }
+    }
+  }
   return chain;
 }
 

@@ -68,7 +68,7 @@ void train_rank(
     int64_t global_rows,
     ShardedRun& run,
     std::mutex& mutex) {
-  const auto dims = ParallelDims::resolve(
+  const auto dims = baton::testing::builtin_dims(
       layout.replicate, layout.shard, 1, 1, layout.world());
   const dist::ParallelMesh mesh(
       dims, rank, rt ? rt->shared_from_this() : nullptr);
@@ -89,7 +89,7 @@ void train_rank(
       parts.parameters(),
       torch::optim::AdamWOptions(3e-3).weight_decay(0.1).eps(1e-6));
   const int64_t local_rows = global_rows / layout.world();
-  const int64_t dp_rank = mesh.coord().dp(dims);
+  const int64_t dp_rank = mesh.index("dp");
   std::vector<double> losses;
   for (int64_t s = 0; s < kSteps; ++s) {
     const auto batches = testing::micro_batches(
@@ -102,7 +102,8 @@ void train_rank(
   if (rank == 0) {
     run.losses = losses;
   }
-  testing::collect_whole(parts, run.replicas.at(mesh.coord().dp_replicate));
+  testing::collect_whole(
+      parts, run.replicas.at(mesh.coord().at("dp_replicate")));
 }
 
 ShardedRun train(const Layout& layout, int64_t global_rows) {

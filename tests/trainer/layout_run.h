@@ -133,7 +133,7 @@ inline void run_layout_rank(
     LayoutRunResult& result,
     std::mutex& mutex) {
   const llama::ModelArgs args = layout_run_args();
-  const auto dims = ParallelDims::resolve(
+  const auto dims = baton::testing::builtin_dims(
       1, layout.dp_shard, layout.tp, layout.pp, layout.world());
   const dist::ParallelMesh mesh(
       dims, rank, rt ? rt->shared_from_this() : nullptr);
@@ -174,7 +174,7 @@ inline void run_layout_rank(
   me.runtime = rt;
   std::vector<std::pair<int64_t, std::shared_ptr<ModelChunk>>> stages;
   for (int64_t s = 0; s < static_cast<int64_t>(chunks.size()); ++s) {
-    if (pipelined && schedule.stage_to_rank[s] != mesh.coord().pp) {
+    if (pipelined && schedule.stage_to_rank[s] != mesh.coord().at("pp")) {
       continue;
     }
     auto chunk = std::make_shared<llama::TransformerImpl>(args, chunks[s]);
@@ -211,10 +211,10 @@ inline void run_layout_rank(
         std::make_unique<pipeline::PipelineExecutor>(
             pipeline::lower_schedule(schedule),
             stages,
-            mesh.pp(),
+            mesh.group("pp"),
             loss,
             shapes),
-        mesh.pp(),
+        mesh.group("pp"),
         mesh.dp(),
         /*accumulation=*/1,
         layout.rows * kLayoutRunSeq);
@@ -222,9 +222,9 @@ inline void run_layout_rank(
     step = std::make_unique<LocalTrainStep>(loss, mesh.loss());
   }
   const int64_t first = before ? before(me) : 0;
-  const int64_t dp_rank = mesh.coord().dp(dims);
+  const int64_t dp_rank = mesh.index("dp");
   const bool reads_data =
-      !pipelined || schedule.stage_to_rank[0] == mesh.coord().pp;
+      !pipelined || schedule.stage_to_rank[0] == mesh.coord().at("pp");
   std::vector<double> losses;
   std::vector<double> norms;
   for (int64_t s = first; s < last; ++s) {

@@ -73,7 +73,7 @@ Result train_one_stage(
       testing::with_mixed_precision(testing::data_parallel_chain(1, 1), mp);
   const JobConfig config;
   const dist::ParallelMesh mesh(
-      ParallelDims::resolve(1, 1, 1, 1, 1), 0, nullptr);
+      baton::testing::builtin_dims(1, 1, 1, 1, 1), 0, nullptr);
   chain.apply(
       parts[0],
       ParallelContext{config, mesh, at::kCPU, /*pipelined=*/false, mp});
@@ -131,9 +131,9 @@ Result train_pipelined_dp(
   std::mutex mutex;
   baton::testing::run_ranks(world, [&](int64_t rank, dist::Runtime& rt) {
     const auto dims =
-        ParallelDims::resolve(dp.replicate, dp.shard, 1, pp, world);
+        baton::testing::builtin_dims(dp.replicate, dp.shard, 1, pp, world);
     dist::ParallelMesh mesh(dims, rank, rt.shared_from_this());
-    const int64_t my_pp = mesh.coord().pp;
+    const int64_t my_pp = mesh.coord().at("pp");
     std::vector<std::pair<int64_t, std::shared_ptr<ModelChunk>>> stages;
     ModelParts parts;
     std::vector<std::unique_ptr<torch::optim::Optimizer>> opts;
@@ -161,10 +161,10 @@ Result train_pipelined_dp(
         std::make_unique<PipelineExecutor>(
             lower_schedule(schedule),
             stages,
-            mesh.pp(),
+            mesh.group("pp"),
             cross_entropy_sum,
             shapes),
-        mesh.pp(),
+        mesh.group("pp"),
         mesh.dp(),
         accum,
         m * kSeq);
@@ -176,7 +176,7 @@ Result train_pipelined_dp(
       std::vector<Batch> batches;
       if (schedule.stage_to_rank[0] == my_pp) {
         const Batch all = step_batch(s, dp.degree() * accum * m);
-        const int64_t d = mesh.coord().dp(dims);
+        const int64_t d = mesh.index("dp");
         for (int64_t a = 0; a < accum; ++a) {
           const int64_t begin = (d * accum + a) * m;
           batches.push_back(
@@ -195,7 +195,7 @@ Result train_pipelined_dp(
     if (rank == 0) {
       result.losses = losses;
     }
-    if (mesh.coord().dp_replicate == 0) {  // one replica's weights
+    if (mesh.coord().at("dp_replicate") == 0) {  // one replica's weights
       testing::collect_whole(parts, result.params);
     }
   });

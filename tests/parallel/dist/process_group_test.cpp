@@ -10,6 +10,7 @@
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 #include "tests/parallel/multi_rank.h"
+#include "tests/parallel/test_parts.h"
 
 namespace baton::dist {
 namespace {
@@ -169,19 +170,19 @@ TEST(ProcessGroup, SendRecvMatchByTag) {
 TEST(ProcessGroup, SubGroupsAndMesh) {
   run_ranks(4, [](int64_t rank, Runtime& rt) {
     // pp 2 x dp 2: dp groups {0, 1} and {2, 3}; pp groups {0, 2}, {1, 3}.
-    const auto dims = ParallelDims::resolve(2, 1, 1, 2, 4);
+    const auto dims = baton::testing::builtin_dims(2, 1, 1, 2, 4);
     ParallelMesh mesh(dims, rank, rt.shared_from_this());
     auto t = filled(static_cast<double>(rank));
     mesh.dp()->all_reduce(t);
     EXPECT_TRUE(torch::equal(t, filled(rank < 2 ? 1 : 5)));
     auto u = filled(static_cast<double>(rank));
-    mesh.pp()->all_reduce(u);
+    mesh.group("pp")->all_reduce(u);
     EXPECT_TRUE(torch::equal(u, filled(rank % 2 == 0 ? 2 : 4)));
     EXPECT_EQ(
-        mesh.pp()->global_ranks(),
+        mesh.group("pp")->global_ranks(),
         (std::vector<int64_t>{rank % 2, rank % 2 + 2}));
     // P2P inside a sub-group uses group ranks.
-    auto& pp = *mesh.pp();
+    auto& pp = *mesh.group("pp");
     if (pp.rank() == 0) {
       pp.send(filled(100 + rank), 1, 0);
     } else {

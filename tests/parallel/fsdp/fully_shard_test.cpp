@@ -12,6 +12,7 @@
 #include "parallel/model_parts.h"
 #include "tests/models/tiny_llama.h"
 #include "tests/parallel/multi_rank.h"
+#include "tests/parallel/test_parts.h"
 
 namespace baton::fsdp {
 namespace {
@@ -59,7 +60,9 @@ TEST(FullyShardApplier, RecordsEachParametersSliceAndRefusesScalars) {
     JobConfig config;
     config.parallelism.data_parallel_shard_degree = 2;
     const dist::ParallelMesh mesh(
-        ParallelDims::resolve(1, 2, 1, 1, 2), rank, rt.shared_from_this());
+        baton::testing::builtin_dims(1, 2, 1, 1, 2),
+        rank,
+        rt.shared_from_this());
     ModelPart part(baton::testing::tiny_llama(/*vocab=*/33, 1));
     const auto whole = part.module()
                            .named_parameters()["output.weight"]
@@ -76,7 +79,7 @@ TEST(FullyShardApplier, RecordsEachParametersSliceAndRefusesScalars) {
     EXPECT_TRUE(torch::equal(shard, whole.narrow(0, rank * 17, shard.size(0))));
     EXPECT_EQ(
         part.grad_split("layers.1.attention.wq.weight"),
-        (std::vector<dist::MeshDim>{dist::MeshDim::kDpShard}));
+        (std::vector<std::string>{"dp_shard"}));
     EXPECT_EQ(part.grad_sync().size(), 1u);
   });
   auto scalar = torch::zeros({}).requires_grad_(true);

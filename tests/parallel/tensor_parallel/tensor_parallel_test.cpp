@@ -13,6 +13,7 @@
 #include "parallel/tensor_parallel/tensor_parallel.h"
 #include "tests/models/tiny_llama.h"
 #include "tests/parallel/multi_rank.h"
+#include "tests/parallel/test_parts.h"
 
 namespace baton::tensor_parallel {
 namespace {
@@ -23,7 +24,9 @@ TEST(TensorParallelApplier, EachRankHoldsItsSliceOfTheWholeWeights) {
   const auto whole = testing::tiny_llama(13, 4);
   testing::run_ranks(2, [&](int64_t rank, dist::Runtime& rt) {
     const dist::ParallelMesh mesh(
-        ParallelDims::resolve(1, 1, 2, 1, 2), rank, rt.shared_from_this());
+        baton::testing::builtin_dims(1, 1, 2, 1, 2),
+        rank,
+        rt.shared_from_this());
     JobConfig config;
     config.training.seq_len = 8;
     ModelPart part(testing::tiny_llama(13, 4));
@@ -42,7 +45,7 @@ TEST(TensorParallelApplier, EachRankHoldsItsSliceOfTheWholeWeights) {
           std::vector<int64_t> offsets(w.dim(), 0);
           offsets[dim] = begin;
           EXPECT_EQ(slice->offsets, offsets);
-          EXPECT_EQ(part.grad_split(fqn), std::vector{dist::MeshDim::kTp});
+          EXPECT_EQ(part.grad_split(fqn), std::vector<std::string>{"tp"});
         };
     expect_slice("layers.0.attention.wq.weight", 0, 16 * rank, 16);
     expect_slice("layers.0.attention.wk.weight", 0, 8 * rank, 8);
@@ -97,7 +100,9 @@ TEST(TensorParallelApplier, NamesTheShapeThatDoesNotSplit) {
 TEST(TensorParallelApplier, RefusesAtApplyWithAConfigError) {
   testing::run_ranks(3, [&](int64_t rank, dist::Runtime& rt) {
     const dist::ParallelMesh mesh(
-        ParallelDims::resolve(1, 1, 3, 1, 3), rank, rt.shared_from_this());
+        baton::testing::builtin_dims(1, 1, 3, 1, 3),
+        rank,
+        rt.shared_from_this());
     JobConfig config;
     ModelPart part(testing::tiny_llama(13, 4));
     EXPECT_THROW(

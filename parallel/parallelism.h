@@ -1,0 +1,132 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "config/job_config.h"
+#include "config/parallel_dims.h"
+#include "models/llama/args.h"
+#include "models/loss.h"
+#include "parallel/applier.h"
+
+namespace baton {
+
+namespace dist {
+class ParallelMesh;
+}
+
+/// The matmul sizes of one rank's step, which the MFU probe measures: the
+/// tokens of one forward, the model width, the feed-forward's hidden size
+/// and the vocabulary, as this rank multiplies them.
+struct StepShape {
+  int64_t tokens = 0;
+  int64_t dim = 0;
+  int64_t hidden = 0;
+  int64_t vocab = 0;
+};
+
+/// Where a parallelism's appliers go in the builder's chain (its base:
+/// to_device, the model steps, activation_checkpoint, mixed_precision,
+/// parallelism.appliers, the data steps).
+enum class ChainPlace {
+  /// After to_device, before activation checkpointing: steps that change
+  /// what the part computes (tensor parallel).
+  kModel,
+  /// Last, after the user's appliers: steps that synchronise gradients
+  /// across replicas and shards (data parallel).
+  kData,
+};
+
+/// One parallelism, registered once (register_parallelism): its mesh axis,
+/// its own config section, its checks, its appliers and their place, and
+/// what it changes for the rest of the run. The builders ask the enabled
+/// parallelisms (enabled_parallelisms) and name none; a hook left empty
+/// changes nothing.
+struct Parallelism {
+  /// "tensor_parallel".
+  std::string name;
+  /// One line for `baton --help`-style listings and errors.
+  std::string help;
+  /// Its mesh axis, declared when it is registered; none for a parallelism
+  /// that only borrows others' axes.
+  std::optional<MeshAxisSpec> axis;
+  /// Its own config section and keys (register_config_section), when it has
+  /// some: decoded, checked, printed by --print-config like the built-ins.
+  std::string section;
+  std::vector<SectionField> fields;
+
+  /// Whether it is on in a run laid out as `dims`; empty: when its axis's
+  /// degree is above 1.
+  std::function<bool(const JobConfig&, const ParallelDims&)> enabled;
+  /// What makes `config` unusable for it on a model shaped `args` over
+  /// `dims`, naming the config key to change; run by the builders before
+  /// the model is built and by the dry run.
+  std::function<std::optional<ConfigProblem>(
+      const JobConfig&, const ParallelDims&, const llama::ModelArgs&)>
+      check;
+  /// An applier it registers with the parallelism (in applier_registry()).
+  struct OwnedApplier {
+    std::string name;
+    ApplierCreator create;
+    std::string help;
+  };
+  std::vector<OwnedApplier> owned_appliers;
+  /// Where its appliers go in the chain.
+  ChainPlace place = ChainPlace::kModel;
+  /// Every registered applier it may place: `parallelism.appliers` may not
+  /// name them (set the axis's degree instead).
+  std::vector<std::string> steps;
+  /// The registered appliers it adds, in order, for a run laid out as
+  /// `dims` (empty: none).
+  std::function<std::vector<std::string>(const JobConfig&, const ParallelDims&)>
+      appliers;
+  /// The token loss when the parallelism changes it (as tensor parallel's
+  /// vocabulary-parallel loss); at most one enabled parallelism may.
+  std::function<LossFn(const dist::ParallelMesh&, const llama::ModelArgs&)>
+      loss;
+  /// How it changes one rank's matmul sizes (the MFU probe's shapes).
+  std::function<void(const JobConfig&, const ParallelDims&, StepShape&)>
+      step_shape;
+  /// How many ways it splits the sequence of the activations between
+  /// pipeline stages (1: not at all); the shards of all enabled
+  /// parallelisms multiply.
+  std::function<int64_t(const ParallelDims&)> sequence_shards;
+};
+
+/// Registers `parallelism` (and declares its axis and config section). A
+/// name registered twice is a programming error (std::logic_error).
+void register_parallelism(Parallelism parallelism);
+/// The registered parallelisms, in registration order.
+const std::vector<Parallelism>& registered_parallelisms();
+/// Registers the built-in parallelisms: pipeline (pp), replicate
+/// (dp_replicate), fully_shard (dp_shard, HSDP with replicas) and
+/// tensor_parallel (tp). Safe to call more than once.
+void register_builtin_parallelisms();
+
+/// The registered parallelisms on in a run laid out as `dims`, in
+/// registration order.
+std::vector<const Parallelism*> enabled_parallelisms(
+    const JobConfig& config, const ParallelDims& dims);
+/// The first problem any enabled parallelism finds (Parallelism::check).
+std::optional<ConfigProblem> parallelism_problem(
+    const JobConfig& config,
+    const ParallelDims& dims,
+    const llama::ModelArgs& args);
+/// The token loss of the run: the one enabled parallelism that changes it,
+/// else cross_entropy_sum. Throws std::logic_error naming them when two do.
+LossFn parallel_loss(
+    const JobConfig& config,
+    const dist::ParallelMesh& mesh,
+    const llama::ModelArgs& args);
+/// `shape` as every enabled parallelism changes it.
+StepShape parallel_step_shape(
+    const JobConfig& config, const ParallelDims& dims, StepShape shape);
+/// The product of the enabled parallelisms' sequence_shards.
+int64_t parallel_sequence_shards(
+    const JobConfig& config, const ParallelDims& dims);
+
+}  // namespace baton
