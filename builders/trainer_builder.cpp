@@ -384,25 +384,13 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
     return nullptr;
   }
   const auto& p = config_.parallelism;
-  CheckpointLayout layout;
-  layout.rank = env_.rank;
-  layout.world_size = env_.world_size;
-  // The checkpoint's layout still names the built-in axes (issue #45's
-  // axis-map layout replaces it).
-  layout.dp_rank = mesh().index("dp");
-  layout.dp_size = dims_.dp();
-  layout.dp_replicate_rank = mesh().coord().at(kReplicateAxis);
-  layout.tp_rank = mesh().coord().at("tp");
-  layout.pp = dims_.degree(kPipelineAxis);
-  if (layout.pp > 1) {
+  CheckpointLayout layout = CheckpointLayout::of(mesh());
+  if (dims_.degree(kPipelineAxis) > 1) {
     layout.stages_per_rank = p.pipeline_parallel_stages_per_rank;
     layout.schedule = p.pipeline_parallel_schedule_csv.empty()
                           ? p.pipeline_parallel_schedule
                           : p.pipeline_parallel_schedule_csv;
   }
-  layout.dp_replicate = dims_.degree(kReplicateAxis);
-  layout.dp_shard = dims_.degree(kShardAxis);
-  layout.tp = dims_.degree("tp");
   // Saves may run in a background thread: they get a group of their own,
   // on Gloo (they exchange CPU tensors, also under NCCL), that waits for the
   // slowest writer rather than for comm.train_timeout_seconds.

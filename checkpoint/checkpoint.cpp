@@ -365,6 +365,42 @@ std::vector<int64_t> CheckpointManager::list_steps(const fs::path& folder) {
   return steps;
 }
 
+CheckpointLayout CheckpointLayout::of(const dist::ParallelMesh& mesh) {
+  CheckpointLayout layout;
+  layout.rank = mesh.rank();
+  layout.world_size = mesh.dims().world_size;
+  layout.axes = mesh.dims().axes;
+  layout.coord = mesh.coord();
+  layout.dp_rank = mesh.index("dp");
+  layout.dp_size = mesh.dims().dp();
+  return layout;
+}
+
+bool CheckpointLayout::writes(const std::vector<std::string>& split) const {
+  return std::all_of(axes.begin(), axes.end(), [&](const MeshAxis& axis) {
+    return axis.splits_model ||
+           std::find(split.begin(), split.end(), axis.name) != split.end() ||
+           coord.at(axis.name) == 0;
+  });
+}
+
+int64_t CheckpointLayout::degree(const std::string& axis) const {
+  for (const auto& a : axes) {
+    if (a.name == axis) {
+      return a.degree;
+    }
+  }
+  return 1;
+}
+
+bool CheckpointManager::writes(
+    const ModelPart& part, const std::string& fqn) const {
+  const ParamSlice* slice = part.slice(fqn);
+  const auto params = part.module().named_parameters();
+  return layout_.writes(part.grad_split(fqn)) &&
+         (slice == nullptr || params[fqn].numel() > 0);
+}
+
 CheckpointManager::Snapshot CheckpointManager::snapshot(
     const TrainState& state, bool copy) const {
   at::NoGradGuard no_grad;
@@ -379,18 +415,16 @@ CheckpointManager::Snapshot CheckpointManager::snapshot(
       const std::string& fqn = item.key();
       const at::Tensor& p = item.value();
       const ParamSlice* slice = parts_[i].slice(fqn);
-      // A whole tensor is the same on every data-parallel rank: DP rank 0
-      // writes it. A slice is this rank's own: every rank of replica 0
-      // writes its (non-empty) slice, and the one at offset 0 the step.
-      const bool write_tensor =
-          slice ? layout_.dp_replicate_rank == 0 && p.numel() > 0
-                : writes_whole_tensors();
-      const bool write_step = slice ? layout_.dp_replicate_rank == 0 &&
-                                          std::all_of(
-                                              slice->offsets.begin(),
-                                              slice->offsets.end(),
-                                              [](int64_t o) { return o == 0; })
-                                    : writes_whole_tensors();
+      // One rank writes each copy of a tensor (CheckpointLayout::writes):
+      // a slice is written by every rank that holds a (non-empty) one of
+      // its copy, and the step by the one at offset 0.
+      const bool writer = layout_.writes(parts_[i].grad_split(fqn));
+      const bool write_tensor = writer && (!slice || p.numel() > 0);
+      const bool write_step =
+          writer && (!slice || std::all_of(
+                                   slice->offsets.begin(),
+                                   slice->offsets.end(),
+                                   [](int64_t o) { return o == 0; }));
       if (!write_tensor && !write_step) {
         continue;
       }
@@ -1168,8 +1202,7 @@ void CheckpointManager::export_model(const TrainState& state) {
       for (const auto& item : part->module().named_parameters()) {
         const at::Tensor p = item.value().detach();
         const ParamSlice* slice = part->slice(item.key());
-        if (slice ? layout_.dp_replicate_rank != 0 || p.numel() == 0
-                  : !writes_whole_tensors()) {
+        if (!writes(*part, item.key())) {
           continue;
         }
         if (slice) {

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "config/job_config.h"
+#include "config/parallel_dims.h"
+#include "parallel/dist/mesh.h"
 #include "parallel/model_parts.h"
 #include "trainer/checkpointer.h"
 
@@ -26,50 +28,59 @@ class DataLoader;
 class LRSchedulersContainer;
 class OptimizersContainer;
 
-/// Where this rank stands in the job, as the checkpoint needs it.
+/// Where this rank stands in the job, as the checkpoint needs it: the
+/// mesh's axes (each with its degree) and this rank's place on each, which
+/// the checkpoint names none of.
 struct CheckpointLayout {
   /// Global rank and world size.
   int64_t rank = 0;
   int64_t world_size = 1;
-  /// This rank's data-parallel index and degree: the loader state is saved
-  /// per DP rank, and only DP rank 0 writes tensors (replicas hold the same).
+  /// The mesh's axes in order, with their degrees; recorded in the index,
+  /// and RNG states are restored only under the same ones.
+  std::vector<MeshAxis> axes;
+  /// This rank's position on each axis.
+  dist::MeshCoord coord;
+  /// This rank's index and the degree of the dp group (the ranks that read
+  /// different batches): the loader state is saved by dp index.
   int64_t dp_rank = 0;
   int64_t dp_size = 1;
-  /// This rank's index among the replicas: with sharded data parallel the
-  /// ranks of replica 0 each write their slices.
-  int64_t dp_replicate_rank = 0;
-  /// This rank's tensor-parallel index: whole (replicated) tensors are
-  /// written by tp rank 0 of DP rank 0, slices by every tp rank.
-  int64_t tp_rank = 0;
-  /// The parallel layout, recorded in the index; RNG states are restored
-  /// only under the same one.
-  int64_t pp = 1;
+  /// The pipeline's stages per rank and schedule ("" without pipelining),
+  /// recorded in the index with the axes.
   int64_t stages_per_rank = 1;
-  /// The pipeline schedule ("" without pipelining).
   std::string schedule;
-  int64_t dp_replicate = 1;
-  int64_t dp_shard = 1;
-  int64_t tp = 1;
+
+  /// `mesh`'s axes and this rank's place in them (dp_rank and dp_size from
+  /// its dp group).
+  static CheckpointLayout of(const dist::ParallelMesh& mesh);
+  /// Whether this rank writes a tensor split along `split` (the axes its
+  /// applier marked, ModelPart::grad_split): every other rank along those
+  /// axes holds another slice of it, every rank along an axis whose ranks
+  /// hold different parameters (pipeline stages) its own tensors, and along
+  /// every other axis a copy, which position 0 writes.
+  bool writes(const std::vector<std::string>& split) const;
+  /// The degree of `axis` (1 when the mesh has none).
+  int64_t degree(const std::string& axis) const;
 };
 
 /// Saves and restores everything a run needs to continue as if it had not
 /// stopped, in a form that does not depend on the layout. A save at step N
 /// writes `<dump_folder>/<checkpoint.folder>/step-N/`:
-///   - `rank-RRRRR.safetensors` from tp rank 0 of DP index 0 (and, for
-///     tensors sharded across ranks, from every rank of replica 0, each its
-///     slice): its parts' parameters under their FQNs
+///   - `rank-RRRRR.safetensors` from each rank that writes a tensor
+///     (CheckpointLayout::writes: position 0 of every axis along which the
+///     ranks hold copies of it; every rank along the axes its applier split
+///     it over, each its slice; every pipeline rank its stages): its
+///     parts' parameters under their FQNs
 ///     (`layers.3.attention.wq.weight`) and the AdamW state as
 ///     `optimizer.<fqn>.exp_avg`, `.exp_avg_sq`, `.step`;
 ///   - `index.json`: every tensor's file, dtype, shape and CRC-32, the train
 ///     state, the LR scheduler's step, each DP rank's loader state and each
 ///     rank's RNG state.
 /// The folder is written as `step-N.partial`, fsynced, then renamed, so a
-/// crash mid-save leaves the earlier checkpoints whole. Any pp degree,
-/// stage count, schedule, DP degree, dp_shard or tp degree loads a
-/// checkpoint written by any other: ranks read the FQNs they hold, each the
-/// part of every saved slice that falls in its own slice (ModelPart::slice).
-/// The loader state is restored when the DP degree matches and skipped with a
-/// warning otherwise.
+/// crash mid-save leaves the earlier checkpoints whole. Any degree of any
+/// axis, stage count or schedule loads a checkpoint written by any other: ranks
+/// read the FQNs they hold, each the part of every saved slice that falls in
+/// its own slice (ModelPart::slice). The loader state is restored when the DP
+/// degree matches and skipped with a warning otherwise.
 ///
 /// Loading checks everything before changing anything: a truncated file,
 /// a checksum mismatch, a missing or extra FQN, or a shape or dtype
@@ -128,11 +139,10 @@ class CheckpointManager final : public Checkpointer {
   struct Snapshot;
 
   void save(const TrainState& state);
-  /// Whether this rank writes the tensors every rank of its tp and dp
-  /// groups holds whole: tp rank 0 of DP rank 0.
-  bool writes_whole_tensors() const {
-    return layout_.dp_rank == 0 && layout_.tp_rank == 0;
-  }
+  /// Whether this rank writes the parameter `fqn` of `part` (and its
+  /// optimizer state): CheckpointLayout::writes of its marked axes, and for
+  /// a slice only a non-empty one.
+  bool writes(const ModelPart& part, const std::string& fqn) const;
   /// Waits for the background save; rethrows its error.
   void wait();
   Snapshot snapshot(const TrainState& state, bool copy) const;

@@ -50,18 +50,90 @@ std::string optimizer_fqn(const std::string& param, const char* field) {
 }
 
 json layout_json(const CheckpointLayout& l) {
+  json axes = json::array();
+  for (const auto& axis : l.axes) {
+    axes.push_back({{"name", axis.name}, {"degree", axis.degree}});
+  }
   return {
       {"world_size", l.world_size},
-      {"pp", l.pp},
+      {"axes", axes},
       {"stages_per_rank", l.stages_per_rank},
-      {"schedule", l.schedule},
-      {"dp_replicate", l.dp_replicate},
-      {"dp_shard", l.dp_shard},
-      {"tp", l.tp}};
+      {"schedule", l.schedule}};
 }
 
+namespace {
+
+/// The axes of a saved layout above degree 1, in order: version 4's list,
+/// or version 3's four named degrees (pp, dp_replicate, dp_shard, tp, the
+/// axes of the day); nothing for what is neither.
+std::optional<std::vector<std::pair<std::string, int64_t>>> saved_axes(
+    const json& l) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  if (!l.is_object()) {
+    return std::nullopt;
+  }
+  if (l.contains("axes")) {
+    if (!l["axes"].is_array()) {
+      return std::nullopt;
+    }
+    for (const auto& axis : l["axes"]) {
+      if (!axis.is_object() || !axis.contains("name") ||
+          !axis["name"].is_string() || !axis.contains("degree") ||
+          !axis["degree"].is_number_integer()) {
+        return std::nullopt;
+      }
+      if (axis["degree"].get<int64_t>() > 1) {
+        out.emplace_back(
+            axis["name"].get<std::string>(), axis["degree"].get<int64_t>());
+      }
+    }
+    return out;
+  }
+  for (const char* name : {"pp", "dp_replicate", "dp_shard", "tp"}) {
+    if (!l.contains(name) || !l[name].is_number_integer()) {
+      return std::nullopt;
+    }
+    if (l[name].get<int64_t>() > 1) {
+      out.emplace_back(name, l[name].get<int64_t>());
+    }
+  }
+  return out;
+}
+
+/// "pp 2 x dp_shard 2 (2 stages per rank, Interleaved1F1B)", "one rank".
+std::string describe_axes(const json& l) {
+  const auto axes = saved_axes(l);
+  if (!axes) {
+    return "?";
+  }
+  std::vector<std::string> items;
+  for (const auto& [name, degree] : *axes) {
+    items.push_back(name + " " + std::to_string(degree));
+  }
+  std::string text = items.empty() ? "one rank" : items.front();
+  for (size_t i = 1; i < items.size(); ++i) {
+    text += " x " + items[i];
+  }
+  if (l.contains("schedule") && l["schedule"].is_string() &&
+      !l["schedule"].get<std::string>().empty()) {
+    const auto stages = l.value("stages_per_rank", json());
+    text += " (" +
+            (stages.is_number_integer() ? std::to_string(stages.get<int64_t>())
+                                        : std::string("?")) +
+            " stages per rank, " + l["schedule"].get<std::string>() + ")";
+  }
+  return text;
+}
+
+}  // namespace
+
 bool same_layout(const json& saved, const CheckpointLayout& layout) {
-  return saved.is_object() && saved == layout_json(layout);
+  const json now = layout_json(layout);
+  const auto saved_list = saved_axes(saved);
+  return saved_list && *saved_list == *saved_axes(now) &&
+         saved.value("world_size", json()) == now["world_size"] &&
+         saved.value("stages_per_rank", json()) == now["stages_per_rank"] &&
+         saved.value("schedule", json()) == now["schedule"];
 }
 
 std::string describe_layout(const json& l) {
@@ -71,7 +143,11 @@ std::string describe_layout(const json& l) {
   if (!l.is_object()) {
     return "?";
   }
-  // A damaged index must still describe: no field's type is trusted.
+  if (l.contains("axes")) {
+    return describe_axes(l);
+  }
+  // A version 3 layout names its four degrees. A damaged index must still
+  // describe: no field's type is trusted.
   const auto number = [&](const char* key) -> std::optional<int64_t> {
     if (l.contains(key) && l[key].is_number_integer()) {
       return l[key].get<int64_t>();

@@ -18,9 +18,11 @@ struct CheckpointLayout;
 namespace checkpoint_index {
 
 inline constexpr const char* kFormat = "baton-checkpoint";
-/// 3: `dataloader` holds the global stream's one state (2: one per DP rank);
-/// 2: `layout` is an object (1: a description string).
-inline constexpr int kVersion = 3;
+/// 4: `layout` lists the mesh's axes by name (3: it names the degrees pp,
+/// dp_replicate, dp_shard and tp); 3: `dataloader` holds the global
+/// stream's one state (2: one per DP rank); 2: `layout` is an object (1: a
+/// description string). Every version loads.
+inline constexpr int kVersion = 4;
 inline constexpr const char* kIndexFile = "index.json";
 /// AdamW's state of each parameter, saved as `optimizer.<fqn>.<field>`.
 inline constexpr const char* kOptimizerFields[] = {
@@ -35,13 +37,15 @@ std::string rank_file_name(int64_t rank);
 /// "optimizer.<param>.<field>".
 std::string optimizer_fqn(const std::string& param, const char* field);
 
-/// The layout as the index records it: the degrees, the pipeline's stages
-/// per rank and schedule, the world size.
+/// The layout as the index records it: the mesh's axes with their degrees,
+/// the pipeline's stages per rank and schedule, the world size.
 nlohmann::json layout_json(const CheckpointLayout& layout);
-/// True when `saved` (an index's `layout`) is the layout `layout` runs:
+/// True when `saved` (an index's `layout`, of version 3 or 4) is the layout
+/// `layout` runs (axes of degree 1 aside):
 /// the same ranks hold the same things, so RNG states carry over.
 bool same_layout(const nlohmann::json& saved, const CheckpointLayout& layout);
-/// "pp 2, 2 stages per rank (Interleaved1F1B), dp 1" for a log line.
+/// "pp 2 x tp 2 (2 stages per rank, Interleaved1F1B)" (version 4), "pp 2,
+/// 2 stages per rank (Interleaved1F1B), dp 1" (version 3), for a log line.
 std::string describe_layout(const nlohmann::json& layout);
 
 /// Where one saved piece of a tensor is: its file, its first index along

@@ -24,7 +24,8 @@ std::vector<MeshAxisSpec>& axes() {
 
 bool same_spec(const MeshAxisSpec& a, const MeshAxisSpec& b) {
   return a.name == b.name && a.order == b.order &&
-         a.degree_key == b.degree_key && a.joins == b.joins;
+         a.degree_key == b.degree_key && a.joins == b.joins &&
+         a.splits_model == b.splits_model;
 }
 
 }  // namespace
@@ -181,7 +182,7 @@ ParallelDims ParallelDims::resolve(
     } else {
       known *= degree;
     }
-    d.axes.push_back(MeshAxis{spec.name, degree});
+    d.axes.push_back(MeshAxis{spec.name, degree, spec.splits_model});
     for (const auto& group : spec.joins) {
       d.flattened[group].push_back(spec.name);
     }

@@ -33,6 +33,10 @@ struct MeshAxisSpec {
   /// together make the global batch: losses and token counts are summed
   /// over it), or a name of the owner's.
   std::vector<std::string> joins;
+  /// Whether its ranks hold different parameters (pipeline stages) rather
+  /// than copies or slices of the same: a rank's tensors are its own along
+  /// it (the checkpoint's writers, the grad norm's sum over stages).
+  bool splits_model = false;
 };
 
 /// Declares `spec` for every mesh built after it (ParallelDims::from_config
@@ -46,6 +50,8 @@ std::vector<MeshAxisSpec> declared_mesh_axes();
 struct MeshAxis {
   std::string name;
   int64_t degree = 1;
+  /// MeshAxisSpec::splits_model.
+  bool splits_model = false;
 };
 
 /// An axis that re-slices others rather than multiplying the world: its

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <map>
 
-#include "parallel/axes.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/model_parts.h"
@@ -79,10 +78,13 @@ double grad_norm(const ModelParts& parts, const dist::ParallelMesh& mesh) {
   for (const auto& [set, sum] : squares) {
     stage_total = stage_total + sum;
   }
-  // Each pipeline rank holds other parameters: sum the stages.
+  // Each pipeline rank holds other parameters: sum the stages (over every
+  // axis whose ranks hold different parameters).
   at::Tensor total = stage_total.reshape({1});
-  if (mesh.dims().degree(kPipelineAxis) > 1) {
-    mesh.group(kPipelineAxis)->all_reduce(total);
+  for (const auto& axis : mesh.dims().axes) {
+    if (axis.splits_model && axis.degree > 1) {
+      mesh.group(axis.name)->all_reduce(total);
+    }
   }
   return std::sqrt(total.item<double>());
 }

@@ -16,7 +16,11 @@ Parallelism pipeline_parallelism() {
       "pipeline parallel over pp (parallelism.pipeline_parallel_degree): "
       "stages on different ranks, trained by a schedule";
   p.axis = MeshAxisSpec{
-      kPipelineAxis, 0, "parallelism.pipeline_parallel_degree", {}};
+      kPipelineAxis,
+      0,
+      "parallelism.pipeline_parallel_degree",
+      {},
+      /*splits_model=*/true};
   p.step_shape =
       [](const JobConfig& config, const ParallelDims&, StepShape& shape) {
         shape.tokens = config.parallelism.pipeline_parallel_microbatch_size *

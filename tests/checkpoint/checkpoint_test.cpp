@@ -156,10 +156,13 @@ TEST(Checkpoint, PipelinedSaveResumesUnderOtherLayouts) {
   ASSERT_EQ(r.code, 0) << r.output;
   // Each pipeline rank wrote its own stages' tensors.
   const json index = read_json(step_dir(saved, 5) / "index.json");
-  EXPECT_EQ(index["layout"]["pp"], 2);
+  // The layout lists the mesh's axes, pp outermost.
+  const json axis_pp = {{"name", "pp"}, {"degree", 2}};
+  const json axis_dp_replicate = {{"name", "dp_replicate"}, {"degree", 1}};
+  EXPECT_EQ(index["layout"]["axes"][0], axis_pp);
+  EXPECT_EQ(index["layout"]["axes"][1], axis_dp_replicate);
   EXPECT_EQ(index["layout"]["stages_per_rank"], 2);
   EXPECT_EQ(index["layout"]["schedule"], "Interleaved1F1B");
-  EXPECT_EQ(index["layout"]["dp_replicate"], 1);
   EXPECT_EQ(
       index["tensors"]["tok_embeddings.weight"]["file"],
       "rank-00000.safetensors");
@@ -233,7 +236,8 @@ TEST(Checkpoint, ShardedSavesSlicesAndResumesUnderOtherLayouts) {
   const auto saved = fresh_dir("ck_fsdp_index");
   ASSERT_EQ(train("debug_model", saved, kShard2, 2).code, 0);
   const json index = read_json(step_dir(saved, 5) / "index.json");
-  EXPECT_EQ(index["layout"]["dp_shard"], 2);
+  const json axis_dp_shard = {{"name", "dp_shard"}, {"degree", 2}};
+  EXPECT_EQ(index["layout"]["axes"][2], axis_dp_shard);
   const json& wq = index["tensors"]["layers.0.attention.wq.weight"];
   EXPECT_EQ(wq["shape"], json::array({256, 256}));
   ASSERT_EQ(wq["slices"].size(), 2u);
@@ -345,7 +349,7 @@ TEST(Checkpoint, DataParallelReplicasWriteOnceAndTheLoaderStateIsGlobal) {
   EXPECT_TRUE(fs::exists(step_dir(saved, 5) / "rank-00000.safetensors"));
   EXPECT_FALSE(fs::exists(step_dir(saved, 5) / "rank-00001.safetensors"));
   const json index = read_json(step_dir(saved, 5) / "index.json");
-  EXPECT_EQ(index["version"], 3);
+  EXPECT_EQ(index["version"], 4);
   ASSERT_TRUE(index["dataloader"].contains("state")) << index["dataloader"];
   EXPECT_FALSE(index["dataloader"]["state"].contains("dp_rank"));
 
@@ -373,9 +377,9 @@ TEST(Checkpoint, DataParallelReplicasWriteOnceAndTheLoaderStateIsGlobal) {
   }
 }
 
-TEST(Checkpoint, AVersion2PerRankLoaderStateLoadsWhereItCan) {
-  // An index of the per-rank loader: one rank's state is a position in the
-  // global stream and is restored; several ranks' are not, and the run says
+TEST(Checkpoint, OlderIndexesLoad) {
+  // A version 2 index of the per-rank loader: one rank's state is a position in
+  // the global stream and is restored; several ranks' are not, and the run says
   // so and starts the stream over.
   const auto saved = fresh_dir("ck_v2_saved");
   ASSERT_EQ(train("debug_model", saved).code, 0);
@@ -400,6 +404,33 @@ TEST(Checkpoint, AVersion2PerRankLoaderStateLoadsWhereItCan) {
   for (size_t i = 0; i < 5; ++i) {
     EXPECT_EQ(after[i].second, all[5 + i].second) << "step " << 6 + i;
   }
+  // A version 3 index names the four degrees of its day: it loads, and its
+  // layout is this run's, so the RNG states carry over.
+  const auto v3 = stopped_at(saved, 5, "ck_v3");
+  {
+    const fs::path path = step_dir(v3, 5) / "index.json";
+    json index = read_json(path);
+    index["version"] = 3;
+    index["layout"] = {
+        {"world_size", 1},
+        {"pp", 1},
+        {"stages_per_rank", 1},
+        {"schedule", ""},
+        {"dp_replicate", 1},
+        {"dp_shard", 1},
+        {"tp", 1}};
+    std::ofstream(path) << index.dump();
+  }
+  const auto r3 = train("debug_model", v3);
+  ASSERT_EQ(r3.code, 0) << r3.output;
+  EXPECT_NE(r3.output.find("resumed from step 5"), std::string::npos);
+  EXPECT_EQ(r3.output.find("RNG states not restored"), std::string::npos)
+      << r3.output;
+  const auto after_v3 = losses(v3);
+  ASSERT_EQ(after_v3.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(after_v3[i].second, all[5 + i].second) << "step " << 6 + i;
+  }
   const auto two = as_v2("ck_v2_two", 2);
   const auto r2 = train("debug_model", two);
   ASSERT_EQ(r2.code, 0) << r2.output;
@@ -423,7 +454,7 @@ TEST(Checkpoint, InspectReportsWhatASaveHoldsAndFindsDamage) {
   for (const char* expected :
        {"2 steps step-5 step-10",
         "step-5: step 5, ",
-        "saved by pp 1, dp 1 x 2 shards (index version 3)",
+        "saved by dp_shard 2 (index version 4)",
         "  loader: {\"dataset_size\":",
         "  layers.0.attention.wq.weight  F32 [256, 256]  2 slices: "
         "rank-00000.safetensors at [0, 0] [128, 256]; rank-00001.safetensors "

@@ -19,19 +19,9 @@ inline std::unique_ptr<CheckpointManager> layout_checkpoint(
     const std::string& dump,
     const CheckpointConfig& config,
     const std::string& model_config_json = "{}") {
-  const auto dims = baton::testing::builtin_dims(
-      1, layout.dp_shard, layout.tp, layout.pp, layout.world());
-  CheckpointLayout where;
-  where.rank = me.rank;
-  where.world_size = layout.world();
-  where.dp_rank = me.mesh->index("dp");
-  where.dp_size = dims.dp();
-  where.tp_rank = me.mesh->coord().at("tp");
-  where.pp = layout.pp;
+  CheckpointLayout where = CheckpointLayout::of(*me.mesh);
   where.stages_per_rank = layout.stages_per_rank;
   where.schedule = layout.pp > 1 ? layout.schedule : "";
-  where.dp_shard = layout.dp_shard;
-  where.tp = layout.tp;
   return std::make_unique<CheckpointManager>(
       config,
       dump,

@@ -112,14 +112,7 @@ void run_rank(
       optimizers[0],
       std::make_shared<WarmupStableDecay>(config.lr_scheduler, 1000)));
   LRSchedulersContainer schedulers(std::move(lrs));
-  CheckpointLayout where;
-  where.rank = rank;
-  where.world_size = layout.world();
-  where.dp_rank = mesh.index("dp");
-  where.dp_size = dims.dp();
-  where.dp_replicate_rank = mesh.coord().at("dp_replicate");
-  where.dp_replicate = layout.replicate;
-  where.dp_shard = layout.shard;
+  const CheckpointLayout where = CheckpointLayout::of(mesh);
   CheckpointManager checkpoint(
       config.checkpoint,
       dump.string(),

@@ -11,7 +11,12 @@ using Ranks = std::vector<int64_t>;
 
 MeshAxisSpec spec(
     const char* name, int order, std::vector<std::string> joins = {}) {
-  return MeshAxisSpec{name, order, std::string("test.") + name, joins};
+  return MeshAxisSpec{
+      name,
+      order,
+      std::string("test.") + name,
+      joins,
+      name == std::string("pp")};
 }
 
 /// The built-in axes' shape, spelled out here so that the mesh is tested
