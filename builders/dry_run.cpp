@@ -39,34 +39,6 @@ int64_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-/// The rows fully_shard gives rank `r` of `n`: ceil(rows / n) each, the
-/// last ranks fewer or none (parallel/fsdp/fully_shard.h).
-int64_t shard_rows(int64_t rows, int64_t r, int64_t n) {
-  const int64_t per_rank = (rows + n - 1) / n;
-  return std::clamp<int64_t>(rows - r * per_rank, 0, per_rank);
-}
-
-/// The shape this rank stores of a whole parameter: its tensor-parallel
-/// slice, then its fully_shard rows of that.
-std::vector<int64_t> stored_shape(
-    const llama::ModelArgs& args,
-    const llama::ParamShape& param,
-    const dist::MeshCoord& coord,
-    const ParallelDims& dims) {
-  std::vector<int64_t> shape = param.second;
-  const int64_t tp = dims.degree(tensor_parallel::kAxis);
-  if (tp > 1) {
-    if (const auto slice = tensor_parallel::tensor_parallel_slice(
-            args, param.first, coord.at(tensor_parallel::kAxis), tp)) {
-      shape[slice->dim] = slice->size;
-    }
-  }
-  if (const int64_t shards = dims.degree(kShardAxis); shards > 1) {
-    shape[0] = shard_rows(shape[0], coord.at(kShardAxis), shards);
-  }
-  return shape;
-}
-
 /// The elements per token one transformer block leaves saved for backward,
 /// without checkpointing, with `t` tensor-parallel ranks (sequence
 /// parallel): the two norms' inputs (T / t positions), their outputs
@@ -394,10 +366,13 @@ DryRunReport dry_run(
 
   for (int64_t rank = 0; rank < dims.world_size; ++rank) {
     const dist::MeshCoord coord = dist::mesh_coord(dims, rank);
-    if (options.first_rank_per_pipeline_rank() &&
-        coord.at(kReplicateAxis) + coord.at(kShardAxis) +
-                coord.at(tensor_parallel::kAxis) !=
-            0) {
+    // Position 0 of every axis within the stage holds the most of each
+    // ceil split.
+    const bool first_in_stage =
+        std::all_of(dims.axes.begin(), dims.axes.end(), [&](const auto& a) {
+          return a.splits_model || coord.at(a.name) == 0;
+        });
+    if (options.first_rank_per_pipeline_rank() && !first_in_stage) {
       continue;
     }
     DryRunRank r;
@@ -420,18 +395,19 @@ DryRunReport dry_run(
         DryRunStageCache::Entry e;
         std::map<std::string, int64_t> unit;  // "layers.4" or "" (the root)
         for (const auto& param : spec.parameter_shapes(args, chunks[s])) {
-          const int64_t stored = numel(stored_shape(args, param, coord, dims));
+          // What the rank stores, and what it computes with (the model
+          // steps' cut, which a data step such as fully_shard gathers).
+          const int64_t stored = numel(parallel_stored_shape(
+              config, dims, args, param.first, param.second, coord));
           e.parameters += stored;
-          dist::MeshCoord whole = coord;
-          ParallelDims unsharded = dims;
-          for (auto& axis : unsharded.axes) {
-            if (axis.name == kShardAxis) {
-              axis.degree = 1;
-            }
-          }
-          whole.set(kShardAxis, 0);
-          const int64_t slice =
-              numel(stored_shape(args, param, whole, unsharded));
+          const int64_t slice = numel(parallel_stored_shape(
+              config,
+              dims,
+              args,
+              param.first,
+              param.second,
+              coord,
+              ChainPlace::kModel));
           e.sliced_elements += slice;
           const std::string& fqn = param.first;
           const bool block = fqn.rfind("layers.", 0) == 0;
@@ -451,18 +427,22 @@ DryRunReport dry_run(
         return e;
       };
       const ChunkSpec& chunk = chunks[s];
-      const DryRunStageCache::Entry e = options.stage_cache()
-                                            ? options.stage_cache()->get(
-                                                  {chunk.first_layer,
-                                                   chunk.end_layer,
-                                                   chunk.embedding ? 1 : 0,
-                                                   chunk.output ? 1 : 0,
-                                                   tp_degree,
-                                                   r.tp,
-                                                   shard_degree,
-                                                   r.dp_shard},
-                                                  count)
-                                            : count();
+      // Keyed by the chunk and the rank's place on every axis within the
+      // stage: what it stores follows from them alone.
+      DryRunStageCache::Key key{
+          chunk.first_layer,
+          chunk.end_layer,
+          chunk.embedding ? 1 : 0,
+          chunk.output ? 1 : 0};
+      for (const auto& axis : dims.axes) {
+        if (!axis.splits_model) {
+          key.push_back(axis.degree);
+          key.push_back(coord.at(axis.name));
+        }
+      }
+      const DryRunStageCache::Entry e =
+          options.stage_cache() ? options.stage_cache()->get(key, count)
+                                : count();
       stage.parameters = e.parameters;
       stage.root_parameters = e.root_parameters;
       sliced_elements += e.sliced_elements;

@@ -119,7 +119,9 @@ class DryRunStageCache {
     int64_t all_units = 0;        // every unit's elements after tp
     int64_t root_unit = 0;        // the root's
   };
-  using Key = std::array<int64_t, 8>;
+  /// The chunk (first and end layer, embedding, output), then the degree
+  /// and the rank's position of every axis within the stage.
+  using Key = std::vector<int64_t>;
 
   /// The entry for `key`, made by `make` the first time.
   Entry get(const Key& key, const std::function<Entry()>& make);

@@ -123,6 +123,28 @@ StepShape parallel_step_shape(
   return shape;
 }
 
+std::vector<int64_t> parallel_stored_shape(
+    const JobConfig& config,
+    const ParallelDims& dims,
+    const llama::ModelArgs& args,
+    const std::string& fqn,
+    std::vector<int64_t> shape,
+    const dist::MeshCoord& coord,
+    ChainPlace through) {
+  const auto enabled = enabled_parallelisms(config, dims);
+  for (const ChainPlace place : {ChainPlace::kModel, ChainPlace::kData}) {
+    if (place == ChainPlace::kData && through == ChainPlace::kModel) {
+      break;
+    }
+    for (const Parallelism* p : enabled) {
+      if (p->place == place && p->stored_shape) {
+        p->stored_shape(args, fqn, coord, dims, shape);
+      }
+    }
+  }
+  return shape;
+}
+
 int64_t parallel_sequence_shards(
     const JobConfig& config, const ParallelDims& dims) {
   int64_t shards = 1;

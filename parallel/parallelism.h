@@ -16,8 +16,9 @@
 namespace baton {
 
 namespace dist {
+class MeshCoord;
 class ParallelMesh;
-}
+}  // namespace dist
 
 /// The matmul sizes of one rank's step, which the MFU probe measures: the
 /// tokens of one forward, the model width, the feed-forward's hidden size
@@ -95,6 +96,16 @@ struct Parallelism {
   /// pipeline stages (1: not at all); the shards of all enabled
   /// parallelisms multiply.
   std::function<int64_t(const ParallelDims&)> sequence_shards;
+  /// The dry run's memory rule: what a rank at `coord` stores of the
+  /// parameter `fqn` of a model shaped `args`, `shape` in (what the steps
+  /// before left it) and out; empty: what it is given.
+  std::function<void(
+      const llama::ModelArgs& args,
+      const std::string& fqn,
+      const dist::MeshCoord& coord,
+      const ParallelDims& dims,
+      std::vector<int64_t>& shape)>
+      stored_shape;
 };
 
 /// Registers `parallelism` (and declares its axis and config section). A
@@ -125,6 +136,18 @@ LossFn parallel_loss(
 /// `shape` as every enabled parallelism changes it.
 StepShape parallel_step_shape(
     const JobConfig& config, const ParallelDims& dims, StepShape shape);
+/// The shape a rank at `coord` stores of the parameter `fqn` (whole:
+/// `shape`), as the enabled parallelisms' stored_shape cut it in chain
+/// order; with `through` kModel only the model steps' cuts (what a data
+/// step such as fully_shard gathers back).
+std::vector<int64_t> parallel_stored_shape(
+    const JobConfig& config,
+    const ParallelDims& dims,
+    const llama::ModelArgs& args,
+    const std::string& fqn,
+    std::vector<int64_t> shape,
+    const dist::MeshCoord& coord,
+    ChainPlace through = ChainPlace::kData);
 /// The product of the enabled parallelisms' sequence_shards.
 int64_t parallel_sequence_shards(
     const JobConfig& config, const ParallelDims& dims);

@@ -622,6 +622,17 @@ Parallelism fully_shard_parallelism() {
        "reduce-scattered"}};
   p.place = ChainPlace::kData;
   p.steps = {"check_replicas", "fully_shard"};
+  // ceil(rows / n) rows each, the last ranks fewer or none (Unit's split).
+  p.stored_shape = [](const llama::ModelArgs&,
+                      const std::string&,
+                      const dist::MeshCoord& coord,
+                      const ParallelDims& dims,
+                      std::vector<int64_t>& shape) {
+    const int64_t n = dims.degree(kShardAxis);
+    const int64_t per_rank = (shape[0] + n - 1) / n;
+    shape[0] = std::clamp<int64_t>(
+        shape[0] - coord.at(kShardAxis) * per_rank, 0, per_rank);
+  };
   p.appliers = [](const JobConfig&, const ParallelDims&) {
     return std::vector<std::string>{"check_replicas", "fully_shard"};
   };

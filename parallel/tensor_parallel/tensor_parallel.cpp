@@ -273,6 +273,16 @@ Parallelism tensor_parallel_parallelism() {
         shape.hidden /= dims.degree(kAxis);
         shape.vocab /= dims.degree(kAxis);
       };
+  p.stored_shape = [](const llama::ModelArgs& args,
+                      const std::string& fqn,
+                      const dist::MeshCoord& coord,
+                      const ParallelDims& dims,
+                      std::vector<int64_t>& shape) {
+    if (const auto slice = tensor_parallel_slice(
+            args, fqn, coord.at(kAxis), dims.degree(kAxis))) {
+      shape[slice->dim] = slice->size;
+    }
+  };
   // Sequence parallel: stages hand over 1 / tp of the positions.
   p.sequence_shards = [](const ParallelDims& dims) {
     return dims.degree(kAxis);
