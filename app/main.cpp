@@ -83,17 +83,11 @@ int64_t dry_run_world_size(
   if (env.world_size > 1) {
     return env.world_size;
   }
-  const auto& p = config.parallelism;
   int64_t world = 1;
-  for (const auto& [key, degree] :
-       {std::pair{
-            "data_parallel_replicate_degree", p.data_parallel_replicate_degree},
-        std::pair{"data_parallel_shard_degree", p.data_parallel_shard_degree},
-        std::pair{"tensor_parallel_degree", p.tensor_parallel_degree},
-        std::pair{"pipeline_parallel_degree", p.pipeline_parallel_degree}}) {
+  for (const auto& [key, degree] : config.mesh_degrees()) {
     if (degree < 0) {
       throw baton::ConfigError(
-          "--dry-run: parallelism." + std::string(key) +
+          "--dry-run: " + key +
           " is -1 (the rest of the world); allowed: a world size given "
           "with --nproc N");
     }

@@ -76,7 +76,7 @@ void BM_TensorParallelTraffic(benchmark::State& state, const char* flavor) {
           const baton::dist::ParallelMesh mesh(
               dims, rank, rt.shared_from_this());
           baton::JobConfig config;
-          config.parallelism.tensor_parallel_degree = kRanks;
+          config.set_integer("parallelism.tensor_parallel_degree", kRanks);
           config.training.seq_len = kSeqLen;
           auto model = std::make_shared<baton::llama::TransformerImpl>(args);
           model->init_weights(0);

@@ -32,6 +32,11 @@ namespace baton {
 
 namespace {
 
+/// Tensor parallel's degree key: the search still lays out tp itself (the
+/// planner's own room will ask the registered parallelisms).
+constexpr const char* kTensorParallelDegree =
+    "parallelism.tensor_parallel_degree";
+
 using nlohmann::json;
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -343,7 +348,8 @@ llama::ModelArgs plan_model_args(const JobConfig& base) {
   JobConfig one = base;
   auto& p = one.parallelism;
   p.data_parallel_replicate_degree = p.data_parallel_shard_degree = 1;
-  p.tensor_parallel_degree = p.pipeline_parallel_degree = 1;
+  p.pipeline_parallel_degree = 1;
+  one.set_integer(kTensorParallelDegree, 1);
   args.vocab_size = dry_run(one, 1).vocab_size;
   return args;
 }
@@ -788,7 +794,7 @@ JobConfig candidate_config(const JobConfig& base, const PlanCandidate& c) {
   auto& p = config.parallelism;
   p.data_parallel_replicate_degree = c.dp_replicate;
   p.data_parallel_shard_degree = c.dp_shard;
-  p.tensor_parallel_degree = c.tp;
+  config.set_integer(kTensorParallelDegree, c.tp);
   p.pipeline_parallel_degree = c.pp;
   p.pipeline_parallel_schedule = c.schedule.empty() ? "1F1B" : c.schedule;
   p.pipeline_parallel_stages_per_rank = c.stages_per_rank;
@@ -1013,7 +1019,8 @@ bool score(
 
 int64_t default_global_batch(const JobConfig& base, int64_t world) {
   const auto& p = base.parallelism;
-  const int64_t tp = std::max<int64_t>(1, p.tensor_parallel_degree);
+  const int64_t tp =
+      std::max<int64_t>(1, base.integer(kTensorParallelDegree).value_or(1));
   const int64_t pp = std::max<int64_t>(1, p.pipeline_parallel_degree);
   return base.training.local_batch_size *
          std::max<int64_t>(1, world / (tp * pp));

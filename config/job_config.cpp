@@ -903,13 +903,29 @@ std::optional<int64_t> JobConfig::integer(const std::string& key_path) const {
   std::optional<int64_t> out;
   // visit is non-const (it also decodes); nothing here writes.
   auto& config = const_cast<JobConfig&>(*this);
-  with_section(config, key_path.substr(0, dot), [&](auto& section) {
-    with_field(section, key_path.substr(dot + 1), [&](auto& field, auto&) {
+  const std::string section_name = key_path.substr(0, dot);
+  const std::string key = key_path.substr(dot + 1);
+  bool found = false;
+  with_section(config, section_name, [&](auto& section) {
+    found = with_field(section, key, [&](auto& field, auto&) {
       if constexpr (std::is_same_v<std::decay_t<decltype(field)>, int64_t>) {
         out = field;
       }
     });
   });
+  if (!found) {
+    // A key registered after this config was made: its default.
+    const auto& registered = registered_config_sections();
+    if (const auto it = registered.find(section_name); it != registered.end()) {
+      for (const auto& field : it->second.fields) {
+        if (field.name == key) {
+          if (const auto* v = std::get_if<int64_t>(&field.value)) {
+            out = *v;
+          }
+        }
+      }
+    }
+  }
   return out;
 }
 
@@ -926,6 +942,51 @@ std::vector<std::pair<std::string, int64_t>> JobConfig::mesh_degrees() const {
     });
   });
   return out;
+}
+
+void JobConfig::set_integer(const std::string& key_path, int64_t value) {
+  const auto dot = key_path.find('.');
+  const std::string section_name =
+      dot == std::string::npos ? key_path : key_path.substr(0, dot);
+  const std::string key =
+      dot == std::string::npos ? std::string() : key_path.substr(dot + 1);
+  bool done = false;
+  const auto set = [&] {
+    with_section(*this, section_name, [&](auto& section) {
+      with_field(section, key, [&](auto& field, auto&) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(field)>, int64_t>) {
+          field = value;
+          done = true;
+        }
+      });
+    });
+  };
+  set();
+  if (!done) {
+    // A key registered after this config was made: take its section as
+    // registered now, keeping the values already set, then set the key.
+    JobConfig fresh;
+    if (section_name == "parallelism") {
+      for (const auto& f : fresh.parallelism.registered.fields) {
+        if (!parallelism.registered.has(f.name)) {
+          parallelism.registered.fields.push_back(f);
+        }
+      }
+    } else if (fresh.sections.count(section_name) > 0) {
+      auto& mine = sections[section_name];
+      for (const auto& f : fresh.sections.at(section_name).fields) {
+        if (!mine.has(f.name)) {
+          mine.fields.push_back(f);
+        }
+      }
+    }
+    set();
+  }
+  if (!done) {
+    throw std::logic_error(
+        "[JobConfig] set_integer: '" + key_path +
+        "' is not an integer key of the config");
+  }
 }
 
 }  // namespace baton

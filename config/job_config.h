@@ -112,6 +112,8 @@ struct RegisteredSection {
   }
   /// The value of `key` as a T; throws std::logic_error naming the key when
   /// there is none or it holds another type.
+  /// Whether the section has the key `key`.
+  bool has(const std::string& key) const;
   template <class T>
   const T& get(const std::string& key) const {
     const T* value = std::get_if<T>(&find(key));
@@ -128,11 +130,12 @@ struct RegisteredSection {
   const ConfigValue& find(const std::string& key) const;
 };
 
-/// Registers the section `name` with `fields` (their defaults), once per
-/// process, before configs that use it are loaded: configs loaded after it
-/// accept, print and check its keys. Registering a built-in section's name
-/// or another section's is a programming error (std::logic_error), unless
-/// the fields are the same (registering twice is then a no-op).
+/// Registers `fields` (with their defaults) under the section `name`, a new
+/// one or `parallelism` (where parallelisms put their degrees), before
+/// configs that use them are loaded: configs made after it accept, print
+/// and check those keys. Each field joins the section once; registering it
+/// again the same is a no-op; another built-in section, a built-in key or
+/// a key registered otherwise is a programming error (std::logic_error).
 void register_config_section(
     const std::string& name, std::vector<SectionField> fields);
 /// The registered sections with their defaults, by name.
@@ -339,7 +342,6 @@ struct ParallelismConfig {
   /// Size of the gradient all-reduce buckets of data parallel, as DDP's
   /// bucket_cap_mb.
   double data_parallel_bucket_size_mb = 25.0;
-  int64_t tensor_parallel_degree = 1;
   int64_t pipeline_parallel_degree = 1;
   std::string pipeline_parallel_schedule = "1F1B";
   int64_t pipeline_parallel_stages_per_rank = 1;
@@ -356,6 +358,10 @@ struct ParallelismConfig {
   /// Registered appliers run on every model part after the built-in
   /// model-changing steps and before data parallel, in this order.
   std::vector<std::string> appliers;
+  /// The keys registered parallelisms add to the section
+  /// (register_config_section("parallelism", ...)): tensor parallel's
+  /// degree, ...
+  RegisteredSection registered;
 
   template <class V>
   void visit(V&& v) {
@@ -368,9 +374,6 @@ struct ParallelismConfig {
     v("data_parallel_bucket_size_mb",
       data_parallel_bucket_size_mb,
       FieldSpec("MiB per gradient all-reduce bucket").greater_than(0));
-    v("tensor_parallel_degree",
-      tensor_parallel_degree,
-      FieldSpec("tensor parallel ranks").mesh_degree());
     v("pipeline_parallel_degree",
       pipeline_parallel_degree,
       FieldSpec("pipeline ranks").mesh_degree());
@@ -406,6 +409,7 @@ struct ParallelismConfig {
       FieldSpec("registered appliers run on every model part before data "
                 "parallel, in order")
           .registered_in("applier"));
+    registered.visit(v);
   }
 };
 
@@ -605,6 +609,10 @@ struct JobConfig {
   /// "toy.degree"), in a built-in or registered section; nothing when there
   /// is no such key or it is not an integer.
   std::optional<int64_t> integer(const std::string& key_path) const;
+  /// Sets the integer at `key_path` (a key registered after this config was
+  /// made joins it); throws std::logic_error when there is no such integer
+  /// key.
+  void set_integer(const std::string& key_path, int64_t value);
   /// Every key marked mesh_degree() with its value, in visit order.
   std::vector<std::pair<std::string, int64_t>> mesh_degrees() const;
 

@@ -247,6 +247,12 @@ Parallelism tensor_parallel_parallelism() {
       "Megatron's tensor parallel with sequence parallel over tp "
       "(parallelism.tensor_parallel_degree)";
   p.axis = MeshAxisSpec{kAxis, 1000, kDegreeKey, {}};
+  // Its degree joins the built-in parallelism section.
+  p.section = "parallelism";
+  p.fields = {
+      {"tensor_parallel_degree",
+       int64_t{1},
+       FieldSpec("tensor parallel ranks").mesh_degree()}};
   p.owned_appliers = {
       {"tensor_parallel",
        [] { return std::make_unique<TensorParallelApplier>(); },

@@ -491,16 +491,36 @@ TEST(JobConfig, RejectsDecayRatioBeyondRemainingSteps) {
 }
 
 TEST(JobConfig, RejectsTwoInferredDegrees) {
+  // A degree a parallelism registers into the section (as tensor parallel
+  // does) joins the check.
+  register_config_section(
+      "parallelism",
+      {{"test_parallel_degree",
+        int64_t{1},
+        FieldSpec("test ranks").mesh_degree()}});
   const std::string message = load_error(
       "",
       {"parallelism.data_parallel_shard_degree=-1",
-       "parallelism.tensor_parallel_degree=-1"});
+       "parallelism.test_parallel_degree=-1"});
   EXPECT_EQ(
       message,
-      "--parallelism.tensor_parallel_degree=-1: "
-      "parallelism.tensor_parallel_degree: -1 conflicts with "
+      "--parallelism.test_parallel_degree=-1: "
+      "parallelism.test_parallel_degree: -1 conflicts with "
       "parallelism.data_parallel_shard_degree -1; allowed: -1 in at most one "
       "parallelism degree");
+  EXPECT_NE(
+      job_config_to_yaml(load_job_config("", {}))
+          .find("  test_parallel_degree: 1  # test ranks"),
+      std::string::npos);
+  // A built-in section other than parallelism, or a built-in key, is not
+  // for registering.
+  EXPECT_THROW(
+      register_config_section("training", {{"x", int64_t{1}, FieldSpec("x")}}),
+      std::logic_error);
+  EXPECT_THROW(
+      register_config_section(
+          "parallelism", {{"appliers", int64_t{1}, FieldSpec("x")}}),
+      std::logic_error);
   EXPECT_NO_THROW(
       load_job_config("", {"parallelism.data_parallel_shard_degree=-1"}));
 }

@@ -94,27 +94,33 @@ TEST(ParallelDims, DeclaredAxesComeFromTheConfig) {
   EXPECT_EQ(d.dp(), 1);
   try {
     load_job_config(
-        "", {"dims_test.degree=-1", "parallelism.tensor_parallel_degree=-1"});
+        "",
+        {"dims_test.degree=-1", "parallelism.data_parallel_shard_degree=-1"});
     FAIL() << "two -1 degrees";
   } catch (const ConfigError& e) {
     EXPECT_NE(
         std::string(e.what()).find("dims_test.degree: -1 conflicts with "
-                                   "parallelism.tensor_parallel_degree -1"),
+                                   "parallelism.data_parallel_shard_degree -1"),
         std::string::npos)
         << e.what();
   }
-  // No parallelism reads tp's degree in this test binary: setting it above
-  // 1 is refused rather than ignored.
-  const JobConfig tp = load_job_config(
-      "", {"parallelism.tensor_parallel_degree=2", "dims_test.degree=2"});
+  // A degree key that no declared axis reads: above 1 it is refused rather
+  // than ignored.
+  register_config_section(
+      "dims_test",
+      {{"orphan_degree",
+        int64_t{1},
+        FieldSpec("ranks of nothing").mesh_degree()}});
+  const JobConfig orphan =
+      load_job_config("", {"dims_test.orphan_degree=2", "dims_test.degree=2"});
   try {
-    ParallelDims::from_config(tp, 4, "world 4 from the test");
-    FAIL() << "tp without its parallelism";
+    ParallelDims::from_config(orphan, 4, "world 4 from the test");
+    FAIL() << "a degree without its parallelism";
   } catch (const ConfigError& e) {
     EXPECT_NE(
         std::string(e.what()).find(
-            "--parallelism.tensor_parallel_degree=2: "
-            "parallelism.tensor_parallel_degree: 2 needs its parallelism"),
+            "--dims_test.orphan_degree=2: "
+            "dims_test.orphan_degree: 2 needs its parallelism"),
         std::string::npos)
         << e.what();
   }

@@ -139,7 +139,7 @@ inline void run_layout_rank(
       dims, rank, rt ? rt->shared_from_this() : nullptr);
   JobConfig config;
   config.parallelism.data_parallel_shard_degree = layout.dp_shard;
-  config.parallelism.tensor_parallel_degree = layout.tp;
+  config.set_integer("parallelism.tensor_parallel_degree", layout.tp);
   config.parallelism.pipeline_parallel_degree = layout.pp;
   config.training.seq_len = kLayoutRunSeq;
   config.activation_checkpoint.mode = layout.ac;
