@@ -69,8 +69,8 @@ void write_fixture(
 
   // Two steps: the second's loss follows the first update (AdamW, clipping
   // and the LR schedule's first rate).
-  const baton::StepMetrics step = trainer->train_step();
-  const baton::StepMetrics second = trainer->train_step();
+  const baton::StepMetrics step = trainer->optimizer_step();
+  const baton::StepMetrics second = trainer->optimizer_step();
   baton::llama::ModelArgs args = baton::llama::llama3_flavors().at(flavor);
   args.vocab_size = c.tokenizer->vocab_size();
   const nlohmann::json fixture = {

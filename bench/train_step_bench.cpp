@@ -42,11 +42,11 @@ void BM_TrainStep(benchmark::State& state, const std::string& flavor) {
   // Warm-up: the allocator's heap and BLAS buffers grow over the first
   // steps (as the torchtitan peer's do: it warms up as many).
   for (int i = 0; i < kWarmupSteps; ++i) {
-    trainer->train_step();
+    trainer->optimizer_step();
   }
   double tflops = 0.0;
   for (auto _ : state) {
-    tflops += trainer->train_step().tflops;
+    tflops += trainer->optimizer_step().tflops;
   }
   const int64_t tokens = 8 * seq_len;
   state.counters["tokens_per_sec"] = benchmark::Counter(

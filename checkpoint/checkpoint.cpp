@@ -4,7 +4,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <glog/logging.h>
 #include <signal.h>
-#include <torch/optim/adamw.h>
+#include <c10/util/Type.h>
+#include <torch/optim/optimizer.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "common/torch_compat.h"
 #include "data/dataloader.h"
 #include "optim/lr_schedulers.h"
+#include "optim/optimizer_state.h"
 #include "optim/optimizers.h"
 #include "parallel/dist/process_group.h"
 #include "trainer/fault_injection.h"
@@ -38,7 +40,6 @@ using json = nlohmann::json;
 namespace {
 
 using checkpoint_index::kIndexFile;
-using checkpoint_index::kOptimizerFields;
 using checkpoint_index::optimizer_fqn;
 using checkpoint_index::parse_step_dir;
 using checkpoint_index::rank_file_name;
@@ -97,23 +98,26 @@ void throw_any(dist::ProcessGroup& group, const std::string& error) {
   }
 }
 
-/// The AdamW state of `p` in `optimizer`, or null before its first step.
-torch::optim::AdamWParamState* adam_state(
-    torch::optim::Optimizer& optimizer,
-    const at::Tensor& p,
-    const std::string& fqn) {
+/// The state of `p` in `optimizer`, or null before its first step.
+const torch::optim::OptimizerParamState* state_of(
+    torch::optim::Optimizer& optimizer, const at::Tensor& p) {
   auto& states = optimizer.state();
   const auto it = states.find(compat::optimizer_state_key(p));
-  if (it == states.end()) {
-    return nullptr;
+  return it == states.end() ? nullptr : it->second.get();
+}
+
+/// `slice` of a parameter as the state field `f` keeps it: the kept
+/// dimensions' offsets and whole sizes; nothing for a scalar or a whole
+/// parameter.
+std::optional<ParamSlice> field_slice(
+    const OptimizerStateField& f, const ParamSlice* slice) {
+  if (slice == nullptr || f.scalar()) {
+    return std::nullopt;
   }
-  auto* adam = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get());
-  if (adam == nullptr) {
-    fail(
-        "the optimizer state of '" + fqn +
-        "' is not AdamW's; only AdamW state can be checkpointed");
-  }
-  return adam;
+  ParamSlice out;
+  out.global_shape = f.shape_of(slice->global_shape);
+  out.offsets = f.shape_of(slice->offsets);
+  return out;
 }
 
 std::string to_hex(const at::Tensor& bytes) {
@@ -336,6 +340,46 @@ CheckpointManager::CheckpointManager(
     throw std::logic_error(
         "[checkpoint] needs one optimizer and one LR scheduler per part");
   }
+  // Every optimizer's state must have a layout the checkpoint can save and
+  // reshard: fail now rather than at the first save.
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    const OptimizerStateCodec* codec =
+        optimizer_state_codec(optimizers_[i]);
+    if (codec == nullptr) {
+      fail(
+          "the optimizer of stage " + std::to_string(parts_[i].stage()) +
+          " (" + c10::demangle(typeid(optimizers_[i]).name()) +
+          ") has no registered state layout; allowed: an optimizer "
+          "registered with register_optimizer_state (AdamW is)");
+    }
+    codecs_.push_back(codec);
+    for (const auto& item : parts_[i].module().named_parameters()) {
+      const ParamSlice* slice = parts_[i].slice(item.key());
+      if (slice == nullptr) {
+        continue;
+      }
+      for (const OptimizerStateField& f : codec->fields) {
+        if (!f.kept_dims || f.scalar()) {
+          continue;
+        }
+        for (int64_t d = 0; d < item.value().dim(); ++d) {
+          const bool kept =
+              std::find(f.kept_dims->begin(), f.kept_dims->end(), d) !=
+              f.kept_dims->end();
+          if (!kept && item.value().size(d) != slice->global_shape.at(d)) {
+            fail(
+                optimizer_fqn(item.key(), f.name.c_str()) + " (" +
+                codec->name + ") sums over dimension " + std::to_string(d) +
+                " of '" + item.key() +
+                "', which this layout splits across ranks: it cannot be "
+                "saved so that another layout loads it; allowed: a layout "
+                "that keeps that dimension whole, or an optimizer whose "
+                "state keeps it");
+          }
+        }
+      }
+    }
+  }
 }
 
 CheckpointManager::~CheckpointManager() {
@@ -428,29 +472,27 @@ CheckpointManager::Snapshot CheckpointManager::snapshot(
       if (!write_tensor && !write_step) {
         continue;
       }
-      const auto* st = adam_state(optimizers_[i], p, fqn);
+      const OptimizerStateCodec& codec = state_codec(i);
+      const std::vector<at::Tensor> fields =
+          codec.read(state_of(optimizers_[i], p), p);
       if (write_tensor) {
-        // Before its first step a parameter has no state: zeros are what
-        // AdamW would start from.
-        const at::Tensor zeros =
-            at::zeros(p.sizes(), p.options().device(at::kCPU));
-        const std::pair<std::string, at::Tensor> tensors[] = {
-            {fqn, keep(p)},
-            {optimizer_fqn(fqn, kOptimizerFields[0]),
-             st ? keep(st->exp_avg()) : zeros},
-            {optimizer_fqn(fqn, kOptimizerFields[1]),
-             st ? keep(st->exp_avg_sq()) : zeros}};
-        for (const auto& [name, t] : tensors) {
-          s.items.push_back(safetensors_item(name, t));
-          if (slice) {
-            s.slices[name] = *slice;
-          }
+        s.items.push_back(safetensors_item(fqn, keep(p)));
+        if (slice) {
+          s.slices[fqn] = *slice;
         }
       }
-      if (write_step) {
-        s.items.push_back(safetensors_item(
-            optimizer_fqn(fqn, kOptimizerFields[2]),
-            at::scalar_tensor(st ? st->step() : 0, at::kLong)));
+      for (size_t k = 0; k < codec.fields.size(); ++k) {
+        const OptimizerStateField& f = codec.fields[k];
+        // A scalar (a step count) is the same on every slice: written once,
+        // with the slice at offset 0.
+        if (f.scalar() ? !write_step : !write_tensor) {
+          continue;
+        }
+        const std::string name = optimizer_fqn(fqn, f.name.c_str());
+        s.items.push_back(safetensors_item(name, keep(fields.at(k))));
+        if (const auto field = field_slice(f, slice)) {
+          s.slices[name] = *field;
+        }
       }
     }
   }
@@ -606,7 +648,12 @@ void CheckpointManager::finish_save(
     std::chrono::steady_clock::time_point start) {
   const int64_t step = s.state.step;
   const json index = checkpoint_index::make_index(
-      step, s.state.tokens_seen, s.meta["lr_steps"], layout_, metas);
+      step,
+      s.state.tokens_seen,
+      s.meta["lr_steps"],
+      layout_,
+      metas,
+      state_codec(0).name);
   const uint64_t bytes = checkpoint_index::tensor_bytes(index);
   write_synced(tmp / kIndexFile, index.dump(1));
   sync_directory(tmp.string());
@@ -867,6 +914,7 @@ void CheckpointManager::tidy_everywhere(const FolderPlan& plan) const {
 std::vector<CheckpointManager::Wanted> CheckpointManager::wanted_tensors(
     bool optimizer_state) const {
   std::vector<Wanted> wanted;
+  size_t part_index = 0;
   for (const auto& part : parts_) {
     for (const auto& item : part->module().named_parameters()) {
       const at::Tensor& p = item.value();
@@ -879,15 +927,17 @@ std::vector<CheckpointManager::Wanted> CheckpointManager::wanted_tensors(
       if (!optimizer_state) {
         continue;
       }
-      for (const char* field : kOptimizerFields) {
-        Wanted f = w;
-        f.fqn = optimizer_fqn(item.key(), field);
-        if (std::strcmp(field, "step") == 0) {
-          f = {f.fqn, at::kLong, {}, {}, {}};
-        }
-        wanted.push_back(std::move(f));
+      for (const OptimizerStateField& f : state_codec(part_index).fields) {
+        Wanted fw{
+            optimizer_fqn(item.key(), f.name.c_str()),
+            f.dtype.value_or(p.scalar_type()),
+            f.shape_of(w.shape),
+            f.shape_of(w.global_shape),
+            f.shape_of(w.offsets)};
+        wanted.push_back(std::move(fw));
       }
     }
+    ++part_index;
   }
   return wanted;
 }
@@ -1041,13 +1091,13 @@ void CheckpointManager::apply(Staged& staged) const {
       for (const auto& item : parts_[i].module().named_parameters()) {
         at::Tensor p = item.value();
         p.copy_(staged.tensors.at(item.key()));
-        const auto field = [&](const char* name) {
-          return staged.tensors.at(optimizer_fqn(item.key(), name));
-        };
-        auto st = std::make_unique<torch::optim::AdamWParamState>();
-        st->exp_avg(field(kOptimizerFields[0]).to(p.device()));
-        st->exp_avg_sq(field(kOptimizerFields[1]).to(p.device()));
-        st->step(field(kOptimizerFields[2]).item<int64_t>());
+        const OptimizerStateCodec& codec = state_codec(i);
+        std::vector<at::Tensor> fields;
+        for (const OptimizerStateField& f : codec.fields) {
+          fields.push_back(
+              staged.tensors.at(optimizer_fqn(item.key(), f.name.c_str())));
+        }
+        auto st = codec.make(fields, p);
         states[compat::optimizer_state_key(p)] = std::move(st);
       }
     }

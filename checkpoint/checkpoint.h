@@ -25,6 +25,7 @@ namespace hf_llama {
 struct Shape;
 }
 class DataLoader;
+struct OptimizerStateCodec;
 class LRSchedulersContainer;
 class OptimizersContainer;
 
@@ -143,6 +144,11 @@ class CheckpointManager final : public Checkpointer {
   /// optimizer state): CheckpointLayout::writes of its marked axes, and for
   /// a slice only a non-empty one.
   bool writes(const ModelPart& part, const std::string& fqn) const;
+  /// How the optimizer of part `i` saves its state (checked at
+  /// construction).
+  const OptimizerStateCodec& state_codec(size_t i) const {
+    return *codecs_.at(i);
+  }
   /// Waits for the background save; rethrows its error.
   void wait();
   Snapshot snapshot(const TrainState& state, bool copy) const;
@@ -216,6 +222,7 @@ class CheckpointManager final : public Checkpointer {
       std::chrono::steady_clock::time_point start) const;
 
   CheckpointConfig config_;
+  std::vector<const OptimizerStateCodec*> codecs_;
   std::filesystem::path folder_;
   ModelParts parts_;
   const OptimizersContainer& optimizers_;

@@ -338,7 +338,8 @@ json make_index(
     int64_t tokens_seen,
     const json& lr_steps,
     const CheckpointLayout& layout,
-    const std::vector<std::string>& rank_metas) {
+    const std::vector<std::string>& rank_metas,
+    const std::string& optimizer) {
   json index = {
       {"format", kFormat},
       {"version", kVersion},
@@ -347,7 +348,7 @@ json make_index(
       {"lr_scheduler_steps", lr_steps},
       {"layout", layout_json(layout)},
       {"world_size", layout.world_size},
-      {"optimizer", "AdamW"},
+      {"optimizer", optimizer},
       {"tensors", json::object()},
       {"dataloader", json()},
       {"rng", json::object()}};

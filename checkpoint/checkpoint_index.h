@@ -24,9 +24,6 @@ inline constexpr const char* kFormat = "baton-checkpoint";
 /// description string). Every version loads.
 inline constexpr int kVersion = 4;
 inline constexpr const char* kIndexFile = "index.json";
-/// AdamW's state of each parameter, saved as `optimizer.<fqn>.<field>`.
-inline constexpr const char* kOptimizerFields[] = {
-    "exp_avg", "exp_avg_sq", "step"};
 
 /// "step-N".
 std::string step_dir_name(int64_t step);
@@ -102,7 +99,8 @@ nlohmann::json slice_json(
 /// throws CheckpointError naming the file.
 nlohmann::json read_index(const std::filesystem::path& dir);
 
-/// The index of a save: format, step, counters and layout, and what every
+/// The index of a save: format, step, counters, layout and the optimizer's
+/// state layout by name (`optimizer`), and what every
 /// rank reported in `rank_metas` (each one's tensors, loader and RNG
 /// state), the slices of a sharded tensor merged into its entry. Throws
 /// std::logic_error when two ranks wrote one whole tensor, or when a
@@ -112,7 +110,8 @@ nlohmann::json make_index(
     int64_t tokens_seen,
     const nlohmann::json& lr_steps,
     const CheckpointLayout& layout,
-    const std::vector<std::string>& rank_metas);
+    const std::vector<std::string>& rank_metas,
+    const std::string& optimizer = "AdamW");
 
 /// Bytes of the tensors an index lists.
 uint64_t tensor_bytes(const nlohmann::json& index);

@@ -3,6 +3,7 @@
 #include <torch/optim/adamw.h>
 
 #include "optim/fused_adamw.h"
+#include "optim/optimizer_state.h"
 
 namespace baton {
 
@@ -40,6 +41,48 @@ int64_t OptimizersContainer::state_bytes() const {
   return total;
 }
 
+namespace {
+
+/// AdamW's state as checkpoints keep it: exp_avg and exp_avg_sq shaped like
+/// the parameter, the step a scalar (amsgrad's max_exp_avg_sq is not
+/// supported by FusedAdamW).
+OptimizerStateCodec adamw_state_codec() {
+  OptimizerStateCodec codec;
+  codec.name = "AdamW";
+  codec.fields = {
+      {"exp_avg", std::nullopt, std::nullopt},
+      {"exp_avg_sq", std::nullopt, std::nullopt},
+      {"step", std::vector<int64_t>{}, at::kLong}};
+  codec.read = [](const torch::optim::OptimizerParamState* state,
+                  const at::Tensor& p) -> std::vector<at::Tensor> {
+    const auto* adam =
+        dynamic_cast<const torch::optim::AdamWParamState*>(state);
+    if (state != nullptr && adam == nullptr) {
+      throw std::logic_error("[AdamW] a parameter's state is not AdamW's");
+    }
+    if (adam == nullptr) {
+      // Before its first step: what AdamW starts from.
+      const at::Tensor zeros = at::zeros(p.sizes(), p.options());
+      return {zeros, zeros, at::scalar_tensor(0, at::kLong)};
+    }
+    return {
+        adam->exp_avg(),
+        adam->exp_avg_sq(),
+        at::scalar_tensor(adam->step(), at::kLong)};
+  };
+  codec.make = [](const std::vector<at::Tensor>& fields, const at::Tensor& p) {
+    auto state = std::make_unique<torch::optim::AdamWParamState>();
+    state->exp_avg(fields.at(0).to(p.device()));
+    state->exp_avg_sq(fields.at(1).to(p.device()));
+    state->step(fields.at(2).item<int64_t>());
+    return std::unique_ptr<torch::optim::OptimizerParamState>(
+        std::move(state));
+  };
+  return codec;
+}
+
+}  // namespace
+
 Registry<OptimizerCreator>& optimizer_registry() {
   static Registry<OptimizerCreator> registry("optimizer");
   return registry;
@@ -61,6 +104,10 @@ void register_builtin_optimizers() {
             },
             "Adam with decoupled weight decay, one fused pass per parameter "
             "(FusedAdamW: torch::optim::AdamW's options and state)");
+        // FusedAdamW keeps libtorch's AdamW state: one codec for both.
+        register_optimizer_state(typeid(FusedAdamW), adamw_state_codec());
+        register_optimizer_state(
+            typeid(torch::optim::AdamW), adamw_state_codec());
       });
 }
 

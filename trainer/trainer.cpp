@@ -50,7 +50,7 @@ void Trainer::log_memory() const {
             << " MiB of optimizer state after the first step";
 }
 
-StepMetrics Trainer::train_step() {
+StepMetrics Trainer::optimizer_step() {
   ++step_;
   FaultInjection::get().at_step_start(c_.rank, step_);
   const auto start = Clock::now();
@@ -144,7 +144,7 @@ std::vector<StepMetrics> Trainer::train() {
             << steps - step_ << " steps";
   std::vector<StepMetrics> history;
   while (step_ < steps) {
-    history.push_back(train_step());
+    history.push_back(optimizer_step());
     StepMetrics& m = history.back();
     if (c_.metrics && (c_.metrics->should_log(m.step) || m.step == steps)) {
       if (m.pipeline_bubble_pct.size() == 1) {

@@ -63,8 +63,10 @@ class Trainer {
 
   /// Trains until training.steps; returns the metrics of every step.
   std::vector<StepMetrics> train();
-  /// Runs one optimizer step and returns its metrics.
-  StepMetrics train_step();
+  /// Runs one optimizer step (every micro-step's forward and backward
+  /// through the TrainStep, the clip, the optimizers and the schedulers)
+  /// and returns its metrics.
+  StepMetrics optimizer_step();
   /// Whether train() stopped early because a rank was asked to
   /// (SIGTERM, SIGUSR1: trainer/preemption.h).
   bool preempted() const {

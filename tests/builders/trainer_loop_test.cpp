@@ -47,7 +47,7 @@ TEST(Trainer, LossFallsAndGradientsAreClipped) {
     EXPECT_GT(m.tokens_per_sec, 0.0);
   }
   // Run one more step by hand and check the clipped gradients' norm.
-  trainer->train_step();
+  trainer->optimizer_step();
   double sq = 0.0;
   for (const auto& p : trainer->components().model_parts.parameters()) {
     sq += p.grad().pow(2).sum().item<double>();
@@ -62,7 +62,7 @@ TEST(Trainer, GradientAccumulationCountsEveryMicroStepsTokens) {
       make_trainer_builder(
           small_job(dump, {"training.gradient_accumulation_steps=3"}))
           ->build();
-  const auto m = trainer->train_step();
+  const auto m = trainer->optimizer_step();
   // 3 micro-steps x 2 sequences x 32 tokens, over the step's time.
   EXPECT_NEAR(m.tokens_per_sec * m.step_time_s, 3 * 2 * 32, 1e-6);
 }
