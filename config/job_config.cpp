@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/registry.h"
 #include "common/text.h"
+#include "config/config_detail.h"
 #include "config/parallel_dims.h"
 
 namespace baton {
@@ -31,6 +32,20 @@ std::string JobConfig::first_origin(
     }
   }
   return "";
+}
+
+using config_detail::format_number;
+using config_detail::with_field;
+using config_detail::with_section;
+
+std::string config_detail::format_number(double v) {
+  char buf[64];
+  const double a = std::fabs(v);
+  const auto format = (a == 0 || (a >= 1e-4 && a < 1e15))
+                          ? std::chars_format::fixed
+                          : std::chars_format::scientific;
+  const auto result = std::to_chars(buf, buf + sizeof(buf), v, format);
+  return std::string(buf, result.ptr);
 }
 
 namespace {
@@ -86,18 +101,6 @@ std::string describe(const YAML::Node& node) {
     default:
       return "null";
   }
-}
-
-// Numbers print in the shortest form that reads back to the same double,
-// fixed-point in the everyday range so 8e-4 shows as 0.0008.
-std::string format_number(double v) {
-  char buf[64];
-  const double a = std::fabs(v);
-  const auto format = (a == 0 || (a >= 1e-4 && a < 1e15))
-                          ? std::chars_format::fixed
-                          : std::chars_format::scientific;
-  const auto result = std::to_chars(buf, buf + sizeof(buf), v, format);
-  return std::string(buf, result.ptr);
 }
 
 /// The range in words: ">= 1", "> 0", "in [0, 1]", ">= 0 and < 1"; "" if none.
@@ -327,32 +330,6 @@ void decode(const Input& in, StringLists& out, const FieldSpec& spec) {
     lists.push_back(decode_strings(in.element(in.node[i], i), allowed));
   }
   out = std::move(lists);
-}
-
-/// Calls `f(field, spec)` on the field named `key`; false if there is none.
-template <class Section, class F>
-bool with_field(Section& section, std::string_view key, F&& f) {
-  bool found = false;
-  section.visit([&](const char* name, auto& field, const FieldSpec& spec) {
-    if (!found && key == name) {
-      found = true;
-      f(field, spec);
-    }
-  });
-  return found;
-}
-
-/// Calls `f(section)` on the section named `name`; false if there is none.
-template <class F>
-bool with_section(JobConfig& config, std::string_view name, F&& f) {
-  bool found = false;
-  config.visit_sections([&](const char* section_name, auto& section) {
-    if (!found && name == section_name) {
-      found = true;
-      f(section);
-    }
-  });
-  return found;
 }
 
 std::vector<std::string> section_names() {
@@ -779,77 +756,6 @@ void emit(YAML::Emitter& out, const StringLists& v) {
 
 }  // namespace
 
-std::optional<ConfigProblem> ActivationCheckpointConfig::stages_problem(
-    int64_t num_stages) const {
-  const std::string key = "activation_checkpoint.stages";
-  for (size_t k = 0; k < stages.size(); ++k) {
-    const int64_t s = stages[k];
-    if (std::find(stages.begin(), stages.begin() + k, s) !=
-        stages.begin() + k) {
-      return ConfigProblem{
-          key,
-          key + ": stage " + std::to_string(s) +
-              " is listed twice; allowed: distinct stage indices"};
-    }
-    if (num_stages > 0 && (s < 0 || s >= num_stages)) {
-      return ConfigProblem{
-          key,
-          key + ": stage " + std::to_string(s) + " is out of range for " +
-              std::to_string(num_stages) +
-              (num_stages == 1 ? " stage" : " stages") +
-              "; allowed: global stage indices in [0, " +
-              std::to_string(num_stages - 1) +
-              "], or an empty list for every stage; hint: the stages are "
-              "pipeline_parallel_degree x pipeline_parallel_stages_per_rank"};
-    }
-  }
-  return std::nullopt;
-}
-
-int64_t LRSchedulerConfig::decay_steps(int64_t training_steps) const {
-  if (warmup_steps > training_steps) {
-    return 0;
-  }
-  return decay_ratio ? static_cast<int64_t>(std::llround(
-                           static_cast<double>(training_steps) * *decay_ratio))
-                     : training_steps - warmup_steps;
-}
-
-std::optional<ConfigProblem> LRSchedulerConfig::phases_problem(
-    int64_t training_steps) const {
-  const int64_t decay = decay_steps(training_steps);
-  if (decay_ratio && warmup_steps <= training_steps &&
-      warmup_steps + decay > training_steps) {
-    return ConfigProblem{
-        "lr_scheduler.decay_ratio",
-        "lr_scheduler.decay_ratio: " + format_number(*decay_ratio) + " gives " +
-            std::to_string(decay) + " decay steps, which with " +
-            std::to_string(warmup_steps) +
-            " warmup steps exceed training.steps " +
-            std::to_string(training_steps) + "; allowed: at most " +
-            format_number(
-                static_cast<double>(training_steps - warmup_steps) /
-                static_cast<double>(training_steps))};
-  }
-  return std::nullopt;
-}
-
-std::optional<ConfigProblem> LRSchedulerConfig::phases_warning(
-    int64_t training_steps) const {
-  if (warmup_steps <= training_steps) {
-    return std::nullopt;
-  }
-  return ConfigProblem{
-      "lr_scheduler.warmup_steps",
-      "lr_scheduler.warmup_steps: " + std::to_string(warmup_steps) +
-          " exceeds training.steps " + std::to_string(training_steps) +
-          "; the run warms up for all its steps (step s at s / " +
-          std::to_string(warmup_steps) +
-          " of optimizer.lr), never reaching the full rate nor decaying; set "
-          "lr_scheduler.warmup_steps at most training.steps for the whole "
-          "schedule"};
-}
-
 JobConfig load_job_config(
     const std::string& path, const std::vector<std::string>& overrides) {
   return load_job_config(
@@ -893,100 +799,6 @@ std::string job_config_to_yaml(const JobConfig& config) {
   });
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
-}
-
-std::optional<int64_t> JobConfig::integer(const std::string& key_path) const {
-  const auto dot = key_path.find('.');
-  if (dot == std::string::npos) {
-    return std::nullopt;
-  }
-  std::optional<int64_t> out;
-  // visit is non-const (it also decodes); nothing here writes.
-  auto& config = const_cast<JobConfig&>(*this);
-  const std::string section_name = key_path.substr(0, dot);
-  const std::string key = key_path.substr(dot + 1);
-  bool found = false;
-  with_section(config, section_name, [&](auto& section) {
-    found = with_field(section, key, [&](auto& field, auto&) {
-      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, int64_t>) {
-        out = field;
-      }
-    });
-  });
-  if (!found) {
-    // A key registered after this config was made: its default.
-    const auto& registered = registered_config_sections();
-    if (const auto it = registered.find(section_name); it != registered.end()) {
-      for (const auto& field : it->second.fields) {
-        if (field.name == key) {
-          if (const auto* v = std::get_if<int64_t>(&field.value)) {
-            out = *v;
-          }
-        }
-      }
-    }
-  }
-  return out;
-}
-
-std::vector<std::pair<std::string, int64_t>> JobConfig::mesh_degrees() const {
-  std::vector<std::pair<std::string, int64_t>> out;
-  auto& config = const_cast<JobConfig&>(*this);
-  config.visit_sections([&](const char* section_name, auto& section) {
-    section.visit([&](const char* name, auto& field, const FieldSpec& spec) {
-      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, int64_t>) {
-        if (spec.is_mesh_degree) {
-          out.emplace_back(std::string(section_name) + "." + name, field);
-        }
-      }
-    });
-  });
-  return out;
-}
-
-void JobConfig::set_integer(const std::string& key_path, int64_t value) {
-  const auto dot = key_path.find('.');
-  const std::string section_name =
-      dot == std::string::npos ? key_path : key_path.substr(0, dot);
-  const std::string key =
-      dot == std::string::npos ? std::string() : key_path.substr(dot + 1);
-  bool done = false;
-  const auto set = [&] {
-    with_section(*this, section_name, [&](auto& section) {
-      with_field(section, key, [&](auto& field, auto&) {
-        if constexpr (std::is_same_v<std::decay_t<decltype(field)>, int64_t>) {
-          field = value;
-          done = true;
-        }
-      });
-    });
-  };
-  set();
-  if (!done) {
-    // A key registered after this config was made: take its section as
-    // registered now, keeping the values already set, then set the key.
-    JobConfig fresh;
-    if (section_name == "parallelism") {
-      for (const auto& f : fresh.parallelism.registered.fields) {
-        if (!parallelism.registered.has(f.name)) {
-          parallelism.registered.fields.push_back(f);
-        }
-      }
-    } else if (fresh.sections.count(section_name) > 0) {
-      auto& mine = sections[section_name];
-      for (const auto& f : fresh.sections.at(section_name).fields) {
-        if (!mine.has(f.name)) {
-          mine.fields.push_back(f);
-        }
-      }
-    }
-    set();
-  }
-  if (!done) {
-    throw std::logic_error(
-        "[JobConfig] set_integer: '" + key_path +
-        "' is not an integer key of the config");
-  }
 }
 
 }  // namespace baton

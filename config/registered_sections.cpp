@@ -1,9 +1,13 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "config/config_detail.h"
 #include "config/job_config.h"
 
 namespace baton {
+
+using config_detail::with_field;
+using config_detail::with_section;
 
 namespace {
 
@@ -127,6 +131,100 @@ const RegisteredSection& JobConfig::section(const std::string& name) const {
   }
   throw std::logic_error(
       "[JobConfig] section: '" + name + "' is not a registered section");
+}
+
+std::optional<int64_t> JobConfig::integer(const std::string& key_path) const {
+  const auto dot = key_path.find('.');
+  if (dot == std::string::npos) {
+    return std::nullopt;
+  }
+  std::optional<int64_t> out;
+  // visit is non-const (it also decodes); nothing here writes.
+  auto& config = const_cast<JobConfig&>(*this);
+  const std::string section_name = key_path.substr(0, dot);
+  const std::string key = key_path.substr(dot + 1);
+  bool found = false;
+  with_section(config, section_name, [&](auto& section) {
+    found = with_field(section, key, [&](auto& field, auto&) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, int64_t>) {
+        out = field;
+      }
+    });
+  });
+  if (!found) {
+    // A key registered after this config was made: its default.
+    const auto& registered = registered_config_sections();
+    if (const auto it = registered.find(section_name); it != registered.end()) {
+      for (const auto& field : it->second.fields) {
+        if (field.name == key) {
+          if (const auto* v = std::get_if<int64_t>(&field.value)) {
+            out = *v;
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, int64_t>> JobConfig::mesh_degrees() const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  auto& config = const_cast<JobConfig&>(*this);
+  config.visit_sections([&](const char* section_name, auto& section) {
+    section.visit([&](const char* name, auto& field, const FieldSpec& spec) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, int64_t>) {
+        if (spec.is_mesh_degree) {
+          out.emplace_back(std::string(section_name) + "." + name, field);
+        }
+      }
+    });
+  });
+  return out;
+}
+
+void JobConfig::set_integer(const std::string& key_path, int64_t value) {
+  const auto dot = key_path.find('.');
+  const std::string section_name =
+      dot == std::string::npos ? key_path : key_path.substr(0, dot);
+  const std::string key =
+      dot == std::string::npos ? std::string() : key_path.substr(dot + 1);
+  bool done = false;
+  const auto set = [&] {
+    with_section(*this, section_name, [&](auto& section) {
+      with_field(section, key, [&](auto& field, auto&) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(field)>, int64_t>) {
+          field = value;
+          done = true;
+        }
+      });
+    });
+  };
+  set();
+  if (!done) {
+    // A key registered after this config was made: take its section as
+    // registered now, keeping the values already set, then set the key.
+    JobConfig fresh;
+    if (section_name == "parallelism") {
+      for (const auto& f : fresh.parallelism.registered.fields) {
+        if (!parallelism.registered.has(f.name)) {
+          parallelism.registered.fields.push_back(f);
+        }
+      }
+    } else if (fresh.sections.count(section_name) > 0) {
+      auto& mine = sections[section_name];
+      for (const auto& f : fresh.sections.at(section_name).fields) {
+        if (!mine.has(f.name)) {
+          mine.fields.push_back(f);
+        }
+      }
+    }
+    set();
+  }
+  if (!done) {
+    throw std::logic_error(
+        "[JobConfig] set_integer: '" + key_path +
+        "' is not an integer key of the config");
+  }
 }
 
 }  // namespace baton

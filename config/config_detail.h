@@ -1,0 +1,44 @@
+#pragma once
+
+// What config/'s files share and nothing else uses: finding a section and
+// a key of a JobConfig by name (decoding, overrides, the key-path
+// accessors) and printing numbers in messages.
+
+#include <string>
+#include <string_view>
+
+#include "config/job_config.h"
+
+namespace baton::config_detail {
+
+/// `v` in the shortest form that reads back to the same double,
+/// fixed-point in the everyday range (8e-4 shows as 0.0008).
+std::string format_number(double v);
+
+/// Calls `f(field, spec)` on the field named `key`; false if there is none.
+template <class Section, class F>
+bool with_field(Section& section, std::string_view key, F&& f) {
+  bool found = false;
+  section.visit([&](const char* name, auto& field, const FieldSpec& spec) {
+    if (!found && key == name) {
+      found = true;
+      f(field, spec);
+    }
+  });
+  return found;
+}
+
+/// Calls `f(section)` on the section named `name`; false if there is none.
+template <class F>
+bool with_section(JobConfig& config, std::string_view name, F&& f) {
+  bool found = false;
+  config.visit_sections([&](const char* section_name, auto& section) {
+    if (!found && name == section_name) {
+      found = true;
+      f(section);
+    }
+  });
+  return found;
+}
+
+}  // namespace baton::config_detail
