@@ -134,45 +134,49 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   c.rank = env_.rank;
   c.runtime = runtime_;
   c.mesh = mesh_;
-  c.peak_tflops = config_.metrics.peak_tflops;
-  if (c.peak_tflops <= 0.0) {
-    // The step's own matmul shapes and the 1024 square, the best of each:
-    // no matmul of the step is faster than this peak.
-    // This rank's matmuls, as the enabled parallelisms split them.
-    const StepShape shape = parallel_step_shape(
-        config_,
-        dims_,
-        StepShape{
-            config_.training.local_batch_size * config_.training.seq_len,
-            args.dim,
-            args.ffn_hidden_dim(),
-            args.vocab_size});
-    GemmShape best;
-    // On the device the step runs on: a CPU probe under a GPU's step made
-    // its MFU 300 %.
-    c.peak_tflops = measure_peak_tflops(
-        peak_probe_shapes(
-            shape.tokens, shape.dim, shape.hidden, shape.vocab, device_),
-        0.4,
-        mixed_precision_.param,
-        &best,
-        device_);
-    std::ostringstream where;
-    if (device_.is_cuda()) {
-      where << device_.str();
-    } else {
-      where << at::get_num_threads() << " ATen threads, "
-            << loaded_blas().describe();
-    }
-    LOG(INFO) << "peak " << c.peak_tflops << " TFLOP/s, the best of a "
-              << mixed_precision_name(mixed_precision_.param)
-              << " matmul probe over the step's shapes and the 1024 square"
-              << (device_.is_cuda() ? " and the 8192 square" : "")
-              << " (fastest: " << best.m << "x" << best.k << " by " << best.k
-              << "x" << best.n << ") on " << where.str()
-              << " (set metrics.peak_tflops to skip the probe)";
-  }
+  c.peak_tflops = config_.metrics.peak_tflops > 0.0
+                      ? config_.metrics.peak_tflops
+                      : measure_peak(args);
   return std::make_unique<Trainer>(config_, std::move(c));
+}
+
+double TrainerBuilder::measure_peak(const llama::ModelArgs& args) const {
+  // The step's own matmul shapes (this rank's, as the enabled parallelisms
+  // split them) and the 1024 square, the best of each: no matmul of the
+  // step is faster than this peak.
+  const StepShape shape = parallel_step_shape(
+      config_,
+      dims_,
+      StepShape{
+          config_.training.local_batch_size * config_.training.seq_len,
+          args.dim,
+          args.ffn_hidden_dim(),
+          args.vocab_size});
+  GemmShape best;
+  // On the device the step runs on: a CPU probe under a GPU's step made
+  // its MFU 300 %.
+  const double peak = measure_peak_tflops(
+      peak_probe_shapes(
+          shape.tokens, shape.dim, shape.hidden, shape.vocab, device_),
+      0.4,
+      mixed_precision_.param,
+      &best,
+      device_);
+  std::ostringstream where;
+  if (device_.is_cuda()) {
+    where << device_.str();
+  } else {
+    where << at::get_num_threads() << " ATen threads, "
+          << loaded_blas().describe();
+  }
+  LOG(INFO) << "peak " << peak << " TFLOP/s, the best of a "
+            << mixed_precision_name(mixed_precision_.param)
+            << " matmul probe over the step's shapes and the 1024 square"
+            << (device_.is_cuda() ? " and the 8192 square" : "")
+            << " (fastest: " << best.m << "x" << best.k << " by " << best.k
+            << "x" << best.n << ") on " << where.str()
+            << " (set metrics.peak_tflops to skip the probe)";
+  return peak;
 }
 
 void TrainerBuilder::parallelize(ModelParts& parts, const ApplierChain& chain) {

@@ -133,6 +133,10 @@ class TrainerBuilder {
   /// Runs `chain` on every part (build() calls it between build_model and
   /// build_optimizers).
   void parallelize(ModelParts& parts, const ApplierChain& chain);
+  /// The peak TFLOP/s MFU is measured against, without metrics.peak_tflops:
+  /// the best of a matmul probe over this rank's step shapes (as the
+  /// enabled parallelisms split them) on the device the step runs on.
+  double measure_peak(const llama::ModelArgs& args) const;
 
   JobConfig config_;
   llama::ModelArgs model_args_;
