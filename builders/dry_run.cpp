@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "builders/pipeline_trainer_builder.h"
 #include "common/error.h"
 #include "data/tokenizer.h"
 #include "models/llama/fused_ops.h"
@@ -17,6 +18,7 @@
 #include "parallel/activation_checkpoint.h"
 #include "parallel/axes.h"
 #include "parallel/dist/mesh.h"
+#include "parallel/fsdp/fully_shard.h"
 #include "parallel/parallelism.h"
 #include "parallel/pipeline/schedule_io.h"
 #include "parallel/pipeline/schedules.h"
@@ -292,60 +294,26 @@ DryRunReport dry_run(
   std::vector<int64_t> peak(pp_degree, 1);
   const int64_t batch = config.training.local_batch_size;
   int64_t rows = batch;
-  if ((pp_degree > 1)) {
-    if (batch % p.pipeline_parallel_microbatch_size != 0) {
-      throw_config_error(
-          config.origin("parallelism.pipeline_parallel_microbatch_size"),
-          "parallelism.pipeline_parallel_microbatch_size: " +
-              std::to_string(p.pipeline_parallel_microbatch_size) +
-              " does not divide training.local_batch_size " +
-              std::to_string(batch) +
-              "; allowed: a divisor of the local batch size");
-    }
-    rows = p.pipeline_parallel_microbatch_size;
-    pipeline::register_builtin_schedules();
+  if (pp_degree > 1) {
+    // The pipeline builder's own schedule and split.
     std::optional<pipeline::Schedule> made;
     if (options.schedule() == nullptr) {
-      made = !p.pipeline_parallel_schedule_csv.empty()
-                 ? pipeline::load_schedule_csv(p.pipeline_parallel_schedule_csv)
-                 : pipeline::make_schedule(
-                       p.pipeline_parallel_schedule,
-                       pp_degree,
-                       p.pipeline_parallel_stages_per_rank,
-                       batch / rows);
+      made = pipeline_schedule(config, pp_degree);
     }
+    rows = p.pipeline_parallel_microbatch_size;
     const pipeline::Schedule& schedule = made ? *made : *options.schedule();
-    chunks =
-        p.pipeline_parallel_module_fqns_per_stage.empty()
-            ? pipeline::split_model(
-                  args.n_layers,
-                  schedule.num_stages,
-                  p.pipeline_parallel_layers_per_stage)
-            : pipeline::split_model_by_fqns(
-                  args.n_layers, p.pipeline_parallel_module_fqns_per_stage);
-    if (static_cast<int64_t>(chunks.size()) != schedule.num_stages) {
-      throw_config_error(
-          config.origin("parallelism.pipeline_parallel_module_fqns_per_stage"),
-          "parallelism.pipeline_parallel_module_fqns_per_stage: " +
-              std::to_string(chunks.size()) + " stages, but the schedule has " +
-              std::to_string(schedule.num_stages) +
-              "; allowed: one list per stage");
-    }
+    chunks = pipeline_stages(config, schedule, args.n_layers);
     stage_to_rank = schedule.stage_to_rank;
     peak = options.peak_microbatches().empty()
                ? pipeline::plan_schedule(schedule, pipeline::SimulationCosts())
                      .simulation.peak_activations
                : options.peak_microbatches();
-    if (const auto problem =
-            config.activation_checkpoint.stages_problem(schedule.num_stages)) {
-      throw_config_error(config.origin(problem->key), problem->message);
-    }
     report.schedule = schedule.name;
     report.num_stages = schedule.num_stages;
     report.microbatches = schedule.microbatches;
   }
   report.microbatch_tokens = rows * config.training.seq_len;
-  if (!(pp_degree > 1)) {
+  if (pp_degree == 1) {
     if (const auto problem = config.activation_checkpoint.stages_problem(1)) {
       throw_config_error(config.origin(problem->key), problem->message);
     }
@@ -355,14 +323,14 @@ DryRunReport dry_run(
 
   // fully_shard frees a unit's gathered parameters after its forward unless
   // it keeps them (pipeline stages by default).
-  const std::string& reshard = p.fsdp_reshard_after_forward;
-  const bool keep_gathered =
-      reshard == "never" || (reshard == "default" && (pp_degree > 1));
+  const bool keep_gathered = !fsdp::frees_after_forward(
+      fsdp::parse_reshard_after_forward(p.fsdp_reshard_after_forward),
+      pp_degree > 1);
   // The whole gradients outlive a backward when more passes accumulate
   // into them before the reduction: a stage's microbatches (reduced at
   // REDUCE_GRAD) or micro-steps without sync.
   const bool whole_grads_held =
-      (pp_degree > 1) || config.training.gradient_accumulation_steps > 1;
+      pp_degree > 1 || config.training.gradient_accumulation_steps > 1;
 
   for (int64_t rank = 0; rank < dims.world_size; ++rank) {
     const dist::MeshCoord coord = dist::mesh_coord(dims, rank);

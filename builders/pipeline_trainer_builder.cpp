@@ -26,14 +26,12 @@ PipelineTrainerBuilder::PipelineTrainerBuilder(const JobConfig& config)
 
 PipelineTrainerBuilder::~PipelineTrainerBuilder() = default;
 
-void PipelineTrainerBuilder::init_runtime() {
-  TrainerBuilder::init_runtime();
-  const auto& p = config().parallelism;
-  const int64_t pp = parallel_dims().degree(kPipelineAxis);
-  const int64_t batch = config().training.local_batch_size;
+pipeline::Schedule pipeline_schedule(const JobConfig& config, int64_t pp) {
+  const auto& p = config.parallelism;
+  const int64_t batch = config.training.local_batch_size;
   if (batch % p.pipeline_parallel_microbatch_size != 0) {
     throw_config_error(
-        config().first_origin(
+        config.first_origin(
             {"parallelism.pipeline_parallel_microbatch_size",
              "training.local_batch_size"}),
         "parallelism.pipeline_parallel_microbatch_size: " +
@@ -44,50 +42,64 @@ void PipelineTrainerBuilder::init_runtime() {
   }
   const int64_t microbatches = batch / p.pipeline_parallel_microbatch_size;
   pipeline::register_builtin_schedules();
-  if (!p.pipeline_parallel_schedule_csv.empty()) {
-    schedule_ = pipeline::load_schedule_csv(p.pipeline_parallel_schedule_csv);
-    if (schedule_.pp != pp || schedule_.microbatches != microbatches) {
-      throw_config_error(
-          config().origin("parallelism.pipeline_parallel_schedule_csv"),
-          "parallelism.pipeline_parallel_schedule_csv: '" +
-              p.pipeline_parallel_schedule_csv + "' is for pp " +
-              std::to_string(schedule_.pp) + " and " +
-              std::to_string(schedule_.microbatches) +
-              " microbatches, but this run has pp " + std::to_string(pp) +
-              " and " + std::to_string(microbatches) +
-              " (local_batch_size / pipeline_parallel_microbatch_size)");
-    }
-  } else {
-    schedule_ = pipeline::make_schedule(
+  if (p.pipeline_parallel_schedule_csv.empty()) {
+    return pipeline::make_schedule(
         p.pipeline_parallel_schedule,
         pp,
         p.pipeline_parallel_stages_per_rank,
         microbatches);
   }
+  pipeline::Schedule schedule =
+      pipeline::load_schedule_csv(p.pipeline_parallel_schedule_csv);
+  if (schedule.pp != pp || schedule.microbatches != microbatches) {
+    throw_config_error(
+        config.origin("parallelism.pipeline_parallel_schedule_csv"),
+        "parallelism.pipeline_parallel_schedule_csv: '" +
+            p.pipeline_parallel_schedule_csv + "' is for pp " +
+            std::to_string(schedule.pp) + " and " +
+            std::to_string(schedule.microbatches) +
+            " microbatches, but this run has pp " + std::to_string(pp) +
+            " and " + std::to_string(microbatches) +
+            " (local_batch_size / pipeline_parallel_microbatch_size)");
+  }
+  return schedule;
 }
 
-ModelParts PipelineTrainerBuilder::build_model(const llama::ModelArgs& args) {
-  const auto& p = config().parallelism;
-  const auto chunks =
-      p.pipeline_parallel_module_fqns_per_stage.empty()
-          ? pipeline::split_model(
-                args.n_layers,
-                schedule_.num_stages,
-                p.pipeline_parallel_layers_per_stage)
-          : pipeline::split_model_by_fqns(
-                args.n_layers, p.pipeline_parallel_module_fqns_per_stage);
-  if (static_cast<int64_t>(chunks.size()) != schedule_.num_stages) {
+std::vector<ChunkSpec> pipeline_stages(
+    const JobConfig& config,
+    const pipeline::Schedule& schedule,
+    int64_t n_layers) {
+  const auto& p = config.parallelism;
+  auto chunks = p.pipeline_parallel_module_fqns_per_stage.empty()
+                    ? pipeline::split_model(
+                          n_layers,
+                          schedule.num_stages,
+                          p.pipeline_parallel_layers_per_stage)
+                    : pipeline::split_model_by_fqns(
+                          n_layers, p.pipeline_parallel_module_fqns_per_stage);
+  if (static_cast<int64_t>(chunks.size()) != schedule.num_stages) {
     throw_config_error(
-        config().origin("parallelism.pipeline_parallel_module_fqns_per_stage"),
+        config.origin("parallelism.pipeline_parallel_module_fqns_per_stage"),
         "parallelism.pipeline_parallel_module_fqns_per_stage: " +
             std::to_string(chunks.size()) + " stages, but the schedule has " +
-            std::to_string(schedule_.num_stages) +
+            std::to_string(schedule.num_stages) +
             "; allowed: one list per stage");
   }
   if (const auto problem =
-          config().activation_checkpoint.stages_problem(schedule_.num_stages)) {
-    throw_config_error(config().origin(problem->key), problem->message);
+          config.activation_checkpoint.stages_problem(schedule.num_stages)) {
+    throw_config_error(config.origin(problem->key), problem->message);
   }
+  return chunks;
+}
+
+void PipelineTrainerBuilder::init_runtime() {
+  TrainerBuilder::init_runtime();
+  schedule_ =
+      pipeline_schedule(config(), parallel_dims().degree(kPipelineAxis));
+}
+
+ModelParts PipelineTrainerBuilder::build_model(const llama::ModelArgs& args) {
+  const auto chunks = pipeline_stages(config(), schedule_, args.n_layers);
   const int64_t my_pp = mesh().coord().at(kPipelineAxis);
   const auto& spec = model_registry().get(config().model.name);
   ModelParts parts;

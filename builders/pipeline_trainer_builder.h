@@ -8,6 +8,20 @@
 
 namespace baton {
 
+/// The compute-only schedule of `config` for a pp degree of `pp`: the
+/// generated one, or the one read from pipeline_parallel_schedule_csv
+/// (checked against pp and the microbatches). A ConfigError names the key
+/// (a microbatch size that does not divide the local batch, a CSV for
+/// another layout). The pipeline builder and the dry run both use it.
+pipeline::Schedule pipeline_schedule(const JobConfig& config, int64_t pp);
+/// The chunk each of `schedule`'s stages holds of a model of `n_layers`
+/// layers (an even split, pipeline_parallel_layers_per_stage, or the FQN
+/// lists), checked against the schedule and activation_checkpoint.stages.
+std::vector<ChunkSpec> pipeline_stages(
+    const JobConfig& config,
+    const pipeline::Schedule& schedule,
+    int64_t n_layers);
+
 /// Pipeline parallelism with any number of model chunks per rank. Builds
 /// the schedule, splits the model into its stages, keeps the stages the
 /// schedule places on this rank (loop or V) as its model parts, builds a

@@ -53,6 +53,11 @@ ReshardAfterForward parse_reshard_after_forward(const std::string& text) {
       "'; allowed: default, always, never");
 }
 
+bool frees_after_forward(ReshardAfterForward policy, bool pipelined) {
+  return policy == ReshardAfterForward::kAlways ||
+         (policy == ReshardAfterForward::kDefault && !pipelined);
+}
+
 // --- Unit --------------------------------------------------------------------
 
 Unit::Unit(
@@ -450,9 +455,7 @@ FullyShardedPart::FullyShardedPart(
   std::vector<std::string> order{""};
   order.insert(order.end(), blocks.begin(), blocks.end());
   auto& s = *state_;
-  const bool free_after_forward =
-      policy == ReshardAfterForward::kAlways ||
-      (policy == ReshardAfterForward::kDefault && !pipelined);
+  const bool free_after_forward = frees_after_forward(policy, pipelined);
   // Every unit is checked before any is changed.
   std::vector<
       std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>>

@@ -31,6 +31,10 @@ enum class ReshardAfterForward {
 
 /// "default", "always" or "never" -> the policy.
 ReshardAfterForward parse_reshard_after_forward(const std::string& text);
+/// Whether `policy` frees a unit's gathered parameters after its forward in
+/// a part that is (or is not) a pipeline stage: what fully_shard does and
+/// the dry run counts.
+bool frees_after_forward(ReshardAfterForward policy, bool pipelined);
 
 /// The groups a fully sharded part talks over: the shards of each
 /// parameter across `shard`, and with HSDP whole shard groups replicated
