@@ -645,32 +645,23 @@ struct CostModel {
 
 // ------------------------------------------------------------ the search
 
-/// The stages per rank each schedule may take.
+/// The stages per rank the registered schedule `name` is searched at (its
+/// ScheduleSpec's range, capped at `max_v`).
 std::vector<int64_t> stages_per_rank_values(
-    const std::string& schedule, int64_t max_v) {
-  if (schedule == "GPipe" || schedule == "1F1B") {
-    return {1};
-  }
-  if (schedule == "ZBVZeroBubble" || schedule == "DualPipeV") {
-    return {2};
-  }
+    const std::string& name, int64_t max_v) {
+  const pipeline::ScheduleSpec& spec = pipeline::schedule_registry().get(name);
+  const int64_t last = spec.max_stages_per_rank == 0
+                           ? max_v
+                           : std::min(max_v, spec.max_stages_per_rank);
   std::vector<int64_t> v;
-  for (int64_t k = 2; k <= max_v; ++k) {
+  for (int64_t k = spec.min_stages_per_rank; k <= last; ++k) {
     v.push_back(k);
   }
+  // A schedule of a fixed count runs it whatever the cap.
+  if (v.empty() && spec.min_stages_per_rank == spec.max_stages_per_rank) {
+    v.push_back(spec.min_stages_per_rank);
+  }
   return v;
-}
-
-const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names{
-      "GPipe",
-      "1F1B",
-      "Interleaved1F1B",
-      "LoopedBFS",
-      "InterleavedZeroBubble",
-      "ZBVZeroBubble",
-      "DualPipeV"};
-  return names;
 }
 
 std::vector<int64_t> even_split(int64_t n_layers, int64_t stages) {
@@ -1102,7 +1093,7 @@ void add_candidates(
       push(c);
       continue;
     }
-    for (const std::string& name : schedule_names()) {
+    for (const std::string& name : pipeline::schedule_registry().names()) {
       for (const int64_t v :
            stages_per_rank_values(name, options.max_stages_per_rank())) {
         const int64_t stages = layout.pp * v;

@@ -340,39 +340,60 @@ Registry<ScheduleSpec>& schedule_registry() {
 
 void register_builtin_schedules() {
   schedule_registry().add_builtins_once([](Registry<ScheduleSpec>& registry) {
+    // `v` stages per rank by default; the planner searches [min_v, max_v]
+    // (max_v 0: unbounded).
     const auto add = [&](const char* name,
                          auto generate,
                          PlacementStyle placement,
-                         int64_t default_v,
+                         int64_t v,
+                         int64_t min_v,
+                         int64_t max_v,
                          const char* help) {
-      registry.add(name, ScheduleSpec{generate, placement, default_v}, help);
+      registry.add(
+          name, ScheduleSpec{generate, placement, v, min_v, max_v}, help);
     };
     const auto loop = PlacementStyle::kLoop;
-    add("GPipe", gpipe, loop, 1, "all forwards, then all backwards");
-    add("1F1B", one_f_one_b, loop, 1, "one forward, one backward (m >= p)");
+    add("GPipe", gpipe, loop, 1, 1, 1, "all forwards, then all backwards");
+    add("1F1B",
+        one_f_one_b,
+        loop,
+        1,
+        1,
+        1,
+        "one forward, one backward (m >= p)");
     add("Interleaved1F1B",
         interleaved_1f1b,
         loop,
         2,
+        2,
+        0,
         "1F1B over several looped stages per rank (Megatron)");
     add("LoopedBFS",
         looped_bfs,
         loop,
         2,
+        2,
+        0,
         "every forward of each local stage, then every backward");
     add("InterleavedZeroBubble",
         interleaved_zero_bubble,
         loop,
         2,
+        2,
+        0,
         "ZB1P: interleaved with split backward, W delayed by the rank");
     add("ZBVZeroBubble",
         zbv_zero_bubble,
         PlacementStyle::kV,
         2,
+        2,
+        2,
         "zero bubble on a V placement (2 stages per rank)");
     add("DualPipeV",
         dual_pipe_v,
         PlacementStyle::kV,
+        2,
+        2,
         2,
         "DeepSeek's DualPipe on a V placement, overlapping F and B (m >= 2p)");
   });

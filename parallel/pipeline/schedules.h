@@ -23,6 +23,10 @@ struct ScheduleSpec {
   PlacementStyle placement = PlacementStyle::kLoop;
   /// Stages per rank when the caller passes 0.
   int64_t default_stages_per_rank = 1;
+  /// The stages per rank the planner searches it at: from min to max (0:
+  /// as many as the model's layers allow).
+  int64_t min_stages_per_rank = 1;
+  int64_t max_stages_per_rank = 0;
 };
 
 /// The schedule registry (names match case-insensitively).
