@@ -17,8 +17,8 @@
 #include <thread>
 
 #include "app/progress.h"
-#include "builders/plan.h"
-#include "builders/plan_profile.h"
+#include "planner/plan.h"
+#include "planner/plan_profile.h"
 #include "checkpoint/inspect.h"
 #include "common/allocator.h"
 #include "common/blas.h"
@@ -118,7 +118,7 @@ PlanOptions plan_options(const PlanArgs& args) {
 }
 
 /// One rank of the profile's launch: times what the cost file holds with
-/// the others (builders/plan_profile.h); rank 0 writes it.
+/// the others (planner/plan_profile.h); rank 0 writes it.
 int run_profile_rank(const JobConfig& config, const PlanArgs& args) {
   log_cpu_kernels();
   keep_freed_memory_in_process();

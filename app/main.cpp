@@ -15,7 +15,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "builders/builder_registry.h"
-#include "builders/dry_run.h"
+#include "planner/dry_run.h"
 #include "checkpoint/checkpoint.h"
 #include "common/error.h"
 #include "common/threads.h"

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "builders/builder_registry.h"
-#include "builders/plan.h"
+#include "planner/plan.h"
 #include "config/job_config.h"
 
 namespace {

@@ -16,9 +16,10 @@ set(rule_parallel common config models parallel)
 set(rule_trainer common config models data optim parallel trainer)
 set(rule_checkpoint ${rule_trainer} checkpoint)
 set(rule_builders ${rule_checkpoint} builders)
-set(rule_app ${rule_builders} app)
+set(rule_planner ${rule_builders} planner)
+set(rule_app ${rule_planner} app)
 set(folders common config models data optim parallel trainer checkpoint
-    builders app)
+    builders planner app)
 
 # The folder whose rule `path` follows: its top folder, or for
 # tests/<folder>/... that folder (a file right under tests/: common).

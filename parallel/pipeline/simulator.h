@@ -56,7 +56,7 @@ struct SimulationCosts {
   TORCH_ARG(ActionCosts, per_action) = {};
   /// Added to each compute action's cost above (the result kept at 0 or
   /// more): a draw of the action's variation, for the expected makespan of
-  /// a schedule whose actions vary (the plan's, builders/plan.h). Called
+  /// a schedule whose actions vary (the plan's, planner/plan.h). Called
   /// once per action; null: none.
   TORCH_ARG(std::function<double(const Action&)>, variation) = nullptr;
 };

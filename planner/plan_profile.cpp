@@ -1,4 +1,4 @@
-#include "builders/plan_profile.h"
+#include "planner/plan_profile.h"
 
 #include <torch/autograd.h>
 #include <torch/optim/optimizer.h>

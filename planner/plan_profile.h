@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "builders/plan.h"
+#include "planner/plan.h"
 #include "config/job_config.h"
 
 namespace baton {

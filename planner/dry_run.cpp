@@ -1,4 +1,4 @@
-#include "builders/dry_run.h"
+#include "planner/dry_run.h"
 
 #include <torch/cuda.h>
 #include <nlohmann/json.hpp>

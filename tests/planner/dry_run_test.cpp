@@ -3,7 +3,7 @@
 // hidden 768, the byte tokenizer's 258 ids), and against the model a run
 // really builds.
 
-#include "builders/dry_run.h"
+#include "planner/dry_run.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

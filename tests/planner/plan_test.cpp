@@ -2,7 +2,7 @@
 // the debug model (6 layers) on 2 ranks, its error paths, its cost files,
 // and the 405B cluster plan from bench/costs/llama3_405b_h100.json.
 
-#include "builders/plan.h"
+#include "planner/plan.h"
 
 #include <gtest/gtest.h>
 
@@ -17,7 +17,7 @@
 #include <set>
 
 #include "builders/builder_registry.h"
-#include "builders/dry_run.h"
+#include "planner/dry_run.h"
 #include "common/error.h"
 #include "parallel/pipeline/schedule_io.h"
 #include "parallel/pipeline/schedules.h"

@@ -1,4 +1,4 @@
-#include "builders/plan.h"
+#include "planner/plan.h"
 
 #include <torch/cuda.h>
 #include <nlohmann/json.hpp>
@@ -19,7 +19,7 @@
 #include <thread>
 #include <tuple>
 
-#include "builders/dry_run.h"
+#include "planner/dry_run.h"
 #include "common/error.h"
 #include "models/model_spec.h"
 #include "parallel/pipeline/lowering.h"

@@ -4,12 +4,12 @@
 // compared with a time: what a pass takes is the benchmark's business
 // (bench/plan_runs.py); these check what is measured and how it is used.
 
-#include "builders/plan_profile.h"
+#include "planner/plan_profile.h"
 
 #include <gtest/gtest.h>
 
 #include "builders/builder_registry.h"
-#include "builders/dry_run.h"
+#include "planner/dry_run.h"
 #include "common/error.h"
 #include "tests/baton_binary.h"
 #include "tests/parallel/rank_threads.h"
