@@ -84,11 +84,12 @@ class TrainerBuilder {
   /// parallelized); the base: the whole model as one part, stage 0.
   virtual ModelParts build_model(const llama::ModelArgs& args);
   /// The steps applied to every part, in order. The base chain: to_device;
-  /// tensor_parallel when tp > 1; activation_checkpoint unless its mode is
-  /// none; mixed_precision when the param dtype is not float32; then the
-  /// registered appliers `parallelism.appliers` lists, in order; then the
-  /// data-parallel steps (append_data_parallel: check_replicas, then
-  /// fully_shard or replicate). A subclass calls the base and inserts,
+  /// the model steps of the enabled parallelisms (ChainPlace::kModel, as
+  /// tensor parallel's); activation_checkpoint unless its mode is none;
+  /// mixed_precision when the param dtype is not float32; the registered
+  /// appliers `parallelism.appliers` lists, in order; then the enabled
+  /// parallelisms' data steps (kData: check_replicas, then fully_shard or
+  /// replicate), each step once. A subclass calls the base and inserts,
   /// replaces or removes steps.
   virtual ApplierChain build_appliers();
   /// Whether the parts are pipeline stages trained by the schedule executor
