@@ -110,18 +110,17 @@ struct RegisteredSection {
           field.value);
     }
   }
-  /// The value of `key` as a T; throws std::logic_error naming the key when
-  /// there is none or it holds another type.
   /// Whether the section has the key `key`.
   bool has(const std::string& key) const;
+  /// The value of `key` as a T; throws std::logic_error naming the key when
+  /// there is none or it holds another type.
   template <class T>
   const T& get(const std::string& key) const {
     const T* value = std::get_if<T>(&find(key));
     if (value == nullptr) {
       throw std::logic_error(
           "[RegisteredSection] " + key +
-          ": read as another type than "
-          "registered");
+          ": read as another type than registered");
     }
     return *value;
   }
