@@ -17,8 +17,6 @@
 #include <thread>
 
 #include "app/progress.h"
-#include "planner/plan.h"
-#include "planner/plan_profile.h"
 #include "checkpoint/inspect.h"
 #include "common/allocator.h"
 #include "common/blas.h"
@@ -36,6 +34,8 @@
 #include "parallel/pipeline/schedule_io.h"
 #include "parallel/pipeline/schedules.h"
 #include "parallel/pipeline/simulator.h"
+#include "planner/plan.h"
+#include "planner/plan_profile.h"
 #include "trainer/fault_injection.h"
 
 namespace baton {

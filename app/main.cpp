@@ -15,7 +15,6 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "builders/builder_registry.h"
-#include "planner/dry_run.h"
 #include "checkpoint/checkpoint.h"
 #include "common/error.h"
 #include "common/threads.h"
@@ -23,6 +22,7 @@
 #include "parallel/dist/launch_env.h"
 #include "parallel/dist/launcher.h"
 #include "parallel/dist/process_group.h"
+#include "planner/dry_run.h"
 #include "trainer/fault_injection.h"
 #include "trainer/preemption.h"
 

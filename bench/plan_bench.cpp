@@ -8,8 +8,8 @@
 #include <string>
 
 #include "builders/builder_registry.h"
-#include "planner/plan.h"
 #include "config/job_config.h"
+#include "planner/plan.h"
 
 namespace {
 

@@ -2,9 +2,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Type.h>
 #include <glog/logging.h>
 #include <signal.h>
-#include <c10/util/Type.h>
 #include <torch/optim/optimizer.h>
 #include <unistd.h>
 
@@ -343,12 +343,11 @@ CheckpointManager::CheckpointManager(
   // Every optimizer's state must have a layout the checkpoint can save and
   // reshard: fail now rather than at the first save.
   for (size_t i = 0; i < parts_.size(); ++i) {
-    const OptimizerStateCodec* codec =
-        optimizer_state_codec(optimizers_[i]);
+    const OptimizerStateCodec* codec = optimizer_state_codec(optimizers_[i]);
     if (codec == nullptr) {
       fail(
-          "the optimizer of stage " + std::to_string(parts_[i].stage()) +
-          " (" + c10::demangle(typeid(optimizers_[i]).name()) +
+          "the optimizer of stage " + std::to_string(parts_[i].stage()) + " (" +
+          c10::demangle(typeid(optimizers_[i]).name()) +
           ") has no registered state layout; allowed: an optimizer "
           "registered with register_optimizer_state (AdamW is)");
     }
@@ -368,9 +367,9 @@ CheckpointManager::CheckpointManager(
               f.kept_dims->end();
           if (!kept && item.value().size(d) != slice->global_shape.at(d)) {
             fail(
-                optimizer_fqn(item.key(), f.name.c_str()) + " (" +
-                codec->name + ") sums over dimension " + std::to_string(d) +
-                " of '" + item.key() +
+                optimizer_fqn(item.key(), f.name.c_str()) + " (" + codec->name +
+                ") sums over dimension " + std::to_string(d) + " of '" +
+                item.key() +
                 "', which this layout splits across ranks: it cannot be "
                 "saved so that another layout loads it; allowed: a layout "
                 "that keeps that dimension whole, or an optimizer whose "

@@ -75,8 +75,7 @@ OptimizerStateCodec adamw_state_codec() {
     state->exp_avg(fields.at(0).to(p.device()));
     state->exp_avg_sq(fields.at(1).to(p.device()));
     state->step(fields.at(2).item<int64_t>());
-    return std::unique_ptr<torch::optim::OptimizerParamState>(
-        std::move(state));
+    return std::unique_ptr<torch::optim::OptimizerParamState>(std::move(state));
   };
   return codec;
 }

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "planner/plan.h"
 #include "config/job_config.h"
+#include "planner/plan.h"
 
 namespace baton {
 

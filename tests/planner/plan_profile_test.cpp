@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "builders/builder_registry.h"
-#include "planner/dry_run.h"
 #include "common/error.h"
+#include "planner/dry_run.h"
 #include "tests/baton_binary.h"
 #include "tests/parallel/rank_threads.h"
 

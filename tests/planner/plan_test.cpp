@@ -17,11 +17,11 @@
 #include <set>
 
 #include "builders/builder_registry.h"
-#include "planner/dry_run.h"
 #include "common/error.h"
 #include "parallel/pipeline/schedule_io.h"
 #include "parallel/pipeline/schedules.h"
 #include "parallel/pipeline/validation.h"
+#include "planner/dry_run.h"
 #include "tests/baton_binary.h"
 
 namespace baton {
