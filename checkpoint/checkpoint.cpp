@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <c10/util/Type.h>
 #include <glog/logging.h>
 #include <signal.h>
 #include <torch/optim/optimizer.h>
@@ -342,43 +341,7 @@ CheckpointManager::CheckpointManager(
   }
   // Every optimizer's state must have a layout the checkpoint can save and
   // reshard: fail now rather than at the first save.
-  for (size_t i = 0; i < parts_.size(); ++i) {
-    const OptimizerStateCodec* codec = optimizer_state_codec(optimizers_[i]);
-    if (codec == nullptr) {
-      fail(
-          "the optimizer of stage " + std::to_string(parts_[i].stage()) + " (" +
-          c10::demangle(typeid(optimizers_[i]).name()) +
-          ") has no registered state layout; allowed: an optimizer "
-          "registered with register_optimizer_state (AdamW is)");
-    }
-    codecs_.push_back(codec);
-    for (const auto& item : parts_[i].module().named_parameters()) {
-      const ParamSlice* slice = parts_[i].slice(item.key());
-      if (slice == nullptr) {
-        continue;
-      }
-      for (const OptimizerStateField& f : codec->fields) {
-        if (!f.kept_dims || f.scalar()) {
-          continue;
-        }
-        for (int64_t d = 0; d < item.value().dim(); ++d) {
-          const bool kept =
-              std::find(f.kept_dims->begin(), f.kept_dims->end(), d) !=
-              f.kept_dims->end();
-          if (!kept && item.value().size(d) != slice->global_shape.at(d)) {
-            fail(
-                optimizer_fqn(item.key(), f.name.c_str()) + " (" + codec->name +
-                ") sums over dimension " + std::to_string(d) + " of '" +
-                item.key() +
-                "', which this layout splits across ranks: it cannot be "
-                "saved so that another layout loads it; allowed: a layout "
-                "that keeps that dimension whole, or an optimizer whose "
-                "state keeps it");
-          }
-        }
-      }
-    }
-  }
+  codecs_ = checked_state_codecs(parts_, optimizers_);
 }
 
 CheckpointManager::~CheckpointManager() {
@@ -408,40 +371,10 @@ std::vector<int64_t> CheckpointManager::list_steps(const fs::path& folder) {
   return steps;
 }
 
-CheckpointLayout CheckpointLayout::of(const dist::ParallelMesh& mesh) {
-  CheckpointLayout layout;
-  layout.rank = mesh.rank();
-  layout.world_size = mesh.dims().world_size;
-  layout.axes = mesh.dims().axes;
-  layout.coord = mesh.coord();
-  layout.dp_rank = mesh.index("dp");
-  layout.dp_size = mesh.dims().dp();
-  return layout;
-}
-
-bool CheckpointLayout::writes(const std::vector<std::string>& split) const {
-  return std::all_of(axes.begin(), axes.end(), [&](const MeshAxis& axis) {
-    return axis.splits_model ||
-           std::find(split.begin(), split.end(), axis.name) != split.end() ||
-           coord.at(axis.name) == 0;
-  });
-}
-
-int64_t CheckpointLayout::degree(const std::string& axis) const {
-  for (const auto& a : axes) {
-    if (a.name == axis) {
-      return a.degree;
-    }
-  }
-  return 1;
-}
-
 bool CheckpointManager::writes(
-    const ModelPart& part, const std::string& fqn) const {
-  const ParamSlice* slice = part.slice(fqn);
-  const auto params = part.module().named_parameters();
+    const ModelPart& part, const std::string& fqn, const at::Tensor& p) const {
   return layout_.writes(part.grad_split(fqn)) &&
-         (slice == nullptr || params[fqn].numel() > 0);
+         (part.slice(fqn) == nullptr || p.numel() > 0);
 }
 
 CheckpointManager::Snapshot CheckpointManager::snapshot(
@@ -462,7 +395,7 @@ CheckpointManager::Snapshot CheckpointManager::snapshot(
       // a slice is written by every rank that holds a (non-empty) one of
       // its copy, and the step by the one at offset 0.
       const bool writer = layout_.writes(parts_[i].grad_split(fqn));
-      const bool write_tensor = writer && (!slice || p.numel() > 0);
+      const bool write_tensor = writes(parts_[i], fqn, p);
       const bool write_step =
           writer && (!slice || std::all_of(
                                    slice->offsets.begin(),
@@ -1251,7 +1184,7 @@ void CheckpointManager::export_model(const TrainState& state) {
       for (const auto& item : part->module().named_parameters()) {
         const at::Tensor p = item.value().detach();
         const ParamSlice* slice = part->slice(item.key());
-        if (!writes(*part, item.key())) {
+        if (!writes(*part, item.key(), p)) {
           continue;
         }
         if (slice) {

@@ -59,9 +59,14 @@ struct CheckpointLayout {
   /// hold different parameters (pipeline stages) its own tensors, and along
   /// every other axis a copy, which position 0 writes.
   bool writes(const std::vector<std::string>& split) const;
-  /// The degree of `axis` (1 when the mesh has none).
-  int64_t degree(const std::string& axis) const;
 };
+
+/// The registered state layout (optim/optimizer_state.h) of each part's
+/// optimizer, checked against the parts: throws CheckpointError naming the
+/// optimizer when it has none, or the state field that sums over a
+/// dimension the layout splits (no other layout could load it).
+std::vector<const OptimizerStateCodec*> checked_state_codecs(
+    const ModelParts& parts, const OptimizersContainer& optimizers);
 
 /// Saves and restores everything a run needs to continue as if it had not
 /// stopped, in a form that does not depend on the layout. A save at step N
@@ -140,10 +145,11 @@ class CheckpointManager final : public Checkpointer {
   struct Snapshot;
 
   void save(const TrainState& state);
-  /// Whether this rank writes the parameter `fqn` of `part` (and its
-  /// optimizer state): CheckpointLayout::writes of its marked axes, and for
-  /// a slice only a non-empty one.
-  bool writes(const ModelPart& part, const std::string& fqn) const;
+  /// Whether this rank writes the parameter `fqn` of `part`, this rank's
+  /// `p` (and its optimizer state): CheckpointLayout::writes of its marked
+  /// axes, and for a slice only a non-empty one.
+  bool writes(
+      const ModelPart& part, const std::string& fqn, const at::Tensor& p) const;
   /// How the optimizer of part `i` saves its state (checked at
   /// construction).
   const OptimizerStateCodec& state_codec(size_t i) const {

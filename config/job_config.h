@@ -116,17 +116,16 @@ struct RegisteredSection {
   /// there is none or it holds another type.
   template <class T>
   const T& get(const std::string& key) const {
-    const T* value = std::get_if<T>(&find(key));
-    if (value == nullptr) {
+    const T* typed = std::get_if<T>(&value(key));
+    if (typed == nullptr) {
       throw std::logic_error(
           "[RegisteredSection] " + key +
           ": read as another type than registered");
     }
-    return *value;
+    return *typed;
   }
-
- private:
-  const ConfigValue& find(const std::string& key) const;
+  /// The value of `key`; throws std::logic_error when there is none.
+  const ConfigValue& value(const std::string& key) const;
 };
 
 /// Registers `fields` (with their defaults) under the section `name`, a new
@@ -137,8 +136,6 @@ struct RegisteredSection {
 /// a key registered otherwise is a programming error (std::logic_error).
 void register_config_section(
     const std::string& name, std::vector<SectionField> fields);
-/// The registered sections with their defaults, by name.
-const std::map<std::string, RegisteredSection>& registered_config_sections();
 
 // Every section is a plain struct with inline defaults and a `visit` that
 // names each field once: `v(name, field, spec)`. Field types are int64_t,
@@ -608,6 +605,9 @@ struct JobConfig {
   /// "toy.degree"), in a built-in or registered section; nothing when there
   /// is no such key or it is not an integer.
   std::optional<int64_t> integer(const std::string& key_path) const;
+  /// Adds the sections and keys registered since this config was made, at
+  /// their defaults (what is set stays).
+  void add_registered_keys();
   /// Sets the integer at `key_path` (a key registered after this config was
   /// made joins it); throws std::logic_error when there is no such integer
   /// key.

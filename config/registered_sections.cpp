@@ -32,7 +32,7 @@ std::map<std::string, RegisteredSection>& sections() {
 
 }  // namespace
 
-const ConfigValue& RegisteredSection::find(const std::string& key) const {
+const ConfigValue& RegisteredSection::value(const std::string& key) const {
   for (const auto& field : fields) {
     if (field.name == key) {
       return field.value;
@@ -98,17 +98,19 @@ void register_config_section(
   }
 }
 
-const std::map<std::string, RegisteredSection>& registered_config_sections() {
-  return sections();
+JobConfig::JobConfig() {
+  add_registered_keys();
 }
 
-JobConfig::JobConfig() {
+void JobConfig::add_registered_keys() {
   std::lock_guard lock(sections_mutex());
   for (const auto& [name, section] : baton::sections()) {
-    if (name == kExtensible) {
-      parallelism.registered = section;
-    } else {
-      sections.emplace(name, section);
+    RegisteredSection& mine =
+        name == kExtensible ? parallelism.registered : sections[name];
+    for (const auto& field : section.fields) {
+      if (!mine.has(field.name)) {
+        mine.fields.push_back(field);
+      }
     }
   }
 }
@@ -153,14 +155,12 @@ std::optional<int64_t> JobConfig::integer(const std::string& key_path) const {
   });
   if (!found) {
     // A key registered after this config was made: its default.
-    const auto& registered = registered_config_sections();
-    if (const auto it = registered.find(section_name); it != registered.end()) {
-      for (const auto& field : it->second.fields) {
-        if (field.name == key) {
-          if (const auto* v = std::get_if<int64_t>(&field.value)) {
-            out = *v;
-          }
-        }
+    std::lock_guard lock(sections_mutex());
+    const auto& registered = baton::sections();
+    if (const auto it = registered.find(section_name);
+        it != registered.end() && it->second.has(key)) {
+      if (const auto* v = std::get_if<int64_t>(&it->second.value(key))) {
+        out = *v;
       }
     }
   }
@@ -201,23 +201,8 @@ void JobConfig::set_integer(const std::string& key_path, int64_t value) {
   };
   set();
   if (!done) {
-    // A key registered after this config was made: take its section as
-    // registered now, keeping the values already set, then set the key.
-    JobConfig fresh;
-    if (section_name == "parallelism") {
-      for (const auto& f : fresh.parallelism.registered.fields) {
-        if (!parallelism.registered.has(f.name)) {
-          parallelism.registered.fields.push_back(f);
-        }
-      }
-    } else if (fresh.sections.count(section_name) > 0) {
-      auto& mine = sections[section_name];
-      for (const auto& f : fresh.sections.at(section_name).fields) {
-        if (!mine.has(f.name)) {
-          mine.fields.push_back(f);
-        }
-      }
-    }
+    // A key registered after this config was made.
+    add_registered_keys();
     set();
   }
   if (!done) {

@@ -50,8 +50,6 @@ enum class ChainPlace {
 struct Parallelism {
   /// "tensor_parallel".
   std::string name;
-  /// One line for `baton --help`-style listings and errors.
-  std::string help;
   /// Its mesh axis, declared when it is registered; none for a parallelism
   /// that only borrows others' axes.
   std::optional<MeshAxisSpec> axis;

@@ -2,7 +2,6 @@
 
 #include <torch/arg.h>
 
-#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>

@@ -33,11 +33,6 @@ namespace baton {
 
 namespace {
 
-/// Tensor parallel's degree key: the search still lays tp out itself (a
-/// registered parallelism cannot yet add its axis to the search).
-constexpr const char* kTensorParallelDegree =
-    "parallelism.tensor_parallel_degree";
-
 using nlohmann::json;
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -62,7 +57,7 @@ llama::ModelArgs plan_model_args(const JobConfig& base) {
   auto& p = one.parallelism;
   p.data_parallel_replicate_degree = p.data_parallel_shard_degree = 1;
   p.pipeline_parallel_degree = 1;
-  one.set_integer(kTensorParallelDegree, 1);
+  one.set_integer(tensor_parallel::kDegreeKey, 1);
   args.vocab_size = dry_run(one, 1).vocab_size;
   return args;
 }
@@ -498,7 +493,7 @@ JobConfig candidate_config(const JobConfig& base, const PlanCandidate& c) {
   auto& p = config.parallelism;
   p.data_parallel_replicate_degree = c.dp_replicate;
   p.data_parallel_shard_degree = c.dp_shard;
-  config.set_integer(kTensorParallelDegree, c.tp);
+  config.set_integer(tensor_parallel::kDegreeKey, c.tp);
   p.pipeline_parallel_degree = c.pp;
   p.pipeline_parallel_schedule = c.schedule.empty() ? "1F1B" : c.schedule;
   p.pipeline_parallel_stages_per_rank = c.stages_per_rank;
@@ -723,8 +718,8 @@ bool score(
 
 int64_t default_global_batch(const JobConfig& base, int64_t world) {
   const auto& p = base.parallelism;
-  const int64_t tp =
-      std::max<int64_t>(1, base.integer(kTensorParallelDegree).value_or(1));
+  const int64_t tp = std::max<int64_t>(
+      1, base.integer(tensor_parallel::kDegreeKey).value_or(1));
   const int64_t pp = std::max<int64_t>(1, p.pipeline_parallel_degree);
   return base.training.local_batch_size *
          std::max<int64_t>(1, world / (tp * pp));

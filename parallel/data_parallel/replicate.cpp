@@ -248,9 +248,6 @@ void ReplicateApplier::apply(ModelPart& part, const ParallelContext& context) {
 Parallelism replicate_parallelism() {
   Parallelism p;
   p.name = "replicate";
-  p.help =
-      "data parallel (DDP) over dp_replicate "
-      "(parallelism.data_parallel_replicate_degree)";
   p.axis = MeshAxisSpec{
       kReplicateAxis,
       100,

@@ -21,10 +21,6 @@ class MeshCoord {
   int64_t at(const std::string& axis) const;
   /// Sets the position on `axis` (adding it when absent).
   void set(const std::string& axis, int64_t value);
-  /// (axis, position), in mesh order.
-  const std::vector<std::pair<std::string, int64_t>>& values() const {
-    return values_;
-  }
 
  private:
   std::vector<std::pair<std::string, int64_t>> values_;

@@ -609,9 +609,6 @@ void FullyShardApplier::apply(ModelPart& part, const ParallelContext& context) {
 Parallelism fully_shard_parallelism() {
   Parallelism p;
   p.name = "fully_shard";
-  p.help =
-      "fully sharded data parallel (FSDP; HSDP with replicas) over dp_shard "
-      "(parallelism.data_parallel_shard_degree)";
   p.axis = MeshAxisSpec{
       kShardAxis,
       200,

@@ -12,9 +12,6 @@ namespace baton::pipeline {
 Parallelism pipeline_parallelism() {
   Parallelism p;
   p.name = "pipeline";
-  p.help =
-      "pipeline parallel over pp (parallelism.pipeline_parallel_degree): "
-      "stages on different ranks, trained by a schedule";
   p.axis = MeshAxisSpec{
       kPipelineAxis,
       0,

@@ -19,8 +19,6 @@ namespace baton::tensor_parallel {
 
 namespace {
 
-constexpr const char* kDegreeKey = "parallelism.tensor_parallel_degree";
-
 /// Cuts `p`, the parameter `fqn` of `part`, to the `size` entries from
 /// `begin` along `dim` (in place: the module, and later the optimizer, keep
 /// the same tensor), records the slice and marks its gradient split along
@@ -243,9 +241,6 @@ void TensorParallelApplier::apply(
 Parallelism tensor_parallel_parallelism() {
   Parallelism p;
   p.name = "tensor_parallel";
-  p.help =
-      "Megatron's tensor parallel with sequence parallel over tp "
-      "(parallelism.tensor_parallel_degree)";
   p.axis = MeshAxisSpec{kAxis, 1000, kDegreeKey, {}};
   // Its degree joins the built-in parallelism section.
   p.section = "parallelism";

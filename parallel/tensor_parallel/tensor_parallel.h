@@ -22,6 +22,8 @@ namespace baton::tensor_parallel {
 /// Tensor parallel's mesh axis: innermost, its degree
 /// parallelism.tensor_parallel_degree.
 inline constexpr const char* kAxis = "tp";
+/// Its degree's config key, which it registers into the parallelism section.
+inline constexpr const char* kDegreeKey = "parallelism.tensor_parallel_degree";
 
 /// Whether a model shaped `args`, trained on sequences of `seq_len`,
 /// splits over `tp` ranks: query and key/value heads, the feed-forward's

@@ -80,7 +80,6 @@ inline void register_toy() {
   std::call_once(once, [] {
     Parallelism p;
     p.name = "toy";
-    p.help = "test: the token embedding split by rows over the toy axis";
     // Between the data axes and tp; its ranks share their batch, so it
     // joins neither the dp nor the loss group.
     p.axis = MeshAxisSpec{kToy, 500, "toy.degree", {}};
