@@ -135,17 +135,12 @@ int run_profile_rank(const JobConfig& config, const PlanArgs& args) {
   at::set_num_threads(static_cast<int>(resolve_intra_op_threads(
       config.training.num_threads, env.local_world_size)));
   const PlanOptions options = plan_options(args);
-  TensorParallelRows tensor_parallel;
-  for (const int64_t tp :
-       plan_tensor_parallel_degrees(config, args.nproc, options)) {
-    tensor_parallel[tp] = plan_microbatch_rows(config, args.nproc, options, tp);
-  }
   const PlanCosts costs = profile_plan_costs(
       config,
       runtime.get(),
       ProfileOptions()
           .rows(plan_microbatch_rows(config, args.nproc, options))
-          .tensor_parallel(tensor_parallel)
+          .splits(plan_split_rows(config, args.nproc, options))
           .repeats(args.profile_repeats)
           .pipeline_runs(std::max<int64_t>(1, (args.profile_repeats + 1) / 2))
           .compute_ranks(args.profile_compute_ranks));

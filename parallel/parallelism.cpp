@@ -156,4 +156,29 @@ int64_t parallel_sequence_shards(
   return shards;
 }
 
+int64_t parallel_hidden_shards(
+    const JobConfig& config, const ParallelDims& dims) {
+  int64_t shards = 1;
+  for (const Parallelism* p : enabled_parallelisms(config, dims)) {
+    if (p->hidden_shards) {
+      shards *= p->hidden_shards(dims);
+    }
+  }
+  return shards;
+}
+
+std::vector<const Parallelism*> searched_parallelisms() {
+  std::vector<const Parallelism*> out;
+  for (const auto& p : parallelisms()) {
+    if (p.plan && p.axis) {
+      out.push_back(&p);
+    }
+  }
+  std::stable_sort(
+      out.begin(), out.end(), [](const Parallelism* a, const Parallelism* b) {
+        return a->axis->order < b->axis->order;
+      });
+  return out;
+}
+
 }  // namespace baton

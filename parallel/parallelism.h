@@ -42,6 +42,23 @@ enum class ChainPlace {
   kData,
 };
 
+/// How `baton plan` searches a parallelism whose axis splits every
+/// transformer block's work across its ranks, with collectives inside the
+/// blocks (tensor parallel). The planner tries each degree from 2 to
+/// `max_degree` that divides the world and that the parallelism's `check`
+/// accepts for the model; such axes lie inside the data axes (their order
+/// is above dp_shard's).
+struct PlanSearch {
+  int64_t max_degree = 8;
+  /// Where the cost file holds no costs measured at a degree (the list
+  /// named after the parallelism, which `baton plan --profile` writes), a
+  /// block's passes take the whole block's over the degree plus, in its
+  /// forward and as many again in its backward, these collectives of the
+  /// block's (rows, seq_len, dim) activations along the axis.
+  int64_t block_all_gathers = 0;
+  int64_t block_reduce_scatters = 0;
+};
+
 /// One parallelism, registered once (register_parallelism): its mesh axis,
 /// its own config section, its checks, its appliers and their place, and
 /// what it changes for the rest of the run. The builders ask the enabled
@@ -94,6 +111,14 @@ struct Parallelism {
   /// pipeline stages (1: not at all); the shards of all enabled
   /// parallelisms multiply.
   std::function<int64_t(const ParallelDims&)> sequence_shards;
+  /// How many ways it splits each block's activations the way Megatron's
+  /// tensor and sequence parallel do (the attention heads, the
+  /// feed-forward's hidden units, the sequence between the blocks'
+  /// regions): the dry run's activation rule divides those by the product
+  /// of the enabled parallelisms' (1: not at all).
+  std::function<int64_t(const ParallelDims&)> hidden_shards;
+  /// How the planner searches its degree; none: the planner leaves it at 1.
+  std::optional<PlanSearch> plan;
   /// The dry run's memory rule: what a rank at `coord` stores of the
   /// parameter `fqn` of a model shaped `args`, `shape` in (what the steps
   /// before left it) and out; empty: what it is given.
@@ -149,5 +174,11 @@ std::vector<int64_t> parallel_stored_shape(
 /// The product of the enabled parallelisms' sequence_shards.
 int64_t parallel_sequence_shards(
     const JobConfig& config, const ParallelDims& dims);
+/// The product of the enabled parallelisms' hidden_shards.
+int64_t parallel_hidden_shards(
+    const JobConfig& config, const ParallelDims& dims);
+/// The registered parallelisms the planner searches (Parallelism::plan,
+/// each with an axis), by their axes' order.
+std::vector<const Parallelism*> searched_parallelisms();
 
 }  // namespace baton

@@ -23,7 +23,6 @@
 #include "parallel/pipeline/schedule_io.h"
 #include "parallel/pipeline/schedules.h"
 #include "parallel/pipeline/split.h"
-#include "parallel/tensor_parallel/tensor_parallel.h"
 
 namespace baton {
 
@@ -42,11 +41,11 @@ int64_t numel(const std::vector<int64_t>& shape) {
 }
 
 /// The elements per token one transformer block leaves saved for backward,
-/// without checkpointing, with `t` tensor-parallel ranks (sequence
-/// parallel): the two norms' inputs (T / t positions), their outputs
-/// gathered for the projections (whole T), q, k and v after RoPE (k and v
-/// expanded to the query heads when grouped), attention's output and its
-/// copy laid out for wo, and the feed-forward's w1, w3 (swiglu's) and their
+/// without checkpointing, split `t` ways as tensor and sequence parallel
+/// split it (parallel_hidden_shards): the two norms' inputs (T / t positions),
+/// their outputs gathered for the projections (whole T), q, k and v after RoPE
+/// (k and v expanded to the query heads when grouped), attention's output and
+/// its copy laid out for wo, and the feed-forward's w1, w3 (swiglu's) and their
 /// product (w2's input; this rank's hidden rows).
 int64_t block_elements(const llama::ModelArgs& a, int64_t t) {
   const int64_t q = a.n_heads * a.head_dim();
@@ -75,8 +74,8 @@ struct StageActivations {
 };
 
 /// What attention keeps for backward per sequence of `seq_len` and block
-/// beyond q, k, v and its output, on `t` tensor-parallel ranks (a slice of
-/// the heads each): on the CPU the probabilities of the unmasked half
+/// beyond q, k, v and its output, split `t` ways (parallel_hidden_shards: a
+/// slice of the heads each): on the CPU the probabilities of the unmasked half
 /// (causal_attention's, in the compute dtype); on CUDA
 /// scaled_dot_product_attention's float32 log-sum-exp per row.
 int64_t attention_bytes(
@@ -257,9 +256,9 @@ DryRunReport dry_run(
   register_builtin_parallelisms();
   report.dims = ParallelDims::from_config(config, world_size);
   const ParallelDims& dims = report.dims;
-  // The built-in axes' degrees, which the memory rules below use (the
-  // planner's own room will ask the parallelisms instead).
-  const int64_t tp_degree = dims.degree(tensor_parallel::kAxis);
+  // The ways the enabled parallelisms split each block's activations, and
+  // the pipeline and shard degrees the rules below follow.
+  const int64_t hidden_shards = parallel_hidden_shards(config, dims);
   const int64_t pp_degree = dims.degree(kPipelineAxis);
   const int64_t shard_degree = dims.degree(kShardAxis);
 
@@ -346,11 +345,12 @@ DryRunReport dry_run(
     DryRunRank r;
     r.rank = rank;
     r.pp = coord.at(kPipelineAxis);
-    r.dp_replicate = coord.at(kReplicateAxis);
-    r.dp_shard = coord.at(kShardAxis);
-    r.tp = coord.at(tensor_parallel::kAxis);
-    int64_t largest_block = 0;  // elements gathered, whole after TP
-    int64_t gathered = 0;       // every unit's, or the root's
+    for (const auto& axis : dims.axes) {
+      r.coordinates[axis.name] = coord.at(axis.name);
+    }
+    int64_t largest_block =
+        0;                 // elements gathered, whole after the model steps
+    int64_t gathered = 0;  // every unit's, or the root's
     int64_t sliced_elements = 0;
     for (size_t s = 0; s < chunks.size(); ++s) {
       if (stage_to_rank[s] != r.pp) {
@@ -425,10 +425,13 @@ DryRunReport dry_run(
           chunks[s],
           ac,
           report.microbatch_tokens,
-          rows *
-              attention_bytes(
-                  args, config.training.seq_len, tp_degree, cuda, dtype_bytes),
-          tp_degree,
+          rows * attention_bytes(
+                     args,
+                     config.training.seq_len,
+                     hidden_shards,
+                     cuda,
+                     dtype_bytes),
+          hidden_shards,
           dtype_bytes);
       stage.activation_bytes = activations.saved;
       stage.recompute_bytes = activations.recompute;
@@ -532,10 +535,6 @@ std::string format_json(const DryRunReport& report) {
     }
     ranks.push_back(
         {{"rank", r.rank},
-         {"pp", r.pp},
-         {"dp_replicate", r.dp_replicate},
-         {"dp_shard", r.dp_shard},
-         {"tp", r.tp},
          {"stages", stages},
          {"parameters", r.parameters},
          {"weight_bytes", r.weight_bytes},
@@ -547,6 +546,9 @@ std::string format_json(const DryRunReport& report) {
          {"peak_microbatches", r.peak_microbatches},
          {"activation_peak_bytes", r.activation_peak_bytes},
          {"total_bytes", r.total_bytes}});
+    for (const auto& [axis, index] : r.coordinates) {
+      ranks.back()[axis] = index;
+    }
   }
   const auto& d = report.dims;
   nlohmann::json out = {
@@ -556,10 +558,6 @@ std::string format_json(const DryRunReport& report) {
       {"vocab_size", report.vocab_size},
       {"vocab_source", report.vocab_source},
       {"world_size", d.world_size},
-      {"dp_replicate", d.degree(kReplicateAxis)},
-      {"dp_shard", d.degree(kShardAxis)},
-      {"tp", d.degree(tensor_parallel::kAxis)},
-      {"pp", d.degree(kPipelineAxis)},
       {"schedule", report.schedule},
       {"num_stages", report.num_stages},
       {"microbatches", report.microbatches},
@@ -569,6 +567,9 @@ std::string format_json(const DryRunReport& report) {
       {"attention_saved", report.attention_saved},
       {"activation_checkpoint", report.activation_checkpoint},
       {"ranks", ranks}};
+  for (const auto& axis : d.axes) {
+    out[axis.name] = axis.degree;
+  }
   return out.dump(1) + "\n";
 }
 
@@ -590,7 +591,12 @@ std::string format_text(const DryRunReport& report) {
       << "; attention keeps " << report.attention_saved
       << "; activation checkpointing " << report.activation_checkpoint
       << "; AdamW: two float32 states per parameter; no weight allocated\n\n";
-  out << "ranks | coordinates (pp dp_replicate dp_shard tp) | stages held | "
+  std::string axes;
+  for (const auto& axis : d.axes) {
+    axes += (axes.empty() ? "" : " ") + axis.name;
+  }
+  out << "ranks | coordinates (" << axes
+      << ") | stages held | "
          "parameters | weights | gradients | optimizer | gathered/cast | "
          "activations saved per microbatch | recompute | activation peak "
          "(microbatches) | total\n";
@@ -614,12 +620,15 @@ std::string format_text(const DryRunReport& report) {
       stages += (stages.empty() ? "" : "; ") + std::to_string(s.stage) + " (" +
                 s.holds + ")";
     }
-    out << span(ranks[i].rank, ranks[j].rank) << " | "
-        << range([](const DryRunRank& x) { return x.pp; }) << " "
-        << range([](const DryRunRank& x) { return x.dp_replicate; }) << " "
-        << range([](const DryRunRank& x) { return x.dp_shard; }) << " "
-        << range([](const DryRunRank& x) { return x.tp; }) << " | " << stages
-        << " | " << human_count(r.parameters) << " | "
+    std::string coordinates;
+    for (const auto& axis : d.axes) {
+      coordinates += (coordinates.empty() ? "" : " ") +
+                     range([&axis](const DryRunRank& x) {
+                       return x.coordinates.at(axis.name);
+                     });
+    }
+    out << span(ranks[i].rank, ranks[j].rank) << " | " << coordinates << " | "
+        << stages << " | " << human_count(r.parameters) << " | "
         << human_bytes(r.weight_bytes) << " | " << human_bytes(r.gradient_bytes)
         << " | " << human_bytes(r.optimizer_bytes) << " | "
         << human_bytes(r.buffer_bytes) << " | "

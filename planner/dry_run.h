@@ -41,10 +41,10 @@ struct DryRunStage {
 /// What one rank would hold, computed from the config alone.
 struct DryRunRank {
   int64_t rank = 0;
+  /// Its pipeline rank, and its index along every axis by name (pp,
+  /// dp_replicate, dp_shard, tp and any registered one).
   int64_t pp = 0;
-  int64_t dp_replicate = 0;
-  int64_t dp_shard = 0;
-  int64_t tp = 0;
+  std::map<std::string, int64_t> coordinates;
   std::vector<DryRunStage> stages;
   /// Elements of every stage's stored parameters.
   int64_t parameters = 0;
@@ -115,7 +115,7 @@ class DryRunStageCache {
     int64_t root_parameters = 0;  // of those, outside every block
     int64_t sliced_elements = 0;  // after tensor parallel, before sharding
     int64_t largest_block = 0;    // a block's elements after tensor parallel
-    int64_t all_units = 0;        // every unit's elements after tp
+    int64_t all_units = 0;        // every unit's elements after the model steps
     int64_t root_unit = 0;        // the root's
   };
   /// The chunk (first and end layer, embedding, output), then the degree

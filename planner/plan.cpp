@@ -21,11 +21,11 @@
 
 #include "common/error.h"
 #include "models/model_spec.h"
+#include "parallel/parallelism.h"
 #include "parallel/pipeline/lowering.h"
 #include "parallel/pipeline/schedule_io.h"
 #include "parallel/pipeline/schedules.h"
 #include "parallel/pipeline/synthesis.h"
-#include "parallel/tensor_parallel/tensor_parallel.h"
 #include "planner/dry_run.h"
 #include "planner/plan_text.h"
 
@@ -53,11 +53,14 @@ llama::ModelArgs plan_model_args(const JobConfig& base) {
       model_registry().get(base.model.name, base.origin("model.name"));
   llama::ModelArgs args =
       model_flavor(spec, base.model.flavor, base.origin("model.flavor"));
+  // One rank: every registered axis at 1.
+  register_builtin_parallelisms();
   JobConfig one = base;
-  auto& p = one.parallelism;
-  p.data_parallel_replicate_degree = p.data_parallel_shard_degree = 1;
-  p.pipeline_parallel_degree = 1;
-  one.set_integer(tensor_parallel::kDegreeKey, 1);
+  for (const auto& p : registered_parallelisms()) {
+    if (p.axis) {
+      one.set_integer(p.axis->degree_key, 1);
+    }
+  }
   args.vocab_size = dry_run(one, 1).vocab_size;
   return args;
 }
@@ -223,9 +226,66 @@ struct CostModel {
   int64_t dim = 0;
   int64_t dtype_bytes = 2;
   int64_t reduce_bytes = 4;
+  /// The parallelisms whose axes split the blocks, innermost last.
+  std::vector<const Parallelism*> searched = searched_parallelisms();
   /// The dry runs' stage figures, shared by every candidate of the search.
   std::shared_ptr<DryRunStageCache> stage_cache =
       std::make_shared<DryRunStageCache>();
+
+  /// The costs measured at `c`'s split of the blocks: where a single
+  /// searched axis splits them and the cost file has its degree; else
+  /// null.
+  const std::vector<MicrobatchCosts>* measured_split(
+      const PlanCandidate& c) const {
+    if (c.splits.size() != 1) {
+      return nullptr;
+    }
+    const auto& [axis, degree] = *c.splits.begin();
+    for (const Parallelism* p : searched) {
+      if (p->axis->name != axis) {
+        continue;
+      }
+      const auto by_name = costs.split_costs.find(p->name);
+      if (by_name == costs.split_costs.end()) {
+        return nullptr;
+      }
+      const auto at = by_name->second.find(degree);
+      return at == by_name->second.end() ? nullptr : &at->second;
+    }
+    return nullptr;
+  }
+
+  /// The collectives the searched axes add to one pass of a block of
+  /// `act` activation bytes, as their PlanSearch models them; each axis's
+  /// ranks lie the product of the inner axes' degrees apart.
+  double split_collectives_s(const PlanCandidate& c, double act) const {
+    double seconds = 0.0;
+    int64_t stride = 1;
+    for (auto p = searched.rbegin(); p != searched.rend(); ++p) {
+      const int64_t n = c.split((*p)->axis->name);
+      const PlanSearch& search = *(*p)->plan;
+      seconds +=
+          static_cast<double>(search.block_all_gathers) *
+              collective_s(costs.all_gather, costs, n, stride, act, 1.0) +
+          static_cast<double>(search.block_reduce_scatters) *
+              collective_s(costs.reduce_scatter, costs, n, stride, act, 1.0);
+      stride *= n;
+    }
+    return seconds;
+  }
+
+  /// The ways `c`'s split cuts the activations between pipeline stages
+  /// (Parallelism::sequence_shards).
+  int64_t sequence_shards(const PlanCandidate& c) const {
+    int64_t shards = 1;
+    for (const Parallelism* p : searched) {
+      const int64_t n = c.split(p->axis->name);
+      if (n > 1 && p->sequence_shards) {
+        shards *= p->sequence_shards(ParallelDims::of({{p->axis->name, n}}, n));
+      }
+    }
+    return shards;
+  }
 
   /// Seconds of one stage's passes at `rows`, with `layers` blocks; `index`
   /// is its global stage index (whether it checkpoints).
@@ -236,30 +296,23 @@ struct CostModel {
       bool embedding,
       bool output,
       int64_t index = 0) const {
-    // Measured at this tp degree (the collectives inside), or the whole
-    // pieces' costs / tp plus the modelled sequence-parallel collectives: 2
-    // all-gathers and 2 reduce-scatters of the block's (rows, T, dim)
-    // activations per forward, as many in backward.
-    const auto measured = costs.tensor_parallel.find(c.tp);
-    const bool tp_measured =
-        c.tp > 1 && measured != costs.tensor_parallel.end();
+    // Measured at this split of the blocks (the collectives inside), or
+    // the whole pieces' costs over the ranks sharing a block plus the
+    // collectives their axes model (each block's forward, as many again
+    // in its backward).
+    const auto* measured = measured_split(c);
     const MicrobatchCosts m =
-        costs_at(tp_measured ? measured->second : costs.microbatches, rows);
-    const double t = tp_measured ? 1.0 : static_cast<double>(c.tp);
+        costs_at(measured ? *measured : costs.microbatches, rows);
+    const double t = measured ? 1.0 : static_cast<double>(c.split_ranks());
     const double act = static_cast<double>(rows * seq_len * dim * dtype_bytes);
-    const double tp_comm =
-        tp_measured
-            ? 0.0
-            : 2.0 * collective_s(costs.all_gather, costs, c.tp, 1, act, 1.0) +
-                  2.0 * collective_s(
-                            costs.reduce_scatter, costs, c.tp, 1, act, 1.0);
-    const double block_f = m.block.f / t + tp_comm;
+    const double split_comm = measured ? 0.0 : split_collectives_s(c, act);
+    const double block_f = m.block.f / t + split_comm;
     const double recompute = c.checkpoints_stage(index) ? block_f : 0.0;
     const double L = static_cast<double>(layers);
     StageTimes s;
     s.f = L * block_f;
-    s.b = L * (m.block.b / t + tp_comm + recompute);
-    s.i = L * (m.block.i / t + tp_comm + recompute);
+    s.b = L * (m.block.b / t + split_comm + recompute);
+    s.i = L * (m.block.i / t + split_comm + recompute);
     s.w = L * m.block.w / t;
     const PassCosts& v = m.spread;
     const double root_l = std::sqrt(L);
@@ -280,36 +333,39 @@ struct CostModel {
     return s;
   }
 
-  /// From a SEND to its data usable on the next pipeline rank: this tp
-  /// rank's slice of the (rows, T, dim) activation.
+  /// From a SEND to its data usable on the next pipeline rank: this
+  /// rank's slice of the (rows, T, dim) activation (sequence_shards).
   double p2p_s(const PlanCandidate& c, int64_t rows) const {
-    const int64_t stride = c.dp_replicate * c.dp_shard * c.tp;
+    const int64_t stride = c.dp_replicate * c.dp_shard * c.split_ranks();
     const LinkCosts& link = link_for(costs.p2p, costs, 2, stride);
     const double bytes =
-        static_cast<double>(rows * seq_len * dim * dtype_bytes) / c.tp;
+        static_cast<double>(rows * seq_len * dim * dtype_bytes) /
+        static_cast<double>(sequence_shards(c));
     return link.latency_s + bytes / link.bandwidth;
   }
 
   /// Data-parallel gradient reduction of a rank storing `stored` parameter
   /// elements in `units` fully_shard units (root and blocks over its
   /// stages), after the pipeline (not overlapped): replicate all-reduces
-  /// the gradients (stride tp); fully_shard reduce-scatters the whole
-  /// gradients over its shard group (size dp_shard, stride tp) and, with
-  /// HSDP, all-reduces the 1/dp_shard it keeps over the replicas (size
-  /// dp_replicate, stride tp x dp_shard), as Unit::to_sharded does: each
-  /// unit its own collectives, so one latency per unit.
+  /// the gradients (stride: the ranks sharing a block, k); fully_shard
+  /// reduce-scatters the whole gradients over its shard group (size
+  /// dp_shard, stride k) and, with HSDP, all-reduces the 1/dp_shard it
+  /// keeps over the replicas (size dp_replicate, stride k x dp_shard), as
+  /// Unit::to_sharded does: each unit its own collectives, so one latency
+  /// per unit.
   double dp_sync_s(
       const PlanCandidate& c, int64_t stored, int64_t units) const {
     const double n = static_cast<double>(stored);
+    const int64_t k = c.split_ranks();
     if (c.dp_shard == 1) {
       return collective_s(
-          costs.all_reduce, costs, c.dp_replicate, c.tp, n * reduce_bytes, 2.0);
+          costs.all_reduce, costs, c.dp_replicate, k, n * reduce_bytes, 2.0);
     }
     return unit_collectives_s(
                costs.reduce_scatter,
                costs,
                c.dp_shard,
-               c.tp,
+               k,
                n * c.dp_shard * reduce_bytes,
                1.0,
                units) +
@@ -317,17 +373,18 @@ struct CostModel {
                costs.all_reduce,
                costs,
                c.dp_replicate,
-               c.tp * c.dp_shard,
+               k * c.dp_shard,
                n * reduce_bytes,
                2.0,
                units);
   }
 
   /// fully_shard's all-gathers of one stage in a step (size dp_shard,
-  /// stride tp, the compute dtype): each of its `block_units` blocks
-  /// `block_gathers` times, its root (embedding, norm, output: never freed
-  /// after its forward) once; each unit gathers alone (one latency each).
-  /// `blocks` and `root` are the shard elements this rank stores.
+  /// stride: the ranks sharing a block; the compute dtype): each of its
+  /// `block_units` blocks `block_gathers` times, its root (embedding, norm,
+  /// output: never freed after its forward) once; each unit gathers alone (one
+  /// latency each). `blocks` and `root` are the shard elements this rank
+  /// stores.
   double fsdp_gather_s(
       const PlanCandidate& c,
       int64_t blocks,
@@ -341,7 +398,7 @@ struct CostModel {
                        costs.all_gather,
                        costs,
                        c.dp_shard,
-                       c.tp,
+                       c.split_ranks(),
                        static_cast<double>(elements) * c.dp_shard * dtype_bytes,
                        1.0,
                        units);
@@ -493,7 +550,10 @@ JobConfig candidate_config(const JobConfig& base, const PlanCandidate& c) {
   auto& p = config.parallelism;
   p.data_parallel_replicate_degree = c.dp_replicate;
   p.data_parallel_shard_degree = c.dp_shard;
-  config.set_integer(tensor_parallel::kDegreeKey, c.tp);
+  for (const Parallelism* searched : searched_parallelisms()) {
+    config.set_integer(
+        searched->axis->degree_key, c.split(searched->axis->name));
+  }
   p.pipeline_parallel_degree = c.pp;
   p.pipeline_parallel_schedule = c.schedule.empty() ? "1F1B" : c.schedule;
   p.pipeline_parallel_stages_per_rank = c.stages_per_rank;
@@ -516,10 +576,11 @@ pipeline::SimulationCosts simulation_costs(
     std::vector<PassCosts>* deviations = nullptr) {
   const MicrobatchCosts post =
       costs_at(model.costs.microbatches, c.microbatch_size);
+  const auto shards = static_cast<double>(model.sequence_shards(c));
   auto costs = pipeline::SimulationCosts()
                    .p2p_latency(model.p2p_s(c, c.microbatch_size))
-                   .send_post(post.send_s / static_cast<double>(c.tp))
-                   .recv_post(post.recv_s / static_cast<double>(c.tp));
+                   .send_post(post.send_s / shards)
+                   .recv_post(post.recv_s / shards);
   pipeline::StageCosts per_stage;
   const int64_t stages = static_cast<int64_t>(c.layers_per_stage.size());
   for (int64_t s = 0; s < stages; ++s) {
@@ -716,21 +777,69 @@ bool score(
   return true;
 }
 
+/// The base config's local batch times its data-parallel ranks: the world
+/// over its pp and its searched axes' degrees.
 int64_t default_global_batch(const JobConfig& base, int64_t world) {
-  const auto& p = base.parallelism;
-  const int64_t tp = std::max<int64_t>(
-      1, base.integer(tensor_parallel::kDegreeKey).value_or(1));
-  const int64_t pp = std::max<int64_t>(1, p.pipeline_parallel_degree);
+  int64_t model_ranks =
+      std::max<int64_t>(1, base.parallelism.pipeline_parallel_degree);
+  for (const Parallelism* p : searched_parallelisms()) {
+    model_ranks *=
+        std::max<int64_t>(1, base.integer(p->axis->degree_key).value_or(1));
+  }
   return base.training.local_batch_size *
-         std::max<int64_t>(1, world / (tp * pp));
+         std::max<int64_t>(1, world / model_ranks);
 }
 
-/// Every (tp, pp, dp) the world and the model allow.
+/// A split of the blocks, pp and dp that the world and the model allow.
 struct Layout {
-  int64_t tp = 1;
+  std::map<std::string, int64_t> splits;  // degrees above 1, by axis
   int64_t pp = 1;
   int64_t dp = 1;
+
+  int64_t split_ranks() const {
+    int64_t k = 1;
+    for (const auto& [axis, degree] : splits) {
+      k *= degree;
+    }
+    return k;
+  }
 };
+
+/// Every split of the blocks over the searched parallelisms' axes whose
+/// ranks divide `world`: each axis at 1, or at a degree up to its
+/// PlanSearch::max_degree that its check accepts for the model.
+std::vector<std::map<std::string, int64_t>> block_splits(
+    const JobConfig& base, const llama::ModelArgs& args, int64_t world) {
+  std::vector<std::map<std::string, int64_t>> out{{}};
+  for (const Parallelism* p : searched_parallelisms()) {
+    const std::string& axis = p->axis->name;
+    std::vector<std::map<std::string, int64_t>> grown;
+    for (const auto& split : out) {
+      grown.push_back(split);
+      int64_t k = 1;
+      for (const auto& [name, degree] : split) {
+        k *= degree;
+      }
+      for (int64_t d = 2; d <= std::min(p->plan->max_degree, world / k); ++d) {
+        if ((world / k) % d != 0) {
+          continue;
+        }
+        if (p->check) {
+          JobConfig config = base;
+          config.set_integer(p->axis->degree_key, d);
+          if (p->check(config, ParallelDims::of({{axis, d}}, d), args)) {
+            continue;
+          }
+        }
+        auto wider = split;
+        wider[axis] = d;
+        grown.push_back(std::move(wider));
+      }
+    }
+    out = std::move(grown);
+  }
+  return out;
+}
 
 std::vector<Layout> layouts(
     const JobConfig& base,
@@ -739,18 +848,17 @@ std::vector<Layout> layouts(
     int64_t global_batch,
     const PlanOptions& options) {
   std::vector<Layout> out;
-  for (int64_t tp = 1; tp <= std::min(options.max_tp(), world); ++tp) {
-    if (world % tp != 0 || (tp > 1 && tensor_parallel::tensor_parallel_problem(
-                                          args, base.training.seq_len, tp))) {
-      continue;
-    }
-    for (int64_t pp = 1; pp <= std::min(options.max_pp(), world / tp); ++pp) {
-      if ((world / tp) % pp != 0 || pp > args.n_layers) {
+  for (auto& split : block_splits(base, args, world)) {
+    Layout layout{std::move(split)};
+    const int64_t k = layout.split_ranks();
+    for (int64_t pp = 1; pp <= std::min(options.max_pp(), world / k); ++pp) {
+      if ((world / k) % pp != 0 || pp > args.n_layers) {
         continue;
       }
-      const int64_t dp = world / (tp * pp);
-      if (global_batch % dp == 0) {
-        out.push_back({tp, pp, dp});
+      layout.pp = pp;
+      layout.dp = world / (k * pp);
+      if (global_batch % layout.dp == 0) {
+        out.push_back(layout);
       }
     }
   }
@@ -791,7 +899,7 @@ void add_candidates(
   for (const auto& [replicate, shard] : dp_modes) {
     PlanCandidate c;
     c.pp = layout.pp;
-    c.tp = layout.tp;
+    c.splits = layout.splits;
     c.dp_replicate = replicate;
     c.dp_shard = shard;
     c.local_batch = local;
@@ -863,6 +971,19 @@ std::map<ScheduleKey, CachedSchedule> lower_schedules(
 
 }  // namespace
 
+int64_t PlanCandidate::split(const std::string& axis) const {
+  const auto it = splits.find(axis);
+  return it == splits.end() ? 1 : it->second;
+}
+
+int64_t PlanCandidate::split_ranks() const {
+  int64_t k = 1;
+  for (const auto& [axis, degree] : splits) {
+    k *= degree;
+  }
+  return k;
+}
+
 bool PlanCandidate::checkpoints_stage(int64_t stage) const {
   return activation_checkpoint == "full" &&
          (checkpoint_stages.empty() ||
@@ -894,6 +1015,26 @@ std::vector<std::vector<std::string>> split_fqns(
 
 namespace {
 
+/// The searched axes' names ("tp"), for messages.
+std::string split_names() {
+  std::string names;
+  for (const Parallelism* p : searched_parallelisms()) {
+    names += (names.empty() ? "" : " x ") + p->axis->name;
+  }
+  return names.empty() ? "1" : names;
+}
+
+/// What each searched axis's degree must be ("tp up to 8 where
+/// tensor_parallel accepts it for the model, "), for messages.
+std::string split_rules() {
+  std::string rules;
+  for (const Parallelism* p : searched_parallelisms()) {
+    rules += p->axis->name + " up to " + std::to_string(p->plan->max_degree) +
+             " where " + p->name + " accepts it for the model, ";
+  }
+  return rules;
+}
+
 [[noreturn]] void throw_no_layout(
     const JobConfig& base,
     const llama::ModelArgs& args,
@@ -902,16 +1043,14 @@ namespace {
     const PlanOptions& options) {
   throw_config_error(
       "--nproc " + std::to_string(world),
-      "no layout pp x dp x tp divides " + std::to_string(world) +
-          " ranks for " + base.model.name + " " + base.model.flavor + " (" +
-          std::to_string(args.n_layers) + " layers, " +
-          std::to_string(args.n_heads) + " heads) with a global batch of " +
-          std::to_string(global_batch) +
+      "no layout pp x dp x " + split_names() + " divides " +
+          std::to_string(world) + " ranks for " + base.model.name + " " +
+          base.model.flavor + " (" + std::to_string(args.n_layers) +
+          " layers, " + std::to_string(args.n_heads) +
+          " heads) with a global batch of " + std::to_string(global_batch) +
           " sequences; allowed: pp <= the layers and max " +
-          std::to_string(options.max_pp()) +
-          ", tp dividing the heads, hidden size and seq_len (max " +
-          std::to_string(options.max_tp()) +
-          "), dp dividing the global batch; try another --nproc or "
+          std::to_string(options.max_pp()) + ", " + split_rules() +
+          "dp dividing the global batch; try another --nproc or "
           "--global-batch");
 }
 
@@ -1068,8 +1207,11 @@ std::string layout_key(
     }
     out << '|';
   };
-  out << c.pp << '|' << c.dp_replicate << '|' << c.dp_shard << '|' << c.tp
-      << '|' << c.fsdp_reshard << '|' << c.microbatch_size << '|'
+  out << c.pp << '|' << c.dp_replicate << '|' << c.dp_shard << '|';
+  for (const auto& [axis, degree] : c.splits) {
+    out << axis << degree << ',';
+  }
+  out << '|' << c.fsdp_reshard << '|' << c.microbatch_size << '|'
       << c.activation_checkpoint << '|';
   list(c.checkpoint_stages);
   list(c.layers_per_stage);
@@ -1222,12 +1364,58 @@ bool plan_simplicity_less(const PlanCandidate& a, const PlanCandidate& b) {
     return std::make_tuple(
         c.pp * c.stages_per_rank,
         c.synthesized != nullptr,
-        c.tp,
+        c.split_ranks(),
         c.microbatches,
         checkpointed_stages(c));
   };
   return key(a) < key(b);
 }
+
+namespace {
+
+/// The microbatch sizes of `found`'s layouts (those splitting the blocks
+/// as `splits` only, when given).
+std::vector<int64_t> microbatch_rows(
+    const std::vector<Layout>& found,
+    int64_t global_batch,
+    const PlanOptions& options,
+    const std::map<std::string, int64_t>* splits = nullptr) {
+  std::vector<int64_t> rows;
+  for (const Layout& layout : found) {
+    if (splits != nullptr && layout.splits != *splits) {
+      continue;
+    }
+    const int64_t local = global_batch / layout.dp;
+    for (int64_t mb = 1; mb <= local; ++mb) {
+      const bool pipelined_size = layout.pp > 1 && local % mb == 0 &&
+                                  local / mb <= options.max_microbatches();
+      if (pipelined_size || (layout.pp == 1 && mb == local)) {
+        rows.push_back(mb);
+      }
+    }
+  }
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
+/// The layouts the search of `world` ranks covers, and its global batch.
+std::pair<std::vector<Layout>, int64_t> searched_layouts(
+    const JobConfig& base,
+    const llama::ModelArgs& args,
+    int64_t world,
+    const PlanOptions& options) {
+  const int64_t global_batch = options.global_batch() > 0
+                                   ? options.global_batch()
+                                   : default_global_batch(base, world);
+  auto found = layouts(base, args, world, global_batch, options);
+  if (found.empty()) {
+    throw_no_layout(base, args, world, global_batch, options);
+  }
+  return {std::move(found), global_batch};
+}
+
+}  // namespace
 
 PlanResult plan_layouts(
     const JobConfig& base,
@@ -1238,17 +1426,13 @@ PlanResult plan_layouts(
   const llama::ModelArgs args = plan_model_args(base);
   PlanResult result;
   result.world_size = world;
-  result.global_batch = options.global_batch() > 0
-                            ? options.global_batch()
-                            : default_global_batch(base, world);
+  const auto [found, global_batch] =
+      searched_layouts(base, args, world, options);
+  result.global_batch = global_batch;
   result.memory_cap = options.memory_per_rank() > 0
                           ? options.memory_per_rank()
                           : static_cast<int64_t>(
                                 costs.memory_per_rank_gib.value_or(0.0) * kGiB);
-  const auto found = layouts(base, args, world, result.global_batch, options);
-  if (found.empty()) {
-    throw_no_layout(base, args, world, result.global_batch, options);
-  }
   const int64_t threads =
       options.threads() > 0
           ? options.threads()
@@ -1289,53 +1473,30 @@ PlanResult plan_layouts(
 }
 
 std::vector<int64_t> plan_microbatch_rows(
-    const JobConfig& base,
-    int64_t world,
-    const PlanOptions& options,
-    int64_t tp) {
-  const llama::ModelArgs args = plan_model_args(base);
-  const int64_t global_batch = options.global_batch() > 0
-                                   ? options.global_batch()
-                                   : default_global_batch(base, world);
-  const auto found = layouts(base, args, world, global_batch, options);
-  if (found.empty()) {
-    throw_no_layout(base, args, world, global_batch, options);
-  }
-  std::vector<int64_t> rows;
+    const JobConfig& base, int64_t world, const PlanOptions& options) {
+  const auto [found, global_batch] =
+      searched_layouts(base, plan_model_args(base), world, options);
+  return microbatch_rows(found, global_batch, options);
+}
+
+SplitRows plan_split_rows(
+    const JobConfig& base, int64_t world, const PlanOptions& options) {
+  const auto [found, global_batch] =
+      searched_layouts(base, plan_model_args(base), world, options);
+  SplitRows rows;
   for (const Layout& layout : found) {
-    if (tp > 0 && layout.tp != tp) {
+    if (layout.splits.size() != 1) {
       continue;
     }
-    const int64_t local = global_batch / layout.dp;
-    for (int64_t mb = 1; mb <= local; ++mb) {
-      const bool pipelined_size = layout.pp > 1 && local % mb == 0 &&
-                                  local / mb <= options.max_microbatches();
-      if (pipelined_size || (layout.pp == 1 && mb == local)) {
-        rows.push_back(mb);
+    const auto& [axis, degree] = *layout.splits.begin();
+    for (const Parallelism* p : searched_parallelisms()) {
+      if (p->axis->name == axis && rows[p->name].count(degree) == 0) {
+        rows[p->name][degree] =
+            microbatch_rows(found, global_batch, options, &layout.splits);
       }
     }
   }
-  std::sort(rows.begin(), rows.end());
-  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
   return rows;
-}
-
-std::vector<int64_t> plan_tensor_parallel_degrees(
-    const JobConfig& base, int64_t world, const PlanOptions& options) {
-  const llama::ModelArgs args = plan_model_args(base);
-  const int64_t global_batch = options.global_batch() > 0
-                                   ? options.global_batch()
-                                   : default_global_batch(base, world);
-  std::vector<int64_t> degrees;
-  for (const Layout& layout :
-       layouts(base, args, world, global_batch, options)) {
-    if (layout.tp > 1) {
-      degrees.push_back(layout.tp);
-    }
-  }
-  std::sort(degrees.begin(), degrees.end());
-  degrees.erase(std::unique(degrees.begin(), degrees.end()), degrees.end());
-  return degrees;
 }
 
 std::string plan_schedule_svg(

@@ -87,11 +87,13 @@ struct PlanCosts {
   /// The optimizer step with gradient clipping, seconds per parameter a
   /// rank stores; 0 when the file leaves it out (then so does the model).
   double optimizer_s_per_parameter = 0.0;
-  /// Measured with tensor parallelism, by degree: per microbatch size,
-  /// the pieces one tp rank runs, their collectives included (the
-  /// profile's). A degree absent here takes `microbatches` / tp plus the
-  /// modelled sequence-parallel collectives.
-  std::map<int64_t, std::vector<MicrobatchCosts>> tensor_parallel;
+  /// Measured under a parallelism that splits the blocks
+  /// (Parallelism::plan), by its name (the file's key) and degree: per
+  /// microbatch size, the pieces one of its ranks runs, their collectives
+  /// included (the profile's). A degree absent here takes `microbatches`
+  /// over the degree plus the collectives its PlanSearch models.
+  std::map<std::string, std::map<int64_t, std::vector<MicrobatchCosts>>>
+      split_costs;
   /// The dtype the compute costs were measured in ("float32",
   /// "bfloat16"); empty: the config's, as the dry run takes it. Sizes the
   /// activations the links move.
@@ -143,9 +145,9 @@ struct PlanOptions {
   /// The cap per rank in bytes; 0 = the cost file's, else none.
   TORCH_ARG(int64_t, memory_per_rank) = 0;
   /// Sequences per step over all data-parallel ranks; 0 = the base
-  /// config's local_batch_size x (world / (its tp x pp)).
+  /// config's local_batch_size x its data-parallel ranks (world over its
+  /// pp and the degrees of the axes that split the blocks).
   TORCH_ARG(int64_t, global_batch) = 0;
-  TORCH_ARG(int64_t, max_tp) = 8;
   TORCH_ARG(int64_t, max_pp) = 16;
   TORCH_ARG(int64_t, max_stages_per_rank) = 8;
   TORCH_ARG(int64_t, max_microbatches) = 64;
@@ -168,7 +170,9 @@ struct PlanCandidate {
   int64_t pp = 1;
   int64_t dp_replicate = 1;
   int64_t dp_shard = 1;
-  int64_t tp = 1;
+  /// The degrees above 1 of the axes that split every block (the searched
+  /// parallelisms', Parallelism::plan: tensor parallel's "tp"), by axis.
+  std::map<std::string, int64_t> splits;
   /// "" without pipelining; "Synthesized" for a schedule made for these
   /// costs (`synthesized`).
   std::string schedule;
@@ -215,6 +219,10 @@ struct PlanCandidate {
 
   /// Whether pipeline stage `stage`'s blocks recompute in backward.
   bool checkpoints_stage(int64_t stage) const;
+  /// Its degree along the splitting axis `axis` (1 where it has none).
+  int64_t split(const std::string& axis) const;
+  /// The product of `splits`: the ranks that share each block.
+  int64_t split_ranks() const;
 };
 
 /// The search's outcome.
@@ -253,14 +261,15 @@ struct PlanResult {
 /// The order among candidates whose predictions count as equal: fewer
 /// pipeline stages in all (pp x stages per rank: fewer point-to-point
 /// transfers and per-stage overheads the model has to get right), a
-/// built-in schedule before a synthesised one, less tensor parallelism
-/// (fewer collectives per layer), fewer microbatches (fewer passes, each
+/// built-in schedule before a synthesised one, fewer ranks sharing each
+/// block (fewer collectives per layer), fewer microbatches (fewer passes, each
 /// with a fixed cost), fewer checkpointing stages. False when neither is
 /// simpler.
 bool plan_simplicity_less(const PlanCandidate& a, const PlanCandidate& b);
 
 /// Searches the layouts of `world_size` ranks for `base`'s model: pp x
-/// dp x tp with dp as dp_replicate, dp_shard or both (HSDP, r x s), FSDP
+/// dp x the searched parallelisms' degrees (searched_parallelisms: tensor
+/// parallel's), with dp as dp_replicate, dp_shard or both (HSDP, r x s), FSDP
 /// resharding after forward always / never, the seven schedules with their
 /// stages per rank, microbatch sizes, even and balanced layer splits,
 /// activation checkpointing none / full on the first k stages, with the
@@ -284,17 +293,22 @@ PlanResult plan_layouts(
 /// give a candidate: the divisors of each data-parallel degree's local
 /// batch, at most options.max_microbatches() microbatches, and the local
 /// batches themselves (one micro-step without pipelining). What the
-/// profile times; with `tp` > 0, those of the layouts of that degree only.
-/// Throws ConfigError, as plan_layouts, when no layout divides the world.
+/// profile times. Throws ConfigError, as plan_layouts, when no layout
+/// divides the world.
 std::vector<int64_t> plan_microbatch_rows(
     const JobConfig& base,
     int64_t world_size,
-    const PlanOptions& options = PlanOptions(),
-    int64_t tp = 0);
+    const PlanOptions& options = PlanOptions());
 
-/// The tensor-parallel degrees above 1 the search of `world_size` ranks
-/// can give a candidate.
-std::vector<int64_t> plan_tensor_parallel_degrees(
+/// Microbatch sizes per degree of each searched parallelism, by its name.
+using SplitRows =
+    std::map<std::string, std::map<int64_t, std::vector<int64_t>>>;
+
+/// Per searched parallelism (by name), each degree above 1 the search of
+/// `world_size` ranks can give a candidate with no other axis splitting
+/// the blocks, with the microbatch sizes of those layouts: what the
+/// profile measures (ProfileOptions::splits, PlanCosts::split_costs).
+SplitRows plan_split_rows(
     const JobConfig& base,
     int64_t world_size,
     const PlanOptions& options = PlanOptions());

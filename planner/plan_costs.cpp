@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "parallel/parallelism.h"
 #include "planner/plan.h"
 
 // The cost files of `baton plan` (docs/plan.md): reading one, field by
@@ -233,25 +234,27 @@ PlanCosts load_plan_costs(const std::string& path) {
   if (top.has("memory_per_rank_gib")) {
     costs.memory_per_rank_gib = top.number("memory_per_rank_gib", 0.0);
   }
-  if (top.has("tensor_parallel")) {
-    const json& list = top.at("tensor_parallel");
+  // Each searched parallelism's measured costs, under its name.
+  register_builtin_parallelisms();
+  for (const Parallelism* p : searched_parallelisms()) {
+    if (!top.has(p->name)) {
+      continue;
+    }
+    const json& list = top.at(p->name);
     if (!list.is_array()) {
-      top.fail(
-          "tensor_parallel",
-          "is not a list",
-          "a list of {degree, microbatches}");
+      top.fail(p->name, "is not a list", "a list of {degree, microbatches}");
     }
     for (size_t k = 0; k < list.size(); ++k) {
       const FieldReader r(
-          list[k], path, "tensor_parallel[" + std::to_string(k) + "]");
+          list[k], path, p->name + "[" + std::to_string(k) + "]");
       const double degree = r.number("degree", 1.0);
-      if (degree != std::floor(degree)) {
+      if (degree != std::floor(degree) || degree < 2.0) {
         r.fail(
             "degree",
             "'" + r.at("degree").dump() + "' is not allowed",
             "an integer >= 2");
       }
-      costs.tensor_parallel[static_cast<int64_t>(degree)] =
+      costs.split_costs[p->name][static_cast<int64_t>(degree)] =
           read_microbatches(r);
     }
   }
@@ -291,13 +294,13 @@ std::string plan_costs_to_json(const PlanCosts& costs) {
   if (costs.memory_per_rank_gib) {
     out["memory_per_rank_gib"] = *costs.memory_per_rank_gib;
   }
-  if (!costs.tensor_parallel.empty()) {
+  for (const auto& [name, by_degree] : costs.split_costs) {
     json list = json::array();
-    for (const auto& [degree, measured] : costs.tensor_parallel) {
+    for (const auto& [degree, measured] : by_degree) {
       list.push_back(
           {{"degree", degree}, {"microbatches", microbatches_json(measured)}});
     }
-    out["tensor_parallel"] = list;
+    out[name] = list;
   }
   if (costs.optimizer_s_per_parameter > 0.0) {
     out["optimizer"] = {

@@ -31,7 +31,6 @@
 #include "parallel/pipeline/lowering.h"
 #include "parallel/pipeline/schedule_io.h"
 #include "parallel/pipeline/schedules.h"
-#include "parallel/tensor_parallel/tensor_parallel.h"
 
 namespace baton {
 
@@ -121,14 +120,27 @@ struct Chunk {
   std::shared_ptr<ModelPart> part;
   bool takes_ids = false;
   bool ends_in_loss = false;
-  /// The loss of a chunk that ends in it (vocabulary-parallel under tp).
+  /// The loss of a chunk that ends in it (parallel_loss: tensor parallel's
+  /// vocabulary-parallel one under tp).
   LossFn loss = cross_entropy_sum;
   /// The hidden states between blocks hold T / sequence_shards positions.
   int64_t sequence_shards = 1;
 };
 
-/// With `context`'s mesh of tp > 1, the chunk is cut by the
-/// tensor_parallel step first, as the builder does.
+/// The searched parallelism named `name` (a key of ProfileOptions::splits).
+const Parallelism* searched_parallelism(const std::string& name) {
+  for (const Parallelism* p : searched_parallelisms()) {
+    if (p->name == name) {
+      return p;
+    }
+  }
+  throw std::invalid_argument(
+      "[plan] profile: '" + name +
+      "' is not a parallelism the planner searches (Parallelism::plan)");
+}
+
+/// Cut by the model steps of the parallelisms `context`'s mesh enables (a
+/// split of the blocks: tensor parallel's), as the builder cuts them.
 Chunk make_chunk(
     const JobConfig& config,
     const llama::ModelArgs& args,
@@ -138,13 +150,17 @@ Chunk make_chunk(
   Chunk chunk;
   chunk.part = std::make_shared<ModelPart>(
       model.build(args, spec, config.training.seed), /*stage=*/0);
-  const int64_t tp = context.mesh.dims().degree(tensor_parallel::kAxis);
-  if (tp > 1) {
-    tensor_parallel::TensorParallelApplier().apply(*chunk.part, context);
-    chunk.loss =
-        tensor_parallel::tensor_parallel_loss(context.mesh, args.vocab_size);
-    chunk.sequence_shards = tp;
+  const ParallelDims& dims = context.mesh.dims();
+  for (const Parallelism* p : enabled_parallelisms(config, dims)) {
+    if (p->place != ChainPlace::kModel || !p->appliers) {
+      continue;
+    }
+    for (const std::string& step : p->appliers(config, dims)) {
+      applier_registry().get(step)()->apply(*chunk.part, context);
+    }
   }
+  chunk.loss = parallel_loss(config, context.mesh, args);
+  chunk.sequence_shards = parallel_sequence_shards(config, dims);
   MixedPrecisionApplier().apply(*chunk.part, context);
   chunk.takes_ids = spec.embedding;
   chunk.ends_in_loss = spec.output;
@@ -817,25 +833,30 @@ PlanCosts profile_plan_costs(
               {time_optimizer(config, block, single, ranks, computes, options)},
               compute_ranks)
           .front();
-  // Tensor parallel: each degree's pieces cut as the builder cuts them,
-  // every rank of the world in a tp group at once (only where every rank
-  // times compute).
-  std::string tp_done;
-  for (const auto& [tp, rows_list] : options.tensor_parallel()) {
-    if (runtime == nullptr || tp < 2 || ranks.size() % tp != 0 ||
-        compute_ranks < ranks.size()) {
-      continue;
+  // Each searched parallelism's degrees: the pieces cut as the builder cuts
+  // them, every rank of the world in one of its groups at once (only where
+  // every rank times compute).
+  std::string splits_done;
+  for (const auto& [name, by_degree] : options.splits()) {
+    const Parallelism* split = searched_parallelism(name);
+    for (const auto& [degree, rows_list] : by_degree) {
+      if (runtime == nullptr || degree < 2 || ranks.size() % degree != 0 ||
+          compute_ranks < ranks.size()) {
+        continue;
+      }
+      const ParallelDims dims = ParallelDims::of(
+          {{kReplicateAxis, static_cast<int64_t>(ranks.size()) / degree},
+           {split->axis->name, degree}},
+          static_cast<int64_t>(ranks.size()));
+      const dist::ParallelMesh mesh(
+          dims, ranks.rank(), runtime->shared_from_this());
+      const ParallelContext on{
+          config, mesh, cpu, /*pipelined=*/true, mp.dtypes};
+      costs.split_costs[name][degree] = pieces(on, rows_list, true, true).first;
+      splits_done += (splits_done.empty() ? "" : "; ") + name + " " +
+                     std::to_string(degree) + " (" + describe_rows(rows_list) +
+                     " sequences)";
     }
-    const ParallelDims dims = ParallelDims::of(
-        {{kReplicateAxis, static_cast<int64_t>(ranks.size()) / tp},
-         {tensor_parallel::kAxis, tp}},
-        static_cast<int64_t>(ranks.size()));
-    const dist::ParallelMesh mesh(
-        dims, ranks.rank(), runtime->shared_from_this());
-    const ParallelContext on{config, mesh, cpu, /*pipelined=*/true, mp.dtypes};
-    costs.tensor_parallel[tp] = pieces(on, rows_list, true, true).first;
-    tp_done += (tp_done.empty() ? "" : ", ") + std::to_string(tp) + " (" +
-               describe_rows(rows_list) + " sequences)";
   }
   costs.compute_dtype = mixed_precision_name(mp.dtypes.param);
   costs.device = "cpu";
@@ -865,10 +886,10 @@ PlanCosts profile_plan_costs(
   }
   obtained << "; the block's passes also with their standard deviation "
               "(spread)";
-  if (!tp_done.empty()) {
-    obtained << "; tensor parallel " << tp_done
-             << ", each piece cut by the tensor_parallel step over that many "
-                "ranks, its collectives included";
+  if (!splits_done.empty()) {
+    obtained << "; " << splits_done
+             << ", each piece cut by the parallelism's own steps over that "
+                "many ranks, their collectives included";
   }
   if (ranks.size() >= 2) {
     // Where the pipeline's own messages were timed (every rank holds the

@@ -22,8 +22,6 @@ class Runtime;
 }
 
 /// What the profile measures and how often.
-/// Microbatch sizes per tensor-parallel degree.
-using TensorParallelRows = std::map<int64_t, std::vector<int64_t>>;
 
 struct ProfileOptions {
   /// Microbatch sizes (sequences of seq_len tokens) to time.
@@ -44,10 +42,11 @@ struct ProfileOptions {
   /// take part in the communication (a world larger than the cores). 0:
   /// every rank.
   TORCH_ARG(int64_t, compute_ranks) = 0;
-  /// Tensor-parallel degrees to time, each with its microbatch sizes: the
-  /// pieces cut by the tensor_parallel step over that many ranks (only
-  /// where the world divides by it and every rank times compute).
-  TORCH_ARG(TensorParallelRows, tensor_parallel) = {};
+  /// Degrees of the searched parallelisms (Parallelism::plan) to time, by
+  /// name, each with its microbatch sizes: the pieces cut by the
+  /// parallelism's own steps over that many ranks (only where the world
+  /// divides by it and every rank times compute).
+  TORCH_ARG(SplitRows, splits) = {};
   /// Byte sizes the P2P and the collectives are timed at.
   TORCH_ARG(std::vector<int64_t>, comm_bytes) = std::vector<int64_t>{
       1 << 14, 1 << 18, 1 << 20, 1 << 22, 1 << 24};
@@ -68,9 +67,9 @@ LinkCosts fit_link_costs(const std::vector<std::pair<double, double>>& points);
 ///   InterleavedZeroBubble over the ranks, options.pipeline_runs() runs;
 ///   else options.block_copies() of them, with weights of their own,
 ///   passed through in turn); the embedding alone;
-///   the final norm, output projection and loss; and, for each
-///   options.tensor_parallel degree, the same pieces cut by the tensor_parallel
-///   step over that many ranks (their collectives inside the passes);
+///   the final norm, output projection and loss; and, for each degree of
+///   options.splits, the same pieces cut by that parallelism's steps over
+///   that many ranks (their collectives inside the passes);
 /// - the optimizer step with gradient clipping, per parameter;
 /// - with two ranks or more, P2P between ranks 0 and 1 (half a round trip)
 ///   and the world's all_reduce, all_gather and reduce_scatter at

@@ -3,10 +3,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/error.h"
+#include "parallel/parallelism.h"
 #include "parallel/pipeline/placement.h"
 #include "parallel/pipeline/schedule_io.h"
 #include "planner/plan.h"
@@ -53,7 +55,10 @@ std::string schedule_label(const PlanCandidate& c) {
 std::string describe_layout(const PlanCandidate& c) {
   std::ostringstream out;
   out << "pp " << c.pp << " x dp_replicate " << c.dp_replicate << " x dp_shard "
-      << c.dp_shard << " x tp " << c.tp;
+      << c.dp_shard;
+  for (const Parallelism* p : searched_parallelisms()) {
+    out << " x " << p->axis->name << " " << c.split(p->axis->name);
+  }
   if (c.pp > 1) {
     out << ", " << schedule_label(c) << " v " << c.stages_per_rank << ", m "
         << c.microbatches << " of " << c.microbatch_size;
@@ -126,7 +131,8 @@ std::string format_plan_table(
         result.fastest_step_s);
     out << "ranks 1-" << result.tied << ": " << within
         << ", level within the model's accuracy: the simplest first (fewer "
-           "pipeline stages, built-in schedule, less tensor parallelism, "
+           "pipeline stages, built-in schedule, fewer ranks sharing each "
+           "block, "
            "fewer microbatches, less checkpointing; --tolerance 0 ranks by "
            "prediction alone)\n";
   }
@@ -136,7 +142,12 @@ std::string format_plan_table(
               ? std::string()
               : std::string(" (not in the cost file: left out)"))
       << "\n\n";
-  out << "rank | pp dp_rep dp_shard tp | reshard | schedule v | "
+  std::string axes = "pp dp_rep dp_shard";
+  for (const Parallelism* p : searched_parallelisms()) {
+    axes += " " + p->axis->name;
+  }
+  out << "rank | " << axes
+      << " | reshard | schedule v | "
          "microbatch x m | layers per stage | ac (stages) | step s (pipeline + "
          "dp sync + optimizer) | tokens/s | tokens/s/rank | bubble % | peak "
          "GiB\n";
@@ -147,17 +158,20 @@ std::string format_plan_table(
         c.pp > 1 ? std::string(c.balanced ? "balanced " : "even ") +
                        describe_split(c.layers_per_stage)
                  : std::string("-");
+    std::string degrees = std::to_string(c.pp) + " " +
+                          std::to_string(c.dp_replicate) + " " +
+                          std::to_string(c.dp_shard);
+    for (const Parallelism* p : searched_parallelisms()) {
+      degrees += " " + std::to_string(c.split(p->axis->name));
+    }
     char line[512];
     std::snprintf(
         line,
         sizeof(line),
-        "%lld | %lld %lld %lld %lld | %s | %s %lld | %lld x %lld | %s | %s | "
+        "%lld | %s | %s | %s %lld | %lld x %lld | %s | %s | "
         "%.4g (%.4g + %.4g + %.4g) | %.4g | %.4g | %.1f | %s\n",
         static_cast<long long>(k + 1),
-        static_cast<long long>(c.pp),
-        static_cast<long long>(c.dp_replicate),
-        static_cast<long long>(c.dp_shard),
-        static_cast<long long>(c.tp),
+        degrees.c_str(),
         c.dp_shard > 1 ? c.fsdp_reshard.c_str() : "-",
         c.pp > 1 ? schedule_label(c).c_str() : "-",
         static_cast<long long>(c.stages_per_rank),
@@ -204,7 +218,6 @@ std::string plan_result_json(const PlanResult& result, const PlanCosts& costs) {
          {"pp", c.pp},
          {"dp_replicate", c.dp_replicate},
          {"dp_shard", c.dp_shard},
-         {"tp", c.tp},
          {"schedule", c.schedule},
          {"stages_per_rank", c.stages_per_rank},
          {"local_batch", c.local_batch},
@@ -224,6 +237,9 @@ std::string plan_result_json(const PlanResult& result, const PlanCosts& costs) {
          {"bubble", c.bubble},
          {"peak_bytes", c.peak_bytes},
          {"overlay", plan_overlay_yaml(c, "rank " + std::to_string(k + 1))}});
+    for (const Parallelism* p : searched_parallelisms()) {
+      ranked.back()[p->axis->name] = c.split(p->axis->name);
+    }
     if (c.synthesized) {
       ranked.back()["synthesized_over"] = c.synthesized_over;
       ranked.back()["synthesized_over_step_s"] = c.synthesized_over_step_s;
@@ -251,6 +267,19 @@ std::string plan_result_json(const PlanResult& result, const PlanCosts& costs) {
 }
 
 std::string plan_overlay_yaml(const PlanCandidate& c, const std::string& why) {
+  // The searched axes' degrees, each under its key's section: those in
+  // `parallelism` beside the built-in degrees, the others after.
+  std::string in_parallelism;
+  std::map<std::string, std::string> other_sections;
+  for (const Parallelism* p : searched_parallelisms()) {
+    const std::string& key = p->axis->degree_key;
+    const auto dot = key.find('.');
+    const std::string line = "  " + key.substr(dot + 1) + ": " +
+                             std::to_string(c.split(p->axis->name)) + "\n";
+    (key.substr(0, dot) == "parallelism"
+         ? in_parallelism
+         : other_sections[key.substr(0, dot)]) += line;
+  }
   std::ostringstream out;
   out << "# baton plan: " << why << "\n"
       << "# Use as: baton train --config BASE.yaml --config THIS.yaml\n"
@@ -259,8 +288,7 @@ std::string plan_overlay_yaml(const PlanCandidate& c, const std::string& why) {
       << "parallelism:\n"
       << "  data_parallel_replicate_degree: " << c.dp_replicate << "\n"
       << "  data_parallel_shard_degree: " << c.dp_shard << "\n"
-      << "  tensor_parallel_degree: " << c.tp << "\n"
-      << "  pipeline_parallel_degree: " << c.pp << "\n"
+      << in_parallelism << "  pipeline_parallel_degree: " << c.pp << "\n"
       << "  fsdp_reshard_after_forward: " << c.fsdp_reshard << "\n";
   if (c.pp > 1) {
     if (c.synthesized && c.schedule_csv.empty()) {
@@ -298,6 +326,9 @@ std::string plan_overlay_yaml(const PlanCandidate& c, const std::string& why) {
     out << (k ? ", " : "") << c.checkpoint_stages[k];
   }
   out << "]\n";
+  for (const auto& [section, lines] : other_sections) {
+    out << section << ":\n" << lines;
+  }
   return out.str();
 }
 

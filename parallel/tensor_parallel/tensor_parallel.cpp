@@ -288,6 +288,13 @@ Parallelism tensor_parallel_parallelism() {
   p.sequence_shards = [](const ParallelDims& dims) {
     return dims.degree(kAxis);
   };
+  // Heads, feed-forward columns and sequence-parallel regions: 1 / tp each.
+  p.hidden_shards = [](const ParallelDims& dims) { return dims.degree(kAxis); };
+  // Searched up to 8 (one machine's GPUs); unmeasured, each block's
+  // forward all-gathers its input twice (before attention and before the
+  // feed-forward) and reduce-scatters twice (after wo and after w2), and
+  // its backward does the same.
+  p.plan = PlanSearch{8, 2, 2};
   return p;
 }
 

@@ -229,8 +229,8 @@ TEST(DryRun, TensorParallelInsideFullyShardedBfloat16) {
            "training.mixed_precision_param=bfloat16"}),
       4);
   ASSERT_EQ(report.ranks.size(), 4u);
-  EXPECT_EQ(report.ranks[1].tp, 1);
-  EXPECT_EQ(report.ranks[2].dp_shard, 1);
+  EXPECT_EQ(report.ranks[1].coordinates.at("tp"), 1);
+  EXPECT_EQ(report.ranks[2].coordinates.at("dp_shard"), 1);
   // A block's slices halve (8 of 16 heads, 384 of 768 hidden rows; norms
   // whole): 426496, and fully_shard halves each again: 213248. The
   // vocabulary's 258 rows are 129 per tp rank, of which fully_shard gives

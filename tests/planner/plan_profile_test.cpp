@@ -98,7 +98,9 @@ TEST(PlanProfile, TwoRankThreadsAgreeOnTheCostsAndMeasureTheLinks) {
   const auto errors =
       testing::run_rank_threads(2, [&](int64_t rank, dist::Runtime& runtime) {
         got[rank] = profile_plan_costs(
-            config, &runtime, quick({1}).tensor_parallel({{2, {1, 2}}}));
+            config,
+            &runtime,
+            quick({1}).splits({{"tensor_parallel", {{2, {1, 2}}}}}));
       });
   ASSERT_EQ(errors, std::vector<std::string>(2)) << errors[0] << errors[1];
   // One mean over the ranks, the same on both.
@@ -138,14 +140,15 @@ TEST(PlanProfile, TwoRankThreadsAgreeOnTheCostsAndMeasureTheLinks) {
   EXPECT_GT(costs.microbatches.at(0).recv_s, 0.0);
   EXPECT_LT(costs.microbatches.at(0).send_s, 60.0);
   // The pieces cut over the two ranks by the tensor_parallel step.
-  ASSERT_EQ(costs.tensor_parallel.count(2), 1u);
-  const auto& tp = costs.tensor_parallel.at(2);
+  ASSERT_EQ(costs.split_costs.count("tensor_parallel"), 1u);
+  ASSERT_EQ(costs.split_costs.at("tensor_parallel").count(2), 1u);
+  const auto& tp = costs.split_costs.at("tensor_parallel").at(2);
   ASSERT_EQ(tp.size(), 2u);
   EXPECT_EQ(tp[1].rows, 2);
   expect_measured(tp[0].block, "tp block");
   expect_measured(tp[1].output, "tp output");
   EXPECT_NE(
-      costs.obtained.find("tensor parallel 2 (1, 2 sequences)"),
+      costs.obtained.find("tensor_parallel 2 (1, 2 sequences)"),
       std::string::npos)
       << costs.obtained;
   const auto dir = fresh_dir("plan_profile_two");
@@ -192,7 +195,7 @@ TEST(PlanProfile, MeasuredTensorParallelCostsReplaceTheModelledOnes) {
   PlanCosts costs = load_plan_costs(source_path("bench/costs/debug_hand.json"));
   const auto tp_candidate = [](const PlanResult& r) {
     for (const auto& c : r.ranked) {
-      if (c.tp == 2) {
+      if (c.split("tp") == 2) {
         return c;
       }
     }
@@ -207,7 +210,7 @@ TEST(PlanProfile, MeasuredTensorParallelCostsReplaceTheModelledOnes) {
   MicrobatchCosts m;
   m.rows = 1;
   m.block = PassCosts{0.5, 1.0, 0.5, 0.5};
-  costs.tensor_parallel[2] = {m};
+  costs.split_costs["tensor_parallel"][2] = {m};
   const PlanCandidate c = tp_candidate(plan_layouts(config, 2, costs));
   EXPECT_NEAR(c.compute_s, 144.0, 1e-9);
   EXPECT_NEAR(c.step_s, 144.0, 1e-9);

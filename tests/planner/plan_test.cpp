@@ -191,7 +191,7 @@ TEST(Plan, SimplicityOrdersStagesScheduleTensorParallelMicrobatches) {
   b.synthesized = std::make_shared<pipeline::Schedule>();
   EXPECT_TRUE(plan_simplicity_less(a, b));
   b = a;
-  b.tp = 2;
+  b.splits["tp"] = 2;
   EXPECT_TRUE(plan_simplicity_less(a, b));
   b = a;
   b.microbatches = 16;
@@ -287,8 +287,8 @@ TEST(Plan, HsdpOnFourRanksPaysTheReplicasAllReduceOfTheShard) {
   const PlanResult result = plan_layouts(debug_config(), 4, hand_costs());
   const auto hsdp = [&](const std::string& reshard) {
     return find_if(result, [&](const PlanCandidate& c) {
-      return c.pp == 1 && c.tp == 1 && c.dp_replicate == 2 && c.dp_shard == 2 &&
-             c.fsdp_reshard == reshard;
+      return c.pp == 1 && c.split("tp") == 1 && c.dp_replicate == 2 &&
+             c.dp_shard == 2 && c.fsdp_reshard == reshard;
     });
   };
   const PlanCandidate* never = hsdp("never");
@@ -679,7 +679,7 @@ TEST(Plan, PostingEachSendAndRecvLengthensPipelinesOnly) {
 /// Whether `a` and `b` have one layout but for their schedule.
 bool same_layout(const PlanCandidate& a, const PlanCandidate& b) {
   return a.pp == b.pp && a.dp_replicate == b.dp_replicate &&
-         a.dp_shard == b.dp_shard && a.tp == b.tp &&
+         a.dp_shard == b.dp_shard && a.splits == b.splits &&
          a.fsdp_reshard == b.fsdp_reshard &&
          a.stages_per_rank == b.stages_per_rank &&
          a.microbatch_size == b.microbatch_size &&
@@ -874,9 +874,9 @@ TEST(Plan, Llama405bOn512H100sRanksInterleavedAbove1F1B) {
   EXPECT_GT(result.pruned, 0);
   const auto at_888 = [&](const std::string& schedule, int64_t v) {
     for (const auto& c : result.ranked) {
-      if (c.pp == 8 && c.tp == 8 && c.dp_shard == 8 && c.schedule == schedule &&
-          c.stages_per_rank == v && c.microbatch_size == 1 && !c.balanced &&
-          c.fsdp_reshard == "never") {
+      if (c.pp == 8 && c.split("tp") == 8 && c.dp_shard == 8 &&
+          c.schedule == schedule && c.stages_per_rank == v &&
+          c.microbatch_size == 1 && !c.balanced && c.fsdp_reshard == "never") {
         return &c;
       }
     }
