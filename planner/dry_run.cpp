@@ -249,88 +249,295 @@ DryRunStageCache::Entry DryRunStageCache::get(
   return entry;
 }
 
-DryRunReport dry_run(
-    const JobConfig& config, int64_t world_size, const DryRunOptions& options) {
-  const auto& p = config.parallelism;
-  DryRunReport report;
-  register_builtin_parallelisms();
-  report.dims = ParallelDims::from_config(config, world_size);
-  const ParallelDims& dims = report.dims;
-  // The ways the enabled parallelisms split each block's activations, and
-  // the pipeline and shard degrees the rules below follow.
-  const int64_t hidden_shards = parallel_hidden_shards(config, dims);
-  const int64_t pp_degree = dims.degree(kPipelineAxis);
-  const int64_t shard_degree = dims.degree(kShardAxis);
+namespace {
 
-  const auto& spec =
-      model_registry().get(config.model.name, config.origin("model.name"));
-  llama::ModelArgs args =
-      model_flavor(spec, config.model.flavor, config.origin("model.flavor"));
-  std::tie(args.vocab_size, report.vocab_source) = vocabulary(config, args);
+/// What every rank's figures follow from: the model, the compute dtype,
+/// the stages and where they live, and the memory rules' switches.
+struct DryRunSetup {
+  const ModelSpec* spec = nullptr;
+  llama::ModelArgs args;
+  bool cuda = false;
+  int64_t dtype_bytes = 4;
+  /// The ways the enabled parallelisms split each block's activations.
+  int64_t hidden_shards = 1;
+  int64_t pp_degree = 1;
+  int64_t shard_degree = 1;
+  /// Sequences per microbatch (the local batch without pipelining).
+  int64_t rows = 1;
+  std::vector<ChunkSpec> chunks;
+  std::vector<int64_t> stage_to_rank{0};
+  /// Per pipeline rank, the most microbatches whose activations it holds.
+  std::vector<int64_t> peak;
+  RecomputePlan recompute;
+  /// fully_shard keeps each unit gathered after its forward.
+  bool keep_gathered = false;
+  /// The whole gradients outlive a backward.
+  bool whole_grads_held = false;
+};
+
+/// The model, the dtype and the device into `report`, and the setup.
+DryRunSetup describe_model(
+    const JobConfig& config,
+    const DryRunOptions& options,
+    DryRunReport& report) {
+  DryRunSetup setup;
+  const ParallelDims& dims = report.dims;
+  setup.spec =
+      &model_registry().get(config.model.name, config.origin("model.name"));
+  setup.args = model_flavor(
+      *setup.spec, config.model.flavor, config.origin("model.flavor"));
+  std::tie(setup.args.vocab_size, report.vocab_source) =
+      vocabulary(config, setup.args);
   report.model = config.model.name;
   report.flavor = config.model.flavor;
-  report.vocab_size = args.vocab_size;
-  report.model_parameters = spec.num_params(args);
-  if (const auto problem = parallelism_problem(config, dims, args)) {
+  report.vocab_size = setup.args.vocab_size;
+  report.model_parameters = setup.spec->num_params(setup.args);
+  if (const auto problem = parallelism_problem(config, dims, setup.args)) {
     throw_config_error(config.origin(problem->key), problem->message);
   }
-  const bool cuda = options.device().empty() ? torch::cuda::is_available()
-                                             : options.device() == "cuda";
-  const auto [dtype_bytes, dtype] = compute_dtype(config, cuda);
+  setup.cuda = options.device().empty() ? torch::cuda::is_available()
+                                        : options.device() == "cuda";
+  std::string dtype;
+  std::tie(setup.dtype_bytes, dtype) = compute_dtype(config, setup.cuda);
   report.compute_dtype = dtype;
-  report.device = cuda ? "cuda" : "cpu";
+  report.device = setup.cuda ? "cuda" : "cpu";
   report.attention_saved =
-      cuda ? "its float32 log-sum-exp per row (scaled_dot_product_attention)"
-      : dtype_bytes == 4
+      setup.cuda
+          ? "its float32 log-sum-exp per row (scaled_dot_product_attention)"
+      : setup.dtype_bytes == 4
           ? "the probabilities of the unmasked half (the CPU kernel's layout)"
           : "the probabilities of the unmasked half (blocks of " +
                 std::to_string(llama::kAttentionBlockRows) + " rows)";
   report.activation_checkpoint = describe_ac(config.activation_checkpoint);
+  setup.hidden_shards = parallel_hidden_shards(config, dims);
+  setup.pp_degree = dims.degree(kPipelineAxis);
+  setup.shard_degree = dims.degree(kShardAxis);
+  return setup;
+}
 
-  // The stages and where they live, as PipelineTrainerBuilder makes them.
-  std::vector<ChunkSpec> chunks{ChunkSpec{0, args.n_layers, true, true}};
-  std::vector<int64_t> stage_to_rank{0};
-  std::vector<int64_t> peak(pp_degree, 1);
-  const int64_t batch = config.training.local_batch_size;
-  int64_t rows = batch;
-  if (pp_degree > 1) {
-    // The pipeline builder's own schedule and split.
+/// The stages and where they live, as PipelineTrainerBuilder makes them
+/// (its own schedule and split), into `setup` and `report`; the rules
+/// that follow from them.
+void place_stages(
+    const JobConfig& config,
+    const DryRunOptions& options,
+    DryRunSetup& setup,
+    DryRunReport& report) {
+  const auto& p = config.parallelism;
+  setup.chunks = {ChunkSpec{0, setup.args.n_layers, true, true}};
+  setup.peak.assign(setup.pp_degree, 1);
+  setup.rows = config.training.local_batch_size;
+  if (setup.pp_degree > 1) {
     std::optional<pipeline::Schedule> made;
     if (options.schedule() == nullptr) {
-      made = pipeline_schedule(config, pp_degree);
+      made = pipeline_schedule(config, setup.pp_degree);
     }
-    rows = p.pipeline_parallel_microbatch_size;
+    setup.rows = p.pipeline_parallel_microbatch_size;
     const pipeline::Schedule& schedule = made ? *made : *options.schedule();
-    chunks = pipeline_stages(config, schedule, args.n_layers);
-    stage_to_rank = schedule.stage_to_rank;
-    peak = options.peak_microbatches().empty()
-               ? pipeline::plan_schedule(schedule, pipeline::SimulationCosts())
-                     .simulation.peak_activations
-               : options.peak_microbatches();
+    setup.chunks = pipeline_stages(config, schedule, setup.args.n_layers);
+    setup.stage_to_rank = schedule.stage_to_rank;
+    setup.peak =
+        options.peak_microbatches().empty()
+            ? pipeline::plan_schedule(schedule, pipeline::SimulationCosts())
+                  .simulation.peak_activations
+            : options.peak_microbatches();
     report.schedule = schedule.name;
     report.num_stages = schedule.num_stages;
     report.microbatches = schedule.microbatches;
+  } else if (
+      const auto problem = config.activation_checkpoint.stages_problem(1)) {
+    throw_config_error(config.origin(problem->key), problem->message);
   }
-  report.microbatch_tokens = rows * config.training.seq_len;
-  if (pp_degree == 1) {
-    if (const auto problem = config.activation_checkpoint.stages_problem(1)) {
-      throw_config_error(config.origin(problem->key), problem->message);
-    }
-  }
-  const RecomputePlan recompute_plan =
-      RecomputePlan::from(config.activation_checkpoint);
-
+  report.microbatch_tokens = setup.rows * config.training.seq_len;
+  setup.recompute = RecomputePlan::from(config.activation_checkpoint);
   // fully_shard frees a unit's gathered parameters after its forward unless
   // it keeps them (pipeline stages by default).
-  const bool keep_gathered = !fsdp::frees_after_forward(
+  setup.keep_gathered = !fsdp::frees_after_forward(
       fsdp::parse_reshard_after_forward(p.fsdp_reshard_after_forward),
-      pp_degree > 1);
+      setup.pp_degree > 1);
   // The whole gradients outlive a backward when more passes accumulate
   // into them before the reduction: a stage's microbatches (reduced at
   // REDUCE_GRAD) or micro-steps without sync.
-  const bool whole_grads_held =
-      pp_degree > 1 || config.training.gradient_accumulation_steps > 1;
+  setup.whole_grads_held =
+      setup.pp_degree > 1 || config.training.gradient_accumulation_steps > 1;
+}
 
+/// What a rank at `coord` stores of stage `s`'s parameters and what the
+/// model steps leave it computing with (which a data step such as
+/// fully_shard gathers), by unit.
+DryRunStageCache::Entry count_stage(
+    const JobConfig& config,
+    const ParallelDims& dims,
+    const DryRunSetup& setup,
+    const dist::MeshCoord& coord,
+    size_t s) {
+  DryRunStageCache::Entry e;
+  std::map<std::string, int64_t> unit;  // "layers.4" or "" (the root)
+  for (const auto& [fqn, shape] :
+       setup.spec->parameter_shapes(setup.args, setup.chunks[s])) {
+    const int64_t stored = numel(
+        parallel_stored_shape(config, dims, setup.args, fqn, shape, coord));
+    e.parameters += stored;
+    const int64_t slice = numel(parallel_stored_shape(
+        config, dims, setup.args, fqn, shape, coord, ChainPlace::kModel));
+    e.sliced_elements += slice;
+    const bool block = fqn.rfind("layers.", 0) == 0;
+    unit[block ? fqn.substr(0, fqn.find('.', 7)) : ""] += slice;
+    if (!block) {
+      e.root_parameters += stored;
+    }
+  }
+  for (const auto& [name, elements] : unit) {
+    if (!name.empty()) {
+      e.largest_block = std::max(e.largest_block, elements);
+    } else {
+      e.root_unit = elements;
+    }
+    e.all_units += elements;
+  }
+  return e;
+}
+
+/// Keyed by stage `s`'s chunk and the rank's place on every axis within the
+/// stage: what it stores follows from them alone.
+DryRunStageCache::Key stage_key(
+    const ParallelDims& dims,
+    const DryRunSetup& setup,
+    const dist::MeshCoord& coord,
+    size_t s) {
+  const ChunkSpec& chunk = setup.chunks[s];
+  DryRunStageCache::Key key{
+      chunk.first_layer,
+      chunk.end_layer,
+      chunk.embedding ? 1 : 0,
+      chunk.output ? 1 : 0};
+  for (const auto& axis : dims.axes) {
+    if (!axis.splits_model) {
+      key.push_back(axis.degree);
+      key.push_back(coord.at(axis.name));
+    }
+  }
+  return key;
+}
+
+/// Elements of a rank's units as the model steps leave them (whole after
+/// tensor parallel's cut, before fully_shard's).
+struct UnitElements {
+  int64_t largest_block = 0;
+  /// Gathered all step: every unit's when kept, else the root's.
+  int64_t gathered = 0;
+  /// Every unit's.
+  int64_t sliced = 0;
+};
+
+/// `r`'s weights, gradients, optimizer state, buffers, activation peak and
+/// total, from its stages' figures and its `units`.
+void add_totals(
+    const DryRunSetup& setup, const UnitElements& units, DryRunRank& r) {
+  r.weight_bytes = r.parameters * kMasterBytes;
+  r.gradient_bytes = r.parameters * kMasterBytes;
+  r.optimizer_bytes = r.parameters * kOptimizerBytesPerElement;
+  r.peak_microbatches = setup.peak.at(r.pp);
+  if (setup.shard_degree > 1) {
+    FsdpHeld held;
+    held.kept = setup.keep_gathered;
+    held.whole_grads_held = setup.whole_grads_held;
+    held.pipelined = setup.pp_degree > 1;
+    held.gathered = units.gathered;
+    held.largest_block = units.largest_block;
+    held.all = units.sliced;
+    held.one_microbatch = r.activation_bytes_per_microbatch /
+                          static_cast<int64_t>(r.stages.size());
+    r.buffer_bytes = fsdp_buffer_bytes(held, setup.dtype_bytes);
+  } else if (setup.dtype_bytes < kMasterBytes) {
+    r.buffer_bytes = units.sliced * setup.dtype_bytes;  // the step's casts
+  }
+  // The simulator counts microbatches of one stage: the rank's stages'
+  // mean at that count, and one block recomputing.
+  r.activation_peak_bytes = r.activation_bytes_per_microbatch *
+                                r.peak_microbatches /
+                                static_cast<int64_t>(r.stages.size()) +
+                            r.recompute_bytes;
+  r.total_bytes = r.weight_bytes + r.gradient_bytes + r.optimizer_bytes +
+                  r.buffer_bytes + r.activation_peak_bytes;
+}
+
+/// The figures of `rank` (at `coord`): its stages' parameters and
+/// activations, then its weights, gradients, optimizer state, buffers and
+/// activation peak.
+DryRunRank rank_figures(
+    const JobConfig& config,
+    const DryRunOptions& options,
+    const DryRunSetup& setup,
+    const DryRunReport& report,
+    int64_t rank,
+    const dist::MeshCoord& coord) {
+  const ParallelDims& dims = report.dims;
+  DryRunRank r;
+  r.rank = rank;
+  r.pp = coord.at(kPipelineAxis);
+  for (const auto& axis : dims.axes) {
+    r.coordinates[axis.name] = coord.at(axis.name);
+  }
+  UnitElements units;
+  const int64_t attention = setup.rows * attention_bytes(
+                                             setup.args,
+                                             config.training.seq_len,
+                                             setup.hidden_shards,
+                                             setup.cuda,
+                                             setup.dtype_bytes);
+  for (size_t s = 0; s < setup.chunks.size(); ++s) {
+    if (setup.stage_to_rank[s] != r.pp) {
+      continue;
+    }
+    DryRunStage stage;
+    stage.stage = static_cast<int64_t>(s);
+    stage.holds = pipeline::describe_chunk(setup.chunks[s]);
+    const auto count = [&] {
+      return count_stage(config, dims, setup, coord, s);
+    };
+    const DryRunStageCache::Entry e =
+        options.stage_cache() ? options.stage_cache()->get(
+                                    stage_key(dims, setup, coord, s), count)
+                              : count();
+    stage.parameters = e.parameters;
+    stage.root_parameters = e.root_parameters;
+    units.sliced += e.sliced_elements;
+    units.largest_block = std::max(units.largest_block, e.largest_block);
+    units.gathered += setup.keep_gathered ? e.all_units : e.root_unit;
+    ActivationCheckpointConfig ac = config.activation_checkpoint;
+    if (!setup.recompute.checkpoints_stage(stage.stage)) {
+      ac.mode = "none";
+    }
+    const StageActivations activations = stage_activations(
+        setup.args,
+        setup.chunks[s],
+        ac,
+        report.microbatch_tokens,
+        attention,
+        setup.hidden_shards,
+        setup.dtype_bytes);
+    stage.activation_bytes = activations.saved;
+    stage.recompute_bytes = activations.recompute;
+    r.recompute_bytes = std::max(r.recompute_bytes, activations.recompute);
+    r.parameters += stage.parameters;
+    r.activation_bytes_per_microbatch += stage.activation_bytes;
+    r.stages.push_back(std::move(stage));
+  }
+  add_totals(setup, units, r);
+  return r;
+}
+
+}  // namespace
+
+DryRunReport dry_run(
+    const JobConfig& config, int64_t world_size, const DryRunOptions& options) {
+  register_builtin_parallelisms();
+  DryRunReport report;
+  report.dims = ParallelDims::from_config(config, world_size);
+  const ParallelDims& dims = report.dims;
+  DryRunSetup setup = describe_model(config, options, report);
+  place_stages(config, options, setup, report);
   for (int64_t rank = 0; rank < dims.world_size; ++rank) {
     const dist::MeshCoord coord = dist::mesh_coord(dims, rank);
     // Position 0 of every axis within the stage holds the most of each
@@ -342,131 +549,8 @@ DryRunReport dry_run(
     if (options.first_rank_per_pipeline_rank() && !first_in_stage) {
       continue;
     }
-    DryRunRank r;
-    r.rank = rank;
-    r.pp = coord.at(kPipelineAxis);
-    for (const auto& axis : dims.axes) {
-      r.coordinates[axis.name] = coord.at(axis.name);
-    }
-    int64_t largest_block =
-        0;                 // elements gathered, whole after the model steps
-    int64_t gathered = 0;  // every unit's, or the root's
-    int64_t sliced_elements = 0;
-    for (size_t s = 0; s < chunks.size(); ++s) {
-      if (stage_to_rank[s] != r.pp) {
-        continue;
-      }
-      DryRunStage stage;
-      stage.stage = static_cast<int64_t>(s);
-      stage.holds = pipeline::describe_chunk(chunks[s]);
-      const auto count = [&] {
-        DryRunStageCache::Entry e;
-        std::map<std::string, int64_t> unit;  // "layers.4" or "" (the root)
-        for (const auto& param : spec.parameter_shapes(args, chunks[s])) {
-          // What the rank stores, and what it computes with (the model
-          // steps' cut, which a data step such as fully_shard gathers).
-          const int64_t stored = numel(parallel_stored_shape(
-              config, dims, args, param.first, param.second, coord));
-          e.parameters += stored;
-          const int64_t slice = numel(parallel_stored_shape(
-              config,
-              dims,
-              args,
-              param.first,
-              param.second,
-              coord,
-              ChainPlace::kModel));
-          e.sliced_elements += slice;
-          const std::string& fqn = param.first;
-          const bool block = fqn.rfind("layers.", 0) == 0;
-          unit[block ? fqn.substr(0, fqn.find('.', 7)) : ""] += slice;
-          if (!block) {
-            e.root_parameters += stored;
-          }
-        }
-        for (const auto& [name, elements] : unit) {
-          if (!name.empty()) {
-            e.largest_block = std::max(e.largest_block, elements);
-          } else {
-            e.root_unit = elements;
-          }
-          e.all_units += elements;
-        }
-        return e;
-      };
-      const ChunkSpec& chunk = chunks[s];
-      // Keyed by the chunk and the rank's place on every axis within the
-      // stage: what it stores follows from them alone.
-      DryRunStageCache::Key key{
-          chunk.first_layer,
-          chunk.end_layer,
-          chunk.embedding ? 1 : 0,
-          chunk.output ? 1 : 0};
-      for (const auto& axis : dims.axes) {
-        if (!axis.splits_model) {
-          key.push_back(axis.degree);
-          key.push_back(coord.at(axis.name));
-        }
-      }
-      const DryRunStageCache::Entry e =
-          options.stage_cache() ? options.stage_cache()->get(key, count)
-                                : count();
-      stage.parameters = e.parameters;
-      stage.root_parameters = e.root_parameters;
-      sliced_elements += e.sliced_elements;
-      largest_block = std::max(largest_block, e.largest_block);
-      gathered += keep_gathered ? e.all_units : e.root_unit;
-      ActivationCheckpointConfig ac = config.activation_checkpoint;
-      if (!recompute_plan.checkpoints_stage(stage.stage)) {
-        ac.mode = "none";
-      }
-      const StageActivations activations = stage_activations(
-          args,
-          chunks[s],
-          ac,
-          report.microbatch_tokens,
-          rows * attention_bytes(
-                     args,
-                     config.training.seq_len,
-                     hidden_shards,
-                     cuda,
-                     dtype_bytes),
-          hidden_shards,
-          dtype_bytes);
-      stage.activation_bytes = activations.saved;
-      stage.recompute_bytes = activations.recompute;
-      r.recompute_bytes = std::max(r.recompute_bytes, activations.recompute);
-      r.parameters += stage.parameters;
-      r.activation_bytes_per_microbatch += stage.activation_bytes;
-      r.stages.push_back(std::move(stage));
-    }
-    r.weight_bytes = r.parameters * kMasterBytes;
-    r.gradient_bytes = r.parameters * kMasterBytes;
-    r.optimizer_bytes = r.parameters * kOptimizerBytesPerElement;
-    r.peak_microbatches = peak.at(r.pp);
-    if (shard_degree > 1) {
-      FsdpHeld held;
-      held.kept = keep_gathered;
-      held.whole_grads_held = whole_grads_held;
-      held.pipelined = (pp_degree > 1);
-      held.gathered = gathered;
-      held.largest_block = largest_block;
-      held.all = sliced_elements;
-      held.one_microbatch = r.activation_bytes_per_microbatch /
-                            static_cast<int64_t>(r.stages.size());
-      r.buffer_bytes = fsdp_buffer_bytes(held, dtype_bytes);
-    } else if (dtype_bytes < kMasterBytes) {
-      r.buffer_bytes = sliced_elements * dtype_bytes;  // the step's casts
-    }
-    // The simulator counts microbatches of one stage: the rank's stages'
-    // mean at that count, and one block recomputing.
-    r.activation_peak_bytes = r.activation_bytes_per_microbatch *
-                                  r.peak_microbatches /
-                                  static_cast<int64_t>(r.stages.size()) +
-                              r.recompute_bytes;
-    r.total_bytes = r.weight_bytes + r.gradient_bytes + r.optimizer_bytes +
-                    r.buffer_bytes + r.activation_peak_bytes;
-    report.ranks.push_back(std::move(r));
+    report.ranks.push_back(
+        rank_figures(config, options, setup, report, rank, coord));
   }
   return report;
 }
