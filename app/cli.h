@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,8 +95,9 @@ struct PlanArgs {
   /// Timed runs per profile measurement.
   int64_t profile_repeats = 5;
   /// Where the profile's ranks may run (--cpu-bind): as the runs planned
-  /// for will be launched.
-  dist::CpuBind cpu_bind = dist::CpuBind::kNone;
+  /// for will be launched. Not given: both ways where this machine has a
+  /// core for each rank, and the plan chooses.
+  std::optional<dist::CpuBind> cpu_bind;
   /// Internal: set on the ranks the profile launches (--profile-rank FILE),
   /// where rank 0 writes the costs.
   std::string profile_rank_path;

@@ -154,7 +154,10 @@ int run_profile_rank(const JobConfig& config, const PlanArgs& args) {
 /// as a run of N ranks here would (two at least, for the links, when N >
 /// 1). Returns the costs; writes them to `path`.
 PlanCosts profile_here(
-    const JobConfig& config, const PlanArgs& args, const std::string& path) {
+    const JobConfig& config,
+    const PlanArgs& args,
+    const std::string& path,
+    dist::CpuBind bind) {
   log_cpu_kernels();
   const int64_t cores =
       std::max<int64_t>(1, std::thread::hardware_concurrency());
@@ -162,7 +165,7 @@ PlanCosts profile_here(
   const int64_t ranks = args.nproc > 1 ? std::max<int64_t>(2, compute) : 1;
   dist::LocalLaunchOptions launch;
   launch.nproc = ranks;
-  launch.cpu_bind = args.cpu_bind;
+  launch.cpu_bind = bind;
   launch.args = {"plan"};
   for (const auto& file : args.config_paths) {
     launch.args.insert(launch.args.end(), {"--config", file});
@@ -192,9 +195,8 @@ PlanCosts profile_here(
   }
   std::cout << "plan: profiling on this machine with " << ranks << " rank(s) ("
             << compute << " timing compute, ";
-  if (args.cpu_bind == dist::CpuBind::kCores) {
-    std::cout << "each bound to its own cores and as many threads; "
-                 "train with --cpu-bind cores to run as profiled)\n";
+  if (bind == dist::CpuBind::kCores) {
+    std::cout << "each bound to its own cores and as many threads)\n";
   } else {
     std::cout << dist::threads_per_rank(ranks) << " thread(s) each)\n";
   }
@@ -212,6 +214,108 @@ PlanCosts profile_here(
                    .count()
             << " s; wrote " << path << " (reuse it with --costs)\n";
   return costs;
+}
+
+/// One binding's profile and plan.
+struct Planned {
+  dist::CpuBind bind = dist::CpuBind::kNone;
+  PlanCosts costs;
+  PlanResult result;
+  /// How to train as profiled ("--nproc 2 --cpu-bind cores"); empty for
+  /// costs not measured here.
+  std::string launch;
+};
+
+/// The profile's ranks bound to their own cores or not: as --cpu-bind
+/// says, else both where this machine has a core for each rank (what
+/// binding gains or costs differs from machine to machine: the plan
+/// measures it).
+std::vector<dist::CpuBind> bindings_to_profile(const PlanArgs& args) {
+  if (args.cpu_bind) {
+    return {*args.cpu_bind};
+  }
+  const auto cores =
+      static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  if (args.nproc < 2 || args.nproc > cores) {
+    return {dist::CpuBind::kNone};
+  }
+  return {dist::CpuBind::kNone, dist::CpuBind::kCores};
+}
+
+/// The cost file (--costs), else a profile on this machine per binding
+/// (costs.json, and costs-cpu-bind-cores.json beside it for bound ranks),
+/// each planned.
+std::vector<Planned> plan_each_binding(
+    const JobConfig& config, const PlanArgs& args) {
+  const auto options = plan_options(args);
+  if (!args.costs_path.empty()) {
+    Planned p;
+    p.costs = load_plan_costs(args.costs_path);
+    p.result = plan_layouts(config, args.nproc, p.costs, options);
+    return {p};
+  }
+  std::string dir = args.out_dir;
+  if (dir.empty()) {
+    dir = config.job.dump_folder;
+  }
+  std::filesystem::create_directories(dir);
+  const auto bindings = bindings_to_profile(args);
+  std::vector<Planned> out;
+  for (const dist::CpuBind bind : bindings) {
+    const bool bound = bind == dist::CpuBind::kCores;
+    const std::string name = args.out_dir.empty() ? "plan_costs" : "costs";
+    const std::string path =
+        (std::filesystem::path(dir) /
+         (name + (bound && bindings.size() > 1 ? "-cpu-bind-cores" : "") +
+          ".json"))
+            .string();
+    Planned p;
+    p.bind = bind;
+    p.costs = profile_here(config, args, path, bind);
+    p.result = plan_layouts(config, args.nproc, p.costs, options);
+    p.result.cpu_bind = bound ? "cores" : "none";
+    p.launch = "--nproc " + std::to_string(args.nproc) +
+               (bound ? " --cpu-bind cores" : "");
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+/// The binding whose best plan is fastest; bound ranks only where that is
+/// faster by more than the plan's tolerance (its accuracy): unbound is the
+/// launch with nothing to say.
+const Planned& choose_binding(
+    const std::vector<Planned>& planned, double tolerance) {
+  const Planned* chosen = &planned.front();
+  for (const Planned& p : planned) {
+    const bool bound = p.bind == dist::CpuBind::kCores;
+    const double step = p.result.ranked.front().step_s;
+    const double best = chosen->result.ranked.front().step_s;
+    if (bound ? step < best * (1.0 - tolerance) : step < best) {
+      chosen = &p;
+    }
+  }
+  return *chosen;
+}
+
+/// Each binding's best prediction, and the one chosen.
+std::string describe_bindings(
+    const std::vector<Planned>& planned, const Planned& chosen) {
+  std::ostringstream out;
+  out << "binding: profiled both ways:";
+  for (const Planned& p : planned) {
+    char line[128];
+    std::snprintf(
+        line,
+        sizeof(line),
+        " %s, best %.4g s a step;",
+        p.bind == dist::CpuBind::kCores ? "each rank bound to its own cores"
+                                        : "ranks unbound",
+        p.result.ranked.front().step_s);
+    out << line;
+  }
+  out << " train with " << chosen.launch << "\n";
+  return out.str();
 }
 
 }  // namespace
@@ -235,32 +339,28 @@ int run_plan(const PlanArgs& args) {
   // A world no layout divides is refused before anything is measured.
   const auto options = plan_options(args);
   plan_microbatch_rows(config, args.nproc, options);
-  PlanCosts costs;
   if (!args.profile_path.empty()) {
-    profile_here(config, args, args.profile_path);
+    profile_here(
+        config,
+        args,
+        args.profile_path,
+        args.cpu_bind.value_or(dist::CpuBind::kNone));
     return 0;
   }
-  if (args.costs_path.empty()) {
-    std::string path;
-    if (!args.out_dir.empty()) {
-      std::filesystem::create_directories(args.out_dir);
-      path = args.out_dir + "/costs.json";
-    } else {
-      path = (std::filesystem::path(config.job.dump_folder) / "plan_costs.json")
-                 .string();
-      std::filesystem::create_directories(config.job.dump_folder);
-    }
-    costs = profile_here(config, args, path);
-  } else {
-    costs = load_plan_costs(args.costs_path);
-  }
   const auto start = std::chrono::steady_clock::now();
-  PlanResult result = plan_layouts(config, args.nproc, costs, options);
+  const std::vector<Planned> planned = plan_each_binding(config, args);
+  const Planned& chosen = choose_binding(planned, options.tolerance());
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
+  PlanResult result = chosen.result;
+  const PlanCosts& costs = chosen.costs;
   std::ostringstream table;
-  table << format_plan_table(result, costs, args.top) << "planned in "
+  table << format_plan_table(result, costs, args.top);
+  if (planned.size() > 1) {
+    table << describe_bindings(planned, chosen);
+  }
+  table << (chosen.launch.empty() ? "planned in " : "profiled and planned in ")
         << seconds << " s\n";
   std::cout << table.str();
   if (args.out_dir.empty()) {
@@ -289,12 +389,9 @@ int run_plan(const PlanArgs& args) {
         result.fastest_step_s);
     reason += why;
   }
-  if (args.costs_path.empty() && args.cpu_bind == dist::CpuBind::kCores) {
+  if (!chosen.launch.empty()) {
     // The launch belongs with the costs it was profiled under.
-    reason +=
-        "; profiled with each rank bound to its own cores: train with "
-        "--nproc " +
-        std::to_string(args.nproc) + " --cpu-bind cores";
+    reason += "; profiled here as it will run: train with " + chosen.launch;
   }
   const std::string dir = args.out_dir + "/";
   write_text_file(dir + "plan.yaml", plan_overlay_yaml(best, reason));

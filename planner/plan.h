@@ -256,6 +256,10 @@ struct PlanResult {
   int64_t tied = 0;
   /// The fastest prediction (the step of the tied ones' fastest), seconds.
   double fastest_step_s = 0.0;
+  /// How the profile's ranks ran, as the plan's runs should ("cores": each
+  /// bound to its own cores, "none"); empty when the costs were not
+  /// measured here. Set by whoever profiled.
+  std::string cpu_bind;
 };
 
 /// The order among candidates whose predictions count as equal: fewer

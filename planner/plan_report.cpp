@@ -258,6 +258,7 @@ std::string plan_result_json(const PlanResult& result, const PlanCosts& costs) {
       {"tolerance", result.tolerance},
       {"tied", result.tied},
       {"fastest_step_s", result.fastest_step_s},
+      {"cpu_bind", result.cpu_bind},
       {"costs",
        {{"path", costs.path},
         {"description", costs.description},

@@ -278,6 +278,50 @@ TEST(PlanCli, WithoutACostFileProfilesThisMachineThenPlans) {
       std::string::npos);
 }
 
+TEST(PlanCli, WithoutCpuBindProfilesBothBindingsAndSaysWhichToTrainWith) {
+  // Where this machine has a core per rank, the plan profiles its ranks
+  // unbound and bound, plans each, and says which launch to train with.
+  if (dist::allowed_cores().size() < 2) {
+    GTEST_SKIP() << "binding two ranks needs two cores";
+  }
+  const auto dir = fresh_dir("plan_cli_bindings");
+  const auto r = run_command(
+      baton_bin() + " plan --config " +
+      source_path("configs/debug_model.yaml") +
+      " --training.seq_len=32 --training.mixed_precision_param=float32"
+      " --nproc 2 --global-batch 4 --profile-repeats 1 --out " +
+      dir.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir / "costs.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "costs-cpu-bind-cores.json"));
+  const auto bound =
+      nlohmann::json::parse(read(dir / "costs-cpu-bind-cores.json"));
+  EXPECT_NE(
+      bound["obtained"].get<std::string>().find("bound to CPU(s)"),
+      std::string::npos);
+  const auto unbound = nlohmann::json::parse(read(dir / "costs.json"));
+  EXPECT_EQ(
+      unbound["obtained"].get<std::string>().find("bound to CPU(s)"),
+      std::string::npos);
+  EXPECT_NE(
+      r.output.find("binding: profiled both ways: ranks unbound, best "),
+      std::string::npos)
+      << r.output;
+  const auto plan = nlohmann::json::parse(read(dir / "plan.json"));
+  const std::string bind = plan["cpu_bind"].get<std::string>();
+  ASSERT_TRUE(bind == "none" || bind == "cores") << bind;
+  // The overlay's launch is the chosen binding's, and so are the plan's
+  // costs.
+  const std::string launch = bind == "cores"
+                                 ? "train with --nproc 2 --cpu-bind cores\n"
+                                 : "train with --nproc 2\n";
+  EXPECT_NE(read(dir / "plan.yaml").find(launch), std::string::npos)
+      << read(dir / "plan.yaml");
+  EXPECT_EQ(
+      plan["costs"]["obtained"],
+      (bind == "cores" ? bound : unbound)["obtained"]);
+}
+
 TEST(PlanCli, WritesACostFileFromFlops) {
   const auto dir = fresh_dir("plan_cli_flops");
   std::filesystem::create_directories(dir);
