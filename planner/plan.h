@@ -266,7 +266,10 @@ struct PlanResult {
 /// pipeline stages in all (pp x stages per rank: fewer point-to-point
 /// transfers and per-stage overheads the model has to get right), a
 /// built-in schedule before a synthesised one, fewer ranks sharing each
-/// block (fewer collectives per layer), fewer microbatches (fewer passes, each
+/// block (fewer collectives per layer), replicated before sharded data
+/// parallelism (fully_shard gathers and reduce-scatters every unit and
+/// frees it: work on the cores of a CPU beside the compute that the model
+/// gets less right than one all-reduce), fewer microbatches (fewer passes, each
 /// with a fixed cost), fewer checkpointing stages. False when neither is
 /// simpler.
 bool plan_simplicity_less(const PlanCandidate& a, const PlanCandidate& b);

@@ -132,9 +132,8 @@ std::string format_plan_table(
     out << "ranks 1-" << result.tied << ": " << within
         << ", level within the model's accuracy: the simplest first (fewer "
            "pipeline stages, built-in schedule, fewer ranks sharing each "
-           "block, "
-           "fewer microbatches, less checkpointing; --tolerance 0 ranks by "
-           "prediction alone)\n";
+           "block, replicated before sharded, fewer microbatches, less "
+           "checkpointing; --tolerance 0 ranks by prediction alone)\n";
   }
   out << "step time = simulated pipeline + data-parallel gradient sync (not "
          "overlapped) + optimizer step"

@@ -176,7 +176,7 @@ TEST(Plan, RanksNearTiesSimplestFirst) {
   }
 }
 
-TEST(Plan, SimplicityOrdersStagesScheduleTensorParallelMicrobatches) {
+TEST(Plan, SimplicityOrdersStagesScheduleSplitShardingMicrobatches) {
   PlanCandidate a;
   a.pp = 2;
   a.stages_per_rank = 1;
@@ -192,6 +192,10 @@ TEST(Plan, SimplicityOrdersStagesScheduleTensorParallelMicrobatches) {
   EXPECT_TRUE(plan_simplicity_less(a, b));
   b = a;
   b.splits["tp"] = 2;
+  EXPECT_TRUE(plan_simplicity_less(a, b));
+  b = a;
+  b.dp_shard = 2;
+  b.microbatches = 4;
   EXPECT_TRUE(plan_simplicity_less(a, b));
   b = a;
   b.microbatches = 16;
