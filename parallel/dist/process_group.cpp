@@ -223,64 +223,61 @@ void ProcessGroup::reduce_scatter(
   reduce_scatter_async(output, input, op).wait();
 }
 
-Work ProcessGroup::reduce_scatter_async(
-    at::Tensor& output, const at::Tensor& input, ReduceOp op) {
-  const int64_t n = output.numel();
-  if (input.numel() != n * size()) {
-    throw std::invalid_argument(
-        "[ProcessGroup " + name() + "] reduce_scatter input: " +
-        std::to_string(input.numel()) + " elements; allowed: size (" +
-        std::to_string(size()) + ") x output (" + std::to_string(n) + ")");
-  }
-  if (op == ReduceOp::kAvg && !at::isFloatingType(input.scalar_type())) {
-    throw std::invalid_argument(
-        "[ProcessGroup] reduce_scatter AVG: a " +
-        std::string(c10::toString(input.scalar_type())) +
-        " tensor; allowed: floating-point tensors (or SUM, MIN, MAX)");
-  }
-  if (impl_->local()) {
-    output.copy_(input.reshape(output.sizes()));
-    return Work();
-  }
-  const int64_t ranks = size();
+namespace {
+
 #ifdef USE_C10D_NCCL
-  if (impl_->backend == "nccl") {
-    at::Tensor out = output.is_contiguous() ? output : output.contiguous();
-    at::Tensor in = input.contiguous().view({-1});
-    const uint64_t id = impl_->record("reduce_scatter", in);
-    auto work = impl_->start("reduce_scatter", id, [&] {
-      at::Tensor flat = out.view({-1});
-      c10d::ReduceScatterOptions opts;
-      opts.reduceOp = to_c10d(op == ReduceOp::kAvg ? ReduceOp::kSum : op);
-      return impl_->pg->_reduce_scatter_base(flat, in, opts);
-    });
-    return impl_->make_work(
-        "reduce_scatter",
-        std::move(work),
-        [output, out, in, op, ranks]() mutable {
-          if (op == ReduceOp::kAvg) {
-            out.div_(static_cast<double>(ranks));
-          }
-          if (out.data_ptr() != output.data_ptr()) {
-            output.copy_(out);
-          }
-        });
-  }
+/// NCCL's own reduce-scatter, into `output` (a contiguous copy if it is not
+/// contiguous).
+Work nccl_reduce_scatter(
+    const ProcessGroup::Impl& impl,
+    at::Tensor& output,
+    const at::Tensor& input,
+    ReduceOp op) {
+  const int64_t ranks = impl.size();
+  at::Tensor out = output.is_contiguous() ? output : output.contiguous();
+  at::Tensor in = input.contiguous().view({-1});
+  const uint64_t id = impl.record("reduce_scatter", in);
+  auto work = impl.start("reduce_scatter", id, [&] {
+    at::Tensor flat = out.view({-1});
+    c10d::ReduceScatterOptions opts;
+    opts.reduceOp = to_c10d(op == ReduceOp::kAvg ? ReduceOp::kSum : op);
+    return impl.pg->_reduce_scatter_base(flat, in, opts);
+  });
+  return impl.make_work(
+      "reduce_scatter",
+      std::move(work),
+      [output, out, in, op, ranks]() mutable {
+        if (op == ReduceOp::kAvg) {
+          out.div_(static_cast<double>(ranks));
+        }
+        if (out.data_ptr() != output.data_ptr()) {
+          output.copy_(out);
+        }
+      });
+}
 #endif
-  // Gloo: chunk r of every rank to rank r (all-to-all), then a local
-  // reduction of the size() chunks received, in float32 for bf16 and fp16.
-  // Not c10d's Gloo reduce-scatter, which is an all-reduce of the whole
-  // input and a chunk of it: about twice the bytes a rank sends.
+
+/// Gloo: chunk r of every rank to rank r (all-to-all), then a local
+/// reduction of the size() chunks received, in float32 for bf16 and fp16.
+/// Not c10d's Gloo reduce-scatter, which is an all-reduce of the whole
+/// input and a chunk of it: about twice the bytes a rank sends.
+Work all_to_all_reduce_scatter(
+    const ProcessGroup::Impl& impl,
+    at::Tensor& output,
+    const at::Tensor& input,
+    ReduceOp op) {
+  const int64_t ranks = impl.size();
+  const int64_t n = output.numel();
   at::Tensor send = input.contiguous().view({-1});
   at::Tensor received = at::empty_like(send);
-  const uint64_t id = impl_->record("reduce_scatter", send);
-  auto work = impl_->start("reduce_scatter", id, [&] {
+  const uint64_t id = impl.record("reduce_scatter", send);
+  auto work = impl.start("reduce_scatter", id, [&] {
     std::vector<int64_t> equal_splits;
     c10d::AllToAllOptions opts;
-    return impl_->pg->alltoall_base(
+    return impl.pg->alltoall_base(
         received, send, equal_splits, equal_splits, opts);
   });
-  return impl_->make_work(
+  return impl.make_work(
       "reduce_scatter",
       std::move(work),
       [output, send, received, op, ranks, n]() mutable {
@@ -305,6 +302,35 @@ Work ProcessGroup::reduce_scatter_async(
         }
         output.copy_(reduced.view(output.sizes()));
       });
+}
+
+}  // namespace
+
+Work ProcessGroup::reduce_scatter_async(
+    at::Tensor& output, const at::Tensor& input, ReduceOp op) {
+  const int64_t n = output.numel();
+  if (input.numel() != n * size()) {
+    throw std::invalid_argument(
+        "[ProcessGroup " + name() + "] reduce_scatter input: " +
+        std::to_string(input.numel()) + " elements; allowed: size (" +
+        std::to_string(size()) + ") x output (" + std::to_string(n) + ")");
+  }
+  if (op == ReduceOp::kAvg && !at::isFloatingType(input.scalar_type())) {
+    throw std::invalid_argument(
+        "[ProcessGroup] reduce_scatter AVG: a " +
+        std::string(c10::toString(input.scalar_type())) +
+        " tensor; allowed: floating-point tensors (or SUM, MIN, MAX)");
+  }
+  if (impl_->local()) {
+    output.copy_(input.reshape(output.sizes()));
+    return Work();
+  }
+#ifdef USE_C10D_NCCL
+  if (impl_->backend == "nccl") {
+    return nccl_reduce_scatter(*impl_, output, input, op);
+  }
+#endif
+  return all_to_all_reduce_scatter(*impl_, output, input, op);
 }
 
 Work ProcessGroup::isend(const at::Tensor& tensor, int64_t dst, int64_t tag) {
