@@ -78,6 +78,34 @@ at::Tensor assemble(const std::vector<ExportPiece>& list) {
   return whole;
 }
 
+/// Opens every rank's piece in `tmp` ("piece-*") into `readers`; returns
+/// each tensor's pieces by name, with where each lies in the whole.
+std::map<std::string, std::vector<ExportPiece>> read_pieces(
+    const fs::path& tmp,
+    std::vector<std::unique_ptr<SafetensorsReader>>& readers) {
+  std::map<std::string, std::vector<ExportPiece>> by_name;
+  for (const auto& entry : fs::directory_iterator(tmp)) {
+    if (entry.path().filename().string().rfind("piece-", 0) != 0) {
+      continue;
+    }
+    readers.push_back(
+        std::make_unique<SafetensorsReader>(entry.path().string()));
+    const auto& reader = *readers.back();
+    for (const auto& e : reader.entries()) {
+      ExportPiece piece{
+          &reader, e, std::vector<int64_t>(e.shape.size(), 0), e.shape};
+      const auto it = reader.metadata().find(kSlicePrefix + e.name);
+      if (it != reader.metadata().end()) {
+        const json where = json::parse(it->second);
+        piece.offsets = where.at("offsets").get<std::vector<int64_t>>();
+        piece.global_shape = where.at("shape").get<std::vector<int64_t>>();
+      }
+      by_name[e.name].push_back(std::move(piece));
+    }
+  }
+  return by_name;
+}
+
 }  // namespace
 
 void CheckpointManager::finish(const TrainState& state) {
@@ -154,26 +182,8 @@ void CheckpointManager::merge_export(
   // The pieces become one file sorted by name, a tensor at a time, each
   // sharded one assembled from its slices.
   std::vector<std::unique_ptr<SafetensorsReader>> pieces;
-  std::map<std::string, std::vector<ExportPiece>> by_name;
-  for (const auto& entry : fs::directory_iterator(tmp)) {
-    if (entry.path().filename().string().rfind("piece-", 0) != 0) {
-      continue;
-    }
-    pieces.push_back(
-        std::make_unique<SafetensorsReader>(entry.path().string()));
-    const auto& reader = *pieces.back();
-    for (const auto& e : reader.entries()) {
-      ExportPiece piece{
-          &reader, e, std::vector<int64_t>(e.shape.size(), 0), e.shape};
-      const auto it = reader.metadata().find(kSlicePrefix + e.name);
-      if (it != reader.metadata().end()) {
-        const json where = json::parse(it->second);
-        piece.offsets = where.at("offsets").get<std::vector<int64_t>>();
-        piece.global_shape = where.at("shape").get<std::vector<int64_t>>();
-      }
-      by_name[e.name].push_back(std::move(piece));
-    }
-  }
+  const std::map<std::string, std::vector<ExportPiece>> by_name =
+      read_pieces(tmp, pieces);
   const bool hf = config_.export_format == "hf";
   const std::optional<hf_llama::Shape> shape =
       hf ? std::optional(hf_shape()) : std::nullopt;

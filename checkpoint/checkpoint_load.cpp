@@ -143,21 +143,45 @@ struct CheckpointManager::FolderPlan {
   fs::path dir;
 };
 
-CheckpointManager::FolderPlan CheckpointManager::plan_folder() const {
-  FolderPlan plan;
+namespace {
+
+/// The folders saves that did not finish left in `folder` (`.partial`,
+/// `.old`), sorted; a complete .partial is newer than an .old of the same
+/// step: first.
+std::vector<fs::path> leftover_folders(const fs::path& folder) {
   std::error_code ec;
   std::vector<fs::path> leftovers;
-  for (const auto& entry : fs::directory_iterator(folder_, ec)) {
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
     const std::string name = entry.path().filename().string();
     if (name.ends_with(".partial") || name.ends_with(".old")) {
       leftovers.push_back(entry.path());
     }
   }
   std::sort(leftovers.begin(), leftovers.end());
-  // A complete .partial is newer than an .old of the same step: first.
   std::stable_partition(leftovers.begin(), leftovers.end(), [](const auto& p) {
     return p.extension() == ".partial";
   });
+  return leftovers;
+}
+
+/// Where a later step's folder `from` is moved aside: `from`.superseded,
+/// numbered past every name on disk or in `taken` (which it joins).
+fs::path superseded_path(const fs::path& from, std::set<fs::path>& taken) {
+  std::error_code ec;
+  fs::path to = from.string() + ".superseded";
+  for (int n = 2; fs::exists(to, ec) || taken.contains(to); ++n) {
+    to = from.string() + ".superseded." + std::to_string(n);
+  }
+  taken.insert(to);
+  return to;
+}
+
+}  // namespace
+
+CheckpointManager::FolderPlan CheckpointManager::plan_folder() const {
+  FolderPlan plan;
+  std::error_code ec;
+  const std::vector<fs::path> leftovers = leftover_folders(folder_);
   std::map<int64_t, fs::path> where;
   for (const int64_t step : list_steps(folder_)) {
     where[step] = folder_ / step_dir_name(step);
@@ -213,11 +237,7 @@ CheckpointManager::FolderPlan CheckpointManager::plan_folder() const {
       continue;
     }
     const fs::path from = folder_ / step_dir_name(later);
-    fs::path to = from.string() + ".superseded";
-    for (int n = 2; fs::exists(to, ec) || taken.contains(to); ++n) {
-      to = from.string() + ".superseded." + std::to_string(n);
-    }
-    taken.insert(to);
+    const fs::path to = superseded_path(from, taken);
     plan.moves.push_back(
         {from,
          to,
