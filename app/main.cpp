@@ -96,6 +96,52 @@ int64_t dry_run_world_size(
   return world;
 }
 
+/// `baton train --nproc N`: starts N local ranks of this binary with the
+/// same arguments and waits for them. The config is checked once, here,
+/// before any rank starts.
+int launch_ranks(const baton::JobConfig& config, const baton::TrainArgs& args) {
+  baton::dist::LocalLaunchOptions launch;
+  launch.nproc = args.nproc;
+  launch.args = {"train"};
+  for (const auto& path : args.config_paths) {
+    launch.args.push_back("--config");
+    launch.args.push_back(path);
+  }
+  for (const auto& o : args.overrides) {
+    launch.args.push_back("--" + o);
+  }
+  launch.max_restarts = args.max_restarts;
+  launch.cpu_bind = args.cpu_bind;
+  launch.resume_note = [config] { return resume_note(config); };
+  if (config.comm.flight_recorder_entries > 0) {
+    launch.flight_recorder_dir =
+        (std::filesystem::path(config.job.dump_folder) / "flight_recorder")
+            .string();
+  }
+  return baton::dist::launch_local(launch);
+}
+
+/// Several intra-op threads must not spin after each parallel region on
+/// the cores the others need (common/threads.h): starts again with
+/// OMP_WAIT_POLICY=PASSIVE unless the user set it. Not when the config
+/// could not be read a second time (a pipe, /dev/stdin).
+void restart_for_passive_wait(
+    const baton::JobConfig& config, const baton::TrainArgs& args, char** argv) {
+  const bool rereadable = std::all_of(
+      args.config_paths.begin(),
+      args.config_paths.end(),
+      [](const std::string& path) {
+        return std::filesystem::is_regular_file(path);
+      });
+  if (rereadable) {
+    baton::restart_for_load_time_settings(
+        argv,
+        baton::load_time_settings(baton::resolve_intra_op_threads(
+            config.training.num_threads,
+            baton::dist::detect_launch_env().local_world_size)));
+  }
+}
+
 int run_train(const baton::TrainArgs& args, char** argv) {
   // Every registry is filled before the config is checked against them.
   baton::register_builtin_builders();
@@ -117,44 +163,9 @@ int run_train(const baton::TrainArgs& args, char** argv) {
   }
   baton::log_cpu_kernels();
   if (args.nproc > 0) {
-    // The config is checked once, here, before any rank starts.
-    baton::dist::LocalLaunchOptions launch;
-    launch.nproc = args.nproc;
-    launch.args = {"train"};
-    for (const auto& path : args.config_paths) {
-      launch.args.push_back("--config");
-      launch.args.push_back(path);
-    }
-    for (const auto& o : args.overrides) {
-      launch.args.push_back("--" + o);
-    }
-    launch.max_restarts = args.max_restarts;
-    launch.cpu_bind = args.cpu_bind;
-    launch.resume_note = [config] { return resume_note(config); };
-    if (config.comm.flight_recorder_entries > 0) {
-      launch.flight_recorder_dir =
-          (std::filesystem::path(config.job.dump_folder) / "flight_recorder")
-              .string();
-    }
-    return baton::dist::launch_local(launch);
+    return launch_ranks(config, args);
   }
-  // Several intra-op threads must not spin after each parallel region on
-  // the cores the others need (common/threads.h): start again with
-  // OMP_WAIT_POLICY=PASSIVE unless the user set it. Not when the config
-  // could not be read a second time (a pipe, /dev/stdin).
-  const bool rereadable = std::all_of(
-      args.config_paths.begin(),
-      args.config_paths.end(),
-      [](const std::string& path) {
-        return std::filesystem::is_regular_file(path);
-      });
-  if (rereadable) {
-    baton::restart_for_load_time_settings(
-        argv,
-        baton::load_time_settings(baton::resolve_intra_op_threads(
-            config.training.num_threads,
-            baton::dist::detect_launch_env().local_world_size)));
-  }
+  restart_for_passive_wait(config, args, argv);
   // Both live outside the try, so the runtime they hold is still there when
   // a failure is reported.
   // From here a SIGTERM or SIGUSR1 stops the run at a step boundary.

@@ -1,7 +1,7 @@
 #pragma once
 
 // Every use of libtorch beyond its stable public API lives here or in the
-// dist facade (parallel/dist/process_group.cpp, c10d): the storage surgery of
+// dist facade (parallel/dist/process_group*, c10d): the storage surgery of
 // fully sharded data parallel, the optimizer state's key, the type of an
 // autograd node reference. A new libtorch would break here first, and a
 // difference between the versions Baton supports (the pinned one and the

@@ -2,7 +2,7 @@
 
 // What config/'s files share and nothing else uses: finding a section and
 // a key of a JobConfig by name (decoding, overrides, the key-path
-// accessors) and printing numbers in messages.
+// accessors), printing numbers in messages and the `builder` key's spec.
 
 #include <string>
 #include <string_view>
@@ -14,6 +14,9 @@ namespace baton::config_detail {
 /// `v` in the shortest form that reads back to the same double,
 /// fixed-point in the everyday range (8e-4 shows as 0.0008).
 std::string format_number(double v);
+
+/// The top-level `builder` key has no section, so its spec lives here.
+const FieldSpec& builder_spec();
 
 /// Calls `f(field, spec)` on the field named `key`; false if there is none.
 template <class Section, class F>

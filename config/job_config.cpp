@@ -1,3 +1,8 @@
+// JobConfig from YAML: the files and --SECTION.KEY=VALUE overrides decoded
+// field by field through each FieldSpec, then checked as a whole (the checks
+// that need more than one key, names against their registries). Printing it
+// back is in job_config_print.cpp.
+
 #include "config/job_config.h"
 
 #include <yaml-cpp/yaml.h>
@@ -34,6 +39,7 @@ std::string JobConfig::first_origin(
   return "";
 }
 
+using config_detail::builder_spec;
 using config_detail::format_number;
 using config_detail::with_field;
 using config_detail::with_section;
@@ -48,18 +54,17 @@ std::string config_detail::format_number(double v) {
   return std::string(buf, result.ptr);
 }
 
+const FieldSpec& config_detail::builder_spec() {
+  static const FieldSpec spec(
+      "registered trainer builder (auto: picked from the parallelism)");
+  return spec;
+}
+
 namespace {
 
 using Integers = std::vector<int64_t>;
 using Strings = std::vector<std::string>;
 using StringLists = std::vector<std::vector<std::string>>;
-
-/// The top-level `builder` key has no section, so its spec lives here.
-const FieldSpec& builder_spec() {
-  static const FieldSpec spec(
-      "registered trainer builder (auto: picked from the parallelism)");
-  return spec;
-}
 
 /// One value to decode: the YAML node, where it came from, and its key path.
 struct Input {
@@ -669,91 +674,6 @@ void check_registered(JobConfig& config) {
   });
 }
 
-/// True when `s` written plain would read back as something other than a
-/// string (null, a boolean or a number, in YAML 1.1 or 1.2), so it must be
-/// quoted.
-bool needs_quotes(const std::string& s) {
-  static const std::vector<std::string> kSpecial = {
-      "",
-      "~",
-      "null",
-      "true",
-      "false",
-      "yes",
-      "no",
-      "on",
-      "off",
-      ".inf",
-      "-.inf",
-      "+.inf",
-      ".nan"};
-  const std::string lower = to_lower(s);
-  if (std::find(kSpecial.begin(), kSpecial.end(), lower) != kSpecial.end()) {
-    return true;
-  }
-  double ignored = 0;
-  const char* first = s.data() + (s[0] == '+' ? 1 : 0);
-  const char* last = s.data() + s.size();
-  const auto result = std::from_chars(first, last, ignored);
-  return result.ec != std::errc::invalid_argument && result.ptr == last;
-}
-
-// Emits one value; overloaded on the field type like decode.
-void emit(YAML::Emitter& out, int64_t v) {
-  out << v;
-}
-void emit(YAML::Emitter& out, double v) {
-  out << format_number(v);
-}
-void emit(YAML::Emitter& out, bool v) {
-  out << v;
-}
-void emit(YAML::Emitter& out, const std::string& v) {
-  if (needs_quotes(v)) {
-    out << YAML::DoubleQuoted;
-  }
-  out << v;
-}
-void emit(YAML::Emitter& out, const std::optional<double>& v) {
-  if (v) {
-    emit(out, *v);
-  } else {
-    out << YAML::Null;
-  }
-}
-void emit(YAML::Emitter& out, const std::vector<double>& v) {
-  out << YAML::Flow << YAML::BeginSeq;
-  for (double x : v) {
-    emit(out, x);
-  }
-  out << YAML::EndSeq;
-}
-void emit(YAML::Emitter& out, const Integers& v) {
-  out << YAML::Flow << YAML::BeginSeq;
-  for (const int64_t x : v) {
-    emit(out, x);
-  }
-  out << YAML::EndSeq;
-}
-void emit(YAML::Emitter& out, const Strings& v) {
-  out << YAML::Flow << YAML::BeginSeq;
-  for (const auto& x : v) {
-    emit(out, x);
-  }
-  out << YAML::EndSeq;
-}
-void emit(YAML::Emitter& out, const StringLists& v) {
-  out << YAML::BeginSeq;
-  for (const auto& list : v) {
-    out << YAML::Flow << YAML::BeginSeq;
-    for (const auto& s : list) {
-      emit(out, s);
-    }
-    out << YAML::EndSeq;
-  }
-  out << YAML::EndSeq;
-}
-
 }  // namespace
 
 JobConfig load_job_config(
@@ -777,28 +697,6 @@ JobConfig load_job_config(
   check_consistency(config);
   check_registered(config);
   return config;
-}
-
-std::string job_config_to_yaml(const JobConfig& config) {
-  // visit is non-const (it also decodes), so walk a copy.
-  JobConfig copy = config;
-  YAML::Emitter out;
-  out.SetNullFormat(YAML::LowerNull);
-  out << YAML::BeginMap;
-  out << YAML::Key << "builder" << YAML::Value;
-  emit(out, copy.builder);
-  out << YAML::Comment(builder_spec().help);
-  copy.visit_sections([&](const char* section_name, auto& section) {
-    out << YAML::Key << section_name << YAML::Value << YAML::BeginMap;
-    section.visit([&](const char* name, auto& field, const FieldSpec& spec) {
-      out << YAML::Key << name << YAML::Value;
-      emit(out, field);
-      out << YAML::Comment(spec.help);
-    });
-    out << YAML::EndMap;
-  });
-  out << YAML::EndMap;
-  return std::string(out.c_str()) + "\n";
 }
 
 }  // namespace baton

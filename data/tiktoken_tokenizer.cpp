@@ -212,6 +212,12 @@ struct TiktokenTokenizer::Impl {
   std::vector<std::string> pieces;
   int32_t num_ranks = 0;
 
+  /// Reads the file's "<base64 token> <rank>" lines into `ranks`; returns
+  /// the tokens by rank, every rank 0..n-1 given once.
+  std::vector<std::string> read_ranks(const std::string& path);
+  /// Fails unless each of the 256 single bytes has a rank.
+  void check_single_bytes(const std::string& path) const;
+
   int32_t rank_of(std::string_view bytes) const {
     const auto it = ranks.find(bytes);
     return it == ranks.end() ? std::numeric_limits<int32_t>::max() : it->second;
@@ -265,8 +271,49 @@ struct TiktokenTokenizer::Impl {
   }
 };
 
-TiktokenTokenizer::TiktokenTokenizer(const std::string& path)
-    : impl_(std::make_unique<Impl>()) {
+namespace {
+
+/// Refuses a rank the file cannot hold: ranks are 0..n-1, one line each,
+/// so none reaches the file's size in bytes; refused before a damaged rank
+/// sizes the table.
+void check_rank_range(
+    const std::string& where, int64_t rank, int64_t file_bytes) {
+  if (rank > std::numeric_limits<int32_t>::max() -
+                 TiktokenTokenizer::kNumSpecialTokens) {
+    throw std::runtime_error(
+        where + ": rank " + std::to_string(rank) + " is too large");
+  }
+  if (rank >= file_bytes) {
+    throw std::runtime_error(
+        where + ": rank " + std::to_string(rank) +
+        " is out of range; allowed: ranks 0..n-1 for the n lines of the "
+        "file (" +
+        std::to_string(file_bytes) + " bytes)");
+  }
+}
+
+/// Fails unless the file gave every rank 0..n-1 (`line_of_rank`: the line
+/// of each, 0 for none).
+void check_every_rank(
+    const std::string& path, const std::vector<int64_t>& line_of_rank) {
+  if (line_of_rank.empty()) {
+    throw std::runtime_error(
+        "[TiktokenTokenizer] " + path + ": holds no tokens");
+  }
+  for (size_t rank = 0; rank < line_of_rank.size(); ++rank) {
+    if (line_of_rank[rank] == 0) {
+      throw std::runtime_error(
+          "[TiktokenTokenizer] " + path + ": rank " + std::to_string(rank) +
+          " is missing; allowed: ranks 0.." +
+          std::to_string(line_of_rank.size() - 1) + " each once");
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> TiktokenTokenizer::Impl::read_ranks(
+    const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw std::runtime_error("[TiktokenTokenizer] cannot open '" + path + "'");
@@ -290,19 +337,7 @@ TiktokenTokenizer::TiktokenTokenizer(const std::string& path)
     const std::string where =
         "[TiktokenTokenizer] " + path + ":" + std::to_string(line_number);
     const int64_t rank = parse_rank_line(line, where, bytes);
-    if (rank > std::numeric_limits<int32_t>::max() - kNumSpecialTokens) {
-      throw std::runtime_error(
-          where + ": rank " + std::to_string(rank) + " is too large");
-    }
-    // Ranks are 0..n-1, one line each, so none reaches the file's size in
-    // bytes; refused before a damaged rank sizes the table.
-    if (rank >= file_bytes) {
-      throw std::runtime_error(
-          where + ": rank " + std::to_string(rank) +
-          " is out of range; allowed: ranks 0..n-1 for the n lines of the "
-          "file (" +
-          std::to_string(file_bytes) + " bytes)");
-    }
+    check_rank_range(where, rank, file_bytes);
     if (static_cast<size_t>(rank) >= by_rank.size()) {
       by_rank.resize(rank + 1);
       line_of_rank.resize(rank + 1, 0);
@@ -312,8 +347,7 @@ TiktokenTokenizer::TiktokenTokenizer(const std::string& path)
           where + ": rank " + std::to_string(rank) + " already given at line " +
           std::to_string(line_of_rank[rank]));
     }
-    const auto [it, fresh] =
-        impl_->ranks.emplace(bytes, static_cast<int32_t>(rank));
+    const auto [it, fresh] = ranks.emplace(bytes, static_cast<int32_t>(rank));
     if (!fresh) {
       throw std::runtime_error(
           where + ": token already listed with rank " +
@@ -322,20 +356,14 @@ TiktokenTokenizer::TiktokenTokenizer(const std::string& path)
     by_rank[rank] = bytes;
     line_of_rank[rank] = line_number;
   }
-  if (by_rank.empty()) {
-    throw std::runtime_error(
-        "[TiktokenTokenizer] " + path + ": holds no tokens");
-  }
-  for (size_t rank = 0; rank < by_rank.size(); ++rank) {
-    if (line_of_rank[rank] == 0) {
-      throw std::runtime_error(
-          "[TiktokenTokenizer] " + path + ": rank " + std::to_string(rank) +
-          " is missing; allowed: ranks 0.." +
-          std::to_string(by_rank.size() - 1) + " each once");
-    }
-  }
+  check_every_rank(path, line_of_rank);
+  return by_rank;
+}
+
+void TiktokenTokenizer::Impl::check_single_bytes(
+    const std::string& path) const {
   for (int b = 0; b < 256; ++b) {
-    if (impl_->ranks.count(std::string(1, static_cast<char>(b))) == 0) {
+    if (ranks.count(std::string(1, static_cast<char>(b))) == 0) {
       char hex[8];
       std::snprintf(hex, sizeof(hex), "0x%02X", b);
       throw std::runtime_error(
@@ -343,6 +371,12 @@ TiktokenTokenizer::TiktokenTokenizer(const std::string& path)
           " has no rank; a byte-level BPE file ranks all 256 bytes");
     }
   }
+}
+
+TiktokenTokenizer::TiktokenTokenizer(const std::string& path)
+    : impl_(std::make_unique<Impl>()) {
+  std::vector<std::string> by_rank = impl_->read_ranks(path);
+  impl_->check_single_bytes(path);
   impl_->num_ranks = static_cast<int32_t>(by_rank.size());
   impl_->pieces = std::move(by_rank);
   for (std::string& name : llama3_special_tokens()) {

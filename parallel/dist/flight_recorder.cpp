@@ -317,9 +317,8 @@ std::string last_action(const json& file) {
   return text;
 }
 
-}  // namespace
-
-std::string hang_report(
+/// The files of this run's ranks (written at or after `since`), by rank.
+std::map<int64_t, json> read_rank_files(
     const fs::path& folder, int64_t world_size, fs::file_time_type since) {
   std::map<int64_t, json> files;
   for (int64_t r = 0; r < world_size; ++r) {
@@ -335,10 +334,20 @@ std::string hang_report(
       continue;  // half a file from a rank killed while writing
     }
   }
-  // Each rank whose operation failed blames who it waited on: the peer of a
-  // P2P, the members of a collective's group that had not reached it.
+  return files;
+}
+
+/// The ranks the failed operations waited on: how many blame each, and the
+/// first sentence saying who waited on it in what.
+struct Blame {
   std::map<int64_t, int64_t> votes;
   std::map<int64_t, std::string> waiter;
+};
+
+/// Each rank whose operation failed blames who it waited on: the peer of a
+/// P2P, the members of a collective's group that had not reached it.
+Blame blame_waited_on(const std::map<int64_t, json>& files) {
+  Blame out;
   for (const auto& [r, file] : files) {
     const json* failed = failed_entry(file);
     if (failed == nullptr) {
@@ -346,8 +355,8 @@ std::string hang_report(
     }
     const std::string what = describe_entry(*failed);
     auto blame = [&](int64_t peer) {
-      ++votes[peer];
-      waiter.emplace(
+      ++out.votes[peer];
+      out.waiter.emplace(
           peer, "rank " + std::to_string(r) + " waited on it in " + what);
     };
     if (failed->value("kind", "") == "p2p" && (*failed)["peer"].is_number()) {
@@ -370,34 +379,54 @@ std::string hang_report(
       }
     }
   }
-  if (votes.empty()) {
-    return "";
-  }
-  // In a chain (0 waits on 1, which timed out waiting on 2) the end of it:
-  // a rank blamed that had no failed operation of its own.
-  auto waits_itself = [&](int64_t r) {
-    const auto f = files.find(r);
-    return f != files.end() && failed_entry(f->second) != nullptr;
-  };
+  return out;
+}
+
+/// `r`'s file holds a failed operation of its own.
+bool waits_itself(const std::map<int64_t, json>& files, int64_t r) {
+  const auto f = files.find(r);
+  return f != files.end() && failed_entry(f->second) != nullptr;
+}
+
+/// In a chain (0 waits on 1, which timed out waiting on 2) the end of it: a
+/// rank blamed that had no failed operation of its own; else the most
+/// blamed.
+int64_t hung_rank(
+    const std::map<int64_t, json>& files,
+    const std::map<int64_t, int64_t>& votes) {
   int64_t hung = votes.begin()->first;
   for (const auto& [r, n] : votes) {
-    const bool better = waits_itself(hung) && !waits_itself(r);
-    const bool as_good = waits_itself(hung) == waits_itself(r);
-    if (better || (as_good && n > votes[hung])) {
+    const bool better = waits_itself(files, hung) && !waits_itself(files, r);
+    const bool as_good = waits_itself(files, hung) == waits_itself(files, r);
+    if (better || (as_good && n > votes.at(hung))) {
       hung = r;
     }
   }
+  return hung;
+}
+
+}  // namespace
+
+std::string hang_report(
+    const fs::path& folder, int64_t world_size, fs::file_time_type since) {
+  const std::map<int64_t, json> files =
+      read_rank_files(folder, world_size, since);
+  Blame blame = blame_waited_on(files);
+  if (blame.votes.empty()) {
+    return "";
+  }
+  const int64_t hung = hung_rank(files, blame.votes);
   const auto own = files.find(hung);
   // A rank that wrote its file on its own failure, not on request, did not
   // hang: it failed outside any operation (main() reports that failure).
   const std::string reason =
       own == files.end() ? "" : own->second.value("reason", "");
-  const bool failed_alone = !reason.empty() && !waits_itself(hung) &&
+  const bool failed_alone = !reason.empty() && !waits_itself(files, hung) &&
                             reason.rfind("asked by ", 0) != 0;
   std::string text = "hang report: rank " + std::to_string(hung) +
                      (failed_alone ? " failed first (" + reason + ")"
                                    : " stopped answering first") +
-                     " (" + waiter[hung] + "); ";
+                     " (" + blame.waiter[hung] + "); ";
   if (own == files.end()) {
     text += "it wrote no flight-recorder file";
   } else {

@@ -188,7 +188,12 @@ std::string schedule_to_csv(const Schedule& schedule) {
   return out;
 }
 
-Schedule schedule_from_csv(const std::string& text, const std::string& origin) {
+namespace {
+
+/// The CSV's rows, one per rank; trailing blank lines dropped (a file ends
+/// with one newline, not an empty rank).
+std::vector<std::string> csv_rows(
+    const std::string& text, const std::string& origin) {
   std::vector<std::string> lines;
   {
     std::string line;
@@ -197,7 +202,6 @@ Schedule schedule_from_csv(const std::string& text, const std::string& origin) {
       lines.push_back(line);
     }
   }
-  // A file ends with one newline, not an empty rank; trailing blank lines go.
   while (!lines.empty() && trim(lines.back()).empty()) {
     lines.pop_back();
   }
@@ -205,43 +209,52 @@ Schedule schedule_from_csv(const std::string& text, const std::string& origin) {
     throw ConfigError(
         origin + ": no rows; expected one row of actions per rank");
   }
-  Schedule out;
-  out.name = "custom";
-  out.pp = static_cast<int64_t>(lines.size());
-  out.ranks.resize(lines.size());
-  int64_t max_stage = -1;
-  int64_t max_mb = -1;
-  for (size_t r = 0; r < lines.size(); ++r) {
-    std::istringstream row(lines[r]);
-    std::string cell;
-    size_t column = 0;
-    while (std::getline(row, cell, ',')) {
-      ++column;
-      cell = trim(cell);
-      if (cell.empty()) {
-        out.ranks[r].emplace_back();
-        continue;
-      }
-      try {
-        const Action a = parse_action(cell);
-        out.ranks[r].emplace_back(a);
-        max_stage = std::max({max_stage, a.stage, a.backward_stage});
-        max_mb = std::max({max_mb, a.microbatch, a.backward_microbatch});
-      } catch (const ConfigError& e) {
-        throw ConfigError(
-            origin + ": row " + std::to_string(r + 1) + " (rank " +
-            std::to_string(r) + "), column " + std::to_string(column) + ": " +
-            e.what());
-      }
+  return lines;
+}
+
+/// The actions of row `r` (rank r), an empty cell an empty slot; raises
+/// `max_stage` and `max_mb` to the highest indices the row names.
+ActionList csv_row_actions(
+    const std::string& line,
+    size_t r,
+    const std::string& origin,
+    int64_t& max_stage,
+    int64_t& max_mb) {
+  ActionList actions;
+  std::istringstream row(line);
+  std::string cell;
+  size_t column = 0;
+  while (std::getline(row, cell, ',')) {
+    ++column;
+    cell = trim(cell);
+    if (cell.empty()) {
+      actions.emplace_back();
+      continue;
+    }
+    try {
+      const Action a = parse_action(cell);
+      actions.emplace_back(a);
+      max_stage = std::max({max_stage, a.stage, a.backward_stage});
+      max_mb = std::max({max_mb, a.microbatch, a.backward_microbatch});
+    } catch (const ConfigError& e) {
+      throw ConfigError(
+          origin + ": row " + std::to_string(r + 1) + " (rank " +
+          std::to_string(r) + "), column " + std::to_string(column) + ": " +
+          e.what());
     }
   }
-  if (max_stage < 0 || max_mb < 0) {
-    throw ConfigError(origin + ": no compute actions");
-  }
-  // Every stage and microbatch has an action of its own, so an index beyond
-  // the count of cells is a typo, refused before anything is sized by it.
+  return actions;
+}
+
+/// Every stage and microbatch has an action of its own, so an index beyond
+/// the count of cells is a typo, refused before anything is sized by it.
+void check_indices_fit_cells(
+    const std::vector<ActionList>& ranks,
+    int64_t max_stage,
+    int64_t max_mb,
+    const std::string& origin) {
   int64_t cells = 0;
-  for (const auto& rank : out.ranks) {
+  for (const auto& rank : ranks) {
     cells += static_cast<int64_t>(rank.size());
   }
   for (const auto& [what, max] :
@@ -254,6 +267,40 @@ Schedule schedule_from_csv(const std::string& text, const std::string& origin) {
           " cells of the file (each one needs actions of its own)");
     }
   }
+}
+
+/// The stages every rank of `schedule` holds, when each holds as many;
+/// else 0.
+int64_t uniform_stages_per_rank(const Schedule& schedule) {
+  int64_t per_rank = schedule.num_stages % schedule.pp == 0
+                         ? schedule.num_stages / schedule.pp
+                         : 0;
+  for (int64_t r = 0; r < schedule.pp && per_rank > 0; ++r) {
+    if (static_cast<int64_t>(
+            stages_of_rank(schedule.stage_to_rank, r).size()) != per_rank) {
+      per_rank = 0;
+    }
+  }
+  return per_rank;
+}
+
+}  // namespace
+
+Schedule schedule_from_csv(const std::string& text, const std::string& origin) {
+  const std::vector<std::string> lines = csv_rows(text, origin);
+  Schedule out;
+  out.name = "custom";
+  out.pp = static_cast<int64_t>(lines.size());
+  out.ranks.resize(lines.size());
+  int64_t max_stage = -1;
+  int64_t max_mb = -1;
+  for (size_t r = 0; r < lines.size(); ++r) {
+    out.ranks[r] = csv_row_actions(lines[r], r, origin, max_stage, max_mb);
+  }
+  if (max_stage < 0 || max_mb < 0) {
+    throw ConfigError(origin + ": no compute actions");
+  }
+  check_indices_fit_cells(out.ranks, max_stage, max_mb, origin);
   out.num_stages = max_stage + 1;
   out.microbatches = max_mb + 1;
   try {
@@ -261,14 +308,7 @@ Schedule schedule_from_csv(const std::string& text, const std::string& origin) {
   } catch (const ScheduleError& e) {
     throw ScheduleError(origin + ": " + e.what());
   }
-  out.stages_per_rank =
-      out.num_stages % out.pp == 0 ? out.num_stages / out.pp : 0;
-  for (int64_t r = 0; r < out.pp && out.stages_per_rank > 0; ++r) {
-    if (static_cast<int64_t>(stages_of_rank(out.stage_to_rank, r).size()) !=
-        out.stages_per_rank) {
-      out.stages_per_rank = 0;
-    }
-  }
+  out.stages_per_rank = uniform_stages_per_rank(out);
   return out;
 }
 

@@ -249,6 +249,79 @@ std::vector<ActionList> zbv_zero_bubble(int64_t p, int64_t v, int64_t m) {
   return ranks;
 }
 
+/// DualPipeV's actions on rank `r` of `p`: stages r and 2p - 1 - r, `m`
+/// microbatches.
+ActionList dual_pipe_v_rank(int64_t p, int64_t r, int64_t m) {
+  const int64_t s0 = r;
+  const int64_t s1 = 2 * p - 1 - r;
+  std::map<int64_t, int64_t> next_f;
+  std::map<int64_t, int64_t> next_b;                // B and I share one counter
+  std::deque<std::pair<int64_t, int64_t>> weights;  // pending (stage, mb)
+  ActionList ops;
+  const auto f = [&](int64_t s) { return act(K::kF, s, next_f[s]++); };
+  const auto b = [&](int64_t s) { return act(K::kB, s, next_b[s]++); };
+  const auto i_op = [&](int64_t s) {
+    const int64_t mb = next_b[s]++;
+    weights.emplace_back(s, mb);
+    return act(K::kI, s, mb);
+  };
+  const auto w = [&]() {
+    const auto [s, mb] = weights.front();
+    weights.pop_front();
+    return act(K::kW, s, mb);
+  };
+  const auto overlap = [&](int64_t forward_stage, int64_t backward_stage) {
+    const Action fwd = f(forward_stage);
+    return Action::overlap(fwd, b(backward_stage));
+  };
+  for (int64_t k = 0; k < 2 * (p - r - 1); ++k) {
+    ops.push_back(f(s0));
+  }
+  for (int64_t k = 0; k < r + 1; ++k) {
+    ops.push_back(f(s0));
+    ops.push_back(f(s1));
+  }
+  for (int64_t k = 0; k < p - r - 1; ++k) {
+    ops.push_back(i_op(s1));
+    ops.push_back(w());
+    ops.push_back(f(s1));
+  }
+  for (int64_t k = 0; k < m - 2 * p + r + 1; ++k) {
+    if (k == 0 && r == p - 1) {
+      // The turn of the V: not overlapped, to shrink the bubble.
+      ops.push_back(f(s0));
+      ops.push_back(b(s1));
+    } else {
+      ops.push_back(overlap(s0, s1));
+    }
+    ops.push_back(overlap(s1, s0));
+  }
+  for (int64_t k = 0; k < p - r - 1; ++k) {
+    ops.push_back(b(s1));
+    ops.push_back(overlap(s1, s0));
+  }
+  // The second half of the last backwards splits into I and W.
+  bool split = false;
+  for (int64_t k = 0; k < r + 1; ++k) {
+    if (k == (r + 1) / 2 && r % 2 == 1) {
+      split = true;
+    }
+    ops.push_back(split ? i_op(s1) : b(s1));
+    if (k == (r + 1) / 2 && r % 2 == 0) {
+      split = true;
+    }
+    ops.push_back(split ? i_op(s0) : b(s0));
+  }
+  for (int64_t k = 0; k < p - r - 1; ++k) {
+    ops.push_back(w());
+    ops.push_back(i_op(s0));
+  }
+  for (int64_t k = 0; k < r + 1; ++k) {
+    ops.push_back(w());
+  }
+  return ops;
+}
+
 std::vector<ActionList> dual_pipe_v(int64_t p, int64_t v, int64_t m) {
   require_two_stages("DualPipeV", v);
   if (m < 2 * p) {
@@ -260,73 +333,7 @@ std::vector<ActionList> dual_pipe_v(int64_t p, int64_t v, int64_t m) {
   }
   std::vector<ActionList> ranks(p);
   for (int64_t r = 0; r < p; ++r) {
-    const int64_t s0 = r;
-    const int64_t s1 = 2 * p - 1 - r;
-    std::map<int64_t, int64_t> next_f;
-    std::map<int64_t, int64_t> next_b;  // B and I share one counter
-    std::deque<std::pair<int64_t, int64_t>> weights;  // pending (stage, mb)
-    ActionList& ops = ranks[r];
-    const auto f = [&](int64_t s) { return act(K::kF, s, next_f[s]++); };
-    const auto b = [&](int64_t s) { return act(K::kB, s, next_b[s]++); };
-    const auto i_op = [&](int64_t s) {
-      const int64_t mb = next_b[s]++;
-      weights.emplace_back(s, mb);
-      return act(K::kI, s, mb);
-    };
-    const auto w = [&]() {
-      const auto [s, mb] = weights.front();
-      weights.pop_front();
-      return act(K::kW, s, mb);
-    };
-    const auto overlap = [&](int64_t forward_stage, int64_t backward_stage) {
-      const Action fwd = f(forward_stage);
-      return Action::overlap(fwd, b(backward_stage));
-    };
-    for (int64_t k = 0; k < 2 * (p - r - 1); ++k) {
-      ops.push_back(f(s0));
-    }
-    for (int64_t k = 0; k < r + 1; ++k) {
-      ops.push_back(f(s0));
-      ops.push_back(f(s1));
-    }
-    for (int64_t k = 0; k < p - r - 1; ++k) {
-      ops.push_back(i_op(s1));
-      ops.push_back(w());
-      ops.push_back(f(s1));
-    }
-    for (int64_t k = 0; k < m - 2 * p + r + 1; ++k) {
-      if (k == 0 && r == p - 1) {
-        // The turn of the V: not overlapped, to shrink the bubble.
-        ops.push_back(f(s0));
-        ops.push_back(b(s1));
-      } else {
-        ops.push_back(overlap(s0, s1));
-      }
-      ops.push_back(overlap(s1, s0));
-    }
-    for (int64_t k = 0; k < p - r - 1; ++k) {
-      ops.push_back(b(s1));
-      ops.push_back(overlap(s1, s0));
-    }
-    // The second half of the last backwards splits into I and W.
-    bool split = false;
-    for (int64_t k = 0; k < r + 1; ++k) {
-      if (k == (r + 1) / 2 && r % 2 == 1) {
-        split = true;
-      }
-      ops.push_back(split ? i_op(s1) : b(s1));
-      if (k == (r + 1) / 2 && r % 2 == 0) {
-        split = true;
-      }
-      ops.push_back(split ? i_op(s0) : b(s0));
-    }
-    for (int64_t k = 0; k < p - r - 1; ++k) {
-      ops.push_back(w());
-      ops.push_back(i_op(s0));
-    }
-    for (int64_t k = 0; k < r + 1; ++k) {
-      ops.push_back(w());
-    }
+    ranks[r] = dual_pipe_v_rank(p, r, m);
   }
   return ranks;
 }

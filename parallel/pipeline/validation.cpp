@@ -80,17 +80,7 @@ class Validator {
           "; a stage lives on one rank only");
     }
     if (a.kind == ActionKind::kReduceGrad) {
-      if (reduced_[s]) {
-        fail("a second REDUCE_GRAD of stage " + std::to_string(s));
-      }
-      const Counts& c = counts_[s];
-      if (c.b + c.w != s_.microbatches) {
-        fail(
-            "REDUCE_GRAD before the stage's last backward (" +
-            std::to_string(c.b + c.w) + " of " +
-            std::to_string(s_.microbatches) + " done)");
-      }
-      reduced_[s] = 1;
+      check_reduce_grad(s, fail);
       return;
     }
     if (mb < 0 || mb >= s_.microbatches) {
@@ -98,22 +88,52 @@ class Validator {
           "microbatch out of range [0, " + std::to_string(s_.microbatches) +
           ")");
     }
-    const bool prev_remote = s > 0 && s_.stage_to_rank[s - 1] != r;
-    const bool next_remote = s < last_ && s_.stage_to_rank[s + 1] != r;
-    const auto once = [&](StageGrid<uint8_t>& grid, const char* what) {
-      if (grid.at(s, mb)) {
-        fail(std::string("a second ") + what + " of " + stage_mb(s, mb));
-      }
-      grid.at(s, mb) = 1;
-    };
     switch (a.kind) {
       case ActionKind::kF:
-        if (lowered_ && prev_remote && !recv_f_.at(s, mb)) {
+      case ActionKind::kB:
+      case ActionKind::kI:
+      case ActionKind::kW:
+        check_compute(a, r, fail);
+        return;
+      case ActionKind::kSendF:
+      case ActionKind::kRecvF:
+      case ActionKind::kSendB:
+      case ActionKind::kRecvB:
+        check_transfer(a, r, fail);
+        return;
+      default:
+        fail("unexpected action kind");
+    }
+  }
+
+  template <class Fail>
+  void check_reduce_grad(int64_t s, const Fail& fail) {
+    if (reduced_[s]) {
+      fail("a second REDUCE_GRAD of stage " + std::to_string(s));
+    }
+    const Counts& c = counts_[s];
+    if (c.b + c.w != s_.microbatches) {
+      fail(
+          "REDUCE_GRAD before the stage's last backward (" +
+          std::to_string(c.b + c.w) + " of " + std::to_string(s_.microbatches) +
+          " done)");
+    }
+    reduced_[s] = 1;
+  }
+
+  /// F, B, I or W of a stage on rank `r`.
+  template <class Fail>
+  void check_compute(const Action& a, int64_t r, const Fail& fail) {
+    const int64_t s = a.stage;
+    const int64_t mb = a.microbatch;
+    switch (a.kind) {
+      case ActionKind::kF:
+        if (lowered_ && prev_remote(s, r) && !recv_f_.at(s, mb)) {
           fail(
               "no earlier RECV_F of its input from rank " +
               std::to_string(s_.stage_to_rank[s - 1]));
         }
-        once(forward_, "F");
+        once(forward_, a, "F", fail);
         ++counts_[s].f;
         return;
       case ActionKind::kB:
@@ -129,7 +149,7 @@ class Validator {
         if (reduced_[s]) {
           fail("backward after the stage's REDUCE_GRAD");
         }
-        if (lowered_ && next_remote && !recv_b_.at(s, mb)) {
+        if (lowered_ && next_remote(s, r) && !recv_b_.at(s, mb)) {
           fail(
               "no earlier RECV_B of its output gradient from rank " +
               std::to_string(s_.stage_to_rank[s + 1]));
@@ -137,35 +157,44 @@ class Validator {
         backward_.at(s, mb) = a.kind == ActionKind::kB ? kFull : kInput;
         ++(a.kind == ActionKind::kB ? counts_[s].b : counts_[s].i);
         return;
-      case ActionKind::kW:
+      default:  // kW
         if (backward_.at(s, mb) != kInput) {
           fail("W needs an earlier I of " + stage_mb(s, mb) + " on this rank");
         }
         if (reduced_[s]) {
           fail("W after the stage's REDUCE_GRAD");
         }
-        once(weight_, "W");
+        once(weight_, a, "W", fail);
         ++counts_[s].w;
         return;
+    }
+  }
+
+  /// SEND_F, RECV_F, SEND_B or RECV_B of a stage on rank `r`.
+  template <class Fail>
+  void check_transfer(const Action& a, int64_t r, const Fail& fail) {
+    const int64_t s = a.stage;
+    const int64_t mb = a.microbatch;
+    switch (a.kind) {
       case ActionKind::kSendF:
-        if (!next_remote) {
+        if (!next_remote(s, r)) {
           fail("nothing to send: the next stage is absent or on this rank");
         }
         if (!forward_.at(s, mb)) {
           fail("SEND_F before the F of " + stage_mb(s, mb));
         }
-        once(send_f_, "SEND_F");
+        once(send_f_, a, "SEND_F", fail);
         return;
       case ActionKind::kRecvF:
-        if (!prev_remote) {
+        if (!prev_remote(s, r)) {
           fail(
               "nothing to receive: the previous stage is absent or on this "
               "rank");
         }
-        once(recv_f_, "RECV_F");
+        once(recv_f_, a, "RECV_F", fail);
         return;
       case ActionKind::kSendB:
-        if (!prev_remote) {
+        if (!prev_remote(s, r)) {
           fail(
               "nothing to send: the previous stage is absent or on this "
               "rank");
@@ -173,17 +202,40 @@ class Validator {
         if (backward_.at(s, mb) == kNone) {
           fail("SEND_B before the backward of " + stage_mb(s, mb));
         }
-        once(send_b_, "SEND_B");
+        once(send_b_, a, "SEND_B", fail);
         return;
-      case ActionKind::kRecvB:
-        if (!next_remote) {
+      default:  // kRecvB
+        if (!next_remote(s, r)) {
           fail("nothing to receive: the next stage is absent or on this rank");
         }
-        once(recv_b_, "RECV_B");
+        once(recv_b_, a, "RECV_B", fail);
         return;
-      default:
-        fail("unexpected action kind");
     }
+  }
+
+  /// The stage before `s` exists and lives on another rank than `r`.
+  bool prev_remote(int64_t s, int64_t r) const {
+    return s > 0 && s_.stage_to_rank[s - 1] != r;
+  }
+
+  /// The stage after `s` exists and lives on another rank than `r`.
+  bool next_remote(int64_t s, int64_t r) const {
+    return s < last_ && s_.stage_to_rank[s + 1] != r;
+  }
+
+  /// Marks `a`'s (stage, microbatch) in `grid`; fails if it was marked.
+  template <class Fail>
+  void once(
+      StageGrid<uint8_t>& grid,
+      const Action& a,
+      const char* what,
+      const Fail& fail) {
+    if (grid.at(a.stage, a.microbatch)) {
+      fail(
+          std::string("a second ") + what + " of " +
+          stage_mb(a.stage, a.microbatch));
+    }
+    grid.at(a.stage, a.microbatch) = 1;
   }
 
   void check_totals() {
