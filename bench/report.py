@@ -10,6 +10,8 @@ Usage: report.py RESULTS_DIR DOCS_DIR
        machine into the existing page: its GPU section and targets row)
        report.py --plan PLAN_RUNS_JSON DOCS_DIR   (one bench/plan_runs.py run
        into the existing page: its section, targets rows and limits bullet)
+       report.py --plan-path PLAN_PATH_JSON DOCS_DIR   (one bench/plan_path.py
+       run: its section and targets row)
        report.py --scaling SCALING_RUNS_JSON DOCS_DIR   (one
        bench/scaling_runs.py run: its section and targets rows)
 """
@@ -675,6 +677,48 @@ def scaling_section(doc, targets):
     return lines + [""]
 
 
+def plan_path_section(doc, targets):
+    """The plan on the user's path (bench/plan_path.py): `baton plan` as a
+    new user runs it, its overlay trained as it says, against every layout
+    family the plan ranks, bound and unbound."""
+    if not doc:
+        return []
+    targets["plan_path"] = doc["chosen_over_best"]
+    cond = doc.get("conditions", {})
+    lines = ["## `baton plan` on the user's path (process runs)", "",
+             f"`bench/plan_path.py`, {doc['date']}, on {doc['cpu']} (BLAS: "
+             f"{doc['blas'].split(';')[0]}): `{doc['command']}` as a new user "
+             "runs it (the config's own threads and precision, no --cpu-bind: "
+             "the plan profiled its ranks unbound and bound and chose "
+             f"`{doc['cpu_bind']}`; {doc['binding_line'] or 'one binding'}; "
+             f"{doc['plan_wall_s']:.0f} s). Then the best-predicted candidate "
+             "of each layout family it ranks, each trained unbound and bound "
+             "with its overlay as a second --config, "
+             f"{doc['steps']} steps; measured: the median step of steps 3.., "
+             f"the median over {doc['rounds']} rounds (the runs interleaved, "
+             "each round starting one run further on). Predicted: the plan "
+             "of that binding's cost file. Other work on the machine: "
+             f"compilers in {cond.get('with_compilers', 0)} of "
+             f"{cond.get('samples', 0)} samples, 1-minute load median "
+             f"{cond.get('load_median', 0):.1f}.", "",
+             "| layout | binding | plan rank | predicted | measured | per round | |",
+             "|---|---|---|---|---|---|---|"]
+    for e in doc["runs"]:
+        pred = f"{1000 * e['predicted_s']:.0f} ms" if e["predicted_s"] else "-"
+        mark = ("**chosen**" if e["chosen"] else "") + \
+            (" best" if e is doc["best"] or e == doc["best"] else "")
+        lines.append(
+            f"| {e['layout']} | {e['cpu_bind']} | {e['plan_rank']} | {pred} | "
+            f"{1000 * e['measured_s']:.0f} ms | "
+            + " / ".join(f"{1000 * x:.0f}" for x in e["per_round_s"])
+            + f" | {mark.strip()} |")
+    lines += ["", f"The chosen plan ({doc['chosen_run']['layout']}, "
+              f"{doc['cpu_bind']}) measured {doc['chosen_over_best']:.3f}x the "
+              f"best measured ({doc['best']['layout']}, "
+              f"{doc['best']['cpu_bind']}).", ""]
+    return lines
+
+
 def plan_section(doc, targets):
     """`baton plan`'s predictions against real runs, and the cluster plan."""
     if not doc:
@@ -1049,6 +1093,29 @@ def splice_plan(plan_path, docs):
            limits_bullet)
 
 
+def splice_plan_path(path, docs):
+    """One run of bench/plan_path.py into the page: its section and its row
+    of the targets."""
+    targets = {}
+    section = plan_path_section(json.load(open(path)), targets)
+    rows = [l for l in targets_section(targets) if l.startswith("| plan (#45)")]
+    heading = "## `baton plan` on the user's path"
+    page_path = os.path.join(docs, "PERFORMANCE.md")
+    page = open(page_path).read()
+    if "\n" + heading not in page:
+        # The first run: its section after the plan's other one, its row
+        # after the plan's other rows.
+        at = page.index("\n## ", page.index("\n## `baton plan`: predicted") + 1) + 1
+        page = page[:at] + "\n".join(section) + "\n" + page[at:]
+        lines = page.split("\n")
+        last = max(i for i, l in enumerate(lines) if l.startswith("| plan (#21)"))
+        lines[last + 1:last + 1] = rows
+        with open(page_path, "w") as f:
+            f.write(with_current_notes("\n".join(lines)))
+        return
+    splice(docs, heading, section, "| plan (#45)", rows)
+
+
 def busy_fraction(results):
     """Share of the run's samples in which compilers ran beside it."""
     path = os.path.join(results, "conditions.txt")
@@ -1141,6 +1208,10 @@ def targets_section(t):
         lines.append("| mixed precision (#19): bf16's step against fp32's on this CPU | "
                      f"{t['bf16_speed']:.2f}x | measured |")
     lines += plan_target_rows(t, verdict)
+    if t.get("plan_path") is not None:
+        lines.append("| plan (#45): on the user's path, the chosen plan within 5 % of "
+                     f"the best measured layout, bound or not | "
+                     f"{t['plan_path']:.3f}x | {verdict(t['plan_path'] <= 1.05)} |")
     lines.append(gpu_target_row(t.get("gpu")))
     return lines + [""]
 
@@ -1292,6 +1363,9 @@ def main():
     if sys.argv[1] == "--plan":
         splice_plan(sys.argv[2], sys.argv[3])
         return
+    if sys.argv[1] == "--plan-path":
+        splice_plan_path(sys.argv[2], sys.argv[3])
+        return
     if sys.argv[1] == "--scaling":
         splice_scaling(sys.argv[2], sys.argv[3])
         return
@@ -1319,6 +1393,7 @@ def main():
     body += scaling_section(load(results, "scaling_runs.json"), targets)
     body += tp_traffic_section(load(results, "tensor_parallel.json"), targets)
     body += plan_section(load(results, "plan_runs.json"), targets)
+    body += plan_path_section(load(results, "plan_path.json"), targets)
     body += memory_section(load(results, "memory_runs.json"), targets)
     body += precision_section(load(results, "precision_runs.json"), machine, targets)
     body += collectives_section(pipe)

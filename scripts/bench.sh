@@ -128,6 +128,7 @@ gbench pipeline_bench pipeline
 "$python" bench/fsdp_runs.py "$build_dir" "$out/fsdp_runs.json"
 "$python" bench/scaling_runs.py "$build_dir" "$out/scaling_runs.json"
 "$python" bench/plan_runs.py "$build_dir" "$out/plan_runs.json"
+"$python" bench/plan_path.py "$build_dir" "$out/plan_path.json"
 gbench tensor_parallel_bench tensor_parallel
 "$python" bench/memory_runs.py "$build_dir" "$out/memory_runs.json"
 "$python" bench/precision_runs.py "$build_dir" "$out/precision_runs.json"
