@@ -82,7 +82,8 @@ struct PlanArgs {
   /// Where plan.yaml, schedule.svg and plan.txt go; empty = none written.
   std::string out_dir;
   /// Sequences per step over the data-parallel ranks; 0 = the config's
-  /// local_batch_size x (world / (tp x pp)).
+  /// local_batch_size x its data-parallel ranks (world over pp and the
+  /// degrees of the axes that split the blocks).
   int64_t global_batch = 0;
   /// With --write-costs-from-flops: the cost file to write instead of
   /// planning, from the model's FLOPs, --peak-tflops and --efficiency.

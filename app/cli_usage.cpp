@@ -223,7 +223,9 @@ CommandUsage plan_usage() {
        {"cpu-bind",
         "--cpu-bind cores|none",
         "binds the profile's ranks as baton train --cpu-bind would: profile "
-        "the way the planned runs will be launched; default none"},
+        "the way the planned runs will be launched; default: both ways where "
+        "this machine has a core per rank, and the plan chooses (the "
+        "overlay's first line says how to train)"},
        {"memory-per-rank",
         "--memory-per-rank GIB",
         "the memory cap per rank; default the cost file's, else none"},
@@ -247,7 +249,8 @@ CommandUsage plan_usage() {
        {"global-batch",
         "--global-batch ROWS",
         "sequences per step over all data-parallel ranks, kept across "
-        "candidates; default local_batch_size x world / (tp x pp)"},
+        "candidates; default local_batch_size x the config's data-parallel "
+        "ranks"},
        {"write-costs-from-flops",
         "--write-costs-from-flops FILE",
         "writes a cost file from the model's FLOPs and exits"},

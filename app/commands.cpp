@@ -318,6 +318,61 @@ std::string describe_bindings(
   return out.str();
 }
 
+/// Into --out: the chosen candidate's overlay (its first line why, and how
+/// to launch it), the table, the JSON, the synthesised schedules and the
+/// chosen pipeline's SVG.
+void write_plan_files(
+    const JobConfig& config,
+    const PlanArgs& args,
+    const Planned& chosen,
+    const std::string& table,
+    PlanResult& result) {
+  std::filesystem::create_directories(args.out_dir);
+  write_synthesized_schedules(result, args.out_dir);
+  const PlanCandidate& best = result.ranked.front();
+  char why[256];
+  std::snprintf(
+      why,
+      sizeof(why),
+      "rank 1 of %zu, predicted %.4g s per step, %.4g tokens/s per rank",
+      result.ranked.size(),
+      best.step_s,
+      best.tokens_per_s_per_rank);
+  std::string reason = why;
+  if (result.tied > 1) {
+    std::snprintf(
+        why,
+        sizeof(why),
+        "; the simplest of the %lld predicted within %.3g %% of the fastest "
+        "(%.4g s)",
+        static_cast<long long>(result.tied),
+        100.0 * result.tolerance,
+        result.fastest_step_s);
+    reason += why;
+  }
+  if (!chosen.launch.empty()) {
+    // The launch belongs with the costs it was profiled under.
+    reason += "; profiled here as it will run: train with " + chosen.launch;
+  }
+  const std::string dir = args.out_dir + "/";
+  write_text_file(dir + "plan.yaml", plan_overlay_yaml(best, reason));
+  write_text_file(dir + "plan.txt", table);
+  write_text_file(dir + "plan.json", plan_result_json(result, chosen.costs));
+  std::cout << "plan: wrote " << dir << "plan.yaml, " << dir << "plan.txt, "
+            << dir << "plan.json";
+  for (const auto& c : result.ranked) {
+    if (!c.schedule_csv.empty()) {
+      std::cout << ", " << c.schedule_csv;
+    }
+  }
+  if (best.pp > 1) {
+    write_text_file(
+        dir + "schedule.svg", plan_schedule_svg(config, best, chosen.costs));
+    std::cout << ", " << dir << "schedule.svg";
+  }
+  std::cout << "\n";
+}
+
 }  // namespace
 
 int run_plan(const PlanArgs& args) {
@@ -366,50 +421,7 @@ int run_plan(const PlanArgs& args) {
   if (args.out_dir.empty()) {
     return 0;
   }
-  std::filesystem::create_directories(args.out_dir);
-  write_synthesized_schedules(result, args.out_dir);
-  const PlanCandidate& best = result.ranked.front();
-  char why[256];
-  std::snprintf(
-      why,
-      sizeof(why),
-      "rank 1 of %zu, predicted %.4g s per step, %.4g tokens/s per rank",
-      result.ranked.size(),
-      best.step_s,
-      best.tokens_per_s_per_rank);
-  std::string reason = why;
-  if (result.tied > 1) {
-    std::snprintf(
-        why,
-        sizeof(why),
-        "; the simplest of the %lld predicted within %.3g %% of the fastest "
-        "(%.4g s)",
-        static_cast<long long>(result.tied),
-        100.0 * result.tolerance,
-        result.fastest_step_s);
-    reason += why;
-  }
-  if (!chosen.launch.empty()) {
-    // The launch belongs with the costs it was profiled under.
-    reason += "; profiled here as it will run: train with " + chosen.launch;
-  }
-  const std::string dir = args.out_dir + "/";
-  write_text_file(dir + "plan.yaml", plan_overlay_yaml(best, reason));
-  write_text_file(dir + "plan.txt", table.str());
-  write_text_file(dir + "plan.json", plan_result_json(result, costs));
-  std::cout << "plan: wrote " << dir << "plan.yaml, " << dir << "plan.txt, "
-            << dir << "plan.json";
-  for (const auto& c : result.ranked) {
-    if (!c.schedule_csv.empty()) {
-      std::cout << ", " << c.schedule_csv;
-    }
-  }
-  if (best.pp > 1) {
-    write_text_file(
-        dir + "schedule.svg", plan_schedule_svg(config, best, costs));
-    std::cout << ", " << dir << "schedule.svg";
-  }
-  std::cout << "\n";
+  write_plan_files(config, args, chosen, table.str(), result);
   return 0;
 }
 
