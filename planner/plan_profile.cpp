@@ -16,6 +16,7 @@
 #include <numeric>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "common/error.h"
 #include "models/linear.h"
@@ -91,6 +92,12 @@ Chunk make_chunk(
   return chunk;
 }
 
+void drop_grads(const Chunk& chunk) {
+  for (auto& p : chunk.part->module().parameters()) {
+    p.mutable_grad() = at::Tensor();
+  }
+}
+
 }  // namespace plan_detail
 
 namespace {
@@ -98,6 +105,7 @@ namespace {
 using plan_detail::Chunk;
 using plan_detail::Clock;
 using plan_detail::deviation;
+using plan_detail::drop_grads;
 using plan_detail::make_chunk;
 using plan_detail::mean;
 using plan_detail::median;
@@ -118,16 +126,102 @@ const Parallelism* searched_parallelism(const std::string& name) {
       "' is not a parallelism the planner searches (Parallelism::plan)");
 }
 
+/// Random inputs of a chunk's passes at `rows`: token ids for a chunk
+/// that takes them, else hidden states of its sequence shard; the labels
+/// of a loss and its scale, as a step's.
+struct ChunkInputs {
+  at::Tensor ids;     // (rows, T)
+  at::Tensor hidden;  // (rows, T / sequence_shards, dim)
+  at::Tensor labels;  // (rows, T)
+  double loss_scale = 1.0;
+};
+
+ChunkInputs chunk_inputs(
+    const Chunk& chunk,
+    const llama::ModelArgs& args,
+    int64_t rows,
+    int64_t seq_len) {
+  ChunkInputs in;
+  in.ids = at::randint(args.vocab_size, {rows, seq_len}, at::kLong);
+  in.hidden =
+      at::randn({rows, seq_len / chunk.sequence_shards, args.dim}) * 0.5;
+  in.labels = at::randint(args.vocab_size, {rows, seq_len}, at::kLong);
+  in.loss_scale = 1.0 / static_cast<double>(rows * seq_len);
+  return in;
+}
+
+/// The passes of copy `c` of one chunk as the pipeline executor runs them:
+/// F under a weight-gradient slot, B a full backward, I a backward that
+/// defers the weight gradients, W the deferred work.
+class CopyPasses {
+ public:
+  CopyPasses(const std::vector<Chunk*>& copies, ChunkInputs inputs)
+      : copies_(copies),
+        in_(std::move(inputs)),
+        slots_(copies.size()),
+        outs_(copies.size()) {}
+
+  int64_t size() const {
+    return static_cast<int64_t>(copies_.size());
+  }
+
+  void forward(int64_t c) {
+    const Chunk& chunk = *copies_[c];
+    const at::Tensor input =
+        chunk.takes_ids ? in_.ids : in_.hidden.detach().requires_grad_(true);
+    WeightGradSlotGuard guard(&slots_[c]);
+    at::Tensor out = chunk.part->module().forward(input);
+    if (chunk.ends_in_loss) {
+      out = chunk.loss(out, in_.labels) * in_.loss_scale;
+    } else if (!grad_out_.defined()) {
+      grad_out_ = at::randn_like(out) * 1e-3;
+    }
+    outs_[c] = out;
+  }
+
+  void backward(int64_t c) {
+    if (copies_.front()->ends_in_loss) {
+      torch::autograd::backward({outs_[c]});
+    } else {
+      torch::autograd::backward({outs_[c]}, {grad_out_});
+    }
+  }
+
+  void backward_deferring(int64_t c) {
+    slots_[c].defer = true;
+    backward(c);
+    slots_[c].defer = false;
+    outs_[c] = at::Tensor();
+  }
+
+  void run_deferred(int64_t c) {
+    slots_[c].run();
+  }
+
+  /// Ends the step: the copies' gradient syncs finish, their gradients go.
+  void finish() {
+    for (Chunk* chunk : copies_) {
+      chunk->part->grad_sync().finish();
+      drop_grads(*chunk);
+    }
+  }
+
+ private:
+  std::vector<Chunk*> copies_;
+  ChunkInputs in_;
+  std::vector<WeightGradSlot> slots_;
+  std::vector<at::Tensor> outs_;
+  at::Tensor grad_out_;
+};
+
 /// The means of F, B, I and W at `rows` of the chunks `copies` (one
 /// piece of the model, each copy with weights of its own), timed as the
-/// pipeline executor runs them: F under a weight-gradient slot, B a full
-/// backward, I a backward that defers the weight gradients, W the deferred
-/// work. Each run passes through every copy in turn, as a stage runs its
-/// layers or a rank its stages, so that a pass finds its weights no warmer
-/// in the caches than in a run; a pass's cost is the mean over the copies.
-/// The ranks line up before each kind of pass. Also the passes' standard
-/// deviations: over the runs of the copies' mean, times sqrt(copies) (one
-/// pass's).
+/// pipeline executor runs them (CopyPasses). Each run passes through every
+/// copy in turn, as a stage runs its layers or a rank its stages, so that
+/// a pass finds its weights no warmer in the caches than in a run; a
+/// pass's cost is the mean over the copies. The ranks line up before each
+/// kind of pass. Also the passes' standard deviations: over the runs of
+/// the copies' mean, times sqrt(copies) (one pass's).
 std::pair<PassCosts, PassCosts> time_chunk(
     const std::vector<Chunk*>& copies,
     const llama::ModelArgs& args,
@@ -136,38 +230,8 @@ std::pair<PassCosts, PassCosts> time_chunk(
     const Ranks& ranks,
     bool runs,
     const ProfileOptions& options) {
-  const auto n = static_cast<int64_t>(copies.size());
-  const Chunk& first = *copies.front();
-  const at::Tensor ids =
-      at::randint(args.vocab_size, {rows, seq_len}, at::kLong);
-  const at::Tensor hidden =
-      at::randn({rows, seq_len / first.sequence_shards, args.dim}) * 0.5;
-  const at::Tensor labels =
-      at::randint(args.vocab_size, {rows, seq_len}, at::kLong);
-  const double loss_scale = 1.0 / static_cast<double>(rows * seq_len);
-  at::Tensor grad_out;
-  std::vector<WeightGradSlot> slots(n);
-  const auto forward = [&](int64_t c) {
-    const Chunk& chunk = *copies[c];
-    const at::Tensor input =
-        chunk.takes_ids ? ids : hidden.detach().requires_grad_(true);
-    WeightGradSlotGuard guard(&slots[c]);
-    at::Tensor out = chunk.part->module().forward(input);
-    if (chunk.ends_in_loss) {
-      out = chunk.loss(out, labels) * loss_scale;
-    } else if (!grad_out.defined()) {
-      grad_out = at::randn_like(out) * 1e-3;
-    }
-    return out;
-  };
-  const auto backward = [&](const at::Tensor& out) {
-    if (first.ends_in_loss) {
-      torch::autograd::backward({out});
-    } else {
-      torch::autograd::backward({out}, {grad_out});
-    }
-  };
-  std::vector<at::Tensor> outs(n);
+  CopyPasses passes(copies, chunk_inputs(*copies.front(), args, rows, seq_len));
+  const int64_t n = passes.size();
   // Seconds per copy of `pass` over every copy, the ranks lined up first
   // (a rank that does not run meets the same barriers).
   const auto timed = [&](const std::function<void(int64_t)>& pass) {
@@ -183,25 +247,15 @@ std::pair<PassCosts, PassCosts> time_chunk(
   };
   std::vector<double> f, b, i, w;
   for (int64_t k = 0; k < options.warmup() + options.repeats(); ++k) {
-    const double tf = timed([&](int64_t c) { outs[c] = forward(c); });
-    const double tb = timed([&](int64_t c) { backward(outs[c]); });
+    const double tf = timed([&](int64_t c) { passes.forward(c); });
+    const double tb = timed([&](int64_t c) { passes.backward(c); });
     for (int64_t c = 0; runs && c < n; ++c) {
-      outs[c] = forward(c);
+      passes.forward(c);
     }
-    const double ti = timed([&](int64_t c) {
-      slots[c].defer = true;
-      backward(outs[c]);
-      slots[c].defer = false;
-      outs[c] = at::Tensor();
-    });
-    const double tw = timed([&](int64_t c) { slots[c].run(); });
+    const double ti = timed([&](int64_t c) { passes.backward_deferring(c); });
+    const double tw = timed([&](int64_t c) { passes.run_deferred(c); });
     if (runs) {
-      for (Chunk* chunk : copies) {
-        chunk->part->grad_sync().finish();
-        for (auto& p : chunk->part->module().parameters()) {
-          p.mutable_grad() = at::Tensor();
-        }
-      }
+      passes.finish();
     }
     if (k >= options.warmup()) {
       f.push_back(tf);

@@ -102,6 +102,9 @@ Chunk make_chunk(
     const ChunkSpec& spec,
     const ParallelContext& context);
 
+/// Drops the gradients of `chunk`'s parameters, as a step's end does.
+void drop_grads(const Chunk& chunk);
+
 /// What the pipeline measures at one microbatch size: the block's passes
 /// and the time to post a SEND and a RECV.
 struct PipelinedBlock {

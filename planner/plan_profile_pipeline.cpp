@@ -222,10 +222,8 @@ std::vector<PipelinedBlock> time_blocks_in_pipeline(
           deliveries[run.size].push_back(t);
         }
       }
-      for (Chunk& chunk : chunks) {
-        for (auto& p : chunk.part->module().parameters()) {
-          p.mutable_grad() = at::Tensor();
-        }
+      for (const Chunk& chunk : chunks) {
+        drop_grads(chunk);
       }
       if (k == 0) {
         continue;  // warm-up
