@@ -404,6 +404,290 @@ std::string binding() {
          std::to_string(online) + " on rank 0";
 }
 
+/// What every measurement of one profile shares: the run, its model's
+/// shapes, the ranks and how many of them time compute, the block copies a
+/// run passes through, and the device and dtypes the chunks compute in.
+struct ProfileSetup {
+  const JobConfig& config;
+  const ProfileOptions& options;
+  dist::Runtime* runtime;
+  Ranks ranks;
+  int64_t compute_ranks = 1;
+  llama::ModelArgs args;
+  int64_t seq_len = 0;
+  int64_t copies = 1;
+  c10::Device device = c10::Device(at::kCPU);
+  MixedPrecision dtypes;
+
+  /// Whether this rank times compute.
+  bool computes() const {
+    return ranks.rank() < compute_ranks;
+  }
+};
+
+/// The setup of a profile of `config` over `runtime`'s ranks (null: this
+/// process alone); a collective call where the compute dtype is `auto`.
+ProfileSetup profile_setup(
+    const JobConfig& config,
+    dist::Runtime* runtime,
+    const ProfileOptions& options) {
+  const Ranks ranks(runtime);
+  const int64_t compute_ranks =
+      options.compute_ranks() > 0
+          ? std::min(options.compute_ranks(), ranks.size())
+          : ranks.size();
+  // The flavor's shapes with the tokenizer's vocabulary, as the dry run
+  // settles them.
+  const llama::ModelArgs args = plan_model_args(config);
+  if (args.n_layers < 1) {
+    throw_config_error(config.origin("model.flavor"), "the model has no layer");
+  }
+  register_builtin_parallelisms();
+  const c10::Device cpu(at::kCPU);
+  const MixedPrecisionChoice mp =
+      resolve_mixed_precision(config.training, cpu, [&ranks] {
+        // Every rank measures; all take the slowest figure, as the trainer.
+        auto speed = at::tensor({measure_bf16_matmul_speed()}, at::kDouble);
+        if (ranks.world() != nullptr) {
+          ranks.world()->all_reduce(speed, dist::ReduceOp::kMin);
+        }
+        return speed.item<double>();
+      });
+  // Blocks with weights of their own, as many as a stage or a rank's
+  // stages would pass through (at most options.block_copies() and about
+  // 1 GiB of weights, gradients and AdamW state).
+  const int64_t copies = std::clamp<int64_t>(
+      (int64_t{1} << 30) / std::max<int64_t>(1, 16 * args.params_per_layer()),
+      1,
+      std::min(options.block_copies(), args.n_layers));
+  return ProfileSetup{
+      config,
+      options,
+      runtime,
+      ranks,
+      compute_ranks,
+      args,
+      config.training.seq_len,
+      copies,
+      cpu,
+      mp.dtypes};
+}
+
+/// The pieces' costs at each size, and the first block copy (the one the
+/// optimizer is timed on).
+struct TimedPieces {
+  std::vector<MicrobatchCosts> costs;
+  Chunk block;
+};
+
+/// Each size's costs from `figures`, which hold, per size, for the block,
+/// the embedding and the output in turn, the means of F, B, I and W, then
+/// their deviations: each piece's means, and the block's deviations as its
+/// spread (the embedding's and the output's are a small part of a
+/// stage's).
+std::vector<MicrobatchCosts> piece_costs(
+    const std::vector<double>& figures, const std::vector<int64_t>& rows_list) {
+  std::vector<MicrobatchCosts> out;
+  size_t k = 0;
+  const auto next = [&] {
+    PassCosts c{figures[k], figures[k + 1], figures[k + 2], figures[k + 3]};
+    k += 4;
+    return c;
+  };
+  for (const int64_t rows : rows_list) {
+    MicrobatchCosts m;
+    m.rows = rows;
+    m.block = next();
+    m.spread = next();
+    m.embedding = next();
+    next();
+    m.output = next();
+    next();
+    out.push_back(m);
+  }
+  return out;
+}
+
+/// A block (setup.copies of it), the embedding and the output, built on
+/// `on`, each timed by time_chunk at every size of `rows_list` (by this
+/// rank where `runs`), then the mean over the compute ranks. `time_blocks`
+/// false: the block's figures stay 0 (the pipeline measures them).
+TimedPieces time_pieces(
+    const ProfileSetup& setup,
+    const ParallelContext& on,
+    const std::vector<int64_t>& rows_list,
+    bool runs,
+    bool time_blocks) {
+  const JobConfig& config = setup.config;
+  const llama::ModelArgs& args = setup.args;
+  const int64_t n = args.n_layers;
+  std::vector<Chunk> blocks;
+  for (int64_t c = 0; c < setup.copies; ++c) {
+    blocks.push_back(
+        make_chunk(config, args, ChunkSpec{c, c + 1, false, false}, on));
+  }
+  std::vector<Chunk*> block_copies;
+  for (auto& b : blocks) {
+    block_copies.push_back(&b);
+  }
+  Chunk embedding = make_chunk(config, args, ChunkSpec{0, 0, true, false}, on);
+  Chunk output = make_chunk(config, args, ChunkSpec{n, n, false, true}, on);
+  std::vector<double> figures;
+  for (const int64_t rows : rows_list) {
+    for (const std::vector<Chunk*>& chunk :
+         {block_copies,
+          std::vector<Chunk*>{&embedding},
+          std::vector<Chunk*>{&output}}) {
+      const bool skip = !time_blocks && chunk == block_copies;
+      const auto [c, v] = skip ? std::pair<PassCosts, PassCosts>{}
+                               : time_chunk(
+                                     chunk,
+                                     args,
+                                     rows,
+                                     setup.seq_len,
+                                     setup.ranks,
+                                     runs,
+                                     setup.options);
+      figures.insert(figures.end(), {c.f, c.b, c.i, c.w, v.f, v.b, v.i, v.w});
+    }
+  }
+  figures = setup.ranks.mean_over(std::move(figures), setup.compute_ranks);
+  return {piece_costs(figures, rows_list), blocks.front()};
+}
+
+/// Each searched parallelism's degrees (options.splits) into
+/// costs.split_costs: the pieces cut as the builder cuts them, every rank
+/// of the world in one of its groups at once (only where the world divides
+/// by the degree and every rank times compute). Returns what it timed, as
+/// the cost file's `obtained` says it, or "".
+std::string time_splits(const ProfileSetup& setup, PlanCosts& costs) {
+  const Ranks& ranks = setup.ranks;
+  std::string done;
+  for (const auto& [name, by_degree] : setup.options.splits()) {
+    const Parallelism* split = searched_parallelism(name);
+    for (const auto& [degree, rows_list] : by_degree) {
+      if (setup.runtime == nullptr || degree < 2 ||
+          ranks.size() % degree != 0 || setup.compute_ranks < ranks.size()) {
+        continue;
+      }
+      const ParallelDims dims = ParallelDims::of(
+          {{kReplicateAxis, static_cast<int64_t>(ranks.size()) / degree},
+           {split->axis->name, degree}},
+          static_cast<int64_t>(ranks.size()));
+      const dist::ParallelMesh mesh(
+          dims, ranks.rank(), setup.runtime->shared_from_this());
+      const ParallelContext on{
+          setup.config, mesh, setup.device, /*pipelined=*/true, setup.dtypes};
+      costs.split_costs[name][degree] =
+          time_pieces(setup, on, rows_list, true, true).costs;
+      done += (done.empty() ? "" : "; ") + name + " " + std::to_string(degree) +
+              " (" + describe_rows(rows_list) + " sequences)";
+    }
+  }
+  return done;
+}
+
+/// The links between ranks into `costs`. With two ranks or more, P2P as
+/// the pipeline meets it where its runs timed their own messages (every
+/// rank holds the same figures): both ranks computing (on shared cores a
+/// large message waits for its transport's threads to get a core), fitted
+/// over the sizes; else half an idle round trip. Then the world's
+/// collectives. With one rank, nothing to measure: communication free.
+/// Returns whether P2P came from the pipeline's messages.
+bool time_links(
+    const ProfileSetup& setup,
+    const std::vector<PipelinedBlock>& pipelined,
+    PlanCosts& costs) {
+  const Ranks& ranks = setup.ranks;
+  const ProfileOptions& options = setup.options;
+  if (ranks.size() < 2) {
+    for (CommCosts* c :
+         {&costs.p2p,
+          &costs.all_reduce,
+          &costs.all_gather,
+          &costs.reduce_scatter}) {
+      c->inter_node = LinkCosts{0.0, 1e18};
+    }
+    return false;
+  }
+  std::vector<std::pair<double, double>> delivered;
+  for (size_t k = 0; k < pipelined.size(); ++k) {
+    if (pipelined[k].delivery_s >= 0.0) {
+      delivered.push_back(
+          {static_cast<double>(
+               options.rows()[k] * setup.seq_len * setup.args.dim *
+               c10::elementSize(setup.dtypes.param)),
+           pipelined[k].delivery_s});
+    }
+  }
+  const bool in_pipeline = delivered.size() >= 2;
+  costs.p2p.inter_node =
+      in_pipeline ? fit_link_costs(delivered) : time_p2p(ranks, options);
+  costs.all_reduce.inter_node = time_collective("all_reduce", ranks, options);
+  costs.all_gather.inter_node = time_collective("all_gather", ranks, options);
+  costs.reduce_scatter.inter_node =
+      time_collective("reduce_scatter", ranks, options);
+  return in_pipeline;
+}
+
+/// How the profile measured `costs`, the cost file's `obtained`: the ranks
+/// and threads, the sizes and runs, where the block was timed
+/// (`block_in_pipeline`), the splits timed (`splits`, time_splits's), and
+/// where P2P came from (`p2p_in_pipeline`, time_links's).
+std::string describe_profile(
+    const ProfileSetup& setup,
+    const PlanCosts& costs,
+    bool block_in_pipeline,
+    const std::string& splits,
+    bool p2p_in_pipeline) {
+  const Ranks& ranks = setup.ranks;
+  const ProfileOptions& options = setup.options;
+  std::ostringstream obtained;
+  obtained << "measured by baton plan's profile on this machine: "
+           << ranks.size() << " rank(s) at once (" << setup.compute_ranks
+           << " timing compute), " << at::get_num_threads()
+           << " intra-op thread(s) each" << binding() << ", compute "
+           << costs.compute_dtype << "; per microbatch of "
+           << describe_rows(options.rows()) << " sequence(s) of "
+           << setup.seq_len << " tokens, the mean of " << options.repeats()
+           << " runs after " << options.warmup() << " warm-up(s)";
+  if (!block_in_pipeline) {
+    obtained << ", each passing through up to " << options.block_copies()
+             << " blocks of their own weights";
+  } else {
+    obtained << " for the embedding and the output; the block's passes as "
+                "the pipeline executor runs them in Interleaved1F1B and "
+                "InterleavedZeroBubble over "
+             << ranks.size() << " ranks, 2 one-block stages each, "
+             << 2 * ranks.size() << " microbatches, the mean of "
+             << options.pipeline_runs()
+             << " run(s) after a warm-up, each size's runs interleaved with "
+                "the others', with the time a rank takes to post each SEND "
+                "and RECV";
+  }
+  obtained << "; the block's passes also with their standard deviation "
+              "(spread)";
+  if (!splits.empty()) {
+    obtained << "; " << splits
+             << ", each piece cut by the parallelism's own steps over that "
+                "many ranks, their collectives included";
+  }
+  if (ranks.size() >= 2) {
+    obtained << (p2p_in_pipeline
+                     ? "; P2P from the pipeline runs' own messages (from the "
+                       "later of a SEND and its RECV posted to the data "
+                       "usable, the median of those a compute waited for, "
+                       "per size)"
+                     : "; P2P between ranks 0 and 1")
+             << " and the collectives of " << ranks.size() << " ranks over "
+             << ranks.world()->backend() << ", fitted to latency + bytes / "
+             << "bandwidth";
+  } else {
+    obtained << "; one rank: communication not measured (free)";
+  }
+  return obtained.str();
+}
+
 }  // namespace
 
 LinkCosts fit_link_costs(const std::vector<std::pair<double, double>>& points) {
@@ -435,111 +719,26 @@ PlanCosts profile_plan_costs(
     const JobConfig& config,
     dist::Runtime* runtime,
     const ProfileOptions& options) {
-  const Ranks ranks(runtime);
-  const int64_t compute_ranks =
-      options.compute_ranks() > 0
-          ? std::min(options.compute_ranks(), ranks.size())
-          : ranks.size();
-  const bool computes = ranks.rank() < compute_ranks;
-  // The flavor's shapes with the tokenizer's vocabulary, as the dry run
-  // settles them.
-  const llama::ModelArgs args = plan_model_args(config);
-  if (args.n_layers < 1) {
-    throw_config_error(config.origin("model.flavor"), "the model has no layer");
-  }
-  const int64_t seq_len = config.training.seq_len;
-
+  const ProfileSetup setup = profile_setup(config, runtime, options);
+  const Ranks& ranks = setup.ranks;
   // Each rank works alone on its chunks: a mesh of one, the run's dtypes.
-  register_builtin_parallelisms();
   const dist::ParallelMesh single(ParallelDims::of({}, 1), 0, nullptr);
-  const c10::Device cpu(at::kCPU);
-  const MixedPrecisionChoice mp =
-      resolve_mixed_precision(config.training, cpu, [&ranks] {
-        // Every rank measures; all take the slowest figure, as the trainer.
-        auto speed = at::tensor({measure_bf16_matmul_speed()}, at::kDouble);
-        if (ranks.world() != nullptr) {
-          ranks.world()->all_reduce(speed, dist::ReduceOp::kMin);
-        }
-        return speed.item<double>();
-      });
   const ParallelContext context{
-      config, single, cpu, /*pipelined=*/true, mp.dtypes};
-  // Blocks with weights of their own, as many as a stage or a rank's
-  // stages would pass through (at most options.block_copies() and about
-  // 1 GiB of weights, gradients and AdamW state).
-  const int64_t copies = std::clamp<int64_t>(
-      (int64_t{1} << 30) / std::max<int64_t>(1, 16 * args.params_per_layer()),
-      1,
-      std::min(options.block_copies(), args.n_layers));
-  // `time_blocks` false: the block's figures stay 0 (the pipeline measures
-  // them).
-  const auto pieces = [&](const ParallelContext& on,
-                          const std::vector<int64_t>& rows_list,
-                          bool runs,
-                          bool time_blocks) {
-    const int64_t n = args.n_layers;
-    std::vector<Chunk> blocks;
-    for (int64_t c = 0; c < copies; ++c) {
-      blocks.push_back(
-          make_chunk(config, args, ChunkSpec{c, c + 1, false, false}, on));
-    }
-    std::vector<Chunk*> block_copies;
-    for (auto& b : blocks) {
-      block_copies.push_back(&b);
-    }
-    Chunk embedding =
-        make_chunk(config, args, ChunkSpec{0, 0, true, false}, on);
-    Chunk output = make_chunk(config, args, ChunkSpec{n, n, false, true}, on);
-    std::vector<double> figures;
-    for (const int64_t rows : rows_list) {
-      for (const std::vector<Chunk*>& chunk :
-           {block_copies,
-            std::vector<Chunk*>{&embedding},
-            std::vector<Chunk*>{&output}}) {
-        const bool skip = !time_blocks && chunk == block_copies;
-        const auto [c, v] =
-            skip ? std::pair<PassCosts, PassCosts>{}
-                 : time_chunk(chunk, args, rows, seq_len, ranks, runs, options);
-        figures.insert(figures.end(), {c.f, c.b, c.i, c.w, v.f, v.b, v.i, v.w});
-      }
-    }
-    figures = ranks.mean_over(std::move(figures), compute_ranks);
-    std::vector<MicrobatchCosts> out;
-    size_t k = 0;
-    const auto next = [&] {
-      PassCosts c{figures[k], figures[k + 1], figures[k + 2], figures[k + 3]};
-      k += 4;
-      return c;
-    };
-    for (const int64_t rows : rows_list) {
-      // Each piece's means, then its deviations (the block's kept: the
-      // embedding's and the output's are a small part of a stage's).
-      MicrobatchCosts m;
-      m.rows = rows;
-      m.block = next();
-      m.spread = next();
-      m.embedding = next();
-      next();
-      m.output = next();
-      next();
-      out.push_back(m);
-    }
-    return std::make_pair(out, blocks.front());
-  };
+      config, single, setup.device, /*pipelined=*/true, setup.dtypes};
 
   PlanCosts costs;
   costs.path = "the profile";
   std::vector<PipelinedBlock> pipelined = time_blocks_in_pipeline(
       config,
-      args,
+      setup.args,
       context,
       options.rows(),
-      copies,
+      setup.copies,
       runtime,
-      compute_ranks,
+      setup.compute_ranks,
       options);
-  auto [measured, block] =
-      pieces(context, options.rows(), computes, pipelined.empty());
+  auto [measured, block] = time_pieces(
+      setup, context, options.rows(), setup.computes(), pipelined.empty());
   for (size_t k = 0; k < pipelined.size(); ++k) {
     measured[k].block = pipelined[k].block;
     measured[k].send_s = pipelined[k].send_s;
@@ -550,113 +749,19 @@ PlanCosts profile_plan_costs(
   costs.optimizer_s_per_parameter =
       ranks
           .mean_over(
-              {time_optimizer(config, block, single, ranks, computes, options)},
-              compute_ranks)
+              {time_optimizer(
+                  config, block, single, ranks, setup.computes(), options)},
+              setup.compute_ranks)
           .front();
-  // Each searched parallelism's degrees: the pieces cut as the builder cuts
-  // them, every rank of the world in one of its groups at once (only where
-  // every rank times compute).
-  std::string splits_done;
-  for (const auto& [name, by_degree] : options.splits()) {
-    const Parallelism* split = searched_parallelism(name);
-    for (const auto& [degree, rows_list] : by_degree) {
-      if (runtime == nullptr || degree < 2 || ranks.size() % degree != 0 ||
-          compute_ranks < ranks.size()) {
-        continue;
-      }
-      const ParallelDims dims = ParallelDims::of(
-          {{kReplicateAxis, static_cast<int64_t>(ranks.size()) / degree},
-           {split->axis->name, degree}},
-          static_cast<int64_t>(ranks.size()));
-      const dist::ParallelMesh mesh(
-          dims, ranks.rank(), runtime->shared_from_this());
-      const ParallelContext on{
-          config, mesh, cpu, /*pipelined=*/true, mp.dtypes};
-      costs.split_costs[name][degree] = pieces(on, rows_list, true, true).first;
-      splits_done += (splits_done.empty() ? "" : "; ") + name + " " +
-                     std::to_string(degree) + " (" + describe_rows(rows_list) +
-                     " sequences)";
-    }
-  }
-  costs.compute_dtype = mixed_precision_name(mp.dtypes.param);
+  const std::string splits = time_splits(setup, costs);
+  costs.compute_dtype = mixed_precision_name(setup.dtypes.param);
   costs.device = "cpu";
-
-  std::ostringstream obtained;
-  obtained << "measured by baton plan's profile on this machine: "
-           << ranks.size() << " rank(s) at once (" << compute_ranks
-           << " timing compute), " << at::get_num_threads()
-           << " intra-op thread(s) each" << binding() << ", compute "
-           << costs.compute_dtype << "; per microbatch of "
-           << describe_rows(options.rows()) << " sequence(s) of " << seq_len
-           << " tokens, the mean of " << options.repeats() << " runs after "
-           << options.warmup() << " warm-up(s)";
-  if (pipelined.empty()) {
-    obtained << ", each passing through up to " << options.block_copies()
-             << " blocks of their own weights";
-  } else {
-    obtained << " for the embedding and the output; the block's passes as "
-                "the pipeline executor runs them in Interleaved1F1B and "
-                "InterleavedZeroBubble over "
-             << ranks.size() << " ranks, 2 one-block stages each, "
-             << 2 * ranks.size() << " microbatches, the mean of "
-             << options.pipeline_runs()
-             << " run(s) after a warm-up, each size's runs interleaved with "
-                "the others', with the time a rank takes to post each SEND "
-                "and RECV";
-  }
-  obtained << "; the block's passes also with their standard deviation "
-              "(spread)";
-  if (!splits_done.empty()) {
-    obtained << "; " << splits_done
-             << ", each piece cut by the parallelism's own steps over that "
-                "many ranks, their collectives included";
-  }
-  if (ranks.size() >= 2) {
-    // Where the pipeline's own messages were timed (every rank holds the
-    // same figures): P2P as the pipeline meets it, both ranks computing (on
-    // shared cores a large message waits for its transport's threads to get
-    // a core), fitted over the sizes; else half an idle round trip.
-    std::vector<std::pair<double, double>> delivered;
-    for (size_t k = 0; k < pipelined.size(); ++k) {
-      if (pipelined[k].delivery_s >= 0.0) {
-        delivered.push_back(
-            {static_cast<double>(
-                 options.rows()[k] * seq_len * args.dim *
-                 c10::elementSize(context.mixed_precision.param)),
-             pipelined[k].delivery_s});
-      }
-    }
-    const bool in_pipeline = delivered.size() >= 2;
-    costs.p2p.inter_node =
-        in_pipeline ? fit_link_costs(delivered) : time_p2p(ranks, options);
-    costs.all_reduce.inter_node = time_collective("all_reduce", ranks, options);
-    costs.all_gather.inter_node = time_collective("all_gather", ranks, options);
-    costs.reduce_scatter.inter_node =
-        time_collective("reduce_scatter", ranks, options);
-    obtained << (in_pipeline
-                     ? "; P2P from the pipeline runs' own messages (from the "
-                       "later of a SEND and its RECV posted to the data "
-                       "usable, the median of those a compute waited for, "
-                       "per size)"
-                     : "; P2P between ranks 0 and 1")
-             << " and the collectives of " << ranks.size() << " ranks over "
-             << ranks.world()->backend() << ", fitted to latency + bytes / "
-             << "bandwidth";
-  } else {
-    // Nothing to measure between ranks: communication free, and said so.
-    for (CommCosts* c :
-         {&costs.p2p,
-          &costs.all_reduce,
-          &costs.all_gather,
-          &costs.reduce_scatter}) {
-      c->inter_node = LinkCosts{0.0, 1e18};
-    }
-    obtained << "; one rank: communication not measured (free)";
-  }
+  const bool p2p_in_pipeline = time_links(setup, pipelined, costs);
   costs.description = config.model.name + " " + config.model.flavor +
-                      ", seq_len " + std::to_string(seq_len) +
+                      ", seq_len " + std::to_string(setup.seq_len) +
                       ", profiled here";
-  costs.obtained = obtained.str();
+  costs.obtained = describe_profile(
+      setup, costs, !pipelined.empty(), splits, p2p_in_pipeline);
   return costs;
 }
 
