@@ -1,10 +1,14 @@
 #include "planner/plan_profile.h"
 
+// The profile (plan_profile.h): the statistics and the chunks it shares
+// with the pipeline probe (plan_profile_detail.h), each chunk's passes
+// timed alone, the optimizer, P2P and the collectives, and
+// profile_plan_costs, which runs them all and writes down how.
+
 #include <torch/autograd.h>
 #include <torch/optim/optimizer.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +16,7 @@
 #include <numeric>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "common/error.h"
 #include "models/linear.h"
@@ -27,16 +32,11 @@
 #include "parallel/mixed_precision.h"
 #include "parallel/model_parts.h"
 #include "parallel/parallelism.h"
-#include "parallel/pipeline/executor.h"
-#include "parallel/pipeline/lowering.h"
-#include "parallel/pipeline/schedule_io.h"
-#include "parallel/pipeline/schedules.h"
+#include "planner/plan_profile_detail.h"
 
 namespace baton {
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
+namespace plan_detail {
 
 double since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -48,19 +48,12 @@ double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/// The figure of a piece of a step: a step costs the sum of its pieces, so
-/// their means, slow runs included (an action's occasional stall, when the
-/// other ranks' work or the machine gets in its way, is part of what a
-/// step pays; the medians left it out and under-predicted real runs by
-/// 5-10 %, docs/plan.md).
 double mean(const std::vector<double>& v) {
   return v.empty() ? 0.0
                    : std::accumulate(v.begin(), v.end(), 0.0) /
                          static_cast<double>(v.size());
 }
 
-/// The sample standard deviation (0 for fewer than two): how much a piece
-/// varies from one run to the next, the cost file's `spread`.
 double deviation(const std::vector<double>& v) {
   if (v.size() < 2) {
     return 0.0;
@@ -73,74 +66,6 @@ double deviation(const std::vector<double>& v) {
   return std::sqrt(sum / static_cast<double>(v.size() - 1));
 }
 
-/// The ranks of the launch, lined up before each timed piece so that they
-/// run it together.
-class Ranks {
- public:
-  explicit Ranks(dist::Runtime* runtime)
-      : world_(runtime != nullptr ? runtime->world().get() : nullptr) {}
-
-  int64_t rank() const {
-    return world_ != nullptr ? world_->rank() : 0;
-  }
-  int64_t size() const {
-    return world_ != nullptr ? world_->size() : 1;
-  }
-  void line_up() const {
-    if (world_ != nullptr) {
-      world_->barrier();
-    }
-  }
-  dist::ProcessGroup* world() const {
-    return world_;
-  }
-
-  /// The mean of `values` over the first `n` ranks (each rank's own values
-  /// before; every rank gets the mean).
-  std::vector<double> mean_over(std::vector<double> values, int64_t n) const {
-    if (world_ == nullptr) {
-      return values;
-    }
-    at::Tensor t = at::tensor(values, at::kDouble);
-    if (rank() >= n) {
-      t.zero_();
-    }
-    world_->all_reduce(t);
-    t.div_(static_cast<double>(n));
-    return {t.data_ptr<double>(), t.data_ptr<double>() + t.numel()};
-  }
-
- private:
-  dist::ProcessGroup* world_;
-};
-
-/// One chunk of the model as a pipeline stage holds it: built by the
-/// model's spec, with the run's mixed precision applied.
-struct Chunk {
-  std::shared_ptr<ModelPart> part;
-  bool takes_ids = false;
-  bool ends_in_loss = false;
-  /// The loss of a chunk that ends in it (parallel_loss: tensor parallel's
-  /// vocabulary-parallel one under tp).
-  LossFn loss = cross_entropy_sum;
-  /// The hidden states between blocks hold T / sequence_shards positions.
-  int64_t sequence_shards = 1;
-};
-
-/// The searched parallelism named `name` (a key of ProfileOptions::splits).
-const Parallelism* searched_parallelism(const std::string& name) {
-  for (const Parallelism* p : searched_parallelisms()) {
-    if (p->name == name) {
-      return p;
-    }
-  }
-  throw std::invalid_argument(
-      "[plan] profile: '" + name +
-      "' is not a parallelism the planner searches (Parallelism::plan)");
-}
-
-/// Cut by the model steps of the parallelisms `context`'s mesh enables (a
-/// split of the blocks: tensor parallel's), as the builder cuts them.
 Chunk make_chunk(
     const JobConfig& config,
     const llama::ModelArgs& args,
@@ -167,16 +92,136 @@ Chunk make_chunk(
   return chunk;
 }
 
+void drop_grads(const Chunk& chunk) {
+  for (auto& p : chunk.part->module().parameters()) {
+    p.mutable_grad() = at::Tensor();
+  }
+}
+
+}  // namespace plan_detail
+
+namespace {
+
+using plan_detail::Chunk;
+using plan_detail::Clock;
+using plan_detail::deviation;
+using plan_detail::drop_grads;
+using plan_detail::make_chunk;
+using plan_detail::mean;
+using plan_detail::median;
+using plan_detail::PipelinedBlock;
+using plan_detail::Ranks;
+using plan_detail::since;
+using plan_detail::time_blocks_in_pipeline;
+
+/// The searched parallelism named `name` (a key of ProfileOptions::splits).
+const Parallelism* searched_parallelism(const std::string& name) {
+  for (const Parallelism* p : searched_parallelisms()) {
+    if (p->name == name) {
+      return p;
+    }
+  }
+  throw std::invalid_argument(
+      "[plan] profile: '" + name +
+      "' is not a parallelism the planner searches (Parallelism::plan)");
+}
+
+/// Random inputs of a chunk's passes at `rows`: token ids for a chunk
+/// that takes them, else hidden states of its sequence shard; the labels
+/// of a loss and its scale, as a step's.
+struct ChunkInputs {
+  at::Tensor ids;     // (rows, T)
+  at::Tensor hidden;  // (rows, T / sequence_shards, dim)
+  at::Tensor labels;  // (rows, T)
+  double loss_scale = 1.0;
+};
+
+ChunkInputs chunk_inputs(
+    const Chunk& chunk,
+    const llama::ModelArgs& args,
+    int64_t rows,
+    int64_t seq_len) {
+  ChunkInputs in;
+  in.ids = at::randint(args.vocab_size, {rows, seq_len}, at::kLong);
+  in.hidden =
+      at::randn({rows, seq_len / chunk.sequence_shards, args.dim}) * 0.5;
+  in.labels = at::randint(args.vocab_size, {rows, seq_len}, at::kLong);
+  in.loss_scale = 1.0 / static_cast<double>(rows * seq_len);
+  return in;
+}
+
+/// The passes of copy `c` of one chunk as the pipeline executor runs them:
+/// F under a weight-gradient slot, B a full backward, I a backward that
+/// defers the weight gradients, W the deferred work.
+class CopyPasses {
+ public:
+  CopyPasses(const std::vector<Chunk*>& copies, ChunkInputs inputs)
+      : copies_(copies),
+        in_(std::move(inputs)),
+        slots_(copies.size()),
+        outs_(copies.size()) {}
+
+  int64_t size() const {
+    return static_cast<int64_t>(copies_.size());
+  }
+
+  void forward(int64_t c) {
+    const Chunk& chunk = *copies_[c];
+    const at::Tensor input =
+        chunk.takes_ids ? in_.ids : in_.hidden.detach().requires_grad_(true);
+    WeightGradSlotGuard guard(&slots_[c]);
+    at::Tensor out = chunk.part->module().forward(input);
+    if (chunk.ends_in_loss) {
+      out = chunk.loss(out, in_.labels) * in_.loss_scale;
+    } else if (!grad_out_.defined()) {
+      grad_out_ = at::randn_like(out) * 1e-3;
+    }
+    outs_[c] = out;
+  }
+
+  void backward(int64_t c) {
+    if (copies_.front()->ends_in_loss) {
+      torch::autograd::backward({outs_[c]});
+    } else {
+      torch::autograd::backward({outs_[c]}, {grad_out_});
+    }
+  }
+
+  void backward_deferring(int64_t c) {
+    slots_[c].defer = true;
+    backward(c);
+    slots_[c].defer = false;
+    outs_[c] = at::Tensor();
+  }
+
+  void run_deferred(int64_t c) {
+    slots_[c].run();
+  }
+
+  /// Ends the step: the copies' gradient syncs finish, their gradients go.
+  void finish() {
+    for (Chunk* chunk : copies_) {
+      chunk->part->grad_sync().finish();
+      drop_grads(*chunk);
+    }
+  }
+
+ private:
+  std::vector<Chunk*> copies_;
+  ChunkInputs in_;
+  std::vector<WeightGradSlot> slots_;
+  std::vector<at::Tensor> outs_;
+  at::Tensor grad_out_;
+};
+
 /// The means of F, B, I and W at `rows` of the chunks `copies` (one
 /// piece of the model, each copy with weights of its own), timed as the
-/// pipeline executor runs them: F under a weight-gradient slot, B a full
-/// backward, I a backward that defers the weight gradients, W the deferred
-/// work. Each run passes through every copy in turn, as a stage runs its
-/// layers or a rank its stages, so that a pass finds its weights no warmer
-/// in the caches than in a run; a pass's cost is the mean over the copies.
-/// The ranks line up before each kind of pass. Also the passes' standard
-/// deviations: over the runs of the copies' mean, times sqrt(copies) (one
-/// pass's).
+/// pipeline executor runs them (CopyPasses). Each run passes through every
+/// copy in turn, as a stage runs its layers or a rank its stages, so that
+/// a pass finds its weights no warmer in the caches than in a run; a
+/// pass's cost is the mean over the copies. The ranks line up before each
+/// kind of pass. Also the passes' standard deviations: over the runs of
+/// the copies' mean, times sqrt(copies) (one pass's).
 std::pair<PassCosts, PassCosts> time_chunk(
     const std::vector<Chunk*>& copies,
     const llama::ModelArgs& args,
@@ -185,38 +230,8 @@ std::pair<PassCosts, PassCosts> time_chunk(
     const Ranks& ranks,
     bool runs,
     const ProfileOptions& options) {
-  const auto n = static_cast<int64_t>(copies.size());
-  const Chunk& first = *copies.front();
-  const at::Tensor ids =
-      at::randint(args.vocab_size, {rows, seq_len}, at::kLong);
-  const at::Tensor hidden =
-      at::randn({rows, seq_len / first.sequence_shards, args.dim}) * 0.5;
-  const at::Tensor labels =
-      at::randint(args.vocab_size, {rows, seq_len}, at::kLong);
-  const double loss_scale = 1.0 / static_cast<double>(rows * seq_len);
-  at::Tensor grad_out;
-  std::vector<WeightGradSlot> slots(n);
-  const auto forward = [&](int64_t c) {
-    const Chunk& chunk = *copies[c];
-    const at::Tensor input =
-        chunk.takes_ids ? ids : hidden.detach().requires_grad_(true);
-    WeightGradSlotGuard guard(&slots[c]);
-    at::Tensor out = chunk.part->module().forward(input);
-    if (chunk.ends_in_loss) {
-      out = chunk.loss(out, labels) * loss_scale;
-    } else if (!grad_out.defined()) {
-      grad_out = at::randn_like(out) * 1e-3;
-    }
-    return out;
-  };
-  const auto backward = [&](const at::Tensor& out) {
-    if (first.ends_in_loss) {
-      torch::autograd::backward({out});
-    } else {
-      torch::autograd::backward({out}, {grad_out});
-    }
-  };
-  std::vector<at::Tensor> outs(n);
+  CopyPasses passes(copies, chunk_inputs(*copies.front(), args, rows, seq_len));
+  const int64_t n = passes.size();
   // Seconds per copy of `pass` over every copy, the ranks lined up first
   // (a rank that does not run meets the same barriers).
   const auto timed = [&](const std::function<void(int64_t)>& pass) {
@@ -232,25 +247,15 @@ std::pair<PassCosts, PassCosts> time_chunk(
   };
   std::vector<double> f, b, i, w;
   for (int64_t k = 0; k < options.warmup() + options.repeats(); ++k) {
-    const double tf = timed([&](int64_t c) { outs[c] = forward(c); });
-    const double tb = timed([&](int64_t c) { backward(outs[c]); });
+    const double tf = timed([&](int64_t c) { passes.forward(c); });
+    const double tb = timed([&](int64_t c) { passes.backward(c); });
     for (int64_t c = 0; runs && c < n; ++c) {
-      outs[c] = forward(c);
+      passes.forward(c);
     }
-    const double ti = timed([&](int64_t c) {
-      slots[c].defer = true;
-      backward(outs[c]);
-      slots[c].defer = false;
-      outs[c] = at::Tensor();
-    });
-    const double tw = timed([&](int64_t c) { slots[c].run(); });
+    const double ti = timed([&](int64_t c) { passes.backward_deferring(c); });
+    const double tw = timed([&](int64_t c) { passes.run_deferred(c); });
     if (runs) {
-      for (Chunk* chunk : copies) {
-        chunk->part->grad_sync().finish();
-        for (auto& p : chunk->part->module().parameters()) {
-          p.mutable_grad() = at::Tensor();
-        }
-      }
+      passes.finish();
     }
     if (k >= options.warmup()) {
       f.push_back(tf);
@@ -267,291 +272,6 @@ std::pair<PassCosts, PassCosts> time_chunk(
           root_n * deviation(b),
           root_n * deviation(i),
           root_n * deviation(w)}};
-}
-
-/// What the pipeline measures at one microbatch size: the block's passes
-/// and the time to post a SEND and a RECV.
-struct PipelinedBlock {
-  PassCosts block;
-  double send_s = 0.0;
-  double recv_s = 0.0;
-  /// The passes' standard deviations over the runs.
-  PassCosts spread;
-  /// The median, over the messages a compute action waited for, of the
-  /// time from the later of the SEND and its RECV being posted to the data
-  /// being usable (the ranks' clocks put on one time line); negative where
-  /// no message was waited for or the ranks' clocks cannot be compared.
-  double delivery_s = -1.0;
-};
-
-/// The messages of one run of a lowered schedule, on one time line: for
-/// each (direction, receiving stage, microbatch) the sender's SEND posted,
-/// the receiver's RECV posted, and, where the compute that needed it
-/// waited, when the data became usable (its start + its wait). Every rank
-/// fills its own entries; a sum over the ranks then holds them all.
-class MessageTimes {
- public:
-  static constexpr double kWaitedUs = 20.0;
-
-  MessageTimes(int64_t stages, int64_t microbatches)
-      : microbatches_(microbatches),
-        grid_(at::zeros({2, stages, microbatches, 4}, at::kDouble)) {}
-
-  void add(const pipeline::ExecutorRun& run) {
-    auto g = grid_.accessor<double, 4>();
-    for (const pipeline::ExecutedAction& a : run.actions) {
-      const pipeline::Action action = pipeline::parse_action(a.name);
-      const int64_t s = action.stage;
-      const int64_t mb = action.microbatch;
-      const double start = run.epoch_us + a.start_us;
-      const double end = run.epoch_us + a.end_us;
-      switch (action.kind) {
-        case pipeline::ActionKind::kSendF:
-          g[0][s + 1][mb][0] = end;
-          break;
-        case pipeline::ActionKind::kSendB:
-          g[1][s - 1][mb][0] = end;
-          break;
-        case pipeline::ActionKind::kRecvF:
-          g[0][s][mb][1] = end;
-          break;
-        case pipeline::ActionKind::kRecvB:
-          g[1][s][mb][1] = end;
-          break;
-        case pipeline::ActionKind::kF:
-        case pipeline::ActionKind::kB:
-        case pipeline::ActionKind::kI:
-          // The wait comes first in these (an OVERLAP_F_B's backward waits
-          // after its forward: left out). Waiting on data already there
-          // takes a few microseconds (0-3 on an AMD EPYC, against 50 and
-          // more where the data was still on its way): below kWaitedUs the
-          // data had arrived, at an unknown time, before the compute began.
-          if (a.wait_us > kWaitedUs) {
-            const int64_t d = action.kind == pipeline::ActionKind::kF ? 0 : 1;
-            g[d][s][mb][2] = start + a.wait_us;
-            g[d][s][mb][3] = 1.0;
-          }
-          break;
-        default:
-          break;
-      }
-    }
-  }
-
-  /// Seconds from the later post to the data usable, of each message
-  /// waited for (after the sum over the ranks).
-  std::vector<double> delivery_s(const Ranks& ranks) {
-    if (ranks.world() != nullptr) {
-      ranks.world()->all_reduce(grid_);
-    }
-    std::vector<double> out;
-    auto g = grid_.accessor<double, 4>();
-    for (int64_t d = 0; d < 2; ++d) {
-      for (int64_t s = 0; s < grid_.size(1); ++s) {
-        for (int64_t mb = 0; mb < microbatches_; ++mb) {
-          const double send = g[d][s][mb][0];
-          const double recv = g[d][s][mb][1];
-          if (g[d][s][mb][3] == 0.0 || send == 0.0 || recv == 0.0) {
-            continue;
-          }
-          const double t = g[d][s][mb][2] - std::max(send, recv);
-          if (t >= 0.0) {
-            out.push_back(t * 1e-6);
-          }
-        }
-      }
-    }
-    return out;
-  }
-
- private:
-  int64_t microbatches_;
-  at::Tensor grid_;
-};
-
-/// F, B, I and W of a block at each of `rows_list`, as the pipeline
-/// executor runs them in a real schedule over the world's ranks (one
-/// pipeline rank each, two stages of one block each, loop placement):
-/// Interleaved1F1B for F and B, InterleavedZeroBubble for F, I and W, with
-/// 2 x ranks microbatches, the runs of every size interleaved so that the
-/// machine's slow and fast spells meet every size alike. An action's cost is
-/// its time less its wait for a receive (the executor's own measure); the
-/// figures are the means over the stages that hold neither the
-/// embedding nor the output, then the mean over the ranks. Between a
-/// forward and its backward the schedule runs other microbatches and
-/// stages, so the passes meet their activations and weights as in a
-/// training step, and the costs are the ones the executor itself records.
-/// Also the time a rank takes to post a SEND and a RECV (the means over
-/// every stage's), which the plan's simulation charges each P2P.
-/// Empty where it cannot run: one rank, a rank that does not time compute,
-/// or room for one block copy only (no stage without the embedding or the
-/// output).
-std::vector<PipelinedBlock> time_blocks_in_pipeline(
-    const JobConfig& config,
-    const llama::ModelArgs& args,
-    const ParallelContext& context,
-    const std::vector<int64_t>& rows_list,
-    int64_t copies,
-    dist::Runtime* runtime,
-    int64_t compute_ranks,
-    const ProfileOptions& options) {
-  if (runtime == nullptr || options.pipeline_runs() < 1 || copies < 2 ||
-      compute_ranks < runtime->world()->size() ||
-      runtime->world()->size() < 2) {
-    return {};
-  }
-  const Ranks ranks(runtime);
-  const int64_t pp = ranks.size();
-  const int64_t stages_per_rank = 2;
-  const int64_t num_stages = pp * stages_per_rank;
-  const int64_t last_stage = num_stages - 1;
-  const int64_t microbatches = 2 * pp;
-  const int64_t seq_len = config.training.seq_len;
-  pipeline::register_builtin_schedules();
-  const std::vector<std::string> schedules{
-      "Interleaved1F1B", "InterleavedZeroBubble"};
-  const pipeline::Schedule layout = pipeline::make_schedule(
-      schedules.front(), pp, stages_per_rank, microbatches);
-
-  // This rank's stages: one block each (layers taken in turn), the first
-  // with the embedding, the last with the norm, output and loss.
-  std::vector<Chunk> chunks;
-  std::vector<int64_t> held;
-  for (int64_t s = 0; s < num_stages; ++s) {
-    if (layout.stage_to_rank.at(s) != ranks.rank()) {
-      continue;
-    }
-    const int64_t layer = s % args.n_layers;
-    chunks.push_back(make_chunk(
-        config,
-        args,
-        ChunkSpec{layer, layer + 1, s == 0, s == last_stage},
-        context));
-    held.push_back(s);
-  }
-  std::vector<std::pair<int64_t, std::shared_ptr<ModelChunk>>> stages;
-  for (size_t k = 0; k < chunks.size(); ++k) {
-    stages.emplace_back(held[k], chunks[k].part->module_ptr());
-  }
-
-  // One executor per (size, schedule), built once.
-  struct Run {
-    size_t size;
-    std::unique_ptr<pipeline::PipelineExecutor> executor;
-    at::Tensor inputs, labels;
-    double loss_scale = 1.0;
-  };
-  std::vector<Run> runs;
-  for (size_t k = 0; k < rows_list.size(); ++k) {
-    const int64_t rows = rows_list[k];
-    for (const std::string& name : schedules) {
-      pipeline::ExecutorShapes shapes;
-      shapes.microbatches = microbatches;
-      shapes.microbatch_size = rows;
-      shapes.seq_len = seq_len;
-      shapes.dim = args.dim;
-      shapes.dtype = context.mixed_precision.param;
-      Run run;
-      run.size = k;
-      run.executor = std::make_unique<pipeline::PipelineExecutor>(
-          pipeline::posting_order(
-              pipeline::plan_schedule(
-                  pipeline::make_schedule(
-                      name, pp, stages_per_rank, microbatches),
-                  pipeline::SimulationCosts())
-                  .lowered,
-              context.device.is_cuda()),
-          stages,
-          runtime->world(),
-          chunks.front().loss,
-          shapes);
-      if (layout.stage_to_rank.front() == ranks.rank()) {
-        run.inputs = at::randint(
-            args.vocab_size, {microbatches * rows, seq_len}, at::kLong);
-        run.labels = at::randint(
-            args.vocab_size, {microbatches * rows, seq_len}, at::kLong);
-      }
-      run.loss_scale = 1.0 / static_cast<double>(microbatches * rows * seq_len);
-      runs.push_back(std::move(run));
-    }
-  }
-
-  // Seconds of each kind (F, B, I, W) per size, over this rank's stages
-  // that hold a block only; then posting a SEND and a RECV, over all.
-  constexpr std::array<pipeline::ActionKind, 4> kPassKinds{
-      pipeline::ActionKind::kF,
-      pipeline::ActionKind::kB,
-      pipeline::ActionKind::kI,
-      pipeline::ActionKind::kW};
-  std::vector<std::array<std::vector<double>, 6>> samples(rows_list.size());
-  std::vector<std::vector<double>> deliveries(rows_list.size());
-  // Every rank on this machine (as the launch says, which also picks Gloo's
-  // loopback): their steady clocks are one clock.
-  const bool comparable_clocks =
-      runtime->env().world_size == runtime->env().local_world_size;
-  for (int64_t k = 0; k < 1 + options.pipeline_runs(); ++k) {
-    for (Run& run : runs) {
-      ranks.line_up();
-      const pipeline::ExecutorRun done =
-          run.executor->run(run.inputs, run.labels, run.loss_scale);
-      if (k > 0 && comparable_clocks) {
-        MessageTimes messages(num_stages, microbatches);
-        messages.add(done);
-        for (const double t : messages.delivery_s(ranks)) {
-          deliveries[run.size].push_back(t);
-        }
-      }
-      for (Chunk& chunk : chunks) {
-        for (auto& p : chunk.part->module().parameters()) {
-          p.mutable_grad() = at::Tensor();
-        }
-      }
-      if (k == 0) {
-        continue;  // warm-up
-      }
-      for (const pipeline::ExecutedAction& a : done.actions) {
-        const pipeline::Action action = pipeline::parse_action(a.name);
-        if (pipeline::is_comm(action.kind)) {
-          const bool send = action.kind == pipeline::ActionKind::kSendF ||
-                            action.kind == pipeline::ActionKind::kSendB;
-          samples[run.size][send ? 4 : 5].push_back(
-              (a.end_us - a.start_us) * 1e-6);
-          continue;
-        }
-        if (!a.compute || action.stage == 0 || action.stage == last_stage) {
-          continue;
-        }
-        const double seconds = (a.end_us - a.start_us - a.wait_us) * 1e-6;
-        const auto kind =
-            std::find(kPassKinds.begin(), kPassKinds.end(), action.kind);
-        if (kind != kPassKinds.end()) {
-          samples[run.size][kind - kPassKinds.begin()].push_back(seconds);
-        }
-      }
-    }
-  }
-  // Per size: the six means, then the four passes' deviations.
-  std::vector<double> figures;
-  for (const auto& kinds : samples) {
-    for (const auto& v : kinds) {
-      figures.push_back(mean(v));
-    }
-    for (size_t kind = 0; kind < kPassKinds.size(); ++kind) {
-      figures.push_back(deviation(kinds[kind]));
-    }
-  }
-  figures = ranks.mean_over(std::move(figures), pp);
-  std::vector<PipelinedBlock> out;
-  for (size_t k = 0; k < rows_list.size(); ++k) {
-    const double* f = &figures[10 * k];
-    out.push_back(
-        {PassCosts{f[0], f[1], f[2], f[3]},
-         f[4],
-         f[5],
-         PassCosts{f[6], f[7], f[8], f[9]},
-         deliveries[k].empty() ? -1.0 : median(deliveries[k])});
-  }
-  return out;
 }
 
 /// Seconds per parameter of the optimizer step with gradient clipping, on
@@ -684,6 +404,290 @@ std::string binding() {
          std::to_string(online) + " on rank 0";
 }
 
+/// What every measurement of one profile shares: the run, its model's
+/// shapes, the ranks and how many of them time compute, the block copies a
+/// run passes through, and the device and dtypes the chunks compute in.
+struct ProfileSetup {
+  const JobConfig& config;
+  const ProfileOptions& options;
+  dist::Runtime* runtime;
+  Ranks ranks;
+  int64_t compute_ranks = 1;
+  llama::ModelArgs args;
+  int64_t seq_len = 0;
+  int64_t copies = 1;
+  c10::Device device = c10::Device(at::kCPU);
+  MixedPrecision dtypes;
+
+  /// Whether this rank times compute.
+  bool computes() const {
+    return ranks.rank() < compute_ranks;
+  }
+};
+
+/// The setup of a profile of `config` over `runtime`'s ranks (null: this
+/// process alone); a collective call where the compute dtype is `auto`.
+ProfileSetup profile_setup(
+    const JobConfig& config,
+    dist::Runtime* runtime,
+    const ProfileOptions& options) {
+  const Ranks ranks(runtime);
+  const int64_t compute_ranks =
+      options.compute_ranks() > 0
+          ? std::min(options.compute_ranks(), ranks.size())
+          : ranks.size();
+  // The flavor's shapes with the tokenizer's vocabulary, as the dry run
+  // settles them.
+  const llama::ModelArgs args = plan_model_args(config);
+  if (args.n_layers < 1) {
+    throw_config_error(config.origin("model.flavor"), "the model has no layer");
+  }
+  register_builtin_parallelisms();
+  const c10::Device cpu(at::kCPU);
+  const MixedPrecisionChoice mp =
+      resolve_mixed_precision(config.training, cpu, [&ranks] {
+        // Every rank measures; all take the slowest figure, as the trainer.
+        auto speed = at::tensor({measure_bf16_matmul_speed()}, at::kDouble);
+        if (ranks.world() != nullptr) {
+          ranks.world()->all_reduce(speed, dist::ReduceOp::kMin);
+        }
+        return speed.item<double>();
+      });
+  // Blocks with weights of their own, as many as a stage or a rank's
+  // stages would pass through (at most options.block_copies() and about
+  // 1 GiB of weights, gradients and AdamW state).
+  const int64_t copies = std::clamp<int64_t>(
+      (int64_t{1} << 30) / std::max<int64_t>(1, 16 * args.params_per_layer()),
+      1,
+      std::min(options.block_copies(), args.n_layers));
+  return ProfileSetup{
+      config,
+      options,
+      runtime,
+      ranks,
+      compute_ranks,
+      args,
+      config.training.seq_len,
+      copies,
+      cpu,
+      mp.dtypes};
+}
+
+/// The pieces' costs at each size, and the first block copy (the one the
+/// optimizer is timed on).
+struct TimedPieces {
+  std::vector<MicrobatchCosts> costs;
+  Chunk block;
+};
+
+/// Each size's costs from `figures`, which hold, per size, for the block,
+/// the embedding and the output in turn, the means of F, B, I and W, then
+/// their deviations: each piece's means, and the block's deviations as its
+/// spread (the embedding's and the output's are a small part of a
+/// stage's).
+std::vector<MicrobatchCosts> piece_costs(
+    const std::vector<double>& figures, const std::vector<int64_t>& rows_list) {
+  std::vector<MicrobatchCosts> out;
+  size_t k = 0;
+  const auto next = [&] {
+    PassCosts c{figures[k], figures[k + 1], figures[k + 2], figures[k + 3]};
+    k += 4;
+    return c;
+  };
+  for (const int64_t rows : rows_list) {
+    MicrobatchCosts m;
+    m.rows = rows;
+    m.block = next();
+    m.spread = next();
+    m.embedding = next();
+    next();
+    m.output = next();
+    next();
+    out.push_back(m);
+  }
+  return out;
+}
+
+/// A block (setup.copies of it), the embedding and the output, built on
+/// `on`, each timed by time_chunk at every size of `rows_list` (by this
+/// rank where `runs`), then the mean over the compute ranks. `time_blocks`
+/// false: the block's figures stay 0 (the pipeline measures them).
+TimedPieces time_pieces(
+    const ProfileSetup& setup,
+    const ParallelContext& on,
+    const std::vector<int64_t>& rows_list,
+    bool runs,
+    bool time_blocks) {
+  const JobConfig& config = setup.config;
+  const llama::ModelArgs& args = setup.args;
+  const int64_t n = args.n_layers;
+  std::vector<Chunk> blocks;
+  for (int64_t c = 0; c < setup.copies; ++c) {
+    blocks.push_back(
+        make_chunk(config, args, ChunkSpec{c, c + 1, false, false}, on));
+  }
+  std::vector<Chunk*> block_copies;
+  for (auto& b : blocks) {
+    block_copies.push_back(&b);
+  }
+  Chunk embedding = make_chunk(config, args, ChunkSpec{0, 0, true, false}, on);
+  Chunk output = make_chunk(config, args, ChunkSpec{n, n, false, true}, on);
+  std::vector<double> figures;
+  for (const int64_t rows : rows_list) {
+    for (const std::vector<Chunk*>& chunk :
+         {block_copies,
+          std::vector<Chunk*>{&embedding},
+          std::vector<Chunk*>{&output}}) {
+      const bool skip = !time_blocks && chunk == block_copies;
+      const auto [c, v] = skip ? std::pair<PassCosts, PassCosts>{}
+                               : time_chunk(
+                                     chunk,
+                                     args,
+                                     rows,
+                                     setup.seq_len,
+                                     setup.ranks,
+                                     runs,
+                                     setup.options);
+      figures.insert(figures.end(), {c.f, c.b, c.i, c.w, v.f, v.b, v.i, v.w});
+    }
+  }
+  figures = setup.ranks.mean_over(std::move(figures), setup.compute_ranks);
+  return {piece_costs(figures, rows_list), blocks.front()};
+}
+
+/// Each searched parallelism's degrees (options.splits) into
+/// costs.split_costs: the pieces cut as the builder cuts them, every rank
+/// of the world in one of its groups at once (only where the world divides
+/// by the degree and every rank times compute). Returns what it timed, as
+/// the cost file's `obtained` says it, or "".
+std::string time_splits(const ProfileSetup& setup, PlanCosts& costs) {
+  const Ranks& ranks = setup.ranks;
+  std::string done;
+  for (const auto& [name, by_degree] : setup.options.splits()) {
+    const Parallelism* split = searched_parallelism(name);
+    for (const auto& [degree, rows_list] : by_degree) {
+      if (setup.runtime == nullptr || degree < 2 ||
+          ranks.size() % degree != 0 || setup.compute_ranks < ranks.size()) {
+        continue;
+      }
+      const ParallelDims dims = ParallelDims::of(
+          {{kReplicateAxis, static_cast<int64_t>(ranks.size()) / degree},
+           {split->axis->name, degree}},
+          static_cast<int64_t>(ranks.size()));
+      const dist::ParallelMesh mesh(
+          dims, ranks.rank(), setup.runtime->shared_from_this());
+      const ParallelContext on{
+          setup.config, mesh, setup.device, /*pipelined=*/true, setup.dtypes};
+      costs.split_costs[name][degree] =
+          time_pieces(setup, on, rows_list, true, true).costs;
+      done += (done.empty() ? "" : "; ") + name + " " + std::to_string(degree) +
+              " (" + describe_rows(rows_list) + " sequences)";
+    }
+  }
+  return done;
+}
+
+/// The links between ranks into `costs`. With two ranks or more, P2P as
+/// the pipeline meets it where its runs timed their own messages (every
+/// rank holds the same figures): both ranks computing (on shared cores a
+/// large message waits for its transport's threads to get a core), fitted
+/// over the sizes; else half an idle round trip. Then the world's
+/// collectives. With one rank, nothing to measure: communication free.
+/// Returns whether P2P came from the pipeline's messages.
+bool time_links(
+    const ProfileSetup& setup,
+    const std::vector<PipelinedBlock>& pipelined,
+    PlanCosts& costs) {
+  const Ranks& ranks = setup.ranks;
+  const ProfileOptions& options = setup.options;
+  if (ranks.size() < 2) {
+    for (CommCosts* c :
+         {&costs.p2p,
+          &costs.all_reduce,
+          &costs.all_gather,
+          &costs.reduce_scatter}) {
+      c->inter_node = LinkCosts{0.0, 1e18};
+    }
+    return false;
+  }
+  std::vector<std::pair<double, double>> delivered;
+  for (size_t k = 0; k < pipelined.size(); ++k) {
+    if (pipelined[k].delivery_s >= 0.0) {
+      delivered.push_back(
+          {static_cast<double>(
+               options.rows()[k] * setup.seq_len * setup.args.dim *
+               c10::elementSize(setup.dtypes.param)),
+           pipelined[k].delivery_s});
+    }
+  }
+  const bool in_pipeline = delivered.size() >= 2;
+  costs.p2p.inter_node =
+      in_pipeline ? fit_link_costs(delivered) : time_p2p(ranks, options);
+  costs.all_reduce.inter_node = time_collective("all_reduce", ranks, options);
+  costs.all_gather.inter_node = time_collective("all_gather", ranks, options);
+  costs.reduce_scatter.inter_node =
+      time_collective("reduce_scatter", ranks, options);
+  return in_pipeline;
+}
+
+/// How the profile measured `costs`, the cost file's `obtained`: the ranks
+/// and threads, the sizes and runs, where the block was timed
+/// (`block_in_pipeline`), the splits timed (`splits`, time_splits's), and
+/// where P2P came from (`p2p_in_pipeline`, time_links's).
+std::string describe_profile(
+    const ProfileSetup& setup,
+    const PlanCosts& costs,
+    bool block_in_pipeline,
+    const std::string& splits,
+    bool p2p_in_pipeline) {
+  const Ranks& ranks = setup.ranks;
+  const ProfileOptions& options = setup.options;
+  std::ostringstream obtained;
+  obtained << "measured by baton plan's profile on this machine: "
+           << ranks.size() << " rank(s) at once (" << setup.compute_ranks
+           << " timing compute), " << at::get_num_threads()
+           << " intra-op thread(s) each" << binding() << ", compute "
+           << costs.compute_dtype << "; per microbatch of "
+           << describe_rows(options.rows()) << " sequence(s) of "
+           << setup.seq_len << " tokens, the mean of " << options.repeats()
+           << " runs after " << options.warmup() << " warm-up(s)";
+  if (!block_in_pipeline) {
+    obtained << ", each passing through up to " << options.block_copies()
+             << " blocks of their own weights";
+  } else {
+    obtained << " for the embedding and the output; the block's passes as "
+                "the pipeline executor runs them in Interleaved1F1B and "
+                "InterleavedZeroBubble over "
+             << ranks.size() << " ranks, 2 one-block stages each, "
+             << 2 * ranks.size() << " microbatches, the mean of "
+             << options.pipeline_runs()
+             << " run(s) after a warm-up, each size's runs interleaved with "
+                "the others', with the time a rank takes to post each SEND "
+                "and RECV";
+  }
+  obtained << "; the block's passes also with their standard deviation "
+              "(spread)";
+  if (!splits.empty()) {
+    obtained << "; " << splits
+             << ", each piece cut by the parallelism's own steps over that "
+                "many ranks, their collectives included";
+  }
+  if (ranks.size() >= 2) {
+    obtained << (p2p_in_pipeline
+                     ? "; P2P from the pipeline runs' own messages (from the "
+                       "later of a SEND and its RECV posted to the data "
+                       "usable, the median of those a compute waited for, "
+                       "per size)"
+                     : "; P2P between ranks 0 and 1")
+             << " and the collectives of " << ranks.size() << " ranks over "
+             << ranks.world()->backend() << ", fitted to latency + bytes / "
+             << "bandwidth";
+  } else {
+    obtained << "; one rank: communication not measured (free)";
+  }
+  return obtained.str();
+}
+
 }  // namespace
 
 LinkCosts fit_link_costs(const std::vector<std::pair<double, double>>& points) {
@@ -715,111 +719,26 @@ PlanCosts profile_plan_costs(
     const JobConfig& config,
     dist::Runtime* runtime,
     const ProfileOptions& options) {
-  const Ranks ranks(runtime);
-  const int64_t compute_ranks =
-      options.compute_ranks() > 0
-          ? std::min(options.compute_ranks(), ranks.size())
-          : ranks.size();
-  const bool computes = ranks.rank() < compute_ranks;
-  // The flavor's shapes with the tokenizer's vocabulary, as the dry run
-  // settles them.
-  const llama::ModelArgs args = plan_model_args(config);
-  if (args.n_layers < 1) {
-    throw_config_error(config.origin("model.flavor"), "the model has no layer");
-  }
-  const int64_t seq_len = config.training.seq_len;
-
+  const ProfileSetup setup = profile_setup(config, runtime, options);
+  const Ranks& ranks = setup.ranks;
   // Each rank works alone on its chunks: a mesh of one, the run's dtypes.
-  register_builtin_parallelisms();
   const dist::ParallelMesh single(ParallelDims::of({}, 1), 0, nullptr);
-  const c10::Device cpu(at::kCPU);
-  const MixedPrecisionChoice mp =
-      resolve_mixed_precision(config.training, cpu, [&ranks] {
-        // Every rank measures; all take the slowest figure, as the trainer.
-        auto speed = at::tensor({measure_bf16_matmul_speed()}, at::kDouble);
-        if (ranks.world() != nullptr) {
-          ranks.world()->all_reduce(speed, dist::ReduceOp::kMin);
-        }
-        return speed.item<double>();
-      });
   const ParallelContext context{
-      config, single, cpu, /*pipelined=*/true, mp.dtypes};
-  // Blocks with weights of their own, as many as a stage or a rank's
-  // stages would pass through (at most options.block_copies() and about
-  // 1 GiB of weights, gradients and AdamW state).
-  const int64_t copies = std::clamp<int64_t>(
-      (int64_t{1} << 30) / std::max<int64_t>(1, 16 * args.params_per_layer()),
-      1,
-      std::min(options.block_copies(), args.n_layers));
-  // `time_blocks` false: the block's figures stay 0 (the pipeline measures
-  // them).
-  const auto pieces = [&](const ParallelContext& on,
-                          const std::vector<int64_t>& rows_list,
-                          bool runs,
-                          bool time_blocks) {
-    const int64_t n = args.n_layers;
-    std::vector<Chunk> blocks;
-    for (int64_t c = 0; c < copies; ++c) {
-      blocks.push_back(
-          make_chunk(config, args, ChunkSpec{c, c + 1, false, false}, on));
-    }
-    std::vector<Chunk*> block_copies;
-    for (auto& b : blocks) {
-      block_copies.push_back(&b);
-    }
-    Chunk embedding =
-        make_chunk(config, args, ChunkSpec{0, 0, true, false}, on);
-    Chunk output = make_chunk(config, args, ChunkSpec{n, n, false, true}, on);
-    std::vector<double> figures;
-    for (const int64_t rows : rows_list) {
-      for (const std::vector<Chunk*>& chunk :
-           {block_copies,
-            std::vector<Chunk*>{&embedding},
-            std::vector<Chunk*>{&output}}) {
-        const bool skip = !time_blocks && chunk == block_copies;
-        const auto [c, v] =
-            skip ? std::pair<PassCosts, PassCosts>{}
-                 : time_chunk(chunk, args, rows, seq_len, ranks, runs, options);
-        figures.insert(figures.end(), {c.f, c.b, c.i, c.w, v.f, v.b, v.i, v.w});
-      }
-    }
-    figures = ranks.mean_over(std::move(figures), compute_ranks);
-    std::vector<MicrobatchCosts> out;
-    size_t k = 0;
-    const auto next = [&] {
-      PassCosts c{figures[k], figures[k + 1], figures[k + 2], figures[k + 3]};
-      k += 4;
-      return c;
-    };
-    for (const int64_t rows : rows_list) {
-      // Each piece's means, then its deviations (the block's kept: the
-      // embedding's and the output's are a small part of a stage's).
-      MicrobatchCosts m;
-      m.rows = rows;
-      m.block = next();
-      m.spread = next();
-      m.embedding = next();
-      next();
-      m.output = next();
-      next();
-      out.push_back(m);
-    }
-    return std::make_pair(out, blocks.front());
-  };
+      config, single, setup.device, /*pipelined=*/true, setup.dtypes};
 
   PlanCosts costs;
   costs.path = "the profile";
   std::vector<PipelinedBlock> pipelined = time_blocks_in_pipeline(
       config,
-      args,
+      setup.args,
       context,
       options.rows(),
-      copies,
+      setup.copies,
       runtime,
-      compute_ranks,
+      setup.compute_ranks,
       options);
-  auto [measured, block] =
-      pieces(context, options.rows(), computes, pipelined.empty());
+  auto [measured, block] = time_pieces(
+      setup, context, options.rows(), setup.computes(), pipelined.empty());
   for (size_t k = 0; k < pipelined.size(); ++k) {
     measured[k].block = pipelined[k].block;
     measured[k].send_s = pipelined[k].send_s;
@@ -830,113 +749,19 @@ PlanCosts profile_plan_costs(
   costs.optimizer_s_per_parameter =
       ranks
           .mean_over(
-              {time_optimizer(config, block, single, ranks, computes, options)},
-              compute_ranks)
+              {time_optimizer(
+                  config, block, single, ranks, setup.computes(), options)},
+              setup.compute_ranks)
           .front();
-  // Each searched parallelism's degrees: the pieces cut as the builder cuts
-  // them, every rank of the world in one of its groups at once (only where
-  // every rank times compute).
-  std::string splits_done;
-  for (const auto& [name, by_degree] : options.splits()) {
-    const Parallelism* split = searched_parallelism(name);
-    for (const auto& [degree, rows_list] : by_degree) {
-      if (runtime == nullptr || degree < 2 || ranks.size() % degree != 0 ||
-          compute_ranks < ranks.size()) {
-        continue;
-      }
-      const ParallelDims dims = ParallelDims::of(
-          {{kReplicateAxis, static_cast<int64_t>(ranks.size()) / degree},
-           {split->axis->name, degree}},
-          static_cast<int64_t>(ranks.size()));
-      const dist::ParallelMesh mesh(
-          dims, ranks.rank(), runtime->shared_from_this());
-      const ParallelContext on{
-          config, mesh, cpu, /*pipelined=*/true, mp.dtypes};
-      costs.split_costs[name][degree] = pieces(on, rows_list, true, true).first;
-      splits_done += (splits_done.empty() ? "" : "; ") + name + " " +
-                     std::to_string(degree) + " (" + describe_rows(rows_list) +
-                     " sequences)";
-    }
-  }
-  costs.compute_dtype = mixed_precision_name(mp.dtypes.param);
+  const std::string splits = time_splits(setup, costs);
+  costs.compute_dtype = mixed_precision_name(setup.dtypes.param);
   costs.device = "cpu";
-
-  std::ostringstream obtained;
-  obtained << "measured by baton plan's profile on this machine: "
-           << ranks.size() << " rank(s) at once (" << compute_ranks
-           << " timing compute), " << at::get_num_threads()
-           << " intra-op thread(s) each" << binding() << ", compute "
-           << costs.compute_dtype << "; per microbatch of "
-           << describe_rows(options.rows()) << " sequence(s) of " << seq_len
-           << " tokens, the mean of " << options.repeats() << " runs after "
-           << options.warmup() << " warm-up(s)";
-  if (pipelined.empty()) {
-    obtained << ", each passing through up to " << options.block_copies()
-             << " blocks of their own weights";
-  } else {
-    obtained << " for the embedding and the output; the block's passes as "
-                "the pipeline executor runs them in Interleaved1F1B and "
-                "InterleavedZeroBubble over "
-             << ranks.size() << " ranks, 2 one-block stages each, "
-             << 2 * ranks.size() << " microbatches, the mean of "
-             << options.pipeline_runs()
-             << " run(s) after a warm-up, each size's runs interleaved with "
-                "the others', with the time a rank takes to post each SEND "
-                "and RECV";
-  }
-  obtained << "; the block's passes also with their standard deviation "
-              "(spread)";
-  if (!splits_done.empty()) {
-    obtained << "; " << splits_done
-             << ", each piece cut by the parallelism's own steps over that "
-                "many ranks, their collectives included";
-  }
-  if (ranks.size() >= 2) {
-    // Where the pipeline's own messages were timed (every rank holds the
-    // same figures): P2P as the pipeline meets it, both ranks computing (on
-    // shared cores a large message waits for its transport's threads to get
-    // a core), fitted over the sizes; else half an idle round trip.
-    std::vector<std::pair<double, double>> delivered;
-    for (size_t k = 0; k < pipelined.size(); ++k) {
-      if (pipelined[k].delivery_s >= 0.0) {
-        delivered.push_back(
-            {static_cast<double>(
-                 options.rows()[k] * seq_len * args.dim *
-                 c10::elementSize(context.mixed_precision.param)),
-             pipelined[k].delivery_s});
-      }
-    }
-    const bool in_pipeline = delivered.size() >= 2;
-    costs.p2p.inter_node =
-        in_pipeline ? fit_link_costs(delivered) : time_p2p(ranks, options);
-    costs.all_reduce.inter_node = time_collective("all_reduce", ranks, options);
-    costs.all_gather.inter_node = time_collective("all_gather", ranks, options);
-    costs.reduce_scatter.inter_node =
-        time_collective("reduce_scatter", ranks, options);
-    obtained << (in_pipeline
-                     ? "; P2P from the pipeline runs' own messages (from the "
-                       "later of a SEND and its RECV posted to the data "
-                       "usable, the median of those a compute waited for, "
-                       "per size)"
-                     : "; P2P between ranks 0 and 1")
-             << " and the collectives of " << ranks.size() << " ranks over "
-             << ranks.world()->backend() << ", fitted to latency + bytes / "
-             << "bandwidth";
-  } else {
-    // Nothing to measure between ranks: communication free, and said so.
-    for (CommCosts* c :
-         {&costs.p2p,
-          &costs.all_reduce,
-          &costs.all_gather,
-          &costs.reduce_scatter}) {
-      c->inter_node = LinkCosts{0.0, 1e18};
-    }
-    obtained << "; one rank: communication not measured (free)";
-  }
+  const bool p2p_in_pipeline = time_links(setup, pipelined, costs);
   costs.description = config.model.name + " " + config.model.flavor +
-                      ", seq_len " + std::to_string(seq_len) +
+                      ", seq_len " + std::to_string(setup.seq_len) +
                       ", profiled here";
-  costs.obtained = obtained.str();
+  costs.obtained = describe_profile(
+      setup, costs, !pipelined.empty(), splits, p2p_in_pipeline);
   return costs;
 }
 

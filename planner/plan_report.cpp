@@ -101,8 +101,13 @@ using plan_detail::gib;
 using plan_detail::on_cuda;
 using plan_detail::schedule_label;
 
-std::string format_plan_table(
-    const PlanResult& result, const PlanCosts& costs, int64_t top) {
+namespace {
+
+/// The table's preamble: the world and the costs, the candidates'
+/// counts, the synthesis, the ranks tied with the fastest and what a
+/// step's time holds.
+std::string plan_table_preamble(
+    const PlanResult& result, const PlanCosts& costs) {
   std::ostringstream out;
   out << "plan: " << result.world_size << " ranks, global batch "
       << result.global_batch << " sequences; costs: " << costs.description
@@ -141,53 +146,51 @@ std::string format_plan_table(
               ? std::string()
               : std::string(" (not in the cost file: left out)"))
       << "\n\n";
-  std::string axes = "pp dp_rep dp_shard";
+  return out.str();
+}
+
+/// The table's row of `c`, ranked `rank` (from 1).
+std::string plan_table_row(int64_t rank, const PlanCandidate& c) {
+  const std::string split =
+      c.pp > 1 ? std::string(c.balanced ? "balanced " : "even ") +
+                     describe_split(c.layers_per_stage)
+               : std::string("-");
+  std::string degrees = std::to_string(c.pp) + " " +
+                        std::to_string(c.dp_replicate) + " " +
+                        std::to_string(c.dp_shard);
   for (const Parallelism* p : searched_parallelisms()) {
-    axes += " " + p->axis->name;
+    degrees += " " + std::to_string(c.split(p->axis->name));
   }
-  out << "rank | " << axes
-      << " | reshard | schedule v | "
-         "microbatch x m | layers per stage | ac (stages) | step s (pipeline + "
-         "dp sync + optimizer) | tokens/s | tokens/s/rank | bubble % | peak "
-         "GiB\n";
-  const int64_t n = std::min<int64_t>(top, result.ranked.size());
-  for (int64_t k = 0; k < n; ++k) {
-    const PlanCandidate& c = result.ranked[k];
-    const std::string split =
-        c.pp > 1 ? std::string(c.balanced ? "balanced " : "even ") +
-                       describe_split(c.layers_per_stage)
-                 : std::string("-");
-    std::string degrees = std::to_string(c.pp) + " " +
-                          std::to_string(c.dp_replicate) + " " +
-                          std::to_string(c.dp_shard);
-    for (const Parallelism* p : searched_parallelisms()) {
-      degrees += " " + std::to_string(c.split(p->axis->name));
-    }
-    char line[512];
-    std::snprintf(
-        line,
-        sizeof(line),
-        "%lld | %s | %s | %s %lld | %lld x %lld | %s | %s | "
-        "%.4g (%.4g + %.4g + %.4g) | %.4g | %.4g | %.1f | %s\n",
-        static_cast<long long>(k + 1),
-        degrees.c_str(),
-        c.dp_shard > 1 ? c.fsdp_reshard.c_str() : "-",
-        c.pp > 1 ? schedule_label(c).c_str() : "-",
-        static_cast<long long>(c.stages_per_rank),
-        static_cast<long long>(c.microbatch_size),
-        static_cast<long long>(c.microbatches),
-        split.c_str(),
-        describe_ac(c).c_str(),
-        c.step_s,
-        c.compute_s,
-        c.dp_sync_s,
-        c.optimizer_s,
-        c.tokens_per_s,
-        c.tokens_per_s_per_rank,
-        c.bubble * 100.0,
-        gib(c.peak_bytes).c_str());
-    out << line;
-  }
+  char line[512];
+  std::snprintf(
+      line,
+      sizeof(line),
+      "%lld | %s | %s | %s %lld | %lld x %lld | %s | %s | "
+      "%.4g (%.4g + %.4g + %.4g) | %.4g | %.4g | %.1f | %s\n",
+      static_cast<long long>(rank),
+      degrees.c_str(),
+      c.dp_shard > 1 ? c.fsdp_reshard.c_str() : "-",
+      c.pp > 1 ? schedule_label(c).c_str() : "-",
+      static_cast<long long>(c.stages_per_rank),
+      static_cast<long long>(c.microbatch_size),
+      static_cast<long long>(c.microbatches),
+      split.c_str(),
+      describe_ac(c).c_str(),
+      c.step_s,
+      c.compute_s,
+      c.dp_sync_s,
+      c.optimizer_s,
+      c.tokens_per_s,
+      c.tokens_per_s_per_rank,
+      c.bubble * 100.0,
+      gib(c.peak_bytes).c_str());
+  return line;
+}
+
+/// A line for each synthesised schedule among the first `n` ranked: the
+/// built-in schedule it beat at its layout, and by how much.
+std::string synthesis_lines(const PlanResult& result, int64_t n) {
+  std::string out;
   for (int64_t k = 0; k < n; ++k) {
     const PlanCandidate& c = result.ranked[k];
     if (c.synthesized) {
@@ -201,9 +204,32 @@ std::string format_plan_table(
           c.synthesized_over.c_str(),
           c.synthesized_over_step_s,
           100.0 * (1.0 - c.step_s / c.synthesized_over_step_s));
-      out << line;
+      out += line;
     }
   }
+  return out;
+}
+
+}  // namespace
+
+std::string format_plan_table(
+    const PlanResult& result, const PlanCosts& costs, int64_t top) {
+  std::ostringstream out;
+  out << plan_table_preamble(result, costs);
+  std::string axes = "pp dp_rep dp_shard";
+  for (const Parallelism* p : searched_parallelisms()) {
+    axes += " " + p->axis->name;
+  }
+  out << "rank | " << axes
+      << " | reshard | schedule v | "
+         "microbatch x m | layers per stage | ac (stages) | step s (pipeline + "
+         "dp sync + optimizer) | tokens/s | tokens/s/rank | bubble % | peak "
+         "GiB\n";
+  const int64_t n = std::min<int64_t>(top, result.ranked.size());
+  for (int64_t k = 0; k < n; ++k) {
+    out << plan_table_row(k + 1, result.ranked[k]);
+  }
+  out << synthesis_lines(result, n);
   return out.str();
 }
 
