@@ -141,6 +141,8 @@ int run_profile_rank(const JobConfig& config, const PlanArgs& args) {
       ProfileOptions()
           .rows(plan_microbatch_rows(config, args.nproc, options))
           .splits(plan_split_rows(config, args.nproc, options))
+          .data_parallel_rows(
+              plan_data_parallel_rows(config, args.nproc, options))
           .repeats(args.profile_repeats)
           .pipeline_runs(std::max<int64_t>(1, (args.profile_repeats + 1) / 2))
           .compute_ranks(args.profile_compute_ranks));

@@ -13,7 +13,7 @@ overlay trained the way it says, against the other layouts bound and not.
    configs/debug_model.yaml --config OVERLAY --nproc 2 [--cpu-bind cores]`,
    cut to --steps steps (8) with a metrics row per step and no checkpoint.
    The chosen plan is the run of its family and binding.
-3. R rounds (3), the runs interleaved in each, each round starting one run
+3. R rounds (5), the runs interleaved in each, each round starting one run
    further on. Measured: the median step of steps 3.. of a run, then the
    median over the rounds.
 
@@ -78,7 +78,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("build")
     parser.add_argument("out")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args()
     conditions = process_runs.Conditions()
@@ -89,11 +89,13 @@ def main():
         other = "cores" if bind == "none" else "none"
         other_costs = os.path.join(
             user_dir, "costs-cpu-bind-cores.json" if other == "cores" else "costs.json")
-        predictions = {bind: {family(c): c for c in result["ranked"]}}
+        # Each family's best-ranked candidate, per binding.
+        predictions = {bind: {family(c): c for c in field(result["ranked"])}}
         if os.path.exists(other_costs):
             other_result, _, _ = plan(args.build, os.path.join(tmp, "other"),
                                       other_costs)
-            predictions[other] = {family(c): c for c in other_result["ranked"]}
+            predictions[other] = {family(c): c
+                                  for c in field(other_result["ranked"])}
         chosen = result["ranked"][0]
         layouts = field(result["ranked"])
         runs = [(c, b) for c in layouts for b in ("none", "cores")]

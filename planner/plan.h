@@ -67,6 +67,19 @@ struct CommCosts {
   std::optional<LinkCosts> intra_node;
 };
 
+/// What data parallelism adds to an unpipelined step, measured on the
+/// profile's ranks: per mode ("replicate", "fully_shard always",
+/// "fully_shard never"), the seconds a micro-step of a chunk of blocks
+/// takes beyond the same chunk alone, per block, its gradient
+/// synchronisation (or its gathers, frees and reduce-scatters) included and
+/// overlapped with the compute as the run overlaps them; at `degree` ranks
+/// of `rows` sequences each.
+struct DataParallelCosts {
+  int64_t degree = 0;
+  int64_t rows = 0;
+  std::map<std::string, double> block_s;
+};
+
 /// A cost file (docs/plan.md): what each piece of work takes.
 struct PlanCosts {
   /// Where the file came from (for messages).
@@ -94,6 +107,11 @@ struct PlanCosts {
   /// over the degree plus the collectives its PlanSearch models.
   std::map<std::string, std::map<int64_t, std::vector<MicrobatchCosts>>>
       split_costs;
+  /// Measured data parallelism (the profile's, optional in the file):
+  /// where a candidate without pipelining or split blocks runs at its
+  /// degree and rows, the plan takes its blocks' share from here instead of
+  /// modelling their synchronisation and gathers.
+  std::optional<DataParallelCosts> data_parallel;
   /// The dtype the compute costs were measured in ("float32",
   /// "bfloat16"); empty: the config's, as the dry run takes it. Sizes the
   /// activations the links move.
@@ -267,9 +285,9 @@ struct PlanResult {
 /// transfers and per-stage overheads the model has to get right), a
 /// built-in schedule before a synthesised one, fewer ranks sharing each
 /// block (fewer collectives per layer), replicated before sharded data
-/// parallelism (fully_shard gathers and reduce-scatters every unit and
-/// frees it: work on the cores of a CPU beside the compute that the model
-/// gets less right than one all-reduce), fewer microbatches (fewer passes, each
+/// parallelism (fully_shard gathers, frees and reduce-scatters every unit:
+/// more collectives a step, each a chance for a run to differ from the
+/// profile), fewer microbatches (fewer passes, each
 /// with a fixed cost), fewer checkpointing stages. False when neither is
 /// simpler.
 bool plan_simplicity_less(const PlanCandidate& a, const PlanCandidate& b);
@@ -303,6 +321,15 @@ PlanResult plan_layouts(
 /// profile times. Throws ConfigError, as plan_layouts, when no layout
 /// divides the world.
 std::vector<int64_t> plan_microbatch_rows(
+    const JobConfig& base,
+    int64_t world_size,
+    const PlanOptions& options = PlanOptions());
+
+/// The sequences per rank of the layouts of `world_size` ranks that are
+/// all data parallel (no pipeline, no split of the blocks), 0 where the
+/// global batch does not divide: what the profile's data-parallel probe
+/// runs (ProfileOptions::data_parallel_rows).
+int64_t plan_data_parallel_rows(
     const JobConfig& base,
     int64_t world_size,
     const PlanOptions& options = PlanOptions());

@@ -258,6 +258,23 @@ PlanCosts load_plan_costs(const std::string& path) {
           read_microbatches(r);
     }
   }
+  if (top.has("data_parallel")) {
+    const FieldReader dp = top.object("data_parallel");
+    DataParallelCosts measured;
+    measured.degree = static_cast<int64_t>(dp.number("degree", 1.0));
+    measured.rows = static_cast<int64_t>(dp.number("rows", 0.0));
+    const json& per_block = dp.at("block_s");
+    if (!per_block.is_object()) {
+      dp.fail("block_s", "is not an object", "{mode: seconds per block}");
+    }
+    for (const auto& [mode, seconds] : per_block.items()) {
+      if (!seconds.is_number() || !std::isfinite(seconds.get<double>())) {
+        dp.fail("block_s." + mode, "is not a number", "seconds");
+      }
+      measured.block_s[mode] = seconds.get<double>();
+    }
+    costs.data_parallel = measured;
+  }
   if (top.has("optimizer")) {
     costs.optimizer_s_per_parameter =
         top.object("optimizer").number("seconds_per_parameter");
@@ -301,6 +318,12 @@ std::string plan_costs_to_json(const PlanCosts& costs) {
           {{"degree", degree}, {"microbatches", microbatches_json(measured)}});
     }
     out[name] = list;
+  }
+  if (costs.data_parallel) {
+    out["data_parallel"] = {
+        {"degree", costs.data_parallel->degree},
+        {"rows", costs.data_parallel->rows},
+        {"block_s", costs.data_parallel->block_s}};
   }
   if (costs.optimizer_s_per_parameter > 0.0) {
     out["optimizer"] = {

@@ -359,6 +359,18 @@ std::vector<int64_t> plan_microbatch_rows(
   return microbatch_rows(found, global_batch, options);
 }
 
+int64_t plan_data_parallel_rows(
+    const JobConfig& base, int64_t world, const PlanOptions& options) {
+  const auto [found, global_batch] =
+      searched_layouts(base, plan_model_args(base), world, options);
+  for (const Layout& layout : found) {
+    if (layout.pp == 1 && layout.splits.empty() && layout.dp == world) {
+      return global_batch / world;
+    }
+  }
+  return 0;
+}
+
 SplitRows plan_split_rows(
     const JobConfig& base, int64_t world, const PlanOptions& options) {
   const auto [found, global_batch] =

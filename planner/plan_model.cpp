@@ -348,6 +348,19 @@ double CostModel::p2p_s(const PlanCandidate& c, int64_t rows) const {
   return link.latency_s + bytes / link.bandwidth;
 }
 
+const double* CostModel::measured_data_parallel(const PlanCandidate& c) const {
+  const auto& dp = costs.data_parallel;
+  if (!dp || c.pp != 1 || c.split_ranks() != 1 ||
+      c.dp_replicate * c.dp_shard != dp->degree || c.local_batch != dp->rows ||
+      (c.dp_replicate > 1 && c.dp_shard > 1)) {
+    return nullptr;
+  }
+  const std::string mode = c.dp_shard > 1 ? "fully_shard " + c.fsdp_reshard
+                                          : std::string("replicate");
+  const auto it = dp->block_s.find(mode);
+  return it == dp->block_s.end() ? nullptr : &it->second;
+}
+
 double CostModel::dp_sync_s(
     const PlanCandidate& c, int64_t stored, int64_t units) const {
   const double n = static_cast<double>(stored);
@@ -532,6 +545,19 @@ bool score(
     int64_t units = 0;
     for (const auto& stage : r.stages) {
       units += stage_blocks(stage.stage) + (stage.root_parameters > 0 ? 1 : 0);
+    }
+    if (const double* measured = model.measured_data_parallel(c)) {
+      // The blocks' share as the profile measured it; the root's (one
+      // unit, gathered once) modelled.
+      const int64_t root = r.stages.front().root_parameters;
+      double sync = std::max(0.0, *measured) *
+                        static_cast<double>(c.layers_per_stage.at(0)) +
+                    model.dp_sync_s(c, root, 1);
+      if (c.dp_shard > 1) {
+        sync += model.fsdp_gather_s(c, 0, 0, root, 0);
+      }
+      c.dp_sync_s = std::max(c.dp_sync_s, sync);
+      continue;
     }
     double sync = model.dp_sync_s(c, r.parameters, std::max<int64_t>(units, 1));
     if (c.dp_shard > 1) {

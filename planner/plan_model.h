@@ -78,6 +78,11 @@ struct CostModel {
   /// rank's slice of the (rows, T, dim) activation (sequence_shards).
   double p2p_s(const PlanCandidate& c, int64_t rows) const;
 
+  /// The seconds per block the profile measured data parallelism to add
+  /// to `c` (PlanCosts::data_parallel: `c` unpipelined, unsplit, at the
+  /// measured degree and rows, replicate or fully_shard alone), else null.
+  const double* measured_data_parallel(const PlanCandidate& c) const;
+
   /// Data-parallel gradient reduction of a rank storing `stored` parameter
   /// elements in `units` fully_shard units (root and blocks over its
   /// stages), after the pipeline (not overlapped): replicate all-reduces

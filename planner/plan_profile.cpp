@@ -672,6 +672,14 @@ std::string describe_profile(
              << ", each piece cut by the parallelism's own steps over that "
                 "many ranks, their collectives included";
   }
+  if (costs.data_parallel) {
+    obtained << "; data parallelism over the " << costs.data_parallel->degree
+             << " ranks (replicate, fully_shard always and never) as a "
+                "micro-step of "
+             << setup.copies << " blocks with its own appliers, at "
+             << costs.data_parallel->rows
+             << " sequence(s) per rank, against the same chunk alone";
+  }
   if (ranks.size() >= 2) {
     obtained << (p2p_in_pipeline
                      ? "; P2P from the pipeline runs' own messages (from the "
@@ -754,6 +762,15 @@ PlanCosts profile_plan_costs(
               setup.compute_ranks)
           .front();
   const std::string splits = time_splits(setup, costs);
+  costs.data_parallel = plan_detail::time_data_parallel(
+      config,
+      setup.args,
+      setup.dtypes,
+      options.data_parallel_rows(),
+      setup.copies,
+      runtime,
+      setup.compute_ranks,
+      options);
   costs.compute_dtype = mixed_precision_name(setup.dtypes.param);
   costs.device = "cpu";
   const bool p2p_in_pipeline = time_links(setup, pipelined, costs);

@@ -47,6 +47,10 @@ struct ProfileOptions {
   /// parallelism's own steps over that many ranks (only where the world
   /// divides by it and every rank times compute).
   TORCH_ARG(SplitRows, splits) = {};
+  /// Sequences per rank at which the data-parallel modes are timed over
+  /// the world (PlanCosts::data_parallel; only where every rank times
+  /// compute); 0: not timed.
+  TORCH_ARG(int64_t, data_parallel_rows) = 0;
   /// Byte sizes the P2P and the collectives are timed at.
   TORCH_ARG(std::vector<int64_t>, comm_bytes) = std::vector<int64_t>{
       1 << 14, 1 << 18, 1 << 20, 1 << 22, 1 << 24};

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "config/job_config.h"
@@ -142,6 +143,23 @@ std::vector<PipelinedBlock> time_blocks_in_pipeline(
     const llama::ModelArgs& args,
     const ParallelContext& context,
     const std::vector<int64_t>& rows_list,
+    int64_t copies,
+    dist::Runtime* runtime,
+    int64_t compute_ranks,
+    const ProfileOptions& options);
+
+/// Each data-parallel mode over the world's ranks (replicate; fully_shard
+/// resharding always and never), timed against no data parallelism on the
+/// same chunk of `copies` blocks: a micro-step of `rows` sequences, forward,
+/// backward and the gradient synchronisation's end, as the run's own
+/// appliers make it; per mode, the extra seconds per block (the mean over
+/// the ranks). Null where it cannot run: one rank, a rank that does not time
+/// compute, or `rows` 0.
+std::optional<DataParallelCosts> time_data_parallel(
+    const JobConfig& config,
+    const llama::ModelArgs& args,
+    const MixedPrecision& dtypes,
+    int64_t rows,
     int64_t copies,
     dist::Runtime* runtime,
     int64_t compute_ranks,

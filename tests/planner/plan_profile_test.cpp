@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "builders/builder_registry.h"
 #include "common/error.h"
 #include "planner/dry_run.h"
@@ -100,7 +102,9 @@ TEST(PlanProfile, TwoRankThreadsAgreeOnTheCostsAndMeasureTheLinks) {
         got[rank] = profile_plan_costs(
             config,
             &runtime,
-            quick({1}).splits({{"tensor_parallel", {{2, {1, 2}}}}}));
+            quick({1})
+                .splits({{"tensor_parallel", {{2, {1, 2}}}}})
+                .data_parallel_rows(1));
       });
   ASSERT_EQ(errors, std::vector<std::string>(2)) << errors[0] << errors[1];
   // One mean over the ranks, the same on both.
@@ -139,6 +143,20 @@ TEST(PlanProfile, TwoRankThreadsAgreeOnTheCostsAndMeasureTheLinks) {
   EXPECT_GT(costs.microbatches.at(0).send_s, 0.0);
   EXPECT_GT(costs.microbatches.at(0).recv_s, 0.0);
   EXPECT_LT(costs.microbatches.at(0).send_s, 60.0);
+  // Data parallelism over the two ranks, each mode timed with its own
+  // appliers against the chunk alone, and said so.
+  ASSERT_TRUE(costs.data_parallel.has_value());
+  EXPECT_EQ(costs.data_parallel->degree, 2);
+  EXPECT_EQ(costs.data_parallel->rows, 1);
+  for (const char* mode :
+       {"replicate", "fully_shard always", "fully_shard never"}) {
+    ASSERT_EQ(costs.data_parallel->block_s.count(mode), 1u) << mode;
+    EXPECT_TRUE(std::isfinite(costs.data_parallel->block_s.at(mode))) << mode;
+  }
+  EXPECT_NE(
+      costs.obtained.find("data parallelism over the 2 ranks"),
+      std::string::npos)
+      << costs.obtained;
   // The pieces cut over the two ranks by the tensor_parallel step.
   ASSERT_EQ(costs.split_costs.count("tensor_parallel"), 1u);
   ASSERT_EQ(costs.split_costs.at("tensor_parallel").count(2), 1u);

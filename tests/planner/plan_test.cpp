@@ -538,6 +538,37 @@ TEST(Plan, TheCostFilesCapNamesItsOrigin) {
   }
 }
 
+TEST(Plan, MeasuredDataParallelismReplacesTheModelledBlocksSync) {
+  // An all-reduce free by the links; measured, replicate adds 0.5 s per
+  // block at 2 ranks of 8 sequences: a dp_replicate 2 candidate's sync is
+  // then 6 blocks x 0.5 s (its root's, modelled, still free).
+  PlanCosts costs = hand_costs();
+  costs.all_reduce.inter_node = LinkCosts{0.0, 1e18};
+  const auto pick = [](const PlanResult& r) {
+    return find_if(r, [](const PlanCandidate& c) {
+      return c.pp == 1 && c.dp_replicate == 2 &&
+             c.activation_checkpoint == "none";
+    });
+  };
+  const auto options = PlanOptions().global_batch(16).tolerance(0.0);
+  const PlanCandidate* before =
+      pick(plan_layouts(debug_config(), 2, costs, options));
+  ASSERT_NE(before, nullptr);
+  EXPECT_NEAR(before->dp_sync_s, 0.0, 1e-9);
+  costs.data_parallel = DataParallelCosts{2, 8, {{"replicate", 0.5}}};
+  const PlanResult measured = plan_layouts(debug_config(), 2, costs, options);
+  const PlanCandidate* after = pick(measured);
+  ASSERT_NE(after, nullptr);
+  EXPECT_NEAR(after->dp_sync_s, 6 * 0.5, 1e-9);
+  EXPECT_NEAR(after->step_s - before->step_s, 3.0, 1e-9);
+  // Another batch per rank is modelled as before.
+  costs.data_parallel->rows = 4;
+  const PlanCandidate* other =
+      pick(plan_layouts(debug_config(), 2, costs, options));
+  ASSERT_NE(other, nullptr);
+  EXPECT_NEAR(other->dp_sync_s, 0.0, 1e-9);
+}
+
 TEST(Plan, AWorldNoLayoutDividesIsAConfigError) {
   // 7 ranks: tp 7 does not divide 16 heads, pp 7 exceeds 6 layers, dp 7
   // does not divide 16 sequences.
@@ -564,6 +595,29 @@ TEST(Plan, CostFilesRoundTripAndBadOnesNameTheField) {
   const PlanCosts written = hand_costs();
   const std::string path = write_file("good.json", plan_costs_to_json(written));
   const PlanCosts read = load_plan_costs(path);
+  EXPECT_FALSE(read.data_parallel.has_value());
+  // Measured data parallelism round-trips; a mode's figure must be a
+  // number.
+  PlanCosts with_dp = written;
+  with_dp.data_parallel = DataParallelCosts{
+      2, 8, {{"replicate", 0.5}, {"fully_shard never", 0.25}}};
+  const std::string dp_text = plan_costs_to_json(with_dp);
+  const PlanCosts dp_back = load_plan_costs(write_file("dp.json", dp_text));
+  ASSERT_TRUE(dp_back.data_parallel.has_value());
+  EXPECT_EQ(dp_back.data_parallel->degree, 2);
+  EXPECT_EQ(dp_back.data_parallel->rows, 8);
+  EXPECT_EQ(dp_back.data_parallel->block_s, with_dp.data_parallel->block_s);
+  std::string bad_dp = dp_text;
+  bad_dp.replace(bad_dp.find("0.5"), 3, "\"x\"");
+  try {
+    load_plan_costs(write_file("bad_dp.json", bad_dp));
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("data_parallel.block_s.replicate"),
+        std::string::npos)
+        << e.what();
+  }
   EXPECT_EQ(read.microbatches.size(), 1u);
   EXPECT_EQ(read.microbatches[0].block.b, 2.0);
   EXPECT_EQ(read.all_reduce.inter_node.latency_s, 1000.0);
