@@ -51,7 +51,7 @@ enum class ChainPlace {
 struct PlanSearch {
   int64_t max_degree = 8;
   /// Where the cost file holds no costs measured at a degree (the list
-  /// named after the parallelism, which `baton plan --profile` writes), a
+  /// named after the parallelism, which the profile writes), a
   /// block's passes take the whole block's over the degree plus, in its
   /// forward and as many again in its backward, these collectives of the
   /// block's (rows, seq_len, dim) activations along the axis.

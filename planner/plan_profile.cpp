@@ -66,6 +66,22 @@ double deviation(const std::vector<double>& v) {
   return std::sqrt(sum / static_cast<double>(v.size() - 1));
 }
 
+void apply_placed(
+    const JobConfig& config,
+    const ParallelContext& context,
+    ChainPlace place,
+    ModelPart& part) {
+  const ParallelDims& dims = context.mesh.dims();
+  for (const Parallelism* p : enabled_parallelisms(config, dims)) {
+    if (p->place != place || !p->appliers) {
+      continue;
+    }
+    for (const std::string& step : p->appliers(config, dims)) {
+      applier_registry().get(step)()->apply(part, context);
+    }
+  }
+}
+
 Chunk make_chunk(
     const JobConfig& config,
     const llama::ModelArgs& args,
@@ -75,17 +91,9 @@ Chunk make_chunk(
   Chunk chunk;
   chunk.part = std::make_shared<ModelPart>(
       model.build(args, spec, config.training.seed), /*stage=*/0);
-  const ParallelDims& dims = context.mesh.dims();
-  for (const Parallelism* p : enabled_parallelisms(config, dims)) {
-    if (p->place != ChainPlace::kModel || !p->appliers) {
-      continue;
-    }
-    for (const std::string& step : p->appliers(config, dims)) {
-      applier_registry().get(step)()->apply(*chunk.part, context);
-    }
-  }
+  apply_placed(config, context, ChainPlace::kModel, *chunk.part);
   chunk.loss = parallel_loss(config, context.mesh, args);
-  chunk.sequence_shards = parallel_sequence_shards(config, dims);
+  chunk.sequence_shards = parallel_sequence_shards(config, context.mesh.dims());
   MixedPrecisionApplier().apply(*chunk.part, context);
   chunk.takes_ids = spec.embedding;
   chunk.ends_in_loss = spec.output;

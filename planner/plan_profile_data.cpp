@@ -37,15 +37,7 @@ Chunk data_parallel_chunk(
     int64_t copies) {
   Chunk chunk =
       make_chunk(config, args, ChunkSpec{0, copies, false, false}, context);
-  const ParallelDims& dims = context.mesh.dims();
-  for (const Parallelism* p : enabled_parallelisms(config, dims)) {
-    if (p->place != ChainPlace::kData || !p->appliers) {
-      continue;
-    }
-    for (const std::string& step : p->appliers(config, dims)) {
-      applier_registry().get(step)()->apply(*chunk.part, context);
-    }
-  }
+  apply_placed(config, context, ChainPlace::kData, *chunk.part);
   return chunk;
 }
 

@@ -17,6 +17,7 @@
 #include "parallel/applier.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/model_parts.h"
+#include "parallel/parallelism.h"
 #include "planner/plan.h"
 #include "planner/plan_profile.h"
 
@@ -94,6 +95,14 @@ struct Chunk {
   /// The hidden states between blocks hold T / sequence_shards positions.
   int64_t sequence_shards = 1;
 };
+
+/// The appliers that the parallelisms `context`'s mesh enables place at
+/// `place`, applied to `part` in order, as the builder's chain runs them.
+void apply_placed(
+    const JobConfig& config,
+    const ParallelContext& context,
+    ChainPlace place,
+    ModelPart& part);
 
 /// Cut by the model steps of the parallelisms `context`'s mesh enables (a
 /// split of the blocks: tensor parallel's), as the builder cuts them.
