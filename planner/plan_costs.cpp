@@ -201,6 +201,52 @@ json microbatches_json(const std::vector<MicrobatchCosts>& list) {
   return rows;
 }
 
+/// Each searched parallelism's measured costs, under its name.
+void read_split_costs(
+    const FieldReader& top, const std::string& path, PlanCosts& costs) {
+  register_builtin_parallelisms();
+  for (const Parallelism* p : searched_parallelisms()) {
+    if (!top.has(p->name)) {
+      continue;
+    }
+    const json& list = top.at(p->name);
+    if (!list.is_array()) {
+      top.fail(p->name, "is not a list", "a list of {degree, microbatches}");
+    }
+    for (size_t k = 0; k < list.size(); ++k) {
+      const FieldReader r(
+          list[k], path, p->name + "[" + std::to_string(k) + "]");
+      const double degree = r.number("degree", 1.0);
+      if (degree != std::floor(degree) || degree < 2.0) {
+        r.fail(
+            "degree",
+            "'" + r.at("degree").dump() + "' is not allowed",
+            "an integer >= 2");
+      }
+      costs.split_costs[p->name][static_cast<int64_t>(degree)] =
+          read_microbatches(r);
+    }
+  }
+}
+
+/// The profile's measured data parallelism.
+DataParallelCosts read_data_parallel(const FieldReader& dp) {
+  DataParallelCosts measured;
+  measured.degree = static_cast<int64_t>(dp.number("degree", 1.0));
+  measured.rows = static_cast<int64_t>(dp.number("rows", 0.0));
+  const json& per_block = dp.at("block_s");
+  if (!per_block.is_object()) {
+    dp.fail("block_s", "is not an object", "{mode: seconds per block}");
+  }
+  for (const auto& [mode, seconds] : per_block.items()) {
+    if (!seconds.is_number() || !std::isfinite(seconds.get<double>())) {
+      dp.fail("block_s." + mode, "is not a number", "seconds");
+    }
+    measured.block_s[mode] = seconds.get<double>();
+  }
+  return measured;
+}
+
 }  // namespace
 
 PlanCosts load_plan_costs(const std::string& path) {
@@ -234,46 +280,9 @@ PlanCosts load_plan_costs(const std::string& path) {
   if (top.has("memory_per_rank_gib")) {
     costs.memory_per_rank_gib = top.number("memory_per_rank_gib", 0.0);
   }
-  // Each searched parallelism's measured costs, under its name.
-  register_builtin_parallelisms();
-  for (const Parallelism* p : searched_parallelisms()) {
-    if (!top.has(p->name)) {
-      continue;
-    }
-    const json& list = top.at(p->name);
-    if (!list.is_array()) {
-      top.fail(p->name, "is not a list", "a list of {degree, microbatches}");
-    }
-    for (size_t k = 0; k < list.size(); ++k) {
-      const FieldReader r(
-          list[k], path, p->name + "[" + std::to_string(k) + "]");
-      const double degree = r.number("degree", 1.0);
-      if (degree != std::floor(degree) || degree < 2.0) {
-        r.fail(
-            "degree",
-            "'" + r.at("degree").dump() + "' is not allowed",
-            "an integer >= 2");
-      }
-      costs.split_costs[p->name][static_cast<int64_t>(degree)] =
-          read_microbatches(r);
-    }
-  }
+  read_split_costs(top, path, costs);
   if (top.has("data_parallel")) {
-    const FieldReader dp = top.object("data_parallel");
-    DataParallelCosts measured;
-    measured.degree = static_cast<int64_t>(dp.number("degree", 1.0));
-    measured.rows = static_cast<int64_t>(dp.number("rows", 0.0));
-    const json& per_block = dp.at("block_s");
-    if (!per_block.is_object()) {
-      dp.fail("block_s", "is not an object", "{mode: seconds per block}");
-    }
-    for (const auto& [mode, seconds] : per_block.items()) {
-      if (!seconds.is_number() || !std::isfinite(seconds.get<double>())) {
-        dp.fail("block_s." + mode, "is not a number", "seconds");
-      }
-      measured.block_s[mode] = seconds.get<double>();
-    }
-    costs.data_parallel = measured;
+    costs.data_parallel = read_data_parallel(top.object("data_parallel"));
   }
   if (top.has("optimizer")) {
     costs.optimizer_s_per_parameter =

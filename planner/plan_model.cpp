@@ -511,6 +511,57 @@ pipeline::SimulationCosts simulation_costs(
   return costs.per_stage(std::move(per_stage));
 }
 
+namespace {
+
+/// Rank `r`'s data-parallel work after the pipeline: its gradients'
+/// reduction and fully_shard's gathers (CostModel::dp_sync_s and
+/// fsdp_gather_s), or, where the profile measured `c`'s mode, the blocks'
+/// share measured and the root's modelled.
+double rank_sync_s(
+    const CostModel& model,
+    const CachedSchedule* schedule,
+    const PlanCandidate& c,
+    const DryRunRank& r) {
+  if (const double* measured = model.measured_data_parallel(c)) {
+    // The root: one unit, gathered once.
+    const int64_t root = r.stages.front().root_parameters;
+    double sync = std::max(0.0, *measured) *
+                      static_cast<double>(c.layers_per_stage.at(0)) +
+                  model.dp_sync_s(c, root, 1);
+    if (c.dp_shard > 1) {
+      sync += model.fsdp_gather_s(c, 0, 0, root, 0);
+    }
+    return sync;
+  }
+  // fully_shard's units on this rank: each stage's blocks, and its root
+  // where it holds any of the embedding, norm or output.
+  const auto stage_blocks = [&](int64_t stage) {
+    return c.layers_per_stage.at(static_cast<size_t>(stage));
+  };
+  int64_t units = 0;
+  for (const auto& stage : r.stages) {
+    units += stage_blocks(stage.stage) + (stage.root_parameters > 0 ? 1 : 0);
+  }
+  double sync = model.dp_sync_s(c, r.parameters, std::max<int64_t>(units, 1));
+  if (c.dp_shard > 1) {
+    for (const auto& stage : r.stages) {
+      const int64_t block_gathers =
+          c.fsdp_reshard == "never" ? 1
+          : schedule == nullptr     ? 2
+                                    : schedule->freed_gathers.at(stage.stage);
+      sync += model.fsdp_gather_s(
+          c,
+          stage.parameters - stage.root_parameters,
+          stage_blocks(stage.stage),
+          stage.root_parameters,
+          block_gathers);
+    }
+  }
+  return sync;
+}
+
+}  // namespace
+
 bool score(
     const JobConfig& base,
     int64_t world,
@@ -537,44 +588,7 @@ bool score(
   c.dp_sync_s = 0.0;
   for (const auto& r : report.ranks) {
     most_stored = std::max(most_stored, r.parameters);
-    // fully_shard's units on this rank: each stage's blocks, and its root
-    // where it holds any of the embedding, norm or output.
-    const auto stage_blocks = [&](int64_t stage) {
-      return c.layers_per_stage.at(static_cast<size_t>(stage));
-    };
-    int64_t units = 0;
-    for (const auto& stage : r.stages) {
-      units += stage_blocks(stage.stage) + (stage.root_parameters > 0 ? 1 : 0);
-    }
-    if (const double* measured = model.measured_data_parallel(c)) {
-      // The blocks' share as the profile measured it; the root's (one
-      // unit, gathered once) modelled.
-      const int64_t root = r.stages.front().root_parameters;
-      double sync = std::max(0.0, *measured) *
-                        static_cast<double>(c.layers_per_stage.at(0)) +
-                    model.dp_sync_s(c, root, 1);
-      if (c.dp_shard > 1) {
-        sync += model.fsdp_gather_s(c, 0, 0, root, 0);
-      }
-      c.dp_sync_s = std::max(c.dp_sync_s, sync);
-      continue;
-    }
-    double sync = model.dp_sync_s(c, r.parameters, std::max<int64_t>(units, 1));
-    if (c.dp_shard > 1) {
-      for (const auto& stage : r.stages) {
-        const int64_t block_gathers =
-            c.fsdp_reshard == "never" ? 1
-            : schedule == nullptr     ? 2
-                                      : schedule->freed_gathers.at(stage.stage);
-        sync += model.fsdp_gather_s(
-            c,
-            stage.parameters - stage.root_parameters,
-            stage_blocks(stage.stage),
-            stage.root_parameters,
-            block_gathers);
-      }
-    }
-    c.dp_sync_s = std::max(c.dp_sync_s, sync);
+    c.dp_sync_s = std::max(c.dp_sync_s, rank_sync_s(model, schedule, c, r));
   }
   c.optimizer_s =
       static_cast<double>(most_stored) * model.costs.optimizer_s_per_parameter;

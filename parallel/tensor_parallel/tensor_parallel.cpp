@@ -156,6 +156,38 @@ LossFn tensor_parallel_loss(const dist::ParallelMesh& mesh, int64_t vocab) {
   };
 }
 
+namespace {
+
+/// What a tp rank of stage `part` holds after the cut, in one line.
+void log_layout(
+    const ModelPart& part,
+    const llama::TransformerImpl& model,
+    const dist::ProcessGroup& group,
+    const VocabRange& vocab,
+    int64_t sharded_bytes,
+    const ParallelContext& context) {
+  const llama::ModelArgs& args = model.args();
+  const int64_t n = group.size();
+  LOG(INFO) << "tensor_parallel: stage " << part.stage() << ": tp rank "
+            << group.rank() << " of " << n << " holds " << args.n_heads / n
+            << " of " << args.n_heads << " query heads, " << args.kv_heads() / n
+            << " of " << args.kv_heads() << " key/value heads, "
+            << args.ffn_hidden_dim() / n << " of " << args.ffn_hidden_dim()
+            << " hidden rows"
+            << (model.spec().embedding || model.spec().output
+                    ? ", vocabulary [" + std::to_string(vocab.begin) + ", " +
+                          std::to_string(vocab.end) + ") of " +
+                          std::to_string(args.vocab_size)
+                    : std::string())
+            << " (" << sharded_bytes / 1024
+            << " KiB of sliced weights); sequence parallel: activations "
+               "between blocks hold "
+            << context.config.training.seq_len / n << " of "
+            << context.config.training.seq_len << " positions";
+}
+
+}  // namespace
+
 void TensorParallelApplier::apply(
     ModelPart& part, const ParallelContext& context) {
   auto* model = dynamic_cast<llama::TransformerImpl*>(&part.module());
@@ -220,22 +252,7 @@ void TensorParallelApplier::apply(
     sum_gradient_over_tp(model->norm->weight, region(context, "norm"));
   }
   model->sequence_shards = n;
-  LOG(INFO) << "tensor_parallel: stage " << part.stage() << ": tp rank "
-            << group->rank() << " of " << n << " holds " << args.n_heads / n
-            << " of " << args.n_heads << " query heads, " << args.kv_heads() / n
-            << " of " << args.kv_heads() << " key/value heads, "
-            << args.ffn_hidden_dim() / n << " of " << args.ffn_hidden_dim()
-            << " hidden rows"
-            << (model->spec().embedding || model->spec().output
-                    ? ", vocabulary [" + std::to_string(vocab.begin) + ", " +
-                          std::to_string(vocab.end) + ") of " +
-                          std::to_string(args.vocab_size)
-                    : std::string())
-            << " (" << sharded_bytes / 1024
-            << " KiB of sliced weights); sequence parallel: activations "
-               "between blocks hold "
-            << context.config.training.seq_len / n << " of "
-            << context.config.training.seq_len << " positions";
+  log_layout(part, *model, *group, vocab, sharded_bytes, context);
 }
 
 Parallelism tensor_parallel_parallelism() {
