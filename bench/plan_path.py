@@ -6,7 +6,8 @@ overlay trained the way it says, against the other layouts bound and not.
    --out DIR`, nothing else: the config's own threads and precision, and no
    --cpu-bind, so the plan profiles its ranks unbound and bound and chooses
    (plan.json's `cpu_bind`, the overlay's launch line). The other binding's
-   predictions: `baton plan --costs` on the other cost file it wrote.
+   predictions: `baton plan --costs` on the other cost file it wrote, for
+   the same layout line (none where that plan ranks no such candidate).
 2. The field: the best-predicted candidate of each layout family the plan
    ranks (dp_replicate 2; dp_shard 2 with each resharding; pp 2, its best
    schedule; tp 2), each run unbound and bound: `baton train --config
@@ -74,6 +75,14 @@ def field(ranked):
     return out
 
 
+def first_by_layout(ranked):
+    """Each layout line's first (best-ranked) candidate."""
+    out = {}
+    for c in ranked:
+        out.setdefault(c["layout"], c)
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("build")
@@ -89,13 +98,13 @@ def main():
         other = "cores" if bind == "none" else "none"
         other_costs = os.path.join(
             user_dir, "costs-cpu-bind-cores.json" if other == "cores" else "costs.json")
-        # Each family's best-ranked candidate, per binding.
-        predictions = {bind: {family(c): c for c in field(result["ranked"])}}
+        # Per binding, each layout's prediction (the first of its line:
+        # a synthesised schedule may be made for each plan's costs).
+        predictions = {bind: first_by_layout(result["ranked"])}
         if os.path.exists(other_costs):
             other_result, _, _ = plan(args.build, os.path.join(tmp, "other"),
                                       other_costs)
-            predictions[other] = {family(c): c
-                                  for c in field(other_result["ranked"])}
+            predictions[other] = first_by_layout(other_result["ranked"])
         chosen = result["ranked"][0]
         layouts = field(result["ranked"])
         runs = [(c, b) for c in layouts for b in ("none", "cores")]
@@ -119,7 +128,7 @@ def main():
                                   "round": r, "measured_s": step}), flush=True)
     entries = []
     for c, b in runs:
-        predicted = predictions.get(b, {}).get(family(c))
+        predicted = predictions.get(b, {}).get(c["layout"])
         entries.append({
             "layout": c["layout"], "cpu_bind": b, "plan_rank": c["rank"],
             "predicted_s": predicted["step_s"] if predicted else None,
