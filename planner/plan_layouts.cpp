@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <set>
 
 #include "common/error.h"
 #include "parallel/parallelism.h"
