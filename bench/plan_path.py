@@ -130,7 +130,9 @@ def main():
     for c, b in runs:
         predicted = predictions.get(b, {}).get(c["layout"])
         entries.append({
-            "layout": c["layout"], "cpu_bind": b, "plan_rank": c["rank"],
+            "layout": c["layout"], "cpu_bind": b,
+            # Its rank in the plan of its own binding.
+            "plan_rank": predicted["rank"] if predicted else None,
             "predicted_s": predicted["step_s"] if predicted else None,
             "measured_s": statistics.median(measured[(family(c), b)]),
             "per_round_s": measured[(family(c), b)],

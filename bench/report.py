@@ -701,14 +701,14 @@ def plan_path_section(doc, targets):
              f"compilers in {cond.get('with_compilers', 0)} of "
              f"{cond.get('samples', 0)} samples, 1-minute load median "
              f"{cond.get('load_median', 0):.1f}.", "",
-             "| layout | binding | plan rank | predicted | measured | per round | |",
+             "| layout | binding | rank in its binding's plan | predicted | measured | per round | |",
              "|---|---|---|---|---|---|---|"]
     for e in doc["runs"]:
         pred = f"{1000 * e['predicted_s']:.0f} ms" if e["predicted_s"] else "-"
         mark = ("**chosen**" if e["chosen"] else "") + \
             (" best" if e is doc["best"] or e == doc["best"] else "")
         lines.append(
-            f"| {e['layout']} | {e['cpu_bind']} | {e['plan_rank']} | {pred} | "
+            f"| {e['layout']} | {e['cpu_bind']} | {e['plan_rank'] or '-'} | {pred} | "
             f"{1000 * e['measured_s']:.0f} ms | "
             + " / ".join(f"{1000 * x:.0f}" for x in e["per_round_s"])
             + f" | {mark.strip()} |")
