@@ -251,6 +251,21 @@ DryRunStageCache::Entry DryRunStageCache::get(
 
 namespace {
 
+/// Whether `rank` sits at position 0 of every axis within its stage (the
+/// axes whose ranks hold the same parameters): the rank that holds the most
+/// of each ceil split. From the rank's digits, without its coordinates (a
+/// plan asks this of every rank of every candidate).
+bool first_in_stage(const ParallelDims& dims, int64_t rank) {
+  for (size_t i = dims.axes.size(); i-- > 0;) {
+    const auto& axis = dims.axes[i];
+    if (!axis.splits_model && rank % axis.degree != 0) {
+      return false;
+    }
+    rank /= axis.degree;
+  }
+  return true;
+}
+
 /// What every rank's figures follow from: the model, the compute dtype,
 /// the stages and where they live, and the memory rules' switches.
 struct DryRunSetup {
@@ -539,16 +554,10 @@ DryRunReport dry_run(
   DryRunSetup setup = describe_model(config, options, report);
   place_stages(config, options, setup, report);
   for (int64_t rank = 0; rank < dims.world_size; ++rank) {
-    const dist::MeshCoord coord = dist::mesh_coord(dims, rank);
-    // Position 0 of every axis within the stage holds the most of each
-    // ceil split.
-    const bool first_in_stage =
-        std::all_of(dims.axes.begin(), dims.axes.end(), [&](const auto& a) {
-          return a.splits_model || coord.at(a.name) == 0;
-        });
-    if (options.first_rank_per_pipeline_rank() && !first_in_stage) {
+    if (options.first_rank_per_pipeline_rank() && !first_in_stage(dims, rank)) {
       continue;
     }
+    const dist::MeshCoord coord = dist::mesh_coord(dims, rank);
     report.ranks.push_back(
         rank_figures(config, options, setup, report, rank, coord));
   }
