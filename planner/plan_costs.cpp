@@ -217,7 +217,7 @@ void read_split_costs(
       const FieldReader r(
           list[k], path, p->name + "[" + std::to_string(k) + "]");
       const double degree = r.number("degree", 1.0);
-      if (degree != std::floor(degree) || degree < 2.0) {
+      if (degree != std::floor(degree)) {
         r.fail(
             "degree",
             "'" + r.at("degree").dump() + "' is not allowed",

@@ -286,14 +286,8 @@ double CostModel::split_collectives_s(
 }
 
 int64_t CostModel::sequence_shards(const PlanCandidate& c) const {
-  int64_t shards = 1;
-  for (const Parallelism* p : searched) {
-    const int64_t n = c.split(p->axis->name);
-    if (n > 1 && p->sequence_shards) {
-      shards *= p->sequence_shards(ParallelDims::of({{p->axis->name, n}}, n));
-    }
-  }
-  return shards;
+  return parallel_sequence_shards(
+      base, ParallelDims::of(c.splits, c.split_ranks()));
 }
 
 StageTimes CostModel::stage(
@@ -415,6 +409,7 @@ CostModel cost_model(
     const PlanCosts& costs) {
   return CostModel{
       costs,
+      base,
       base.training.seq_len,
       args.dim,
       compute_dtype_bytes(base, &costs),

@@ -39,6 +39,8 @@ struct StageTimes {
 /// and dtypes, and the searched parallelisms.
 struct CostModel {
   const PlanCosts& costs;
+  /// The config the candidates vary.
+  const JobConfig& base;
   int64_t seq_len = 0;
   int64_t dim = 0;
   int64_t dtype_bytes = 2;
@@ -61,7 +63,7 @@ struct CostModel {
   double split_collectives_s(const PlanCandidate& c, double act) const;
 
   /// The ways `c`'s split cuts the activations between pipeline stages
-  /// (Parallelism::sequence_shards).
+  /// (parallel_sequence_shards over its split axes).
   int64_t sequence_shards(const PlanCandidate& c) const;
 
   /// Seconds of one stage's passes at `rows`, with `layers` blocks; `index`

@@ -50,16 +50,12 @@ double time_micro_step(
     int64_t rows,
     int64_t seq_len,
     const Ranks& ranks,
-    bool runs,
     const ProfileOptions& options) {
   const at::Tensor hidden = at::randn({rows, seq_len, args.dim}) * 0.5;
   at::Tensor grad_out;
   std::vector<double> seconds;
   for (int64_t k = 0; k < options.warmup() + options.repeats(); ++k) {
     ranks.line_up();
-    if (!runs) {
-      continue;
-    }
     const auto start = Clock::now();
     chunk.part->grad_sync().prepare(/*sync=*/true);
     const at::Tensor out =
@@ -74,7 +70,7 @@ double time_micro_step(
     }
     drop_grads(chunk);
   }
-  return runs ? mean(seconds) : 0.0;
+  return mean(seconds);
 }
 
 }  // namespace
@@ -122,13 +118,7 @@ std::optional<DataParallelCosts> time_data_parallel(
     const Chunk chunk = data_parallel_chunk(mode_config, args, context, copies);
     per_block.push_back(
         time_micro_step(
-            chunk,
-            args,
-            rows,
-            config.training.seq_len,
-            ranks,
-            /*runs=*/true,
-            options) /
+            chunk, args, rows, config.training.seq_len, ranks, options) /
         static_cast<double>(copies));
   }
   per_block = ranks.mean_over(std::move(per_block), compute_ranks);

@@ -23,11 +23,13 @@
 #include "parallel/pipeline/validation.h"
 #include "planner/dry_run.h"
 #include "tests/baton_binary.h"
+#include "tests/planner/hand_costs.h"
 
 namespace baton {
 namespace {
 
 using testing::fresh_dir;
+using testing::hand_costs;
 using testing::source_path;
 
 JobConfig debug_config() {
@@ -35,24 +37,6 @@ JobConfig debug_config() {
   return load_job_config(
       source_path("configs/debug_model.yaml"),
       {"training.mixed_precision_param=float32"});
-}
-
-/// Per block and sequence F = I = W = 1 s and B = 2 s, the embedding and
-/// output free, P2P free, every collective 1000 s: only pipelining pays.
-PlanCosts hand_costs() {
-  PlanCosts costs;
-  costs.path = "hand";
-  costs.description = "hand";
-  MicrobatchCosts m;
-  m.rows = 1;
-  m.block = PassCosts{1.0, 2.0, 1.0, 1.0};
-  costs.microbatches = {m};
-  costs.p2p.inter_node = LinkCosts{0.0, 1e18};
-  const LinkCosts slow{1000.0, 1e9};
-  costs.all_reduce.inter_node = slow;
-  costs.all_gather.inter_node = slow;
-  costs.reduce_scatter.inter_node = slow;
-  return costs;
 }
 
 const PlanCandidate* find(

@@ -17,10 +17,12 @@
 #include "planner/dry_run.h"
 #include "planner/plan.h"
 #include "tests/baton_binary.h"
+#include "tests/planner/hand_costs.h"
 
 namespace baton {
 namespace {
 
+using testing::hand_costs;
 using testing::source_path;
 
 constexpr const char* kSplit = "ts";
@@ -65,22 +67,9 @@ JobConfig debug_config() {
       {"training.mixed_precision_param=float32"});
 }
 
-/// Per block and sequence F = I = W = 1 s and B = 2 s; every collective
-/// a latency of `collective_s` alone.
+/// The hand costs with every collective a latency of `collective_s` alone.
 PlanCosts costs_with(double collective_s) {
-  PlanCosts costs;
-  costs.path = "hand";
-  costs.description = "hand";
-  MicrobatchCosts m;
-  m.rows = 1;
-  m.block = PassCosts{1.0, 2.0, 1.0, 1.0};
-  costs.microbatches = {m};
-  costs.p2p.inter_node = LinkCosts{0.0, 1e18};
-  const LinkCosts link{collective_s, 1e18};
-  costs.all_reduce.inter_node = link;
-  costs.all_gather.inter_node = link;
-  costs.reduce_scatter.inter_node = link;
-  return costs;
+  return hand_costs(LinkCosts{collective_s, 1e18});
 }
 
 /// The unpipelined candidate of `result` with dp_replicate `replicate`
