@@ -27,7 +27,7 @@
 #include "data/sentencepiece_tokenizer.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
-#include "models/llama/attention_kernel.h"
+#include "models/common/attention_kernel.h"
 #include "parallel/dist/launch_env.h"
 #include "parallel/dist/launcher.h"
 #include "parallel/dist/process_group.h"
@@ -98,8 +98,8 @@ void log_cpu_kernels() {
   LOG(INFO) << "blas: " << loaded_blas().describe();
   // The CPU code Baton chooses by instruction set: float32 attention.
   LOG(INFO) << "attention: CPU kernel with "
-            << llama::attention_kernel::isa_name(
-                   llama::attention_kernel::best_isa())
+            << models::attention_kernel::isa_name(
+                   models::attention_kernel::best_isa())
             << " instructions";
 }
 

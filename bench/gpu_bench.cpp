@@ -14,15 +14,16 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "models/llama/args.h"
-#include "models/llama/transformer.h"
+#include "models/common/transformer.h"
+#include "models/llama3/llama3.h"
 #include "models/loss.h"
+#include "models/model_args.h"
 #include "optim/fused_adamw.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using baton::llama::TransformerImpl;
+using baton::models::TransformerImpl;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -45,7 +46,7 @@ double relative_diff(const at::Tensor& a, const at::Tensor& b) {
 /// logits, loss and every gradient of one step, then the losses of three
 /// AdamW steps.
 nlohmann::json check_against_cpu() {
-  auto args = baton::llama::llama3_flavors().at("debugmodel");
+  auto args = baton::llama3::flavors().at("debugmodel");
   args.vocab_size = 258;
   auto cpu = std::make_shared<TransformerImpl>(args);
   auto gpu = std::make_shared<TransformerImpl>(args);
@@ -125,7 +126,7 @@ double matmul_peak_tflops(int64_t n) {
 /// Forward + backward of `layers` Llama 3 8B blocks in bf16.
 nlohmann::json time_layer_stack(
     int64_t layers, int64_t batch, int64_t seq_len, double peak_tflops) {
-  auto args = baton::llama::llama3_flavors().at("8B");
+  auto args = baton::llama3::flavors().at("8B");
   baton::ChunkSpec chunk;
   chunk.first_layer = 0;
   chunk.end_layer = layers;

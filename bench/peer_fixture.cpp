@@ -22,7 +22,8 @@
 #include "builders/builder_registry.h"
 #include "checkpoint/safetensors.h"
 #include "common/allocator.h"
-#include "models/llama/args.h"
+#include "models/llama3/llama3.h"
+#include "models/model_args.h"
 
 namespace {
 
@@ -71,7 +72,7 @@ void write_fixture(
   // and the LR schedule's first rate).
   const baton::StepMetrics step = trainer->optimizer_step();
   const baton::StepMetrics second = trainer->optimizer_step();
-  baton::llama::ModelArgs args = baton::llama::llama3_flavors().at(flavor);
+  baton::ModelArgs args = baton::llama3::flavors().at(flavor);
   args.vocab_size = c.tokenizer->vocab_size();
   const nlohmann::json fixture = {
       {"flavor", flavor},

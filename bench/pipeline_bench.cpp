@@ -14,9 +14,10 @@
 #include <mutex>
 
 #include "common/allocator.h"
-#include "models/llama/args.h"
-#include "models/llama/transformer.h"
+#include "models/common/transformer.h"
+#include "models/llama3/llama3.h"
 #include "models/loss.h"
+#include "models/model_args.h"
 #include "optim/optimizers.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/lowering.h"
@@ -160,7 +161,7 @@ void BM_PipelineStep(
   pp::register_builtin_schedules();
   const pp::Schedule schedule = pp::make_schedule(name, kRanks, v, m);
   const pp::Schedule lowered = pp::lower_schedule(schedule);
-  auto args = baton::llama::llama3_flavors().at("debugmodel");
+  auto args = baton::llama3::flavors().at("debugmodel");
   args.vocab_size = kVocab;
   const auto chunks = pp::split_model(args.n_layers, schedule.num_stages);
   baton::register_builtin_optimizers();
@@ -177,7 +178,7 @@ void BM_PipelineStep(
           continue;
         }
         auto chunk =
-            std::make_shared<baton::llama::TransformerImpl>(args, chunks[s]);
+            std::make_shared<baton::models::TransformerImpl>(args, chunks[s]);
         chunk->init_weights(0);
         optimizers.push_back(
             make_optimizer(chunk->parameters(), baton::OptimizerConfig{}));

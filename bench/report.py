@@ -351,7 +351,7 @@ def step_section(meds, peers, docs, targets, results):
     if attention:
         lines += ["Where the step's attention time goes (forward + backward of one layer's "
                   "causal attention, 8 x 256 tokens): `BM_AttentionKernel`, what the model runs "
-                  "on the CPU in float32 (`models/llama/attention_kernel.h`, the widest "
+                  "on the CPU in float32 (`models/common/attention_kernel.h`, the widest "
                   "instruction set the CPU runs, the heads split among ATen's threads); "
                   "`BM_CausalAttention`, the blocked path in ATen's batched products by block "
                   "size (block = T: one block) and, as block 0, libtorch's "
@@ -375,7 +375,7 @@ def step_section(meds, peers, docs, targets, results):
     if swiglu:
         lines += ["SwiGLU's elementwise part, silu(w1 x) * w3 x, forward + backward, 8 x 256 "
                   "tokens (`BM_Swiglu`): fused, what the model runs on the CPU in float32 "
-                  "(`models/llama/swiglu_kernel.h`), against ATen's silu and product:",
+                  "(`models/common/swiglu_kernel.h`), against ATen's silu and product:",
                   "", "| hidden | ATen threads | ATen | fused | ratio |", "|---|---|---|---|---|"]
         cells = {}
         for n, e in swiglu:

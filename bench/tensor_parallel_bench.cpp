@@ -22,8 +22,9 @@
 #include <mutex>
 
 #include "config/job_config.h"
-#include "models/llama/args.h"
-#include "models/llama/transformer.h"
+#include "models/common/transformer.h"
+#include "models/llama3/llama3.h"
+#include "models/model_args.h"
 #include "optim/optimizers.h"
 #include "parallel/applier.h"
 #include "parallel/dist/mesh.h"
@@ -51,7 +52,7 @@ struct Formula {
   double root = 0.0;
 };
 
-Formula formula(const baton::llama::ModelArgs& a, int64_t n) {
+Formula formula(const baton::ModelArgs& a, int64_t n) {
   const double activation = static_cast<double>(kBatch * kSeqLen * a.dim) * 4;
   const double moved = (n - 1.0) / n * activation;
   const double norm = 2.0 * (n - 1.0) / n * a.dim * 4;
@@ -59,7 +60,7 @@ Formula formula(const baton::llama::ModelArgs& a, int64_t n) {
 }
 
 void BM_TensorParallelTraffic(benchmark::State& state, const char* flavor) {
-  auto args = baton::llama::llama3_flavors().at(flavor);
+  auto args = baton::llama3::flavors().at(flavor);
   args.vocab_size = kVocab;
   baton::register_builtin_optimizers();
   baton::register_builtin_parallelisms();
@@ -78,7 +79,7 @@ void BM_TensorParallelTraffic(benchmark::State& state, const char* flavor) {
           baton::JobConfig config;
           config.set_integer("parallelism.tensor_parallel_degree", kRanks);
           config.training.seq_len = kSeqLen;
-          auto model = std::make_shared<baton::llama::TransformerImpl>(args);
+          auto model = std::make_shared<baton::models::TransformerImpl>(args);
           model->init_weights(0);
           baton::ModelParts parts;
           parts.push_back(std::make_shared<baton::ModelPart>(model));

@@ -13,8 +13,8 @@
 #include "common/blas.h"
 #include "common/threads.h"
 #include "common/torch_compat.h"
-#include "models/llama/attention_kernel.h"
-#include "models/llama/fused_ops.h"
+#include "models/common/attention_kernel.h"
+#include "models/common/fused_ops.h"
 
 namespace {
 
@@ -126,7 +126,7 @@ void BM_CausalAttention(benchmark::State& state) {
       state.range(1),
       state.range(3),
       [block](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-        return block > 0 ? baton::llama::blocked_causal_attention(
+        return block > 0 ? baton::models::blocked_causal_attention(
                                q, k, v, false, block)
                          : at::scaled_dot_product_attention(
                                q, k, v, {}, 0.0, /*is_causal=*/true);
@@ -145,7 +145,7 @@ BENCHMARK(BM_CausalAttention)
     ->UseRealTime();
 
 /// What the model runs on the CPU in float32: the attention kernel
-/// (models/llama/attention_kernel.h), the widest instruction set the CPU
+/// (models/common/attention_kernel.h), the widest instruction set the CPU
 /// runs, the heads split among ATen's threads.
 void BM_AttentionKernel(benchmark::State& state) {
   time_attention(
@@ -154,10 +154,10 @@ void BM_AttentionKernel(benchmark::State& state) {
       state.range(1),
       state.range(2),
       [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-        return baton::llama::causal_attention(q, k, v);
+        return baton::models::causal_attention(q, k, v);
       });
-  state.SetLabel(baton::llama::attention_kernel::isa_name(
-      baton::llama::attention_kernel::best_isa()));
+  state.SetLabel(baton::models::attention_kernel::isa_name(
+      baton::models::attention_kernel::best_isa()));
 }
 BENCHMARK(BM_AttentionKernel)
     ->ArgNames({"heads", "head_dim", "threads"})
@@ -178,7 +178,7 @@ void BM_Swiglu(benchmark::State& state) {
   const auto b = torch::randn({8, 256, hidden}).requires_grad_(true);
   const auto gy = torch::randn({8, 256, hidden});
   const auto step = [&] {
-    const auto y = fused ? baton::llama::swiglu(a, b) : torch::silu(a) * b;
+    const auto y = fused ? baton::models::swiglu(a, b) : torch::silu(a) * b;
     y.backward(gy);
     a.mutable_grad() = at::Tensor();
     b.mutable_grad() = at::Tensor();
@@ -188,8 +188,8 @@ void BM_Swiglu(benchmark::State& state) {
     step();
   }
   if (fused) {
-    state.SetLabel(baton::llama::attention_kernel::isa_name(
-        baton::llama::attention_kernel::best_isa()));
+    state.SetLabel(baton::models::attention_kernel::isa_name(
+        baton::models::attention_kernel::best_isa()));
   }
 }
 BENCHMARK(BM_Swiglu)

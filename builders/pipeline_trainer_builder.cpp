@@ -98,7 +98,7 @@ void PipelineTrainerBuilder::init_runtime() {
       pipeline_schedule(config(), parallel_dims().degree(kPipelineAxis));
 }
 
-ModelParts PipelineTrainerBuilder::build_model(const llama::ModelArgs& args) {
+ModelParts PipelineTrainerBuilder::build_model(const ModelArgs& args) {
   const auto chunks = pipeline_stages(config(), schedule_, args.n_layers);
   const int64_t my_pp = mesh().coord().at(kPipelineAxis);
   const auto& spec = model_registry().get(config().model.name);

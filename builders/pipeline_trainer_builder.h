@@ -41,7 +41,7 @@ class PipelineTrainerBuilder : public TrainerBuilder {
   void init_runtime() override;
   /// Splits the model into the schedule's stages and keeps this rank's, in
   /// increasing stage order.
-  ModelParts build_model(const llama::ModelArgs& args) override;
+  ModelParts build_model(const ModelArgs& args) override;
   /// The base loader on the rank holding stage 0; null everywhere else
   /// (those ranks never open the dataset).
   std::unique_ptr<DataLoader> build_dataloader(

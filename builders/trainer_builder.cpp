@@ -57,24 +57,11 @@ void check_built(bool ok, const std::string& what) {
 }
 
 /// The model's shape as config.json of the model-only export records it.
-std::string model_config_json(
-    const JobConfig& config, const llama::ModelArgs& a) {
-  nlohmann::json model = {
-      {"model", config.model.name},
-      {"flavor", config.model.flavor},
-      {"tokenizer", config.model.tokenizer},
-      {"dim", a.dim},
-      {"n_layers", a.n_layers},
-      {"n_heads", a.n_heads},
-      {"n_kv_heads", a.kv_heads()},
-      {"vocab_size", a.vocab_size},
-      {"multiple_of", a.multiple_of},
-      {"ffn_hidden_dim", a.ffn_hidden_dim()},
-      {"norm_eps", a.norm_eps},
-      {"rope_theta", a.rope_theta}};
-  if (a.ffn_dim_multiplier) {
-    model["ffn_dim_multiplier"] = *a.ffn_dim_multiplier;
-  }
+std::string model_config_json(const JobConfig& config, const ModelArgs& a) {
+  nlohmann::json model = model_args_json(a);
+  model["model"] = config.model.name;
+  model["flavor"] = config.model.flavor;
+  model["tokenizer"] = config.model.tokenizer;
   return model.dump();
 }
 
@@ -92,7 +79,7 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
 
   const auto& spec =
       model_registry().get(config_.model.name, config_.origin("model.name"));
-  llama::ModelArgs args =
+  ModelArgs args =
       model_flavor(spec, config_.model.flavor, config_.origin("model.flavor"));
   args.vocab_size = c.tokenizer->vocab_size();
   c.flops_per_token = spec.flops_per_token(args, config_.training.seq_len);
@@ -140,7 +127,7 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   return std::make_unique<Trainer>(config_, std::move(c));
 }
 
-double TrainerBuilder::measure_peak(const llama::ModelArgs& args) const {
+double TrainerBuilder::measure_peak(const ModelArgs& args) const {
   // The step's own matmul shapes (this rank's, as the enabled parallelisms
   // split them) and the 1024 square, the best of each: no matmul of the
   // step is faster than this peak.
@@ -257,7 +244,7 @@ std::shared_ptr<const Tokenizer> TrainerBuilder::build_tokenizer() {
       config_.origin("model.tokenizer"))(config_.model.tokenizer_path);
 }
 
-ModelParts TrainerBuilder::build_model(const llama::ModelArgs& args) {
+ModelParts TrainerBuilder::build_model(const ModelArgs& args) {
   // One stage without pipelining (a degree of -1 may have resolved to 1).
   if (const auto problem = config_.activation_checkpoint.stages_problem(1)) {
     throw_config_error(config_.origin(problem->key), problem->message);

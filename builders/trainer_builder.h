@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "config/parallel_dims.h"
-#include "models/llama/args.h"
+#include "models/model_args.h"
 #include "parallel/applier.h"
 #include "parallel/dist/launch_env.h"
 #include "trainer/trainer.h"
@@ -70,7 +70,7 @@ class TrainerBuilder {
   }
   /// The model's shape (the flavor with the tokenizer's vocabulary); set
   /// before build_model.
-  const llama::ModelArgs& model_args() const {
+  const ModelArgs& model_args() const {
     return model_args_;
   }
 
@@ -82,7 +82,7 @@ class TrainerBuilder {
   virtual std::shared_ptr<const Tokenizer> build_tokenizer();
   /// The parts this rank holds, built and initialised (on the CPU, not yet
   /// parallelized); the base: the whole model as one part, stage 0.
-  virtual ModelParts build_model(const llama::ModelArgs& args);
+  virtual ModelParts build_model(const ModelArgs& args);
   /// The steps applied to every part, in order. The base chain: to_device;
   /// the model steps of the enabled parallelisms (ChainPlace::kModel, as
   /// tensor parallel's); activation_checkpoint unless its mode is none;
@@ -137,10 +137,10 @@ class TrainerBuilder {
   /// The peak TFLOP/s MFU is measured against, without metrics.peak_tflops:
   /// the best of a matmul probe over this rank's step shapes (as the
   /// enabled parallelisms split them) on the device the step runs on.
-  double measure_peak(const llama::ModelArgs& args) const;
+  double measure_peak(const ModelArgs& args) const;
 
   JobConfig config_;
-  llama::ModelArgs model_args_;
+  ModelArgs model_args_;
   ParallelDims dims_;
   std::optional<dist::LaunchEnv> env_override_;
   dist::LaunchEnv env_;

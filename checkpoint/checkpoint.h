@@ -12,6 +12,7 @@
 
 #include "config/job_config.h"
 #include "config/parallel_dims.h"
+#include "models/model_args.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/model_parts.h"
 #include "trainer/checkpointer.h"
@@ -21,9 +22,7 @@ namespace baton {
 namespace dist {
 class ProcessGroup;
 }
-namespace hf_llama {
-struct Shape;
-}
+struct HfFormat;
 class DataLoader;
 struct OptimizerStateCodec;
 class LRSchedulersContainer;
@@ -99,7 +98,7 @@ std::vector<const OptimizerStateCodec*> checked_state_codecs(
 /// Gloo, with a timeout long enough for the slowest writer).
 ///
 /// With checkpoint.initial_load_hf and nothing to resume, load() reads the
-/// weights alone from a Hugging Face Llama folder (checkpoint/hf_llama.h)
+/// weights alone from a Hugging Face Llama folder (checkpoint/hf_folder.h)
 /// through the same staging: each rank its parts' FQNs, each cut to its
 /// slice, checked on every rank before any is applied; export_format hf
 /// makes the model-only export that folder.
@@ -208,7 +207,7 @@ class CheckpointManager final : public Checkpointer {
   /// Phase 2: sets the weights, optimizer state, loader, schedulers, RNG.
   void apply(Staged& staged) const;
   /// checkpoint.initial_load_hf: the weights alone from a Hugging Face
-  /// Llama folder, in the same two phases (collective).
+  /// folder of the model's family, in the same two phases (collective).
   void load_hf() const;
   /// Reads this rank's weights from the HF folder's files, renamed and
   /// permuted into Baton's layout, each cut to this rank's slice.
@@ -216,8 +215,14 @@ class CheckpointManager final : public Checkpointer {
       const std::vector<Wanted>& wanted,
       const std::vector<std::string>& model_fqns,
       Staged& staged) const;
-  /// The model's shape in LlamaConfig's terms, from model_config_json.
-  hf_llama::Shape hf_shape() const;
+  /// The model as the Hugging Face layout needs it, from
+  /// model_config_json: its family's HF format, its shape, "llama3 8B".
+  struct HfModel {
+    const HfFormat* format = nullptr;
+    ModelArgs args;
+    std::string name;
+  };
+  HfModel hf_model() const;
   void export_model(const TrainState& state);
   /// Rank 0: merges the ranks' pieces into export/model.safetensors (HF's
   /// names and layout, and its index, with export_format hf).

@@ -15,7 +15,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_detail.h"
 #include "checkpoint/checkpoint_index.h"
-#include "checkpoint/hf_llama.h"
+#include "checkpoint/hf_folder.h"
 #include "checkpoint/safetensors.h"
 
 namespace baton {
@@ -185,23 +185,23 @@ void CheckpointManager::merge_export(
   const std::map<std::string, std::vector<ExportPiece>> by_name =
       read_pieces(tmp, pieces);
   const bool hf = config_.export_format == "hf";
-  const std::optional<hf_llama::Shape> shape =
-      hf ? std::optional(hf_shape()) : std::nullopt;
+  const std::optional<HfModel> model =
+      hf ? std::optional(hf_model()) : std::nullopt;
   // HF's names sort otherwise than Baton's: items by the name written.
   std::map<std::string, SafetensorsItem> items_by_name;
   for (const auto& [name, list] : by_name) {
     const auto& first = list.front();
-    const std::string written = hf ? hf_llama::hf_name(name) : name;
+    const std::string written = hf ? model->format->name(name) : name;
     if (written.empty()) {
       fail(
-          "export: tensor '" + name +
-          "' has no Hugging Face Llama name; export_format hf needs a "
-          "llama3 model");
+          "export: tensor '" + name + "' has no Hugging Face " +
+          model->format->architecture + " name");
     }
     items_by_name[written] = {
-        written, first.entry.dtype, first.global_shape, [list = list, shape] {
+        written, first.entry.dtype, first.global_shape, [list = list, model] {
           const at::Tensor whole = assemble(list);
-          return shape ? hf_llama::to_hf(list.front().entry.name, whole, *shape)
+          return model ? model->format->convert(
+                             list.front().entry.name, whole, model->args, true)
                        : whole;
         }};
   }
@@ -211,8 +211,8 @@ void CheckpointManager::merge_export(
   }
   SafetensorsWriteOptions options;
   options.metadata = {{"format", "pt"}, {"step", std::to_string(state.step)}};
-  const auto entries =
-      write_safetensors((tmp / hf_llama::kSingleFile).string(), items, options);
+  const auto entries = write_safetensors(
+      (tmp / hf_folder::kSingleFile).string(), items, options);
   for (const auto& piece : pieces) {
     fs::remove(piece->path());
   }
@@ -225,15 +225,19 @@ void CheckpointManager::merge_export(
     // One file, and the index beside it that sharded HF folders have, so
     // that readers of either form find the weights.
     write_synced(
-        tmp / hf_llama::kIndexFile,
-        hf_llama::index_json(entries, hf_llama::kSingleFile).dump(2) + "\n");
-    config = hf_llama::config_json(*shape, config_.export_dtype, config);
+        tmp / hf_folder::kIndexFile,
+        hf_folder::index_json(entries, hf_folder::kSingleFile).dump(2) + "\n");
+    json hf_config = model->format->write_config(model->args);
+    hf_config["torch_dtype"] = config_.export_dtype;
+    hf_config["baton"] = config;
+    config = hf_config;
   }
   write_synced(tmp / "config.json", config.dump(2) + "\n");
   sync_directory(tmp.string());
   replace_folder(tmp, dir);
   LOG(INFO) << "checkpoint: exported " << items.size() << " weights ("
-            << config_.export_dtype << (hf ? ", Hugging Face Llama" : "")
+            << config_.export_dtype
+            << (hf ? ", Hugging Face " + model->format->architecture : "")
             << ") to " << (dir / "model.safetensors").string() << " in "
             << seconds_since(start) << " s";
 }

@@ -22,10 +22,11 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_detail.h"
 #include "checkpoint/checkpoint_index.h"
-#include "checkpoint/hf_llama.h"
+#include "checkpoint/hf_folder.h"
 #include "checkpoint/safetensors.h"
 #include "common/torch_compat.h"
 #include "data/dataloader.h"
+#include "models/model_spec.h"
 #include "optim/lr_schedulers.h"
 #include "optim/optimizer_state.h"
 #include "optim/optimizers.h"
@@ -586,7 +587,8 @@ void CheckpointManager::load_hf() const {
   const fs::path dir = config_.initial_load_hf;
   // Every rank reads the same config.json, so a folder that does not fit
   // the model fails on every rank alike, before any collective.
-  hf_llama::check_folder(dir, hf_shape());
+  const HfModel model = hf_model();
+  hf_folder::check_folder(dir, *model.format, model.args, model.name);
   const std::vector<Wanted> wanted = wanted_tensors(/*optimizer_state=*/false);
   const std::vector<std::string> model_fqns = fqns_of_every_rank(wanted);
   Staged staged;
@@ -615,17 +617,17 @@ void CheckpointManager::stage_hf_tensors(
     const std::vector<std::string>& model_fqns,
     Staged& staged) const {
   const fs::path dir = config_.initial_load_hf;
-  const hf_llama::Shape shape = hf_shape();
-  const hf_llama::WeightMap map = hf_llama::read_weight_map(dir);
+  const HfModel model = hf_model();
+  const HfFormat& format = *model.format;
+  const hf_folder::WeightMap map = hf_folder::read_weight_map(dir);
   // Judged against every rank's FQNs, the same way on every rank.
   std::set<std::string> expected;
   for (const auto& fqn : model_fqns) {
-    const std::string name = hf_llama::hf_name(fqn);
+    const std::string name = format.name(fqn);
     if (name.empty()) {
       fail(
-          "tensor '" + fqn +
-          "' has no Hugging Face Llama name: checkpoint.initial_load_hf "
-          "needs a llama3 model");
+          "tensor '" + fqn + "' has no Hugging Face " + format.architecture +
+          " name");
     }
     if (!map.files.contains(name)) {
       fail(
@@ -636,7 +638,7 @@ void CheckpointManager::stage_hf_tensors(
     expected.insert(name);
   }
   for (const auto& [name, file] : map.files) {
-    if (!expected.contains(name) && !hf_llama::ignorable(name)) {
+    if (!expected.contains(name) && !hf_folder::ignorable(name)) {
       fail(
           map.listing + ": tensor '" + name + "' (in " + file +
           ") is not in the model");
@@ -644,12 +646,12 @@ void CheckpointManager::stage_hf_tensors(
   }
   std::map<std::string, std::vector<const Wanted*>> by_file;
   for (const auto& w : wanted) {
-    by_file[map.files.at(hf_llama::hf_name(w.fqn))].push_back(&w);
+    by_file[map.files.at(format.name(w.fqn))].push_back(&w);
   }
   for (const auto& [file, needs] : by_file) {
     const SafetensorsReader reader((dir / file).string());
     for (const Wanted* w : needs) {
-      const std::string name = hf_llama::hf_name(w->fqn);
+      const std::string name = format.name(w->fqn);
       const SafetensorsEntry* e = reader.find(name);
       if (e == nullptr) {
         fail(
@@ -668,8 +670,8 @@ void CheckpointManager::stage_hf_tensors(
             shape_string(e->shape) + ", but the model's '" + w->fqn + "' is " +
             shape_string(w->global_shape));
       }
-      const at::Tensor whole =
-          hf_llama::from_hf(w->fqn, reader.read(name).to(w->dtype), shape);
+      const at::Tensor whole = format.convert(
+          w->fqn, reader.read(name).to(w->dtype), model.args, false);
       at::Tensor mine = at::empty(w->shape, w->dtype);
       copy_overlap(
           whole, std::vector<int64_t>(whole.dim(), 0), mine, w->offsets);
@@ -678,14 +680,26 @@ void CheckpointManager::stage_hf_tensors(
   }
 }
 
-hf_llama::Shape CheckpointManager::hf_shape() const {
+CheckpointManager::HfModel CheckpointManager::hf_model() const {
+  HfModel model;
   try {
-    return hf_llama::shape_of(json::parse(model_config_json_));
+    const json record = json::parse(model_config_json_);
+    model.args = model_args_from_json(record);
+    const std::string family = record.value("model", std::string("llama3"));
+    model.name = family + " " + record.value("flavor", std::string());
+    register_builtin_models();
+    model.format = &model_registry().get(family).hf;
   } catch (const std::exception& e) {
     throw std::logic_error(
-        kTag + "the Hugging Face layout needs the model's shape: " +
+        kTag + "the Hugging Face layout needs the model's record: " +
         untagged(e.what()));
   }
+  if (!model.format->defined()) {
+    throw ConfigError(
+        "checkpoint: model '" + model.name +
+        "' has no Hugging Face layout (its family registers none)");
+  }
+  return model;
 }
 
 }  // namespace baton

@@ -97,6 +97,9 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features) {
   torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
 }
 
+LinearImpl::LinearImpl(at::Tensor tied_weight)
+    : weight(std::move(tied_weight)) {}
+
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
   return LinearFunction::apply(x, compute_param(weight));
 }

@@ -41,6 +41,9 @@ class WeightGradSlotGuard {
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in_features, int64_t out_features);
+  /// Multiplies by another module's parameter `tied_weight` (out, in),
+  /// which it does not register: tied embeddings' output projection.
+  explicit LinearImpl(at::Tensor tied_weight);
   /// x: (..., in) -> (..., out)
   at::Tensor forward(const at::Tensor& x);
 

@@ -1,6 +1,8 @@
 #include "models/model_spec.h"
 
-#include "models/llama/transformer.h"
+#include "models/common/transformer.h"
+#include "models/llama3/llama3.h"
+#include "models/qwen3/qwen3.h"
 
 namespace baton {
 
@@ -9,25 +11,53 @@ Registry<ModelSpec>& model_registry() {
   return registry;
 }
 
+ModelSpec decoder_model_spec() {
+  ModelSpec spec;
+  spec.build = [](const ModelArgs& args,
+                  const ChunkSpec& chunk,
+                  uint64_t seed) -> std::shared_ptr<ModelChunk> {
+    auto model = std::make_shared<models::TransformerImpl>(args, chunk);
+    model->init_weights(seed);
+    return model;
+  };
+  spec.parameter_shapes = models::parameter_shapes;
+  spec.num_params = [](const ModelArgs& args) { return args.num_params(); };
+  spec.flops_per_token = [](const ModelArgs& args, int64_t seq_len) {
+    return args.flops_per_token(seq_len);
+  };
+  // Megatron's: the attention's q, k, v and the feed-forward's w1, w3 by
+  // output rows (heads, hidden units), wo and w2 by input columns, the
+  // embedding and output by vocabulary; the norms whole (q_norm and k_norm
+  // act on each head alone).
+  spec.tensor_parallel_plan = {
+      {".attention.wq.weight", TensorSplit::kColumn},
+      {".attention.wk.weight", TensorSplit::kColumn},
+      {".attention.wv.weight", TensorSplit::kColumn},
+      {".attention.wo.weight", TensorSplit::kRow},
+      {".feed_forward.w1.weight", TensorSplit::kColumn},
+      {".feed_forward.w3.weight", TensorSplit::kColumn},
+      {".feed_forward.w2.weight", TensorSplit::kRow},
+      {"tok_embeddings.weight", TensorSplit::kVocab},
+      {"output.weight", TensorSplit::kVocab},
+  };
+  return spec;
+}
+
+const TensorParallelRule* tensor_parallel_rule(
+    const std::vector<TensorParallelRule>& plan, const std::string& fqn) {
+  for (const TensorParallelRule& rule : plan) {
+    if (rule.suffix.starts_with('.') ? fqn.ends_with(rule.suffix)
+                                     : fqn == rule.suffix) {
+      return &rule;
+    }
+  }
+  return nullptr;
+}
+
 void register_builtin_models() {
   model_registry().add_builtins_once([](Registry<ModelSpec>& registry) {
-    ModelSpec llama3;
-    llama3.flavors = llama::llama3_flavors();
-    llama3.build = [](const llama::ModelArgs& args,
-                      const ChunkSpec& chunk,
-                      uint64_t seed) -> std::shared_ptr<ModelChunk> {
-      auto model = std::make_shared<llama::TransformerImpl>(args, chunk);
-      model->init_weights(seed);
-      return model;
-    };
-    llama3.parameter_shapes = llama::parameter_shapes;
-    llama3.num_params = [](const llama::ModelArgs& args) {
-      return args.num_params();
-    };
-    llama3.flops_per_token = [](const llama::ModelArgs& args, int64_t seq_len) {
-      return args.flops_per_token(seq_len);
-    };
-    registry.add("llama3", std::move(llama3), "Llama 3 (Meta's architecture)");
+    registry.add("llama3", llama3::spec(), "Llama 3 to 3.3 (Meta's)");
+    registry.add("qwen3", qwen3::spec(), "Qwen3 dense (Alibaba's)");
   });
 }
 
@@ -44,7 +74,7 @@ at::Tensor run_wrapped(
   return f(input);
 }
 
-const llama::ModelArgs& model_flavor(
+const ModelArgs& model_flavor(
     const ModelSpec& spec,
     const std::string& flavor,
     const std::string& where) {

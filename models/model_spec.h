@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "common/registry.h"
-#include "models/llama/args.h"
+#include "models/hf_format.h"
+#include "models/model_args.h"
 
 namespace baton {
 
@@ -71,36 +72,71 @@ at::Tensor run_wrapped(
     const std::function<at::Tensor(const at::Tensor&)>& run,
     const at::Tensor& input);
 
-/// Everything the framework needs to know about one model architecture.
+/// How tensor parallel cuts one parameter: the plan as plain data, read by
+/// parallel/tensor_parallel (models/ holds no parallel code).
+enum class TensorSplit {
+  /// Output rows (dim 0) in even blocks: column-parallel (heads, hidden
+  /// units).
+  kColumn,
+  /// Input columns (dim 1) in even blocks: row-parallel.
+  kRow,
+  /// Rows (dim 0) by the vocabulary's ranges: the embedding and output.
+  kVocab,
+};
+
+/// One rule of a family's tensor-parallel plan: the parameters whose FQN
+/// ends with `suffix` (".attention.wq.weight"), or is it
+/// ("tok_embeddings.weight"), split as `split`. A parameter no rule names
+/// is held whole by every tp rank (the norms), its gradient summed over tp.
+struct TensorParallelRule {
+  std::string suffix;
+  TensorSplit split = TensorSplit::kColumn;
+};
+
+/// Everything the framework needs to know about one model family. A family
+/// is one folder, models/<family>/, registered by name (`model.name`).
 struct ModelSpec {
   /// Size presets by name.
-  std::map<std::string, llama::ModelArgs> flavors;
+  std::map<std::string, ModelArgs> flavors;
   /// Builds the chunk `chunk` of a model shaped `args`, initialised from
   /// `seed` so that any split gives bitwise the same weights.
   std::function<std::shared_ptr<ModelChunk>(
-      const llama::ModelArgs& args, const ChunkSpec& chunk, uint64_t seed)>
+      const ModelArgs& args, const ChunkSpec& chunk, uint64_t seed)>
       build;
   /// The parameters a chunk holds (FQN, whole shape), in the module's
   /// order, without building it.
-  std::function<std::vector<llama::ParamShape>(
-      const llama::ModelArgs& args, const ChunkSpec& chunk)>
+  std::function<std::vector<ParamShape>(
+      const ModelArgs& args, const ChunkSpec& chunk)>
       parameter_shapes;
   /// Parameters of the whole model, without building it.
-  std::function<int64_t(const llama::ModelArgs& args)> num_params;
+  std::function<int64_t(const ModelArgs& args)> num_params;
   /// Training FLOPs per token at `seq_len` (the numerator of MFU).
-  std::function<double(const llama::ModelArgs& args, int64_t seq_len)>
-      flops_per_token;
+  std::function<double(const ModelArgs& args, int64_t seq_len)> flops_per_token;
+  /// Its tensor-parallel plan; empty: tensor parallel refuses the family.
+  std::vector<TensorParallelRule> tensor_parallel_plan;
+  /// Its Hugging Face layout (checkpoint.initial_load_hf, export_format hf).
+  HfFormat hf;
 };
+
+/// A ModelSpec for the pre-norm decoder of models/common (build,
+/// parameter_shapes, num_params, flops_per_token and the tensor-parallel
+/// plan of its modules), for a family to add its flavors and HF format to.
+ModelSpec decoder_model_spec();
+
+/// The rule of `plan` that cuts `fqn`, or null.
+const TensorParallelRule* tensor_parallel_rule(
+    const std::vector<TensorParallelRule>& plan, const std::string& fqn);
 
 /// The model registry (`model.name`).
 Registry<ModelSpec>& model_registry();
 
-/// Registers the built-in models (`llama3`); safe to call more than once.
+/// Registers the built-in families (`llama3`, `qwen3`); safe to call more
+/// than once.
 void register_builtin_models();
 
 /// The flavor `flavor` of `spec`; throws ConfigError listing the flavors
 /// (`where` prefixes the message, as in Registry::get).
-const llama::ModelArgs& model_flavor(
+const ModelArgs& model_flavor(
     const ModelSpec& spec,
     const std::string& flavor,
     const std::string& where = "");

@@ -81,9 +81,7 @@ std::vector<const Parallelism*> enabled_parallelisms(
 }
 
 std::optional<ConfigProblem> parallelism_problem(
-    const JobConfig& config,
-    const ParallelDims& dims,
-    const llama::ModelArgs& args) {
+    const JobConfig& config, const ParallelDims& dims, const ModelArgs& args) {
   for (const Parallelism* p : enabled_parallelisms(config, dims)) {
     if (p->check) {
       if (auto problem = p->check(config, dims, args)) {
@@ -97,7 +95,7 @@ std::optional<ConfigProblem> parallelism_problem(
 LossFn parallel_loss(
     const JobConfig& config,
     const dist::ParallelMesh& mesh,
-    const llama::ModelArgs& args) {
+    const ModelArgs& args) {
   const Parallelism* owner = nullptr;
   for (const Parallelism* p : enabled_parallelisms(config, mesh.dims())) {
     if (!p->loss) {
@@ -126,7 +124,7 @@ StepShape parallel_step_shape(
 std::vector<int64_t> parallel_stored_shape(
     const JobConfig& config,
     const ParallelDims& dims,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     const std::string& fqn,
     std::vector<int64_t> shape,
     const dist::MeshCoord& coord,
@@ -138,7 +136,7 @@ std::vector<int64_t> parallel_stored_shape(
     }
     for (const Parallelism* p : enabled) {
       if (p->place == place && p->stored_shape) {
-        p->stored_shape(args, fqn, coord, dims, shape);
+        p->stored_shape(config, args, fqn, coord, dims, shape);
       }
     }
   }

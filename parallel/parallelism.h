@@ -9,8 +9,8 @@
 #include "common/error.h"
 #include "config/job_config.h"
 #include "config/parallel_dims.h"
-#include "models/llama/args.h"
 #include "models/loss.h"
+#include "models/model_args.h"
 #include "parallel/applier.h"
 
 namespace baton {
@@ -82,7 +82,7 @@ struct Parallelism {
   /// `dims`, naming the config key to change; run by the builders before
   /// the model is built and by the dry run.
   std::function<std::optional<ConfigProblem>(
-      const JobConfig&, const ParallelDims&, const llama::ModelArgs&)>
+      const JobConfig&, const ParallelDims&, const ModelArgs&)>
       check;
   /// An applier it registers with the parallelism (in applier_registry()).
   struct OwnedApplier {
@@ -102,8 +102,7 @@ struct Parallelism {
       appliers;
   /// The token loss when the parallelism changes it (as tensor parallel's
   /// vocabulary-parallel loss); at most one enabled parallelism may.
-  std::function<LossFn(const dist::ParallelMesh&, const llama::ModelArgs&)>
-      loss;
+  std::function<LossFn(const dist::ParallelMesh&, const ModelArgs&)> loss;
   /// How it changes one rank's matmul sizes (the MFU probe's shapes).
   std::function<void(const JobConfig&, const ParallelDims&, StepShape&)>
       step_shape;
@@ -120,10 +119,12 @@ struct Parallelism {
   /// How the planner searches its degree; none: the planner leaves it at 1.
   std::optional<PlanSearch> plan;
   /// The dry run's memory rule: what a rank at `coord` stores of the
-  /// parameter `fqn` of a model shaped `args`, `shape` in (what the steps
-  /// before left it) and out; empty: what it is given.
+  /// parameter `fqn` of a model shaped `args` (of config's model.name),
+  /// `shape` in (what the steps before left it) and out; empty: what it is
+  /// given.
   std::function<void(
-      const llama::ModelArgs& args,
+      const JobConfig& config,
+      const ModelArgs& args,
       const std::string& fqn,
       const dist::MeshCoord& coord,
       const ParallelDims& dims,
@@ -147,15 +148,13 @@ std::vector<const Parallelism*> enabled_parallelisms(
     const JobConfig& config, const ParallelDims& dims);
 /// The first problem any enabled parallelism finds (Parallelism::check).
 std::optional<ConfigProblem> parallelism_problem(
-    const JobConfig& config,
-    const ParallelDims& dims,
-    const llama::ModelArgs& args);
+    const JobConfig& config, const ParallelDims& dims, const ModelArgs& args);
 /// The token loss of the run: the one enabled parallelism that changes it,
 /// else cross_entropy_sum. Throws std::logic_error naming them when two do.
 LossFn parallel_loss(
     const JobConfig& config,
     const dist::ParallelMesh& mesh,
-    const llama::ModelArgs& args);
+    const ModelArgs& args);
 /// `shape` as every enabled parallelism changes it.
 StepShape parallel_step_shape(
     const JobConfig& config, const ParallelDims& dims, StepShape shape);
@@ -166,7 +165,7 @@ StepShape parallel_step_shape(
 std::vector<int64_t> parallel_stored_shape(
     const JobConfig& config,
     const ParallelDims& dims,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     const std::string& fqn,
     std::vector<int64_t> shape,
     const dist::MeshCoord& coord,

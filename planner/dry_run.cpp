@@ -13,7 +13,7 @@
 #include "builders/pipeline_trainer_builder.h"
 #include "common/error.h"
 #include "data/tokenizer.h"
-#include "models/llama/fused_ops.h"
+#include "models/common/fused_ops.h"
 #include "models/model_spec.h"
 #include "parallel/activation_checkpoint.h"
 #include "parallel/axes.h"
@@ -46,19 +46,21 @@ int64_t numel(const std::vector<int64_t>& shape) {
 /// their outputs gathered for the projections (whole T), q, k and v after RoPE
 /// (k and v expanded to the query heads when grouped), attention's output and
 /// its copy laid out for wo, and the feed-forward's w1, w3 (swiglu's) and their
-/// product (w2's input; this rank's hidden rows).
-int64_t block_elements(const llama::ModelArgs& a, int64_t t) {
+/// product (w2's input; this rank's hidden rows); with per-head q/k norms,
+/// their inputs too.
+int64_t block_elements(const ModelArgs& a, int64_t t) {
   const int64_t q = a.n_heads * a.head_dim();
   const int64_t kv = a.kv_heads() * a.head_dim();
   const int64_t kv_saved = a.kv_heads() < a.n_heads ? q : kv;
+  const int64_t qk_norm_inputs = a.qk_norm ? (q + kv) / t : 0;
   return 2 * a.dim / t + 2 * a.dim + (q + 2 * kv_saved) / t + 2 * q / t +
-         3 * a.ffn_hidden_dim() / t;
+         3 * a.ffn_hidden_dim() / t + qk_norm_inputs;
 }
 
 /// Under the op-selective policy: the block's input and the outputs of the
 /// seven matmuls and attention (wo's and w2's whole-sequence partial sums
 /// before their reduce-scatter).
-int64_t block_elements_op(const llama::ModelArgs& a, int64_t t) {
+int64_t block_elements_op(const ModelArgs& a, int64_t t) {
   const int64_t q = a.n_heads * a.head_dim();
   const int64_t kv = a.kv_heads() * a.head_dim();
   return a.dim / t + (2 * q + 2 * kv) / t + 2 * a.dim +
@@ -79,7 +81,7 @@ struct StageActivations {
 /// (causal_attention's, in the compute dtype); on CUDA
 /// scaled_dot_product_attention's float32 log-sum-exp per row.
 int64_t attention_bytes(
-    const llama::ModelArgs& a,
+    const ModelArgs& a,
     int64_t seq_len,
     int64_t t,
     bool cuda,
@@ -89,7 +91,7 @@ int64_t attention_bytes(
     return heads * seq_len * 4;
   }
   const bool kernel = dtype_bytes == 4;
-  return heads * llama::causal_attention_saved_elements(seq_len, kernel) *
+  return heads * models::causal_attention_saved_elements(seq_len, kernel) *
          dtype_bytes;
 }
 
@@ -100,7 +102,7 @@ int64_t attention_bytes(
 /// op-selective policy keeps attention's output only and its backward
 /// recomputes the rest.
 StageActivations stage_activations(
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     const ChunkSpec& chunk,
     const ActivationCheckpointConfig& ac,
     int64_t tokens,
@@ -185,7 +187,7 @@ int64_t fsdp_buffer_bytes(const FsdpHeld& h, int64_t dtype_bytes) {
 /// The vocabulary: the tokenizer's, or the flavor's where its file is not
 /// on this machine (a dry run plans clusters from anywhere).
 std::pair<int64_t, std::string> vocabulary(
-    const JobConfig& config, const llama::ModelArgs& flavor) {
+    const JobConfig& config, const ModelArgs& flavor) {
   const auto& m = config.model;
   if (!m.tokenizer_path.empty() && !std::filesystem::exists(m.tokenizer_path)) {
     return {
@@ -270,7 +272,7 @@ bool first_in_stage(const ParallelDims& dims, int64_t rank) {
 /// the stages and where they live, and the memory rules' switches.
 struct DryRunSetup {
   const ModelSpec* spec = nullptr;
-  llama::ModelArgs args;
+  ModelArgs args;
   bool cuda = false;
   int64_t dtype_bytes = 4;
   /// The ways the enabled parallelisms split each block's activations.
@@ -322,7 +324,7 @@ DryRunSetup describe_model(
       : setup.dtype_bytes == 4
           ? "the probabilities of the unmasked half (the CPU kernel's layout)"
           : "the probabilities of the unmasked half (blocks of " +
-                std::to_string(llama::kAttentionBlockRows) + " rows)";
+                std::to_string(models::kAttentionBlockRows) + " rows)";
   report.activation_checkpoint = describe_ac(config.activation_checkpoint);
   setup.hidden_shards = parallel_hidden_shards(config, dims);
   setup.pp_degree = dims.degree(kPipelineAxis);

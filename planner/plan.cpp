@@ -55,10 +55,10 @@ using plan_detail::simulation_costs;
 
 /// The vocabulary is the tokenizer's, or the flavor's when its file is
 /// absent.
-llama::ModelArgs plan_model_args(const JobConfig& base) {
+ModelArgs plan_model_args(const JobConfig& base) {
   const auto& spec =
       model_registry().get(base.model.name, base.origin("model.name"));
-  llama::ModelArgs args =
+  ModelArgs args =
       model_flavor(spec, base.model.flavor, base.origin("model.flavor"));
   // One rank: every registered axis at 1.
   register_builtin_parallelisms();
@@ -149,7 +149,7 @@ struct Candidates {
 Candidates valid_candidates(
     const std::vector<Layout>& found,
     int64_t global_batch,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     const PlanCosts& costs,
     const PlanOptions& options,
     int64_t threads) {
@@ -444,7 +444,7 @@ PlanResult plan_layouts(
     const PlanCosts& costs,
     const PlanOptions& options) {
   pipeline::register_builtin_schedules();
-  const llama::ModelArgs args = plan_model_args(base);
+  const ModelArgs args = plan_model_args(base);
   PlanResult result;
   result.world_size = world;
   const auto [found, global_batch] =
@@ -496,7 +496,7 @@ PlanResult plan_layouts(
 std::string plan_schedule_svg(
     const JobConfig& base, const PlanCandidate& c, const PlanCosts& costs) {
   pipeline::register_builtin_schedules();
-  const llama::ModelArgs args = plan_model_args(base);
+  const ModelArgs args = plan_model_args(base);
   const CostModel model = cost_model(base, args, costs);
   const auto costs_of_c = simulation_costs(model, c);
   const auto planned = pipeline::plan_schedule(

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "config/job_config.h"
-#include "models/llama/args.h"
+#include "models/model_args.h"
 #include "parallel/pipeline/action.h"
 
 namespace baton {
@@ -156,7 +156,7 @@ PlanCosts plan_costs_from_flops(
 
 /// The model's shapes for `config` with the vocabulary its dry run uses
 /// (the tokenizer's).
-llama::ModelArgs plan_model_args(const JobConfig& config);
+ModelArgs plan_model_args(const JobConfig& config);
 
 /// What the search covers.
 struct PlanOptions {

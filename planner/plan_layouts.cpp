@@ -33,7 +33,7 @@ int64_t default_global_batch(const JobConfig& base, int64_t world) {
 /// ranks divide `world`: each axis at 1, or at a degree up to its
 /// PlanSearch::max_degree that its check accepts for the model.
 std::vector<std::map<std::string, int64_t>> block_splits(
-    const JobConfig& base, const llama::ModelArgs& args, int64_t world) {
+    const JobConfig& base, const ModelArgs& args, int64_t world) {
   std::vector<std::map<std::string, int64_t>> out{{}};
   for (const Parallelism* p : searched_parallelisms()) {
     const std::string& axis = p->axis->name;
@@ -67,7 +67,7 @@ std::vector<std::map<std::string, int64_t>> block_splits(
 
 std::vector<Layout> layouts(
     const JobConfig& base,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     int64_t world,
     int64_t global_batch,
     const PlanOptions& options) {
@@ -167,7 +167,7 @@ std::string split_rules() {
 
 [[noreturn]] void throw_no_layout(
     const JobConfig& base,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     int64_t world,
     int64_t global_batch,
     const PlanOptions& options) {
@@ -188,7 +188,7 @@ std::string split_rules() {
 
 std::pair<std::vector<Layout>, int64_t> searched_layouts(
     const JobConfig& base,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     int64_t world,
     const PlanOptions& options) {
   const int64_t global_batch = options.global_batch() > 0
@@ -204,7 +204,7 @@ std::pair<std::vector<Layout>, int64_t> searched_layouts(
 void add_candidates(
     const Layout& layout,
     int64_t global_batch,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     const MicrobatchCosts& unit,
     const PlanOptions& options,
     std::vector<PlanCandidate>& out) {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "config/job_config.h"
-#include "models/llama/args.h"
+#include "models/model_args.h"
 #include "planner/plan.h"
 
 namespace baton::plan_detail {
@@ -38,7 +38,7 @@ struct Layout {
 /// for the model.
 std::pair<std::vector<Layout>, int64_t> searched_layouts(
     const JobConfig& base,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     int64_t world,
     const PlanOptions& options);
 
@@ -46,7 +46,7 @@ std::pair<std::vector<Layout>, int64_t> searched_layouts(
 void add_candidates(
     const Layout& layout,
     int64_t global_batch,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     const MicrobatchCosts& unit,
     const PlanOptions& options,
     std::vector<PlanCandidate>& out);

@@ -29,7 +29,7 @@ int64_t compute_dtype_bytes(const JobConfig& config, const PlanCosts* costs) {
 
 PlanCosts plan_costs_from_flops(
     const JobConfig& config, const FlopsCostOptions& options) {
-  const llama::ModelArgs args = plan_model_args(config);
+  const ModelArgs args = plan_model_args(config);
   const int64_t seq = config.training.seq_len;
   const double rate = options.peak_tflops() * 1e12 * options.efficiency();
   const double block_params = static_cast<double>(args.params_per_layer());
@@ -404,9 +404,7 @@ double CostModel::fsdp_gather_s(
 }
 
 CostModel cost_model(
-    const JobConfig& base,
-    const llama::ModelArgs& args,
-    const PlanCosts& costs) {
+    const JobConfig& base, const ModelArgs& args, const PlanCosts& costs) {
   return CostModel{
       costs,
       base,

@@ -112,9 +112,7 @@ struct CostModel {
 
 /// The cost model of `base`'s run shaped `args`, from `costs`.
 CostModel cost_model(
-    const JobConfig& base,
-    const llama::ModelArgs& args,
-    const PlanCosts& costs);
+    const JobConfig& base, const ModelArgs& args, const PlanCosts& costs);
 
 /// A schedule lowered once, its in-flight peaks (cost-free) and how often
 /// each stage's blocks are gathered when freed after every forward.

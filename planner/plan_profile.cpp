@@ -84,7 +84,7 @@ void apply_placed(
 
 Chunk make_chunk(
     const JobConfig& config,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     const ChunkSpec& spec,
     const ParallelContext& context) {
   const auto& model = model_registry().get(config.model.name);
@@ -145,10 +145,7 @@ struct ChunkInputs {
 };
 
 ChunkInputs chunk_inputs(
-    const Chunk& chunk,
-    const llama::ModelArgs& args,
-    int64_t rows,
-    int64_t seq_len) {
+    const Chunk& chunk, const ModelArgs& args, int64_t rows, int64_t seq_len) {
   ChunkInputs in;
   in.ids = at::randint(args.vocab_size, {rows, seq_len}, at::kLong);
   in.hidden =
@@ -232,7 +229,7 @@ class CopyPasses {
 /// the copies' mean, times sqrt(copies) (one pass's).
 std::pair<PassCosts, PassCosts> time_chunk(
     const std::vector<Chunk*>& copies,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     int64_t rows,
     int64_t seq_len,
     const Ranks& ranks,
@@ -421,7 +418,7 @@ struct ProfileSetup {
   dist::Runtime* runtime;
   Ranks ranks;
   int64_t compute_ranks = 1;
-  llama::ModelArgs args;
+  ModelArgs args;
   int64_t seq_len = 0;
   int64_t copies = 1;
   c10::Device device = c10::Device(at::kCPU);
@@ -446,7 +443,7 @@ ProfileSetup profile_setup(
           : ranks.size();
   // The flavor's shapes with the tokenizer's vocabulary, as the dry run
   // settles them.
-  const llama::ModelArgs args = plan_model_args(config);
+  const ModelArgs args = plan_model_args(config);
   if (args.n_layers < 1) {
     throw_config_error(config.origin("model.flavor"), "the model has no layer");
   }
@@ -527,7 +524,7 @@ TimedPieces time_pieces(
     bool runs,
     bool time_blocks) {
   const JobConfig& config = setup.config;
-  const llama::ModelArgs& args = setup.args;
+  const ModelArgs& args = setup.args;
   const int64_t n = args.n_layers;
   std::vector<Chunk> blocks;
   for (int64_t c = 0; c < setup.copies; ++c) {

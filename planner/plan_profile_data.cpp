@@ -32,7 +32,7 @@ struct DataMode {
 /// parallelisms the mode enables, as the builder places them.
 Chunk data_parallel_chunk(
     const JobConfig& config,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     const ParallelContext& context,
     int64_t copies) {
   Chunk chunk =
@@ -46,7 +46,7 @@ Chunk data_parallel_chunk(
 /// options' repeats after its warm-ups, the ranks lined up before each.
 double time_micro_step(
     const Chunk& chunk,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     int64_t rows,
     int64_t seq_len,
     const Ranks& ranks,
@@ -77,7 +77,7 @@ double time_micro_step(
 
 std::optional<DataParallelCosts> time_data_parallel(
     const JobConfig& config,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     const MixedPrecision& dtypes,
     int64_t rows,
     int64_t copies,

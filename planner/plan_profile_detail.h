@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "config/job_config.h"
-#include "models/llama/args.h"
 #include "models/loss.h"
+#include "models/model_args.h"
 #include "parallel/applier.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/model_parts.h"
@@ -108,7 +108,7 @@ void apply_placed(
 /// split of the blocks: tensor parallel's), as the builder cuts them.
 Chunk make_chunk(
     const JobConfig& config,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     const ChunkSpec& spec,
     const ParallelContext& context);
 
@@ -149,7 +149,7 @@ struct PipelinedBlock {
 /// output).
 std::vector<PipelinedBlock> time_blocks_in_pipeline(
     const JobConfig& config,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     const ParallelContext& context,
     const std::vector<int64_t>& rows_list,
     int64_t copies,
@@ -166,7 +166,7 @@ std::vector<PipelinedBlock> time_blocks_in_pipeline(
 /// compute, or `rows` 0.
 std::optional<DataParallelCosts> time_data_parallel(
     const JobConfig& config,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     const MixedPrecision& dtypes,
     int64_t rows,
     int64_t copies,

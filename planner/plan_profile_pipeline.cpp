@@ -130,7 +130,7 @@ struct RankStages {
 /// with the embedding, the last with the norm, output and loss.
 RankStages rank_stages(
     const JobConfig& config,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     const ParallelContext& context,
     const pipeline::Schedule& layout,
     const ProbeShape& shape,
@@ -172,7 +172,7 @@ ProbeRun probe_run(
     size_t size,
     const RankStages& held,
     bool first,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     const ParallelContext& context,
     dist::Runtime& runtime) {
   const int64_t rows = rows_list[size];
@@ -316,7 +316,7 @@ std::vector<PipelinedBlock> summarise_probe(
 
 std::vector<PipelinedBlock> time_blocks_in_pipeline(
     const JobConfig& config,
-    const llama::ModelArgs& args,
+    const ModelArgs& args,
     const ParallelContext& context,
     const std::vector<int64_t>& rows_list,
     int64_t copies,

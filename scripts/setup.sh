@@ -19,6 +19,11 @@
 #    wheel's CPU libraries itself, and 3 GB of NVIDIA wheels are not
 #    downloaded. BATON_TORCH_CUDA=OFF chooses that where a toolkit is.
 #
+# 3. The tests' references, pinned in versions.env: transformers and
+#    tokenizers (pure Python and Rust wheels; no torch of their own). Where
+#    torch does not import (the CPU-only install) the tests that need
+#    transformers' models skip, saying why.
+#
 # Usage: scripts/setup.sh [bench|floor]
 #   bench   also torchtitan (the bench's peer) and numpy into the venv
 #   floor   the floor's PyTorch (BATON_TORCH_FLOOR) into its own venv
@@ -144,6 +149,15 @@ PY
   echo "$want $flavour" > "$stamp"
   echo "setup: PyTorch $torch_version installed in $(( $(date +%s) - start )) s," \
        "$(du -sh "$venv" | cut -f1) on disk"
+fi
+want_hf="transformers==$BATON_TRANSFORMERS_VERSION tokenizers==$BATON_TOKENIZERS_VERSION huggingface-hub<2"
+if ! grep -qxF "$want_hf" "$stamp"; then
+  start=$(date +%s)
+  echo "setup: installing $want_hf into $venv"
+  # shellcheck disable=SC2086  # three requirements, split on purpose
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check $want_hf
+  echo "$want_hf" >> "$stamp"
+  echo "setup: installed in $(( $(date +%s) - start )) s"
 fi
 if [ -n "${want_tt:-}" ]; then
   if ! grep -qx "$want_tt" "$stamp"; then

@@ -623,7 +623,8 @@ Parallelism fully_shard_parallelism() {
   p.place = ChainPlace::kData;
   p.steps = {"check_replicas", "fully_shard"};
   // ceil(rows / n) rows each, the last ranks fewer or none (Unit's split).
-  p.stored_shape = [](const llama::ModelArgs&,
+  p.stored_shape = [](const JobConfig&,
+                      const ModelArgs&,
                       const std::string&,
                       const dist::MeshCoord& coord,
                       const ParallelDims& dims,

@@ -7,7 +7,8 @@
 #include <string>
 
 #include "config/job_config.h"
-#include "models/llama/transformer.h"
+#include "models/common/transformer.h"
+#include "models/model_spec.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/model_parts.h"
@@ -42,15 +43,10 @@ void shard(
   part.mark_grad_split(fqn, kAxis);
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 /// Sums the gradient of the replicated `weight` over tp as each backward
 /// produces it: under sequence parallel each rank's is from its positions.
 void sum_gradient_over_tp(
-    at::Tensor& weight, const std::shared_ptr<Region>& region) {
+    at::Tensor weight, const std::shared_ptr<Region>& region) {
   weight.register_hook([region](const at::Tensor& grad) {
     return all_reduce_gradient(grad, *region);
   });
@@ -74,7 +70,7 @@ void add_sequence_parallel_hooks(
 }  // namespace
 
 std::optional<ConfigProblem> tensor_parallel_problem(
-    const llama::ModelArgs& args, int64_t seq_len, int64_t tp) {
+    const ModelArgs& args, int64_t seq_len, int64_t tp) {
   const auto problem = [tp](const std::string& what, int64_t value) {
     return ConfigProblem{
         kDegreeKey,
@@ -108,40 +104,40 @@ std::optional<ConfigProblem> tensor_parallel_problem(
 }
 
 std::optional<TensorSlice> tensor_parallel_slice(
-    const llama::ModelArgs& args,
+    const std::vector<TensorParallelRule>& plan,
     const std::string& fqn,
+    const std::vector<int64_t>& whole,
     int64_t rank,
     int64_t tp) {
-  // Even blocks of `total` along `dim` (heads and hidden rows divide: the
-  // config checks tensor_parallel_problem).
-  const auto even = [&](int64_t dim, int64_t total) {
-    return TensorSlice{dim, rank * (total / tp), total / tp};
+  const TensorParallelRule* rule = tensor_parallel_rule(plan, fqn);
+  if (rule == nullptr) {
+    return std::nullopt;
+  }
+  // Even blocks along `dim` (heads and hidden rows divide: the config
+  // checks tensor_parallel_problem).
+  const auto even = [&](int64_t dim) {
+    const int64_t size = whole.at(dim) / tp;
+    return TensorSlice{dim, rank * size, size};
   };
-  const int64_t q = args.n_heads * args.head_dim();
-  const int64_t kv = args.kv_heads() * args.head_dim();
-  const int64_t hidden = args.ffn_hidden_dim();
-  if (ends_with(fqn, ".attention.wq.weight")) {
-    return even(0, q);
-  }
-  if (ends_with(fqn, ".attention.wk.weight") ||
-      ends_with(fqn, ".attention.wv.weight")) {
-    return even(0, kv);
-  }
-  if (ends_with(fqn, ".attention.wo.weight")) {
-    return even(1, q);
-  }
-  if (ends_with(fqn, ".feed_forward.w1.weight") ||
-      ends_with(fqn, ".feed_forward.w3.weight")) {
-    return even(0, hidden);
-  }
-  if (ends_with(fqn, ".feed_forward.w2.weight")) {
-    return even(1, hidden);
-  }
-  if (fqn == "tok_embeddings.weight" || fqn == "output.weight") {
-    const VocabRange vocab = VocabRange::of(args.vocab_size, rank, tp);
-    return TensorSlice{0, vocab.begin, vocab.size()};
+  switch (rule->split) {
+    case TensorSplit::kColumn:
+      return even(0);
+    case TensorSplit::kRow:
+      return even(1);
+    case TensorSplit::kVocab: {
+      const VocabRange vocab = VocabRange::of(whole.at(0), rank, tp);
+      return TensorSlice{0, vocab.begin, vocab.size()};
+    }
   }
   return std::nullopt;
+}
+
+const std::vector<TensorParallelRule>& tensor_parallel_plan(
+    const JobConfig& config) {
+  register_builtin_models();
+  return model_registry()
+      .get(config.model.name, config.origin("model.name"))
+      .tensor_parallel_plan;
 }
 
 LossFn tensor_parallel_loss(const dist::ParallelMesh& mesh, int64_t vocab) {
@@ -161,12 +157,12 @@ namespace {
 /// What a tp rank of stage `part` holds after the cut, in one line.
 void log_layout(
     const ModelPart& part,
-    const llama::TransformerImpl& model,
+    const models::TransformerImpl& model,
     const dist::ProcessGroup& group,
     const VocabRange& vocab,
     int64_t sharded_bytes,
     const ParallelContext& context) {
-  const llama::ModelArgs& args = model.args();
+  const ModelArgs& args = model.args();
   const int64_t n = group.size();
   LOG(INFO) << "tensor_parallel: stage " << part.stage() << ": tp rank "
             << group.rank() << " of " << n << " holds " << args.n_heads / n
@@ -190,29 +186,32 @@ void log_layout(
 
 void TensorParallelApplier::apply(
     ModelPart& part, const ParallelContext& context) {
-  auto* model = dynamic_cast<llama::TransformerImpl*>(&part.module());
-  if (model == nullptr) {
+  auto* model = dynamic_cast<models::TransformerImpl*>(&part.module());
+  const auto& plan = tensor_parallel_plan(context.config);
+  if (model == nullptr || plan.empty()) {
     throw std::invalid_argument(
         "[tensor_parallel] stage " + std::to_string(part.stage()) +
-        ": the module is not a llama3 Transformer; allowed: llama3, the "
-        "model with a tensor-parallel plan");
+        ": model '" + context.config.model.name +
+        "' has no tensor-parallel plan; allowed: a family built on "
+        "models/common's decoder with one");
   }
   const auto& group = context.mesh.group(kAxis);
   const int64_t n = group->size();
   if (n == 1) {
     return;
   }
-  const llama::ModelArgs& args = model->args();
+  const ModelArgs& args = model->args();
   if (const auto problem =
           tensor_parallel_problem(args, context.config.training.seq_len, n)) {
     throw_config_error(context.config.origin(problem->key), problem->message);
   }
   int64_t sharded_bytes = 0;
-  const auto params = part.module().named_parameters();
-  // Every parameter the plan cuts (tensor_parallel_slice), in place.
-  for (const auto& item : params) {
-    const auto slice =
-        tensor_parallel_slice(args, item.key(), group->rank(), n);
+  // Every parameter the plan cuts, in place; every other one is whole on
+  // each rank and computed from this rank's positions (the norms between
+  // the regions) or heads (q_norm, k_norm): its gradient is summed over tp.
+  for (const auto& item : part.module().named_parameters()) {
+    const auto slice = tensor_parallel_slice(
+        plan, item.key(), item.value().sizes().vec(), group->rank(), n);
     if (slice) {
       sharded_bytes += item.value().nbytes();
       shard(
@@ -222,20 +221,20 @@ void TensorParallelApplier::apply(
           slice->dim,
           slice->begin,
           slice->size);
+    } else {
+      // The region is named after the module ("layers.0.ffn_norm").
+      std::string name = item.key();
+      name = name.substr(0, name.rfind('.'));
+      sum_gradient_over_tp(item.value(), region(context, name));
     }
   }
   for (const auto& item : model->layers->items()) {
     const std::string prefix = "layers." + item.first + ".";
-    auto& block = *item.second->as<llama::TransformerBlockImpl>();
+    auto& block = *item.second->as<models::TransformerBlockImpl>();
     add_sequence_parallel_hooks(
         block.attention->hooks, region(context, prefix + "attention"));
     add_sequence_parallel_hooks(
         block.feed_forward->hooks, region(context, prefix + "feed_forward"));
-    sum_gradient_over_tp(
-        block.attention_norm->weight,
-        region(context, prefix + "attention_norm"));
-    sum_gradient_over_tp(
-        block.ffn_norm->weight, region(context, prefix + "ffn_norm"));
   }
   const VocabRange vocab = VocabRange::of(args.vocab_size, group->rank(), n);
   if (model->spec().embedding) {
@@ -249,7 +248,6 @@ void TensorParallelApplier::apply(
     const auto r = region(context, "output");
     model->output_hooks.add(
         [r](const at::Tensor& x) { return gather_sequence(x, *r); }, {});
-    sum_gradient_over_tp(model->norm->weight, region(context, "norm"));
   }
   model->sequence_shards = n;
   log_layout(part, *model, *group, vocab, sharded_bytes, context);
@@ -277,11 +275,11 @@ Parallelism tensor_parallel_parallelism() {
   };
   p.check = [](const JobConfig& config,
                const ParallelDims& dims,
-               const llama::ModelArgs& args) {
+               const ModelArgs& args) {
     return tensor_parallel_problem(
         args, config.training.seq_len, dims.degree(kAxis));
   };
-  p.loss = [](const dist::ParallelMesh& mesh, const llama::ModelArgs& args) {
+  p.loss = [](const dist::ParallelMesh& mesh, const ModelArgs& args) {
     return tensor_parallel_loss(mesh, args.vocab_size);
   };
   // Each rank multiplies its columns of the feed-forward and its rows of
@@ -291,13 +289,18 @@ Parallelism tensor_parallel_parallelism() {
         shape.hidden /= dims.degree(kAxis);
         shape.vocab /= dims.degree(kAxis);
       };
-  p.stored_shape = [](const llama::ModelArgs& args,
+  p.stored_shape = [](const JobConfig& config,
+                      const ModelArgs&,
                       const std::string& fqn,
                       const dist::MeshCoord& coord,
                       const ParallelDims& dims,
                       std::vector<int64_t>& shape) {
     if (const auto slice = tensor_parallel_slice(
-            args, fqn, coord.at(kAxis), dims.degree(kAxis))) {
+            tensor_parallel_plan(config),
+            fqn,
+            shape,
+            coord.at(kAxis),
+            dims.degree(kAxis))) {
       shape[slice->dim] = slice->size;
     }
   };

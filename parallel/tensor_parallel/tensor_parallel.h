@@ -3,10 +3,12 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
-#include "models/llama/args.h"
 #include "models/loss.h"
+#include "models/model_args.h"
+#include "models/model_spec.h"
 #include "parallel/applier.h"
 
 namespace baton::dist {
@@ -31,7 +33,7 @@ inline constexpr const char* kDegreeKey = "parallelism.tensor_parallel_degree";
 /// the vocabulary must give every rank a row. The problem names
 /// parallelism.tensor_parallel_degree.
 std::optional<ConfigProblem> tensor_parallel_problem(
-    const llama::ModelArgs& args, int64_t seq_len, int64_t tp);
+    const ModelArgs& args, int64_t seq_len, int64_t tp);
 
 /// The piece of a whole parameter one tp rank holds: `size` entries from
 /// `begin` along `dim`.
@@ -41,15 +43,20 @@ struct TensorSlice {
   int64_t size = 0;
 };
 
-/// Where the tensor_parallel step cuts the parameter `fqn` of a llama3
-/// model shaped `args` for tp rank `rank` of `tp` (the plan below, as
-/// data: the applier cuts by it and a dry run counts by it); nullopt for a
-/// parameter every tp rank holds whole (the norms).
+/// Where the tensor_parallel step cuts the parameter `fqn` (whole shape
+/// `whole`) for tp rank `rank` of `tp`, by the family's plan `plan` (the
+/// applier cuts by it and a dry run counts by it); nullopt for a parameter
+/// every tp rank holds whole (the norms).
 std::optional<TensorSlice> tensor_parallel_slice(
-    const llama::ModelArgs& args,
+    const std::vector<TensorParallelRule>& plan,
     const std::string& fqn,
+    const std::vector<int64_t>& whole,
     int64_t rank,
     int64_t tp);
+
+/// The tensor-parallel plan of the run's model family (model.name).
+const std::vector<TensorParallelRule>& tensor_parallel_plan(
+    const JobConfig& config);
 
 /// The loss of a run whose output projection is split over `mesh`'s tp
 /// group by vocabulary (`vocab` tokens in all): the vocabulary-parallel
@@ -58,7 +65,8 @@ LossFn tensor_parallel_loss(const dist::ParallelMesh& mesh, int64_t vocab);
 
 /// The tensor_parallel step (parallelism.tensor_parallel_degree > 1),
 /// Megatron's layout with sequence parallel over the mesh's tp group, on a
-/// llama3 part whose parameters are still whole:
+/// decoder part (models/common) whose parameters are still whole, cut by
+/// its family's plan (ModelSpec::tensor_parallel_plan):
 /// - wq, wk, wv, w1, w3 column-parallel (this rank's query heads, key/value
 ///   heads and hidden rows), wo and w2 row-parallel (the matching input
 ///   columns);

@@ -13,7 +13,7 @@
 #include <mutex>
 
 #include "builders/builder_registry.h"
-#include "models/llama/transformer.h"
+#include "models/common/transformer.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/parallelism.h"
@@ -36,7 +36,7 @@ inline constexpr const char* kEmbedding = "tok_embeddings.weight";
 class ToyApplier final : public Applier {
  public:
   void apply(ModelPart& part, const ParallelContext& context) override {
-    auto* model = dynamic_cast<llama::TransformerImpl*>(&part.module());
+    auto* model = dynamic_cast<models::TransformerImpl*>(&part.module());
     if (model == nullptr) {
       throw std::invalid_argument("toy: not a llama3 part");
     }
@@ -98,7 +98,7 @@ inline void register_toy() {
     };
     p.check = [](const JobConfig& config,
                  const ParallelDims& dims,
-                 const llama::ModelArgs&) -> std::optional<ConfigProblem> {
+                 const ModelArgs&) -> std::optional<ConfigProblem> {
       const int64_t n = dims.degree(kToy);
       if (config.training.seq_len % n != 0) {
         return ConfigProblem{
@@ -110,7 +110,8 @@ inline void register_toy() {
       }
       return std::nullopt;
     };
-    p.stored_shape = [](const llama::ModelArgs&,
+    p.stored_shape = [](const JobConfig&,
+                        const ModelArgs&,
                         const std::string& fqn,
                         const dist::MeshCoord& coord,
                         const ParallelDims& dims,

@@ -47,7 +47,7 @@ class NoModelBuilder final : public TrainerBuilder {
   using TrainerBuilder::TrainerBuilder;
 
  protected:
-  ModelParts build_model(const llama::ModelArgs&) override {
+  ModelParts build_model(const ModelArgs&) override {
     return {};
   }
 };

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/hf_llama.h"
+#include "checkpoint/hf_folder.h"
 #include "checkpoint/inspect.h"
 #include "checkpoint/safetensors.h"
 #include "common/error.h"
@@ -237,7 +237,7 @@ struct Trainee {
     std::shared_ptr<const Tokenizer> tokenizer =
         tokenizer_registry().get(config.model.tokenizer)("");
     const auto& spec = model_registry().get(config.model.name);
-    llama::ModelArgs args = model_flavor(spec, config.model.flavor);
+    ModelArgs args = model_flavor(spec, config.model.flavor);
     args.vocab_size = tokenizer->vocab_size();
     parts.push_back(std::make_shared<ModelPart>(
         spec.build(args, ChunkSpec{}, config.training.seed)));
@@ -544,10 +544,10 @@ TEST(CheckpointSweep, HuggingFaceFoldersCheckOrNameTheFile) {
   Sweep sweep("hf_llama");
   const auto dir = testing::fresh_dir("ck_sweep_hf");
   fs::create_directories(dir);
-  const hf_llama::Shape shape = hf_llama::shape_of(
-      {{"model", "llama3"},
-       {"flavor", "debugmodel"},
-       {"dim", 256},
+  register_builtin_models();
+  const HfFormat& format = model_registry().get("llama3").hf;
+  const ModelArgs shape = model_args_from_json(
+      {{"dim", 256},
        {"n_layers", 6},
        {"n_heads", 16},
        {"n_kv_heads", 16},
@@ -555,8 +555,9 @@ TEST(CheckpointSweep, HuggingFaceFoldersCheckOrNameTheFile) {
        {"ffn_hidden_dim", 768},
        {"norm_eps", 1e-5},
        {"rope_theta", 500000.0}});
-  const std::string good_config =
-      hf_llama::config_json(shape, "float32", json::object()).dump(1);
+  json config = format.write_config(shape);
+  config["torch_dtype"] = "float32";
+  const std::string good_config = config.dump(1);
   testing::write_bytes(dir / "model.safetensors", "");
   std::vector<SafetensorsEntry> entries;
   for (const char* name :
@@ -569,7 +570,7 @@ TEST(CheckpointSweep, HuggingFaceFoldersCheckOrNameTheFile) {
     entries.push_back(e);
   }
   const std::string good_index =
-      hf_llama::index_json(entries, "model.safetensors").dump(1);
+      hf_folder::index_json(entries, "model.safetensors").dump(1);
   const std::string config_path = (dir / "config.json").string();
   const std::string index_path =
       (dir / "model.safetensors.index.json").string();
@@ -579,7 +580,7 @@ TEST(CheckpointSweep, HuggingFaceFoldersCheckOrNameTheFile) {
     sweep.run("config.json: " + c.what, [&]() -> std::string {
       testing::write_bytes(config_path, c.bytes);
       try {
-        hf_llama::check_folder(dir, shape);
+        hf_folder::check_folder(dir, format, shape, "llama3 debugmodel");
         return "";
       } catch (const ConfigError& e) {
         return testing::missing_from(e.what(), {config_path});
@@ -603,7 +604,7 @@ TEST(CheckpointSweep, HuggingFaceFoldersCheckOrNameTheFile) {
     sweep.run("index: " + c.what, [&]() -> std::string {
       testing::write_bytes(index_path, c.bytes);
       try {
-        hf_llama::read_weight_map(dir);
+        hf_folder::read_weight_map(dir);
         return "";
       } catch (const CheckpointError& e) {
         return testing::missing_from(e.what(), {index_path});

@@ -752,7 +752,7 @@ TEST(Checkpoint, AFailedLoadChangesNothing) {
   std::shared_ptr<const Tokenizer> tokenizer =
       tokenizer_registry().get(config.model.tokenizer)("");
   const auto& spec = model_registry().get(config.model.name);
-  llama::ModelArgs args = model_flavor(spec, config.model.flavor);
+  ModelArgs args = model_flavor(spec, config.model.flavor);
   args.vocab_size = tokenizer->vocab_size();
   ModelParts parts;
   parts.push_back(std::make_shared<ModelPart>(

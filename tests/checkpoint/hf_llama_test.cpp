@@ -1,9 +1,8 @@
 // The Hugging Face Llama layout: checkpoint.export_format hf writes it and
-// checkpoint.initial_load_hf reads it. The round trip is bitwise; the
-// exported tensors, run through transformers' Llama forward written here
-// from torch ops (rotate_half RoPE, repeat_kv, RMSNorm), give Baton's
-// logits; a load into pp 2 and tp 2 (ranks as threads over real Gloo)
-// trains to the one-process loss; a bad folder changes nothing and names
+// checkpoint.initial_load_hf reads it. The round trip is bitwise, from one
+// file or from shards (transformers' own forward of such folders:
+// hf_families_test.cpp); a load into pp 2 and tp 2 (ranks as threads over real
+// Gloo) trains to the one-process loss; a bad folder changes nothing and names
 // the file and the cause. Through the binary: the keys, and their exit
 // codes.
 
@@ -15,11 +14,13 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/hf_llama.h"
+#include "checkpoint/hf_folder.h"
 #include "checkpoint/safetensors.h"
 #include "common/error.h"
+#include "models/model_spec.h"
 #include "tests/baton_binary.h"
 #include "tests/checkpoint/layout_checkpoint.h"
 #include "tests/trainer/layout_run.h"
@@ -35,7 +36,7 @@ using testing::RunLayout;
 /// Baton's model config (the builder's, as the Baton export writes it) of
 /// the layout runs' model.
 std::string model_config() {
-  const llama::ModelArgs a = testing::layout_run_args();
+  const ModelArgs a = testing::layout_run_args();
   return json{
       {"model", "llama3"},
       {"flavor", "layout_run"},
@@ -75,25 +76,10 @@ CheckpointConfig hf_load(const fs::path& dir) {
 
 /// Trains the one-process layout run for `steps` and exports it as HF into
 /// `dump`/checkpoint/export; returns the run (its weights at the end).
-/// `sharpen` scales wq and wk first: the init's attention is nearly
-/// uniform, which would hide a wrong rotation.
-testing::LayoutRunResult exported_run(
-    const fs::path& dump, int64_t steps, double sharpen = 1.0) {
+testing::LayoutRunResult exported_run(const fs::path& dump, int64_t steps) {
   fs::remove_all(dump);
   return testing::run_layout(
-      RunLayout{},
-      steps,
-      [&](LayoutRank& me) -> int64_t {
-        torch::NoGradGuard no_grad;
-        for (auto& item : me.parts[0].module().named_parameters()) {
-          if (item.key().ends_with(".wq.weight") ||
-              item.key().ends_with(".wk.weight")) {
-            item.value().mul_(sharpen);
-          }
-        }
-        return 0;
-      },
-      [&](LayoutRank& me, int64_t last) {
+      RunLayout{}, steps, nullptr, [&](LayoutRank& me, int64_t last) {
         manager_of(RunLayout{}, me, dump, hf_export())->finish({last, 0});
       });
 }
@@ -107,124 +93,59 @@ std::map<std::string, at::Tensor> read_all(const fs::path& file) {
   return out;
 }
 
-// --- transformers' LlamaForCausalLM, from its HF-named tensors ------------
-
-at::Tensor hf_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  return w * (x * torch::rsqrt(x.pow(2).mean(-1, true) + eps));
-}
-
-at::Tensor rotate_half(const at::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return torch::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
-}
-
-/// (B, KV, T, D) -> (B, KV * n_rep, T, D).
-at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
-  const auto s = x.sizes();
-  return x.unsqueeze(2)
-      .expand({s[0], s[1], n_rep, s[2], s[3]})
-      .reshape({s[0], s[1] * n_rep, s[2], s[3]});
-}
-
-/// Logits (B, T, vocab) in float64, as transformers' Llama computes them.
-at::Tensor hf_forward(
-    std::map<std::string, at::Tensor> w,
-    const json& config,
-    const at::Tensor& tokens) {
-  for (auto& [name, t] : w) {
-    t = t.to(torch::kFloat64);
-  }
-  const int64_t H = config["num_attention_heads"];
-  const int64_t KV = config["num_key_value_heads"];
-  const int64_t D = config["hidden_size"].get<int64_t>() / H;
-  const double eps = config["rms_norm_eps"];
-  const double theta = config["rope_theta"];
-  const int64_t B = tokens.size(0), T = tokens.size(1);
-  // LlamaRotaryEmbedding: the frequencies twice over, one per half.
-  const auto inv_freq = 1.0 / torch::pow(
-                                  theta,
-                                  torch::arange(0, D, 2, torch::kFloat64) /
-                                      static_cast<double>(D));
-  const auto freqs =
-      torch::outer(torch::arange(T, torch::kFloat64), inv_freq);  // (T, D/2)
-  const auto emb = torch::cat({freqs, freqs}, -1);                // (T, D)
-  const auto cos = emb.cos(), sin = emb.sin();
-  const auto mask =
-      torch::full({T, T}, -INFINITY, torch::kFloat64).triu(1);  // causal
-  at::Tensor h = w.at("model.embed_tokens.weight").index({tokens});
-  for (int64_t i = 0; i < config["num_hidden_layers"].get<int64_t>(); ++i) {
-    const auto p = [&](const std::string& n) {
-      return w.at("model.layers." + std::to_string(i) + "." + n + ".weight");
-    };
-    auto x = hf_rms_norm(h, p("input_layernorm"), eps);
-    auto q = torch::matmul(x, p("self_attn.q_proj").t())
-                 .view({B, T, H, D})
-                 .transpose(1, 2);
-    auto k = torch::matmul(x, p("self_attn.k_proj").t())
-                 .view({B, T, KV, D})
-                 .transpose(1, 2);
-    auto v = torch::matmul(x, p("self_attn.v_proj").t())
-                 .view({B, T, KV, D})
-                 .transpose(1, 2);
-    q = q * cos + rotate_half(q) * sin;
-    k = k * cos + rotate_half(k) * sin;
-    k = repeat_kv(k, H / KV);
-    v = repeat_kv(v, H / KV);
-    const auto scores =
-        torch::matmul(q, k.transpose(2, 3)) / std::sqrt(double(D)) + mask;
-    const auto attn = torch::matmul(torch::softmax(scores, -1), v);
-    h = h + torch::matmul(
-                attn.transpose(1, 2).reshape({B, T, H * D}),
-                p("self_attn.o_proj").t());
-    x = hf_rms_norm(h, p("post_attention_layernorm"), eps);
-    const auto gate = torch::matmul(x, p("mlp.gate_proj").t());
-    const auto up = torch::matmul(x, p("mlp.up_proj").t());
-    h = h + torch::matmul(torch::silu(gate) * up, p("mlp.down_proj").t());
-  }
-  h = hf_rms_norm(h, w.at("model.norm.weight"), eps);
-  return torch::matmul(h, w.at("lm_head.weight").t());
-}
-
 // ---------------------------------------------------------------------------
 
+const HfFormat& llama_format() {
+  register_builtin_models();
+  return model_registry().get("llama3").hf;
+}
+
 TEST(HfLlama, NamesAndPermutation) {
+  const HfFormat& f = llama_format();
   EXPECT_EQ(
-      hf_llama::hf_name("layers.3.feed_forward.w3.weight"),
+      f.name("layers.3.feed_forward.w3.weight"),
       "model.layers.3.mlp.up_proj.weight");
   EXPECT_EQ(
-      hf_llama::hf_name("layers.12.attention.wk.weight"),
+      f.name("layers.12.attention.wk.weight"),
       "model.layers.12.self_attn.k_proj.weight");
-  EXPECT_EQ(hf_llama::hf_name("output.weight"), "lm_head.weight");
-  EXPECT_EQ(hf_llama::hf_name("layers.1.attention.rope"), "");
+  EXPECT_EQ(
+      f.name("layers.2.attention.q_norm.weight"),
+      "model.layers.2.self_attn.q_norm.weight");
+  EXPECT_EQ(f.name("output.weight"), "lm_head.weight");
+  EXPECT_EQ(f.name("layers.1.attention.rope"), "");
   // One head of 4: Baton's rows (x0 y0 x1 y1), pairs, are HF's (x0 x1 y0
   // y1), halves; the values are the rows' indices.
-  hf_llama::Shape shape;
-  shape.hidden_size = 4;
-  shape.num_attention_heads = 1;
-  shape.num_key_value_heads = 1;
+  ModelArgs shape;
+  shape.dim = 4;
+  shape.n_heads = 1;
+  shape.n_kv_heads = 1;
   const auto w = torch::arange(4, torch::kFloat32).view({4, 1});
-  const auto hf = hf_llama::to_hf("layers.0.attention.wq.weight", w, shape);
+  const auto hf = f.convert("layers.0.attention.wq.weight", w, shape, true);
   EXPECT_TRUE(torch::equal(hf.view({4}), torch::tensor({0.f, 2.f, 1.f, 3.f})));
   EXPECT_TRUE(torch::equal(
-      hf_llama::to_hf("layers.0.attention.wv.weight", w, shape), w));
+      f.convert("layers.0.attention.wv.weight", w, shape, true), w));
+  // A per-head norm's weight, as its head's rows.
+  EXPECT_TRUE(torch::equal(
+      f.convert("layers.0.attention.k_norm.weight", w.view({4}), shape, true),
+      torch::tensor({0.f, 2.f, 1.f, 3.f})));
   // GQA: wk is permuted per key/value head.
-  shape.hidden_size = 16;
-  shape.num_attention_heads = 4;
-  shape.num_key_value_heads = 2;
+  shape.dim = 16;
+  shape.n_heads = 4;
+  shape.n_kv_heads = 2;
   const auto k = torch::randn({8, 16});  // 2 kv heads of 4 rows
-  const auto k_hf = hf_llama::to_hf("layers.0.attention.wk.weight", k, shape);
+  const auto k_hf = f.convert("layers.0.attention.wk.weight", k, shape, true);
   EXPECT_TRUE(torch::equal(k_hf[1], k[2]));
   EXPECT_TRUE(torch::equal(k_hf[5], k[6]));
   EXPECT_TRUE(torch::equal(k_hf[6], k[5]));
   EXPECT_TRUE(torch::equal(k_hf[7], k[7]));
   EXPECT_TRUE(torch::equal(
-      hf_llama::from_hf("layers.0.attention.wk.weight", k_hf, shape), k));
+      f.convert("layers.0.attention.wk.weight", k_hf, shape, false), k));
 }
 
-TEST(HfLlama, ExportRoundTripsBitwiseAndGivesBatonsLogits) {
+TEST(HfLlama, ExportRoundTripsBitwiseInEitherFolderForm) {
   at::set_num_threads(1);
   const fs::path dump = fs::path(::testing::TempDir()) / "hf_export";
-  const auto trained = exported_run(dump, 2, /*sharpen=*/30.0);
+  const auto trained = exported_run(dump, 2);
   const fs::path dir = dump / "checkpoint" / "export";
 
   // The folder: config.json, one file and the index naming it for each.
@@ -292,37 +213,7 @@ TEST(HfLlama, ExportRoundTripsBitwiseAndGivesBatonsLogits) {
     EXPECT_TRUE(torch::equal(from_shards.params.at(fqn), p)) << fqn;
   }
 
-  // Baton's forward of those weights against transformers' of the export.
-  auto model = std::make_shared<llama::TransformerImpl>(
-      testing::layout_run_args(), ChunkSpec{});
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& item : model->named_parameters()) {
-      item.value().copy_(trained.params.at(item.key()));
-    }
-  }
-  torch::manual_seed(3);
-  const auto tokens = torch::randint(0, 37, {2, 8}, torch::kLong);
-  torch::NoGradGuard no_grad;
-  const auto baton = model->forward(tokens).to(torch::kFloat64);
-  const auto reference = hf_forward(weights, config, tokens);
-  EXPECT_TRUE(torch::allclose(baton, reference, 1e-5, 1e-5))
-      << "the logits differ by "
-      << (baton - reference).abs().max().item<double>();
-  // Not by chance: without the q/k permutation they would not agree.
-  auto unpermuted = weights;
-  for (const auto& [fqn, p] : trained.params) {
-    if (fqn.find(".wq.") != std::string::npos ||
-        fqn.find(".wk.") != std::string::npos) {
-      unpermuted[hf_llama::hf_name(fqn)] = p;
-    }
-  }
-  const double wrong = (baton - hf_forward(unpermuted, config, tokens))
-                           .abs()
-                           .max()
-                           .item<double>();
-  EXPECT_GT(wrong, 1e3 * (baton - reference).abs().max().item<double>())
-      << "without the permutation the logits differ by only " << wrong;
+  // Baton's logits against transformers' own: hf_families_test.cpp.
 }
 
 TEST(HfLlama, LoadsIntoPipelineAndTensorParallelLayouts) {
@@ -420,21 +311,39 @@ TEST(HfLlama, BadFoldersNameTheFileAndChangeNothing) {
          "num_hidden_layers is 3",
          "n_layers 4"});
   }
-  const std::pair<const char*, json> unsupported[] = {
-      {"tie_word_embeddings", true},
-      {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}},
-      {"num_key_value_heads", 4},
-      {"rope_theta", 10000.0}};
-  for (const auto& [key, value] : unsupported) {
+  // Fields that do not fit the model, or that no family reads: each named
+  // with what is allowed or what the model has.
+  const std::tuple<const char*, json, std::string> unsupported[] = {
+      {"tie_word_embeddings",
+       true,
+       "tie_word_embeddings is true, but the model has tie_embeddings false"},
+      {"rope_scaling",
+       {{"rope_type", "llama3"},
+        {"factor", 8.0},
+        {"low_freq_factor", 1.0},
+        {"high_freq_factor", 4.0},
+        {"original_max_position_embeddings", 8192}},
+       "the RoPE scaling is \"llama3\" (factor 8, original context 8192), "
+       "but the model's is none"},
+      {"rope_scaling",
+       {{"rope_type", "llama3"}, {"factor", 8.0}},
+       "rope_scaling.original_max_position_embeddings is missing"},
+      {"rope_scaling",
+       {{"rope_type", "dynamic"}, {"factor", 2.0}},
+       "rope_scaling.rope_type is \"dynamic\"; allowed: \"default\", "
+       "\"llama3\""},
+      {"hidden_act", "gelu", "hidden_act is \"gelu\"; allowed: \"silu\""},
+      {"model_type", "qwen3", "model_type is \"qwen3\"; allowed: \"llama\""},
+      {"num_key_value_heads", 4, "num_key_value_heads is 4"},
+      {"rope_theta", 10000.0, "rope_theta is 10000"}};
+  for (const auto& [key, value, message] : unsupported) {
     SCOPED_TRACE(key);
     const auto dir = copy_of(good, "hf_unsupported");
     json config = json::parse(std::ifstream(dir / "config.json"));
     config[key] = value;
     std::ofstream(dir / "config.json") << config.dump();
     expect_load_fails<ConfigError>(
-        dir,
-        {(dir / "config.json").string(),
-         std::string(key) + " is " + value.dump().substr(0, 4)});
+        dir, {(dir / "config.json").string(), message});
   }
   {
     SCOPED_TRACE("a tensor missing from model.safetensors");

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "models/llama/attention_kernel.h"
+#include "models/common/attention_kernel.h"
 
-namespace baton::llama::attention_kernel {
+namespace baton::models::attention_kernel {
 namespace {
 
 /// One head's float64 reference: out and q, k, v's gradients for `gout`.
@@ -139,4 +139,4 @@ TEST(AttentionKernel, TheBestIsaIsTheWidestSupportedAndOthersAreRefused) {
 }
 
 }  // namespace
-}  // namespace baton::llama::attention_kernel
+}  // namespace baton::models::attention_kernel

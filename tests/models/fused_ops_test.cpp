@@ -8,12 +8,12 @@
 #include <limits>
 #include <stdexcept>
 
-#include "models/llama/attention_kernel.h"
-#include "models/llama/fused_ops.h"
-#include "models/llama/swiglu_kernel.h"
-#include "models/llama/transformer.h"
+#include "models/common/attention_kernel.h"
+#include "models/common/fused_ops.h"
+#include "models/common/swiglu_kernel.h"
+#include "models/common/transformer.h"
 
-namespace baton::llama {
+namespace baton::models {
 namespace {
 
 RopeTables tables(int64_t T, int64_t D) {
@@ -403,4 +403,4 @@ TEST(FusedOps, AttentionRejectsMismatchedShapes) {
 }
 
 }  // namespace
-}  // namespace baton::llama
+}  // namespace baton::models

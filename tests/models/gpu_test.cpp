@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "models/llama/transformer.h"
+#include "models/common/transformer.h"
 
-namespace baton::llama {
+namespace baton::models {
 namespace {
 
 TEST(Gpu, ForwardAndBackwardMatchTheCpu) {
@@ -42,4 +42,4 @@ TEST(Gpu, ForwardAndBackwardMatchTheCpu) {
 }
 
 }  // namespace
-}  // namespace baton::llama
+}  // namespace baton::models

@@ -1,10 +1,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "models/llama/transformer.h"
+#include "models/common/transformer.h"
+#include "models/llama3/llama3.h"
 #include "models/model_spec.h"
 
-namespace baton::llama {
+namespace baton::models {
 namespace {
 
 ModelArgs tiny_args() {
@@ -28,7 +29,7 @@ std::vector<std::string> names(torch::nn::Module& m) {
 
 TEST(LlamaArgs, ParameterCountsMatchMetasPublishedModels) {
   // Meta's model cards: 8.03B, 70.6B, 406B (vocabulary 128256, untied).
-  const auto& flavors = llama3_flavors();
+  const auto& flavors = llama3::flavors();
   EXPECT_EQ(flavors.at("8B").num_params(), 8030261248);
   EXPECT_EQ(flavors.at("70B").num_params(), 70553706496);
   EXPECT_EQ(flavors.at("405B").num_params(), 405853388800);
@@ -45,7 +46,7 @@ TEST(LlamaArgs, ParameterCountMatchesTheBuiltModel) {
     n += p.numel();
   }
   EXPECT_EQ(n, args.num_params());
-  auto debug = llama3_flavors().at("debugmodel");
+  auto debug = llama3::flavors().at("debugmodel");
   debug.vocab_size = 258;
   TransformerImpl debug_model(debug);
   n = 0;
@@ -56,7 +57,7 @@ TEST(LlamaArgs, ParameterCountMatchesTheBuiltModel) {
 }
 
 TEST(LlamaArgs, FlopsPerTokenFollowsTorchtitansCount) {
-  const auto& b8 = llama3_flavors().at("8B");
+  const auto& b8 = llama3::flavors().at("8B");
   const double non_embedding = 8030261248.0 - 128256.0 * 4096.0;
   EXPECT_DOUBLE_EQ(
       b8.flops_per_token(8192),
@@ -336,7 +337,7 @@ TEST(Llama, UnitsRunThroughTheirWrappersInForwardOrder) {
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(
         std::string(e.what()),
-        "[llama] wrap_unit: 'layers.0' is not a unit of this chunk; allowed: "
+        "[model] wrap_unit: 'layers.0' is not a unit of this chunk; allowed: "
         "layers.1, layers.2, \"\" (the root)");
   }
 }
@@ -416,4 +417,4 @@ TEST(ModelSpec, RegistryBuildsFlavorsAndListsThemOnError) {
 }
 
 }  // namespace
-}  // namespace baton::llama
+}  // namespace baton::models

@@ -35,7 +35,7 @@ at::Tensor tokens(int64_t seed, int64_t rows = 2, int64_t seq = 8) {
 
 /// Summed loss of one microbatch, backward run with `scale`.
 double micro_step(
-    llama::TransformerImpl& model, const at::Tensor& t, double scale = 1.0) {
+    models::TransformerImpl& model, const at::Tensor& t, double scale = 1.0) {
   const auto logits = model.forward(t.slice(1, 0, -1));
   const auto loss = cross_entropy_sum(logits, t.slice(1, 1));
   EXPECT_EQ(loss.scalar_type(), at::kFloat);

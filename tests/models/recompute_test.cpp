@@ -8,18 +8,18 @@
 #include <map>
 #include <vector>
 
+#include "models/common/fused_ops.h"
+#include "models/common/transformer.h"
 #include "models/forward_state.h"
 #include "models/linear.h"
-#include "models/llama/fused_ops.h"
-#include "models/llama/transformer.h"
 #include "models/recompute.h"
 #include "tests/models/tiny_llama.h"
 
 namespace baton {
 namespace {
 
-llama::ModelArgs block_args() {
-  llama::ModelArgs args;
+ModelArgs block_args() {
+  ModelArgs args;
   args.dim = 32;
   args.n_layers = 1;
   args.n_heads = 4;
@@ -29,7 +29,7 @@ llama::ModelArgs block_args() {
   return args;
 }
 
-llama::RopeTables rope_tables(int64_t seq, int64_t head_dim) {
+models::RopeTables rope_tables(int64_t seq, int64_t head_dim) {
   const auto inv = torch::pow(
       10000.0, -torch::arange(0, head_dim / 2, torch::kFloat64) * 2 / head_dim);
   const auto angles = torch::outer(torch::arange(seq, torch::kFloat64), inv);
@@ -46,7 +46,7 @@ struct Grads {
 template <class Wrap>
 Grads block_grads(Wrap wrap) {
   torch::manual_seed(3);
-  llama::TransformerBlock block(block_args());
+  models::TransformerBlock block(block_args());
   const auto rope = rope_tables(8, 8);
   const auto x = torch::randn({2, 8, 32}).requires_grad_(true);
   const auto gy = torch::randn({2, 8, 32});
@@ -230,8 +230,8 @@ TEST(CausalAttention, RecomputedProbabilitiesGiveTheKeptOnesGradients) {
   for (const bool blocked : {false, true}) {
     SCOPED_TRACE(blocked ? "blocked" : "kernel");
     const auto attend = [&](const at::Tensor& qq) {
-      return blocked ? llama::blocked_causal_attention(qq, k, v)
-                     : llama::causal_attention(qq, k, v);
+      return blocked ? models::blocked_causal_attention(qq, k, v)
+                     : models::causal_attention(qq, k, v);
     };
     for (auto* t : {&q, &k, &v}) {
       const_cast<at::Tensor*>(t)->mutable_grad() = at::Tensor();

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "config/job_config.h"
-#include "models/llama/transformer.h"
+#include "models/common/transformer.h"
 #include "models/loss.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/model_parts.h"
@@ -33,15 +33,15 @@ std::pair<at::Tensor, at::Tensor> tokens(int64_t rows, uint64_t seed) {
   return {t.slice(1, 0, 8), t.slice(1, 1, 9)};
 }
 
-std::shared_ptr<llama::TransformerImpl> four_layers() {
-  llama::ModelArgs args;
+std::shared_ptr<models::TransformerImpl> four_layers() {
+  ModelArgs args;
   args.dim = 32;
   args.n_layers = 4;
   args.n_heads = 4;
   args.n_kv_heads = 2;
   args.vocab_size = kVocab;
   args.multiple_of = 16;
-  auto model = std::make_shared<llama::TransformerImpl>(args);
+  auto model = std::make_shared<models::TransformerImpl>(args);
   model->init_weights(9);
   return model;
 }

@@ -295,7 +295,7 @@ TEST(DryRun, AStageCacheAndAGivenScheduleChangeNoFigure) {
 TEST(DryRun, ShapesAreThoseTheModelBuilds) {
   register_builtin_builders();
   const auto& spec = model_registry().get("llama3");
-  llama::ModelArgs args = spec.flavors.at("small");  // grouped-query
+  ModelArgs args = spec.flavors.at("small");  // grouped-query
   args.vocab_size = 258;
   for (const ChunkSpec chunk :
        {ChunkSpec{},

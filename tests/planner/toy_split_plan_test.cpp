@@ -43,7 +43,7 @@ void register_toy_split() {
         {"degree", int64_t{1}, FieldSpec("toy split ranks").mesh_degree()}};
     p.check = [](const JobConfig&,
                  const ParallelDims& dims,
-                 const llama::ModelArgs&) -> std::optional<ConfigProblem> {
+                 const ModelArgs&) -> std::optional<ConfigProblem> {
       if (dims.degree(kSplit) % 2 != 0 && dims.degree(kSplit) != 1) {
         return ConfigProblem{"toy_split.degree", "toy_split.degree: odd"};
       }

@@ -14,13 +14,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "config/job_config.h"
-#include "models/llama/transformer.h"
+#include "models/common/transformer.h"
 #include "optim/lr_schedulers.h"
 #include "optim/optimizers.h"
 #include "parallel/applier.h"
@@ -56,6 +57,12 @@ struct RunLayout {
   /// Rows of the global batch each data-parallel rank trains on per step
   /// (a pipeline's microbatches, of one row each).
   int64_t rows = 2;
+  /// The model: its family (model.name) and shape; unset: layout_run_args().
+  std::string model = "llama3";
+  std::optional<ModelArgs> args;
+  /// Step s's global batch (rows x dp rows of kLayoutRunSeq); unset:
+  /// global_batch's.
+  std::function<Batch(int64_t step)> batch;
 
   int64_t world() const {
     return pp * dp_shard * tp;
@@ -80,8 +87,8 @@ struct RunLayout {
 
 /// The model of the layout runs: 4 layers, dim 32, 4 query and 2 key/value
 /// heads, hidden 96, a vocabulary of 37 (odd: tp 2 splits it 19 + 18).
-inline llama::ModelArgs layout_run_args() {
-  llama::ModelArgs args;
+inline ModelArgs layout_run_args() {
+  ModelArgs args;
   args.dim = 32;
   args.n_layers = 4;
   args.n_heads = 4;
@@ -132,12 +139,13 @@ inline void run_layout_rank(
     const AfterTraining& after,
     LayoutRunResult& result,
     std::mutex& mutex) {
-  const llama::ModelArgs args = layout_run_args();
+  const ModelArgs args = layout.args.value_or(layout_run_args());
   const auto dims = baton::testing::builtin_dims(
       1, layout.dp_shard, layout.tp, layout.pp, layout.world());
   const dist::ParallelMesh mesh(
       dims, rank, rt ? rt->shared_from_this() : nullptr);
   JobConfig config;
+  config.model.name = layout.model;
   config.parallelism.data_parallel_shard_degree = layout.dp_shard;
   config.set_integer("parallelism.tensor_parallel_degree", layout.tp);
   config.parallelism.pipeline_parallel_degree = layout.pp;
@@ -177,7 +185,7 @@ inline void run_layout_rank(
     if (pipelined && schedule.stage_to_rank[s] != mesh.coord().at("pp")) {
       continue;
     }
-    auto chunk = std::make_shared<llama::TransformerImpl>(args, chunks[s]);
+    auto chunk = std::make_shared<models::TransformerImpl>(args, chunks[s]);
     chunk->init_weights(5);
     auto part = std::make_shared<ModelPart>(chunk, s);
     chain.apply(*part, ParallelContext{config, mesh, at::kCPU, pipelined, mp});
@@ -231,7 +239,9 @@ inline void run_layout_rank(
     std::vector<Batch> batches;
     if (reads_data) {
       batches = micro_batches(
-          global_batch(s, layout.rows * dims.dp(), args.vocab_size, 3000),
+          layout.batch
+              ? layout.batch(s)
+              : global_batch(s, layout.rows * dims.dp(), args.vocab_size, 3000),
           dp_rank,
           layout.rows,
           1);

@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 #include "config/job_config.h"
-#include "models/llama/transformer.h"
+#include "models/common/transformer.h"
 #include "models/loss.h"
 #include "parallel/applier.h"
 #include "parallel/dist/mesh.h"
@@ -35,8 +35,8 @@ constexpr int64_t kVocab = 32;
 constexpr int64_t kSeq = 6;
 constexpr int64_t kSteps = 2;
 
-llama::ModelArgs tiny_args(int64_t layers) {
-  llama::ModelArgs args;
+ModelArgs tiny_args(int64_t layers) {
+  ModelArgs args;
   args.dim = 16;
   args.n_layers = layers;
   args.n_heads = 2;
@@ -66,7 +66,7 @@ struct Result {
 
 Result train_one_stage(
     int64_t layers, int64_t rows, const MixedPrecision& mp = {}) {
-  auto model = std::make_shared<llama::TransformerImpl>(tiny_args(layers));
+  auto model = std::make_shared<models::TransformerImpl>(tiny_args(layers));
   model->init_weights(5);
   ModelParts parts = testing::parts_of({model});
   const ApplierChain chain =
@@ -141,7 +141,7 @@ Result train_pipelined_dp(
       if (schedule.stage_to_rank[s] != my_pp) {
         continue;
       }
-      auto chunk = std::make_shared<llama::TransformerImpl>(
+      auto chunk = std::make_shared<models::TransformerImpl>(
           tiny_args(layers), chunks[s]);
       chunk->init_weights(5);
       stages.emplace_back(s, chunk);

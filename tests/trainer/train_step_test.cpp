@@ -1,21 +1,21 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "models/llama/transformer.h"
+#include "models/common/transformer.h"
 #include "tests/parallel/test_parts.h"
 #include "trainer/train_step.h"
 
 namespace baton {
 namespace {
 
-std::shared_ptr<llama::TransformerImpl> tiny_model(uint64_t seed) {
-  llama::ModelArgs args;
+std::shared_ptr<models::TransformerImpl> tiny_model(uint64_t seed) {
+  ModelArgs args;
   args.dim = 32;
   args.n_layers = 2;
   args.n_heads = 4;
   args.vocab_size = 40;
   args.multiple_of = 16;
-  auto model = std::make_shared<llama::TransformerImpl>(args);
+  auto model = std::make_shared<models::TransformerImpl>(args);
   model->init_weights(seed);
   return model;
 }

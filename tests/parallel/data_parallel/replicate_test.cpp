@@ -13,7 +13,7 @@ using baton::testing::run_ranks;
 
 constexpr int64_t kVocab = 48;
 
-std::shared_ptr<llama::TransformerImpl> tiny_model() {
+std::shared_ptr<models::TransformerImpl> tiny_model() {
   return testing::tiny_llama(kVocab, /*seed=*/11);
 }
 

@@ -68,7 +68,7 @@ TEST(TensorParallelApplier, EachRankHoldsItsSliceOfTheWholeWeights) {
 }
 
 TEST(TensorParallelApplier, NamesTheShapeThatDoesNotSplit) {
-  llama::ModelArgs args;
+  ModelArgs args;
   args.dim = 32;
   args.n_heads = 4;
   args.n_kv_heads = 2;

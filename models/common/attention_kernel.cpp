@@ -1,12 +1,12 @@
-#include "models/llama/attention_kernel.h"
+#include "models/common/attention_kernel.h"
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
-#include "models/llama/attention_kernel_isa.h"
+#include "models/common/attention_kernel_isa.h"
 
-namespace baton::llama::attention_kernel {
+namespace baton::models::attention_kernel {
 
 bool isa_supported(Isa isa) {
 #if !defined(__x86_64__)
@@ -94,4 +94,4 @@ const HeadKernels& head_kernels() {
   return best;
 }
 
-}  // namespace baton::llama::attention_kernel
+}  // namespace baton::models::attention_kernel

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "models/linear.h"
-#include "models/llama/args.h"
+#include "models/model_args.h"
 #include "models/model_spec.h"
 #include "models/region.h"
 
-namespace baton::llama {
+namespace baton::models {
 
 /// Root-mean-square layer norm with a learned scale.
 class RMSNormImpl : public torch::nn::Module {
@@ -36,9 +36,15 @@ struct RopeTables {
   int64_t first_position = 0;
 };
 
+/// RoPE's inverse frequencies (head_dim / 2), float64: rope_theta's, then
+/// stretched as args.rope_scaling says (Llama 3.1's or YaRN, as
+/// transformers computes them).
+at::Tensor rope_inv_freq(const ModelArgs& args);
+
 /// The tables of positions first_position .. first_position + seq_len - 1
-/// for `args`' head width and rope_theta, float32 on `device` (angles in
-/// float64 first, so a row does not depend on where the table starts).
+/// for `args`' head width, rope_theta and scaling (YaRN's attention factor
+/// multiplies cos and sin), float32 on `device` (angles in float64 first,
+/// so a row does not depend on where the table starts).
 RopeTables rope_tables(
     const ModelArgs& args,
     int64_t first_position,
@@ -50,8 +56,10 @@ RopeTables rope_tables(
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& rope);
 
 /// Causal grouped-query attention: n_heads query heads share n_kv_heads
-/// key/value heads. The forward reads the head counts from the rows of wq
-/// and wk (head_dim each), so the module may hold a slice of the heads.
+/// key/value heads, each query and key head RMS-normed before RoPE where
+/// args.qk_norm (q_norm, k_norm: one weight of head_dim, shared by the
+/// heads). The forward reads the head counts from the rows of wq and wk
+/// (head_dim each), so the module may hold a slice of the heads.
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelArgs& args);
@@ -59,6 +67,8 @@ class AttentionImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, const RopeTables& rope);
 
   Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+  /// Set where args.qk_norm.
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
   /// Around the whole module: the enter hooks before wq, wk and wv read the
   /// input, the leave hooks after wo.
   RegionHooks hooks;
@@ -96,8 +106,12 @@ class TransformerBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(TransformerBlock);
 
-/// Llama 3, or a contiguous chunk of it (see ChunkSpec). Submodule names are
-/// Meta's: tok_embeddings, layers.<global index>, norm, output.
+/// A pre-norm decoder-only transformer (Llama 3's architecture, with what
+/// ModelArgs adds for later families), or a contiguous chunk of it (see
+/// ChunkSpec). Submodule names are Meta's: tok_embeddings, layers.<global
+/// index>, norm, output. With args.tie_embeddings the output projection
+/// multiplies by tok_embeddings' weight and has no parameter of its own;
+/// a chunk that holds the output but not the embedding cannot be tied.
 class TransformerImpl final : public ModelChunk {
  public:
   TransformerImpl(const ModelArgs& args, const ChunkSpec& chunk = {});
@@ -157,7 +171,13 @@ class TransformerImpl final : public ModelChunk {
 };
 TORCH_MODULE(Transformer);
 
+/// The parameters the chunk `chunk` of a model shaped `args` holds, in the
+/// order the built module lists them (named_parameters), without building
+/// it: what a dry run counts.
+std::vector<ParamShape> parameter_shapes(
+    const ModelArgs& args, const ChunkSpec& chunk);
+
 /// Seed of the generator that initialises the parameter named `fqn`.
 uint64_t parameter_seed(uint64_t seed, const std::string& fqn);
 
-}  // namespace baton::llama
+}  // namespace baton::models

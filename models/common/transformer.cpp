@@ -1,4 +1,4 @@
-#include "models/llama/transformer.h"
+#include "models/common/transformer.h"
 
 #include <torch/torch.h>
 
@@ -6,10 +6,10 @@
 #include <stdexcept>
 
 #include "common/text.h"
-#include "models/llama/fused_ops.h"
+#include "models/common/fused_ops.h"
 #include "models/param_cast.h"
 
-namespace baton::llama {
+namespace baton::models {
 
 namespace F = torch::nn::functional;
 
@@ -39,6 +39,10 @@ AttentionImpl::AttentionImpl(const ModelArgs& args)
   wk = register_module("wk", Linear(args.dim, kv_width));
   wv = register_module("wv", Linear(args.dim, kv_width));
   wo = register_module("wo", Linear(q_width, args.dim));
+  if (args.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, args.norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, args.norm_eps));
+  }
 }
 
 namespace {
@@ -49,7 +53,7 @@ at::Tensor expand_kv(const at::Tensor& x, int64_t n_heads) {
   const auto s = x.sizes();
   TORCH_CHECK(
       s[1] > 0 && n_heads % s[1] == 0,
-      "[llama] attention: ",
+      "[model] attention: ",
       n_heads,
       " query heads; allowed: a multiple of the ",
       s[1],
@@ -76,11 +80,15 @@ at::Tensor AttentionImpl::forward(
   const bool blocked = x.device().is_cpu();
   const double q_scale =
       blocked ? 1.0 / std::sqrt(static_cast<double>(head_dim_)) : 1.0;
-  // (B, T, heads, D) -> (B, heads, T, D), rotated
-  auto q = rope_heads_first(
-      wq(x).view({B, T, -1, head_dim_}), rope.cos, rope.sin, q_scale);
-  auto k =
-      rope_heads_first(wk(x).view({B, T, -1, head_dim_}), rope.cos, rope.sin);
+  // (B, T, heads, D) -> (B, heads, T, D), normed per head, rotated
+  at::Tensor q = wq(x).view({B, T, -1, head_dim_});
+  at::Tensor k = wk(x).view({B, T, -1, head_dim_});
+  if (q_norm) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = rope_heads_first(q, rope.cos, rope.sin, q_scale);
+  k = rope_heads_first(k, rope.cos, rope.sin);
   auto v = wv(x).view({B, T, -1, head_dim_}).transpose(1, 2);
   const int64_t heads = q.size(1);
   k = expand_kv(k, heads);
@@ -132,13 +140,13 @@ TransformerImpl::TransformerImpl(const ModelArgs& args, const ChunkSpec& chunk)
   if (chunk_.first_layer < 0 || chunk_.first_layer > chunk_.end_layer ||
       chunk_.end_layer > args_.n_layers) {
     throw std::invalid_argument(
-        "[llama] layer range [" + std::to_string(chunk_.first_layer) + ", " +
+        "[model] layer range [" + std::to_string(chunk_.first_layer) + ", " +
         std::to_string(chunk_.end_layer) + ") is not within the model's " +
         std::to_string(args_.n_layers) + " layers");
   }
   if (chunk_.first_layer == chunk_.end_layer && !chunk_.embedding &&
       !chunk_.output) {
-    throw std::invalid_argument("[llama] a model chunk must hold something");
+    throw std::invalid_argument("[model] a model chunk must hold something");
   }
   if (chunk_.embedding) {
     tok_embeddings = register_module(
@@ -152,8 +160,68 @@ TransformerImpl::TransformerImpl(const ModelArgs& args, const ChunkSpec& chunk)
   block_wrappers_.resize(blocks_.size());
   if (chunk_.output) {
     norm = register_module("norm", RMSNorm(args_.dim, args_.norm_eps));
-    output = register_module("output", Linear(args_.dim, args_.vocab_size));
+    if (!args_.tie_embeddings) {
+      output = register_module("output", Linear(args_.dim, args_.vocab_size));
+    } else if (chunk_.embedding) {
+      output = register_module("output", Linear(tok_embeddings->weight));
+    } else {
+      throw std::invalid_argument(
+          "[model] tied embeddings: a chunk that holds the output must hold "
+          "the token embedding too");
+    }
   }
+}
+
+at::Tensor rope_inv_freq(const ModelArgs& args) {
+  const int64_t D = args.head_dim();
+  const auto exponents = torch::arange(0, D / 2, torch::kFloat64) * (2.0 / D);
+  const at::Tensor inv_freq = torch::pow(args.rope_theta, -exponents);
+  const RopeScaling& s = args.rope_scaling;
+  const auto original = static_cast<double>(s.original_max_position_embeddings);
+  if (s.type == "llama3") {
+    // Llama 3.1: wavelengths above original / low_freq_factor are divided
+    // by factor, those below original / high_freq_factor kept, and the
+    // ones between blended by how many times they fit the original context.
+    const at::Tensor wavelen = 2.0 * M_PI / inv_freq;
+    const double low_wavelen = original / s.low_freq_factor;
+    const double high_wavelen = original / s.high_freq_factor;
+    const at::Tensor smooth = (original / wavelen - s.low_freq_factor) /
+                              (s.high_freq_factor - s.low_freq_factor);
+    const at::Tensor blended =
+        (1.0 - smooth) * inv_freq / s.factor + smooth * inv_freq;
+    return torch::where(
+        wavelen > low_wavelen,
+        inv_freq / s.factor,
+        torch::where(wavelen < high_wavelen, inv_freq, blended));
+  }
+  if (s.type == "yarn") {
+    // YaRN: interpolated (divided by factor) below the correction range's
+    // low end, extrapolated (kept) above its high end, a linear ramp
+    // between; the range is where the original context turns
+    // beta_fast and beta_slow times.
+    const auto correction_dim = [&](double rotations) {
+      return D * std::log(original / (rotations * 2.0 * M_PI)) /
+             (2.0 * std::log(args.rope_theta));
+    };
+    double low = correction_dim(s.beta_fast);
+    double high = correction_dim(s.beta_slow);
+    if (s.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, static_cast<double>(D - 1));
+    if (low == high) {
+      high += 0.001;
+    }
+    const at::Tensor ramp =
+        ((torch::arange(0, D / 2, torch::kFloat64) - low) / (high - low))
+            .clamp(0.0, 1.0);
+    const at::Tensor extrapolation = 1.0 - ramp;
+    return inv_freq / s.factor * (1.0 - extrapolation) +
+           inv_freq * extrapolation;
+  }
+  return inv_freq;
 }
 
 RopeTables rope_tables(
@@ -161,16 +229,14 @@ RopeTables rope_tables(
     int64_t first_position,
     int64_t seq_len,
     const at::Device& device) {
-  const int64_t half = args.head_dim() / 2;
-  const auto exponents =
-      torch::arange(0, half, torch::kFloat64) * (2.0 / args.head_dim());
-  const auto inv_freq = torch::pow(args.rope_theta, -exponents);  // (D/2)
+  const at::Tensor inv_freq = rope_inv_freq(args);  // (D/2)
   const auto positions = torch::arange(
       first_position, first_position + seq_len, torch::kFloat64);  // (T)
   const auto angles = torch::outer(positions, inv_freq);           // (T, D/2)
+  const double scale = args.rope_scaling.attention_scale();
   return {
-      angles.cos().to(device, torch::kFloat32),
-      angles.sin().to(device, torch::kFloat32),
+      (angles.cos() * scale).to(device, torch::kFloat32),
+      (angles.sin() * scale).to(device, torch::kFloat32),
       first_position};
 }
 
@@ -218,6 +284,42 @@ at::Tensor TransformerImpl::forward_root(const at::Tensor& input) {
   return h;
 }
 
+std::vector<ParamShape> parameter_shapes(
+    const ModelArgs& args, const ChunkSpec& chunk) {
+  const int64_t end = chunk.end_layer < 0 ? args.n_layers : chunk.end_layer;
+  const int64_t D = args.head_dim();
+  const int64_t q = args.n_heads * D;
+  const int64_t kv = args.kv_heads() * D;
+  const int64_t hidden = args.ffn_hidden_dim();
+  std::vector<ParamShape> shapes;
+  if (chunk.embedding) {
+    shapes.push_back({"tok_embeddings.weight", {args.vocab_size, args.dim}});
+  }
+  for (int64_t i = chunk.first_layer; i < end; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    shapes.push_back({p + "attention.wq.weight", {q, args.dim}});
+    shapes.push_back({p + "attention.wk.weight", {kv, args.dim}});
+    shapes.push_back({p + "attention.wv.weight", {kv, args.dim}});
+    shapes.push_back({p + "attention.wo.weight", {args.dim, q}});
+    if (args.qk_norm) {
+      shapes.push_back({p + "attention.q_norm.weight", {D}});
+      shapes.push_back({p + "attention.k_norm.weight", {D}});
+    }
+    shapes.push_back({p + "feed_forward.w1.weight", {hidden, args.dim}});
+    shapes.push_back({p + "feed_forward.w2.weight", {args.dim, hidden}});
+    shapes.push_back({p + "feed_forward.w3.weight", {hidden, args.dim}});
+    shapes.push_back({p + "attention_norm.weight", {args.dim}});
+    shapes.push_back({p + "ffn_norm.weight", {args.dim}});
+  }
+  if (chunk.output) {
+    shapes.push_back({"norm.weight", {args.dim}});
+    if (!args.tie_embeddings) {
+      shapes.push_back({"output.weight", {args.vocab_size, args.dim}});
+    }
+  }
+  return shapes;
+}
+
 std::vector<std::string> TransformerImpl::unit_names() const {
   std::vector<std::string> names;
   for (int64_t i = chunk_.first_layer; i < chunk_.end_layer; ++i) {
@@ -230,7 +332,7 @@ std::vector<std::string> TransformerImpl::unit_names() const {
 void TransformerImpl::wrap_unit(
     const std::string& name, std::shared_ptr<UnitWrapper> wrapper) {
   if (!wrapper) {
-    throw std::invalid_argument("[llama] wrap_unit '" + name + "': null");
+    throw std::invalid_argument("[model] wrap_unit '" + name + "': null");
   }
   if (name.empty()) {
     root_wrappers_.push_back(std::move(wrapper));
@@ -245,10 +347,10 @@ void TransformerImpl::wrap_unit(
   }
   const std::vector<std::string> blocks(names.begin(), names.end() - 1);
   throw std::invalid_argument(
-      "[llama] wrap_unit: '" + name +
+      "[model] wrap_unit: '" + name +
       "' is not a unit of this chunk; allowed: " +
       (blocks.empty() ? std::string() : join(blocks, ", ") + ", ") +
       "\"\" (the root)");
 }
 
-}  // namespace baton::llama
+}  // namespace baton::models

@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-namespace baton::llama::attention_kernel {
+namespace baton::models::attention_kernel {
 
 /// The instruction sets the kernel is compiled for, narrowest first.
 enum class Isa { kBaseline, kAvx2, kAvx512 };
@@ -84,4 +84,4 @@ const HeadKernels& head_kernels(Isa isa);
 /// The kernels of best_isa(), chosen once.
 const HeadKernels& head_kernels();
 
-}  // namespace baton::llama::attention_kernel
+}  // namespace baton::models::attention_kernel

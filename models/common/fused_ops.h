@@ -8,7 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
-namespace baton::llama {
+namespace baton::models {
 
 /// Rotates the pairs (x[2i], x[2i+1]) of each head by the angles of `cos` /
 /// `sin` (T, D/2), Meta's layout, multiplies by `scale`, and returns the
@@ -64,4 +64,4 @@ at::Tensor blocked_causal_attention(
 /// recomputes them.
 int64_t causal_attention_saved_elements(int64_t seq_len, bool kernel);
 
-}  // namespace baton::llama
+}  // namespace baton::models

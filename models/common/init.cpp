@@ -1,4 +1,5 @@
-// Layout-independent initialisation of Llama weights (torchtitan's scheme).
+// Layout-independent initialisation of the decoder's weights (torchtitan's
+// scheme).
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -7,9 +8,9 @@
 #include <regex>
 #include <stdexcept>
 
-#include "models/llama/transformer.h"
+#include "models/common/transformer.h"
 
-namespace baton::llama {
+namespace baton::models {
 
 namespace {
 
@@ -48,7 +49,7 @@ void TransformerImpl::init_weights(uint64_t seed) {
   static const std::regex layer_param(
       R"(layers\.(\d+)\.(attention\.w[qkvo]|feed_forward\.w[123])\.weight)");
   static const std::regex norm_param(
-      R"((layers\.\d+\.(attention_norm|ffn_norm)|norm)\.weight)");
+      R"((layers\.\d+\.(attention_norm|ffn_norm|attention\.[qk]_norm)|norm)\.weight)");
   torch::NoGradGuard no_grad;
   for (auto& item : named_parameters()) {
     const std::string& fqn = item.key();
@@ -58,7 +59,7 @@ void TransformerImpl::init_weights(uint64_t seed) {
     auto gen =
         at::make_generator<at::CPUGeneratorImpl>(parameter_seed(seed, fqn));
     std::smatch match;
-    if (fqn == "tok_embeddings.weight") {
+    if (fqn == "tok_embeddings.weight" && !args_.tie_embeddings) {
       values.normal_(0.0, 1.0, gen);
     } else if (std::regex_match(fqn, norm_param)) {
       values.fill_(1.0);
@@ -72,14 +73,16 @@ void TransformerImpl::init_weights(uint64_t seed) {
       const double std =
           input_side ? 0.02 : 0.02 / std::sqrt(2.0 * (layer + 1));
       trunc_normal_(values, std, -2.0, 2.0, gen);
-    } else if (fqn == "output.weight") {
+    } else if (fqn == "output.weight" || fqn == "tok_embeddings.weight") {
+      // Tied: the embedding takes the output's rule (N(0, 1) logits would
+      // be sqrt(dim) wide).
       const double std = 1.0 / std::sqrt(static_cast<double>(args_.dim));
       trunc_normal_(values, std, -3.0 * std, 3.0 * std, gen);
     } else {
-      throw std::logic_error("[llama] no initialisation rule for " + fqn);
+      throw std::logic_error("[model] no initialisation rule for " + fqn);
     }
     param.copy_(values);
   }
 }
 
-}  // namespace baton::llama
+}  // namespace baton::models

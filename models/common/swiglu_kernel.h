@@ -10,9 +10,9 @@
 
 #include <cstdint>
 
-#include "models/llama/attention_kernel.h"
+#include "models/common/attention_kernel.h"
 
-namespace baton::llama::swiglu_kernel {
+namespace baton::models::swiglu_kernel {
 
 /// out[i] = silu(a[i]) * b[i] for i < n.
 using Forward = void (*)(const float* a, const float* b, float* out, int64_t n);
@@ -38,4 +38,4 @@ const Kernels& kernels(attention_kernel::Isa isa);
 /// The kernels of attention_kernel::best_isa().
 const Kernels& kernels();
 
-}  // namespace baton::llama::swiglu_kernel
+}  // namespace baton::models::swiglu_kernel

@@ -1,9 +1,9 @@
-#include "models/llama/swiglu_kernel.h"
+#include "models/common/swiglu_kernel.h"
 
 #include <stdexcept>
 #include <string>
 
-namespace baton::llama::swiglu_kernel {
+namespace baton::models::swiglu_kernel {
 
 // Each defined by swiglu_kernel_<isa>.cpp.
 namespace baseline {
@@ -33,4 +33,4 @@ const Kernels& kernels() {
   return best;
 }
 
-}  // namespace baton::llama::swiglu_kernel
+}  // namespace baton::models::swiglu_kernel

@@ -9,13 +9,13 @@
 
 #include <cstdint>
 
-#include "models/llama/swiglu_kernel.h"
+#include "models/common/swiglu_kernel.h"
 
-namespace baton::llama::swiglu_kernel::BATON_SWIGLU_ISA_NS {
+namespace baton::models::swiglu_kernel::BATON_SWIGLU_ISA_NS {
 
 namespace {
 
-#include "models/llama/vector_math_impl.h"
+#include "models/common/vector_math_impl.h"
 
 /// sigmoid(x) from exp of a non-positive argument only, so that no lane
 /// overflows: 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below.
@@ -92,4 +92,4 @@ void backward(
 extern const Kernels kKernels;
 const Kernels kKernels{forward, backward};
 
-}  // namespace baton::llama::swiglu_kernel::BATON_SWIGLU_ISA_NS
+}  // namespace baton::models::swiglu_kernel::BATON_SWIGLU_ISA_NS

@@ -3,4 +3,4 @@
 // registers per row of a group of 4 (attention_kernel_impl.h).
 #define BATON_ATTENTION_ISA_NS avx2
 #define BATON_ATTENTION_TILE 1
-#include "models/llama/attention_kernel_impl.h"
+#include "models/common/attention_kernel_impl.h"

@@ -18,14 +18,14 @@
 #include <cstdint>
 #include <cstring>
 
-#include "models/llama/attention_kernel_isa.h"
+#include "models/common/attention_kernel_isa.h"
 
-namespace baton::llama::attention_kernel::BATON_ATTENTION_ISA_NS {
+namespace baton::models::attention_kernel::BATON_ATTENTION_ISA_NS {
 
 namespace {
 
 // Vec, load, store and exp_nonpositive, with this file's linkage.
-#include "models/llama/vector_math_impl.h"
+#include "models/common/vector_math_impl.h"
 
 /// A chunk of keys or of head columns is one Vec.
 static_assert(kLanes == kChunk);
@@ -434,4 +434,4 @@ void head_backward(
 // Declared extern in attention_kernel_isa.h: the one name each file exports.
 const HeadKernels kKernels{head_forward, head_backward};
 
-}  // namespace baton::llama::attention_kernel::BATON_ATTENTION_ISA_NS
+}  // namespace baton::models::attention_kernel::BATON_ATTENTION_ISA_NS

@@ -1,4 +1,4 @@
-#include "models/llama/fused_ops.h"
+#include "models/common/fused_ops.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
@@ -9,12 +9,12 @@
 #include <limits>
 #include <vector>
 
-#include "models/llama/attention_kernel.h"
-#include "models/llama/swiglu_kernel.h"
-#include "models/llama/transformer.h"
+#include "models/common/attention_kernel.h"
+#include "models/common/swiglu_kernel.h"
+#include "models/common/transformer.h"
 #include "models/recompute.h"
 
-namespace baton::llama {
+namespace baton::models {
 
 namespace {
 
@@ -646,4 +646,4 @@ int64_t causal_attention_saved_elements(int64_t seq_len, bool kernel) {
   return elements;
 }
 
-}  // namespace baton::llama
+}  // namespace baton::models

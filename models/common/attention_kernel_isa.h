@@ -4,9 +4,9 @@
 // attention_kernel_impl.h by attention_kernel_<isa>.cpp; attention_kernel.cpp
 // chooses among them.
 
-#include "models/llama/attention_kernel.h"
+#include "models/common/attention_kernel.h"
 
-namespace baton::llama::attention_kernel {
+namespace baton::models::attention_kernel {
 namespace baseline {
 extern const HeadKernels kKernels;
 }  // namespace baseline
@@ -16,4 +16,4 @@ extern const HeadKernels kKernels;
 namespace avx512 {
 extern const HeadKernels kKernels;
 }  // namespace avx512
-}  // namespace baton::llama::attention_kernel
+}  // namespace baton::models::attention_kernel

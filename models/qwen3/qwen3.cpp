@@ -1,0 +1,70 @@
+#include "models/qwen3/qwen3.h"
+
+#include <tuple>
+
+#include "models/common/hf_decoder.h"
+
+namespace baton::qwen3 {
+
+namespace {
+
+ModelArgs qwen3(
+    int64_t dim,
+    int64_t n_layers,
+    int64_t n_heads,
+    int64_t n_kv_heads,
+    int64_t head_dim,
+    int64_t hidden) {
+  ModelArgs a;
+  a.dim = dim;
+  a.n_layers = n_layers;
+  a.n_heads = n_heads;
+  a.n_kv_heads = n_kv_heads;
+  a.attention_head_dim = head_dim;
+  a.ffn_hidden = hidden;
+  a.vocab_size = 151936;
+  a.norm_eps = 1e-6;
+  a.rope_theta = 1e6;
+  a.max_seq_len = 40960;
+  a.qk_norm = true;
+  return a;
+}
+
+}  // namespace
+
+const std::map<std::string, ModelArgs>& flavors() {
+  static const std::map<std::string, ModelArgs> flavors = [] {
+    std::map<std::string, ModelArgs> f;
+    f["debugmodel"] = qwen3(256, 6, 8, 4, 64, 768);
+    for (const auto& [name, dim, layers, heads, hidden, tied] :
+         {std::tuple{"0.6B", 1024, 28, 16, 3072, true},
+          std::tuple{"1.7B", 2048, 28, 16, 6144, true},
+          std::tuple{"4B", 2560, 36, 32, 9728, true},
+          std::tuple{"8B", 4096, 36, 32, 12288, false},
+          std::tuple{"14B", 5120, 40, 40, 17408, false},
+          std::tuple{"32B", 5120, 64, 64, 25600, false}}) {
+      ModelArgs a = qwen3(dim, layers, heads, 8, 128, hidden);
+      a.tie_embeddings = tied;
+      f[name] = a;
+    }
+    return f;
+  }();
+  return flavors;
+}
+
+ModelSpec spec() {
+  ModelSpec spec = decoder_model_spec();
+  spec.flavors = flavors();
+  models::DecoderHfOptions hf;
+  hf.model_type = "qwen3";
+  hf.architecture = "Qwen3ForCausalLM";
+  hf.default_head_dim = 128;
+  hf.default_max_position_embeddings = 32768;
+  hf.default_rope_theta = 10000.0;
+  hf.qk_norm = true;
+  hf.sliding_window_field = true;
+  spec.hf = models::decoder_hf_format(hf);
+  return spec;
+}
+
+}  // namespace baton::qwen3

@@ -1,0 +1,257 @@
+// The model families against transformers itself. transformers makes tiny
+// random models (tests/checkpoint/hf_reference.py): Llama 3.1's RoPE
+// scaling, Llama 3.2's tied embeddings, Qwen3, Qwen3 with YaRN, and a
+// sharded bf16 Qwen3 folder, and computes their logits and loss on fixed
+// tokens. Each folder's config.json is read by its family's reader, the
+// weights load through checkpoint.initial_load_hf, and
+// - at one process Baton's logits equal transformers' (float32: within
+//   1e-5 of the largest logit; bf16: the difference's norm within 2e-2 of
+//   the logits');
+// - at pp 2 x tp 2 and at dp_shard 2 x tp 2 (ranks as threads over real
+//   Gloo) the first step's loss equals transformers' loss;
+// - the export (export_format hf), loaded by from_pretrained, gives
+//   transformers' logits again, as the same architecture.
+// Offline: every model is made in the test. Where the project's Python
+// cannot import torch and transformers (the CPU-only set-up without the
+// NVIDIA wheels) the tests skip, saying why.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
+#include "models/model_spec.h"
+#include "tests/checkpoint/layout_checkpoint.h"
+#include "tests/trainer/layout_run.h"
+
+namespace baton {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::LayoutRank;
+using testing::RunLayout;
+
+/// The exit code and standard output of `command` (the shell's).
+std::pair<int, std::string> run_command(const std::string& command) {
+  std::string out;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) {
+    return {-1, "popen failed"};
+  }
+  std::array<char, 4096> buffer{};
+  while (std::fgets(buffer.data(), buffer.size(), pipe) != nullptr) {
+    out += buffer.data();
+  }
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string reference_command(const std::string& args) {
+  return std::string("HF_HUB_OFFLINE=1 '") + BATON_PYTHON + "' '" +
+         BATON_SOURCE_DIR + "/tests/checkpoint/hf_reference.py' " + args;
+}
+
+/// One folder transformers made: its family, whether it is bf16.
+struct Case {
+  const char* name;  // the folder under the suite's, hf_reference.py's case
+  const char* family;
+  bool bf16 = false;
+};
+
+const Case kCases[] = {
+    {"llama31", "llama3"},
+    {"llama32_tied", "llama3"},
+    {"qwen3", "qwen3"},
+    {"qwen3_yarn", "qwen3"},
+    {"qwen3_bfloat16", "qwen3", true},
+};
+
+class HfFamilies : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::path(::testing::TempDir()) / "hf_families";
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    const auto [code, out] = run_command(reference_command(
+        "make '" + root_.string() +
+        "' llama31 llama32_tied qwen3 qwen3_yarn qwen3:bfloat16"));
+    made_ = code;
+    output_ = out;
+  }
+
+  void SetUp() override {
+    if (made_ == 3) {
+      GTEST_SKIP() << "the project's Python has no transformers: " << output_;
+    }
+    ASSERT_EQ(made_, 0) << output_;
+    register_builtin_models();
+    at::set_num_threads(1);
+  }
+
+  /// The case's folder, its family's shape from config.json, its layout.
+  struct Loaded {
+    fs::path dir;
+    ModelArgs args;
+    at::Tensor tokens;  // (4, 9)
+    at::Tensor logits;  // (4, 8, vocab) float32, transformers'
+    double loss = 0.0;
+  };
+  static Loaded loaded(const Case& c) {
+    Loaded l;
+    l.dir = root_ / c.name;
+    std::ifstream in(l.dir / "config.json");
+    const json config = json::parse(in);
+    l.args = model_registry().get(c.family).hf.read_config(config, c.name);
+    const SafetensorsReader ref((l.dir / "reference.safetensors").string());
+    l.tokens = ref.read("tokens");
+    l.logits = ref.read("logits");
+    l.loss = ref.read("loss").item<double>();
+    return l;
+  }
+
+  /// `layout` training `c`'s model from its folder on transformers'
+  /// tokens; `after` runs on every rank once the steps are done.
+  static RunLayout layout_of(const Case& c, const Loaded& l, RunLayout layout) {
+    layout.model = c.family;
+    layout.args = l.args;
+    layout.bf16 = c.bf16;
+    const at::Tensor tokens = l.tokens;
+    layout.batch = [tokens](int64_t) {
+      return Batch{tokens.slice(1, 0, 8), tokens.slice(1, 1, 9)};
+    };
+    return layout;
+  }
+
+  static std::unique_ptr<CheckpointManager> manager(
+      const RunLayout& layout,
+      LayoutRank& me,
+      const fs::path& dump,
+      const CheckpointConfig& config,
+      const Case& c,
+      const ModelArgs& args) {
+    json record = model_args_json(args);
+    record["model"] = c.family;
+    record["flavor"] = c.name;
+    return testing::layout_checkpoint(
+        layout, me, dump.string(), config, record.dump());
+  }
+
+  static fs::path root_;
+  static int made_;
+  static std::string output_;
+};
+
+fs::path HfFamilies::root_;
+int HfFamilies::made_ = -1;
+std::string HfFamilies::output_;
+
+/// float32: max |a - b| / max |b|, within 1e-5; bf16: |a - b| / |b| (the
+/// norms), within 2e-2 (its rounding makes single logits differ more).
+double relative(const at::Tensor& a, const at::Tensor& b, bool bf16) {
+  const at::Tensor d = a.to(torch::kFloat) - b;
+  return bf16 ? (d.norm() / b.norm()).item<double>()
+              : (d.abs().max() / b.abs().max()).item<double>();
+}
+double tolerance(bool bf16) {
+  return bf16 ? 2e-2 : 1e-5;
+}
+
+TEST_F(HfFamilies, OneProcessLogitsEqualTransformersAndTheExportLoadsBack) {
+  std::string checks;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    const Loaded l = loaded(c);
+    RunLayout one;
+    one.rows = 4;
+    one = layout_of(c, l, one);
+    const fs::path dump = root_ / (std::string("export_") + c.name);
+    CheckpointConfig load;
+    load.initial_load_hf = l.dir.string();
+    CheckpointConfig exporting;
+    exporting.model_only_export = true;
+    exporting.export_format = "hf";
+    at::Tensor logits;
+    testing::run_layout(
+        one,
+        0,
+        [&](LayoutRank& me) {
+          manager(one, me, dump / "load", load, c, l.args)->load();
+          torch::NoGradGuard no_grad;
+          logits = me.parts[0].module().forward(l.tokens.slice(1, 0, 8));
+          return int64_t{0};
+        },
+        [&](LayoutRank& me, int64_t last) {
+          manager(one, me, dump, exporting, c, l.args)->finish({last, 0});
+        });
+    EXPECT_LE(relative(logits, l.logits, c.bf16), tolerance(c.bf16));
+    checks += " '" + (dump / "checkpoint" / "export").string() + ":" +
+              l.dir.string() + "'";
+  }
+  // The exports, read by transformers: one launch for all.
+  const auto [code, out] = run_command(reference_command("check" + checks));
+  ASSERT_EQ(code, 0) << out;
+  std::istringstream lines(out);
+  std::string line;
+  size_t i = 0;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] != '{') {
+      continue;
+    }
+    ASSERT_LT(i, std::size(kCases)) << out;
+    const Case& c = kCases[i++];
+    const json r = json::parse(line);
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(
+        r["architecture"], model_registry().get(c.family).hf.architecture);
+    // The export is float32 of what was loaded: bf16 folders' values
+    // exactly, so every case is transformers' own float32 forward.
+    EXPECT_LE(r[c.bf16 ? "l2" : "relative"].get<double>(), tolerance(c.bf16))
+        << line;
+  }
+  EXPECT_EQ(i, std::size(kCases)) << out;
+}
+
+TEST_F(HfFamilies, ShardedLayoutsTrainFromTransformersLoss) {
+  RunLayout pp2_tp2;
+  pp2_tp2.pp = 2;
+  pp2_tp2.tp = 2;
+  pp2_tp2.rows = 4;
+  RunLayout fsdp2_tp2;
+  fsdp2_tp2.dp_shard = 2;
+  fsdp2_tp2.tp = 2;
+  fsdp2_tp2.rows = 2;
+  for (const Case& c : kCases) {
+    if (c.bf16) {
+      continue;
+    }
+    SCOPED_TRACE(c.name);
+    const Loaded l = loaded(c);
+    for (RunLayout layout : {pp2_tp2, fsdp2_tp2}) {
+      if (l.args.tie_embeddings && layout.pp > 1) {
+        continue;  // the two ends of a pipeline share no weight yet
+      }
+      layout = layout_of(c, l, layout);
+      SCOPED_TRACE(layout.str());
+      CheckpointConfig load;
+      load.initial_load_hf = l.dir.string();
+      const fs::path dump = root_ / (std::string("layout_") + c.name);
+      const auto run = testing::run_layout(layout, 1, [&](LayoutRank& me) {
+        return manager(layout, me, dump, load, c, l.args)->load().step;
+      });
+      ASSERT_EQ(run.losses.size(), 1u);
+      EXPECT_NEAR(run.losses[0], l.loss, 1e-5 * l.loss);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace baton

@@ -1,0 +1,160 @@
+"""transformers' side of tests/checkpoint/hf_families_test.cpp.
+
+  hf_reference.py make DIR CASE[:DTYPE]...
+      For each CASE, a tiny random model made by transformers itself, saved
+      with save_pretrained into DIR/CASE (DTYPE float32, the default, or
+      bfloat16, which is also sharded, with model.safetensors.index.json),
+      and DIR/CASE/reference.
+      safetensors: `tokens` (4, 9) int64 and transformers' float32 `logits`
+      (4, 8, vocab) of tokens[:, :-1] with the `loss` (the mean cross-entropy
+      of tokens[:, 1:]).
+  hf_reference.py check EXPORT:DIR...
+      Loads each EXPORT with AutoModelForCausalLM.from_pretrained and prints
+      a JSON line: the difference of its logits on DIR's tokens from DIR's
+      reference, its largest entry relative to the largest reference logit
+      ("relative") and its norm relative to the reference's ("l2"), and the
+      architecture it loaded as.
+
+Offline (HF_HUB_OFFLINE=1): nothing is downloaded. Exit 3 where torch or
+transformers does not import, so the test skips saying why.
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+try:
+    import torch
+    import transformers
+    from safetensors.torch import load_file, save_file
+except Exception as e:  # noqa: BLE001 - any import failure means "skip"
+    print(f"cannot import torch and transformers: {e}")
+    sys.exit(3)
+
+VOCAB = 61
+SHAPE = dict(
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=VOCAB,
+    rms_norm_eps=1e-5,
+)
+
+
+def config_of(case):
+    if case == "llama31":
+        # Llama 3.1's RoPE scaling over an 8-position "pre-training"
+        # context, so that the ramp falls inside the 8 frequency pairs.
+        return transformers.LlamaConfig(
+            **SHAPE,
+            rope_theta=500000.0,
+            rope_scaling=dict(
+                rope_type="llama3",
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=256,
+            ),
+            max_position_embeddings=512,
+        )
+    if case == "llama32_tied":
+        return transformers.LlamaConfig(
+            **SHAPE,
+            rope_theta=500000.0,
+            rope_scaling=dict(
+                rope_type="llama3",
+                factor=32.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=64,
+            ),
+            tie_word_embeddings=True,
+        )
+    if case == "qwen3":
+        return transformers.Qwen3Config(**SHAPE, head_dim=16, rope_theta=1e6)
+    if case == "qwen3_yarn":
+        return transformers.Qwen3Config(
+            **SHAPE,
+            head_dim=16,
+            rope_theta=1e6,
+            rope_scaling=dict(
+                rope_type="yarn", factor=4.0, original_max_position_embeddings=16
+            ),
+            max_position_embeddings=64,
+        )
+    raise SystemExit(f"unknown case {case}")
+
+
+def sharpen(model, scale):
+    """Weights far from the init's near-uniform attention and logits, so a
+    wrong rotation, norm or tie shows (milder for bf16, whose rounding the
+    larger weights amplify past its tolerance)."""
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen)
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.3 * noise)
+            else:
+                p.copy_(scale * noise)
+
+
+def forward(model, tokens):
+    with torch.no_grad():
+        out = model(input_ids=tokens[:, :-1], labels=tokens[:, 1:].clone())
+    logits = out.logits.float()
+    loss = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), tokens[:, 1:].reshape(-1)
+    )
+    return logits, loss
+
+
+def make(case, folder, dtype="float32"):
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config_of(case))
+    sharpen(model, 0.4 if dtype == "float32" else 0.15)
+    model = model.to(getattr(torch, dtype)).eval()
+    tokens = torch.randint(0, VOCAB, (4, 9), generator=torch.Generator().manual_seed(1))
+    logits, loss = forward(model, tokens)
+    # Sharded where bf16, so both folder forms are read.
+    model.save_pretrained(
+        folder, max_shard_size="20KB" if dtype != "float32" else "1GB"
+    )
+    save_file(
+        {"tokens": tokens, "logits": logits.contiguous(), "loss": loss.reshape(1)},
+        os.path.join(folder, "reference.safetensors"),
+    )
+    print(json.dumps({"case": case, "loss": loss.item(), "architecture": type(model).__name__}))
+
+
+def check(export, folder):
+    ref = load_file(os.path.join(folder, "reference.safetensors"))
+    model = transformers.AutoModelForCausalLM.from_pretrained(export, dtype=torch.float32).eval()
+    logits, loss = forward(model, ref["tokens"])
+    diff = logits - ref["logits"]
+    print(
+        json.dumps(
+            {
+                "relative": (diff.abs().max() / ref["logits"].abs().max()).item(),
+                "l2": (diff.norm() / ref["logits"].norm()).item(),
+                "loss": loss.item(),
+                "architecture": type(model).__name__,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "make":
+        for spec in sys.argv[3:]:
+            case, _, dtype = spec.partition(":")
+            make(case, os.path.join(sys.argv[2], spec.replace(":", "_")), dtype or "float32")
+    elif len(sys.argv) > 2 and sys.argv[1] == "check":
+        for pair in sys.argv[2:]:
+            check(*pair.split(":"))
+    else:
+        raise SystemExit(__doc__)
