@@ -17,6 +17,7 @@
 #include "parallel/pipeline/schedules.h"
 #include "parallel/pipeline/simulator.h"
 #include "parallel/pipeline/split.h"
+#include "parallel/pipeline/tied_weights.h"
 #include "trainer/pipeline_train_step.h"
 
 namespace baton {
@@ -112,6 +113,8 @@ ModelParts PipelineTrainerBuilder::build_model(const ModelArgs& args) {
     parts.push_back(std::make_shared<ModelPart>(
         spec.build(args, chunks[s], config().training.seed), s));
   }
+  pipeline::tie_embeddings(
+      parts, args.tie_embeddings, schedule_.stage_to_rank, mesh(), runtime());
   return parts;
 }
 

@@ -59,6 +59,11 @@ class TrainerBuilder {
   }
   /// This rank's process groups; set by init_runtime.
   dist::ParallelMesh& mesh() const;
+  /// The distributed runtime, for groups of its own (null for one
+  /// process); set by init_runtime.
+  const std::shared_ptr<dist::Runtime>& runtime() const {
+    return runtime_;
+  }
   /// Device the parts train on; set by init_runtime.
   at::Device device() const {
     return device_;

@@ -258,7 +258,8 @@ std::vector<int64_t> CheckpointManager::list_steps(const fs::path& folder) {
 
 bool CheckpointManager::writes(
     const ModelPart& part, const std::string& fqn, const at::Tensor& p) const {
-  return layout_.writes(part.grad_split(fqn)) &&
+  // A tied copy is its original, which its own stage writes.
+  return layout_.writes(part.grad_split(fqn)) && !part.tied_copy(fqn) &&
          (part.slice(fqn) == nullptr || p.numel() > 0);
 }
 
@@ -275,6 +276,9 @@ CheckpointManager::Snapshot CheckpointManager::snapshot(
     for (const auto& item : parts_[i].module().named_parameters()) {
       const std::string& fqn = item.key();
       const at::Tensor& p = item.value();
+      if (parts_[i].tied_copy(fqn)) {
+        continue;  // its original is written, with its optimizer state
+      }
       const ParamSlice* slice = parts_[i].slice(fqn);
       // One rank writes each copy of a tensor (CheckpointLayout::writes):
       // a slice is written by every rank that holds a (non-empty) one of

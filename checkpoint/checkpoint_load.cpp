@@ -562,10 +562,14 @@ void CheckpointManager::apply(Staged& staged) const {
         at::Tensor p = item.value();
         p.copy_(staged.tensors.at(item.key()));
         const OptimizerStateCodec& codec = state_codec(i);
+        // A tied copy's state is its original's values in tensors of its
+        // own (the optimizer updates each in place).
+        const bool copy = parts_[i].tied_copy(item.key());
         std::vector<at::Tensor> fields;
         for (const OptimizerStateField& f : codec.fields) {
-          fields.push_back(
-              staged.tensors.at(optimizer_fqn(item.key(), f.name.c_str())));
+          const at::Tensor& t =
+              staged.tensors.at(optimizer_fqn(item.key(), f.name.c_str()));
+          fields.push_back(copy ? t.clone() : t);
         }
         auto st = codec.make(fields, p);
         states[compat::optimizer_state_key(p)] = std::move(st);

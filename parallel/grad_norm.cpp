@@ -40,7 +40,8 @@ double grad_norm(const ModelParts& parts, const dist::ParallelMesh& mesh) {
         sum = at::zeros({}, at::kDouble);
       }
       const at::Tensor& g = item.value().grad();
-      if (g.defined()) {
+      // A tied copy's gradient is its original's, counted there.
+      if (g.defined() && !part.tied_copy(item.key())) {
         sum = sum + g.pow(2).sum().to(at::kDouble).cpu();
       }
     }

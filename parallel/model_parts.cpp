@@ -107,6 +107,20 @@ std::vector<at::Tensor> ModelParts::parameters() const {
   return params;
 }
 
+void ModelPart::mark_tied_copy(const std::string& fqn) {
+  tied_copies_.insert(fqn);
+}
+
+void ModelParts::add_gradient_hook(std::function<void()> hook) {
+  gradient_hooks_->push_back(std::move(hook));
+}
+
+void ModelParts::run_gradient_hooks() const {
+  for (const auto& hook : *gradient_hooks_) {
+    hook();
+  }
+}
+
 int64_t ModelParts::num_params() const {
   int64_t n = 0;
   for (const auto& p : parameters()) {

@@ -3,8 +3,10 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -63,6 +65,13 @@ class ModelPart {
   void set_slice(const std::string& fqn, ParamSlice slice);
   /// The slice `fqn` is, or null when this rank holds the whole tensor.
   const ParamSlice* slice(const std::string& fqn) const;
+  /// Declares the parameter `fqn` a copy of one that another stage holds
+  /// (a tied embedding's on the last stage), kept equal to it: the grad
+  /// norm and the checkpoint count the other one only.
+  void mark_tied_copy(const std::string& fqn);
+  bool tied_copy(const std::string& fqn) const {
+    return tied_copies_.contains(fqn);
+  }
 
  private:
   std::shared_ptr<ModelChunk> module_;
@@ -70,6 +79,7 @@ class ModelPart {
   GradientSyncChain grad_sync_;
   std::map<std::string, std::vector<std::string>> grad_split_;
   std::map<std::string, ParamSlice> slices_;
+  std::set<std::string> tied_copies_;
 };
 
 /// The model parts this rank holds, in increasing stage order: one without
@@ -112,8 +122,17 @@ class ModelParts {
   /// Number of parameter elements over all parts (this rank's).
   int64_t num_params() const;
 
+  /// Adds `hook`, which the train steps run once per step after every
+  /// part's gradients are synchronised, before the grad norm and the
+  /// optimizer: what sums the gradients of weights two stages hold. Copies
+  /// of this ModelParts share the hooks.
+  void add_gradient_hook(std::function<void()> hook);
+  void run_gradient_hooks() const;
+
  private:
   std::vector<std::shared_ptr<ModelPart>> parts_;
+  std::shared_ptr<std::vector<std::function<void()>>> gradient_hooks_ =
+      std::make_shared<std::vector<std::function<void()>>>();
 };
 
 }  // namespace baton

@@ -100,6 +100,8 @@ StepOutput PipelinedTrainStep::run(
       part.grad_sync().reduce_now();
     }
   });
+  // Weights two stages hold (a tied embedding), once every stage's are.
+  parts.run_gradient_hooks();
   loss_sum = sum_over(dp_group_, sum_over(pp_group_, loss_sum));
   StepOutput out;
   out.loss = loss_sum / static_cast<double>(tokens);

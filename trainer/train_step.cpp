@@ -41,6 +41,7 @@ StepOutput LocalTrainStep::run(
     loss_sum += loss.item<double>();
   }
   part.grad_sync().finish();
+  parts.run_gradient_hooks();
   loss_sum = sum_over(batch_group_, loss_sum);
   return {loss_sum / static_cast<double>(tokens), tokens};
 }

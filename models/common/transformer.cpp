@@ -162,12 +162,15 @@ TransformerImpl::TransformerImpl(const ModelArgs& args, const ChunkSpec& chunk)
     norm = register_module("norm", RMSNorm(args_.dim, args_.norm_eps));
     if (!args_.tie_embeddings) {
       output = register_module("output", Linear(args_.dim, args_.vocab_size));
-    } else if (chunk_.embedding) {
-      output = register_module("output", Linear(tok_embeddings->weight));
     } else {
-      throw std::invalid_argument(
-          "[model] tied embeddings: a chunk that holds the output must hold "
-          "the token embedding too");
+      if (!chunk_.embedding) {
+        // The last pipeline stage's copy of the first stage's weight
+        // (initialised alike by its name; parallel/pipeline ties them).
+        tok_embeddings = register_module(
+            "tok_embeddings",
+            torch::nn::Embedding(args_.vocab_size, args_.dim));
+      }
+      output = register_module("output", Linear(tok_embeddings->weight));
     }
   }
 }
@@ -315,6 +318,8 @@ std::vector<ParamShape> parameter_shapes(
     shapes.push_back({"norm.weight", {args.dim}});
     if (!args.tie_embeddings) {
       shapes.push_back({"output.weight", {args.vocab_size, args.dim}});
+    } else if (!chunk.embedding) {
+      shapes.push_back({"tok_embeddings.weight", {args.vocab_size, args.dim}});
     }
   }
   return shapes;

@@ -110,8 +110,10 @@ TORCH_MODULE(TransformerBlock);
 /// ModelArgs adds for later families), or a contiguous chunk of it (see
 /// ChunkSpec). Submodule names are Meta's: tok_embeddings, layers.<global
 /// index>, norm, output. With args.tie_embeddings the output projection
-/// multiplies by tok_embeddings' weight and has no parameter of its own;
-/// a chunk that holds the output but not the embedding cannot be tied.
+/// multiplies by tok_embeddings' weight and has no parameter of its own; a
+/// chunk that holds the output but not the embedding (a pipeline's last
+/// stage) holds a copy of that weight, `tok_embeddings.weight` too, which
+/// parallel/pipeline/tied_weights.h keeps equal to the first stage's.
 class TransformerImpl final : public ModelChunk {
  public:
   TransformerImpl(const ModelArgs& args, const ChunkSpec& chunk = {});

@@ -35,7 +35,9 @@ ModelArgs qwen3(
 const std::map<std::string, ModelArgs>& flavors() {
   static const std::map<std::string, ModelArgs> flavors = [] {
     std::map<std::string, ModelArgs> f;
+    // Tied, as the small Qwen3s are: pipelines tie its two ends.
     f["debugmodel"] = qwen3(256, 6, 8, 4, 64, 768);
+    f["debugmodel"].tie_embeddings = true;
     for (const auto& [name, dim, layers, heads, hidden, tied] :
          {std::tuple{"0.6B", 1024, 28, 16, 3072, true},
           std::tuple{"1.7B", 2048, 28, 16, 6144, true},

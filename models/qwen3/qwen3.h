@@ -12,7 +12,7 @@
 
 namespace baton::qwen3 {
 
-/// The flavors by name: `debugmodel` (CPU-sized) and Qwen3's published
+/// The flavors by name: `debugmodel` (CPU-sized, tied) and Qwen3's published
 /// dense shapes `0.6B`, `1.7B`, `4B` (tied), `8B`, `14B`, `32B`.
 const std::map<std::string, ModelArgs>& flavors();
 

@@ -4,8 +4,6 @@
 
 #include "common/error.h"
 #include "common/text.h"
-#include "config/job_config.h"
-#include "models/model_args.h"
 #include "parallel/axes.h"
 #include "parallel/parallelism.h"
 
@@ -25,24 +23,6 @@ Parallelism pipeline_parallelism() {
         shape.tokens = config.parallelism.pipeline_parallel_microbatch_size *
                        config.training.seq_len;
       };
-  // The first stage holds the embedding and the last the output: a model
-  // whose output is its embedding would need the one weight on both.
-  p.check = [](const JobConfig& config,
-               const ParallelDims&,
-               const ModelArgs& args) -> std::optional<ConfigProblem> {
-    if (!args.tie_embeddings) {
-      return std::nullopt;
-    }
-    const std::string key = "parallelism.pipeline_parallel_degree";
-    return ConfigProblem{
-        key,
-        key + ": " +
-            std::to_string(config.parallelism.pipeline_parallel_degree) +
-            ", but " + config.model.name + " " + config.model.flavor +
-            " ties its output projection to its token embedding, which "
-            "pipeline stages do not share yet; allowed: 1 (tensor and data "
-            "parallel train tied models)"};
-  };
   return p;
 }
 

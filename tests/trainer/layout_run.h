@@ -32,6 +32,7 @@
 #include "parallel/pipeline/lowering.h"
 #include "parallel/pipeline/schedules.h"
 #include "parallel/pipeline/split.h"
+#include "parallel/pipeline/tied_weights.h"
 #include "parallel/tensor_parallel/tensor_parallel.h"
 #include "tests/parallel/multi_rank.h"
 #include "tests/parallel/test_parts.h"
@@ -191,6 +192,14 @@ inline void run_layout_rank(
     chain.apply(*part, ParallelContext{config, mesh, at::kCPU, pipelined, mp});
     stages.emplace_back(s, chunk);
     me.parts.push_back(part);
+  }
+  if (pipelined) {
+    pipeline::tie_embeddings(
+        me.parts,
+        args.tie_embeddings,
+        schedule.stage_to_rank,
+        mesh,
+        rt ? rt->shared_from_this() : nullptr);
   }
   register_builtin_optimizers();
   std::vector<std::unique_ptr<torch::optim::Optimizer>> opts;
