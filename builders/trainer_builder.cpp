@@ -56,12 +56,16 @@ void check_built(bool ok, const std::string& what) {
   }
 }
 
-/// The model's shape as config.json of the model-only export records it.
-std::string model_config_json(const JobConfig& config, const ModelArgs& a) {
+/// The model's shape as config.json of the model-only export records it,
+/// with the tokenizer's BOS and EOS ids (an HF export's token ids).
+std::string model_config_json(
+    const JobConfig& config, const ModelArgs& a, const Tokenizer& tokenizer) {
   nlohmann::json model = model_args_json(a);
   model["model"] = config.model.name;
   model["flavor"] = config.model.flavor;
   model["tokenizer"] = config.model.tokenizer;
+  model["bos_id"] = tokenizer.bos_id();
+  model["eos_id"] = tokenizer.eos_id();
   return model.dump();
 }
 
@@ -76,6 +80,7 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   TrainerComponents c;
   c.tokenizer = build_tokenizer();
   check_built(c.tokenizer != nullptr, "build_tokenizer returned null");
+  tokenizer_ = c.tokenizer;
 
   const auto& spec =
       model_registry().get(config_.model.name, config_.origin("model.name"));
@@ -401,7 +406,7 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
       dataloader,
       std::move(layout),
       std::move(group),
-      model_config_json(config_, model_args_));
+      model_config_json(config_, model_args_, *tokenizer_));
 }
 
 std::unique_ptr<MetricsLogger> TrainerBuilder::build_metrics() {

@@ -150,6 +150,8 @@ class TrainerBuilder {
   std::optional<dist::LaunchEnv> env_override_;
   dist::LaunchEnv env_;
   std::shared_ptr<dist::Runtime> runtime_;
+  /// build_tokenizer's, for the checkpoint's model record.
+  std::shared_ptr<const Tokenizer> tokenizer_;
   std::shared_ptr<dist::ParallelMesh> mesh_;
   at::Device device_{at::kCPU};
   MixedPrecision mixed_precision_;

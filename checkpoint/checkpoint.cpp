@@ -468,13 +468,19 @@ void CheckpointManager::finish_save(
     const fs::path& tmp,
     std::chrono::steady_clock::time_point start) {
   const int64_t step = s.state.step;
-  const json index = checkpoint_index::make_index(
+  json index = checkpoint_index::make_index(
       step,
       s.state.tokens_seen,
       s.meta["lr_steps"],
       layout_,
       metas,
       state_codec(0).name);
+  // The model it was saved from, so that a resume into another family or
+  // shape says so (check_model) rather than which tensor is missing.
+  const json record = json::parse(model_config_json_);
+  if (record.contains("model")) {
+    index["model"] = record;
+  }
   const uint64_t bytes = checkpoint_index::tensor_bytes(index);
   write_synced(tmp / kIndexFile, index.dump(1));
   sync_directory(tmp.string());

@@ -229,8 +229,21 @@ void CheckpointManager::merge_export(
         hf_folder::index_json(entries, hf_folder::kSingleFile).dump(2) + "\n");
     json hf_config = model->format->write_config(model->args);
     hf_config["torch_dtype"] = config_.export_dtype;
+    // The run's tokenizer's ids, there and in generation_config.json,
+    // where transformers' generate looks for them.
+    json generation = {{"_from_model_config", true}};
+    for (const auto& [baton, hf] :
+         {std::pair{"bos_id", "bos_token_id"},
+          std::pair{"eos_id", "eos_token_id"}}) {
+      if (config.contains(baton)) {
+        hf_config[hf] = config[baton];
+        generation[hf] = config[baton];
+      }
+    }
     hf_config["baton"] = config;
     config = hf_config;
+    write_synced(
+        tmp / hf_folder::kGenerationConfigFile, generation.dump(2) + "\n");
   }
   write_synced(tmp / "config.json", config.dump(2) + "\n");
   sync_directory(tmp.string());

@@ -127,6 +127,50 @@ void check_fqns(
   }
 }
 
+/// Fails when `index` records the model it was saved from (checkpoints
+/// since the model families) and `record` (this run's) is another family
+/// or shape, naming the config key to change.
+void check_model(
+    const json& index, const std::string& index_path, const json& record) {
+  if (!index.contains("model") || !index["model"].is_object() ||
+      !record.contains("model")) {
+    return;
+  }
+  const json& saved = index["model"];
+  const auto text = [](const json& r) {
+    return r.value("model", std::string("?")) + " " +
+           r.value("flavor", std::string("?"));
+  };
+  if (saved.value("model", std::string()) != record["model"]) {
+    fail(
+        index_path + ": saved from model " + text(saved) +
+        ", but this run's model.name is '" +
+        record["model"].get<std::string>() +
+        "'; allowed: the family it was saved from, or another "
+        "job.dump_folder to start afresh");
+  }
+  for (const char* key :
+       {"dim",
+        "n_layers",
+        "n_heads",
+        "n_kv_heads",
+        "head_dim",
+        "ffn_hidden_dim",
+        "vocab_size",
+        "qk_norm",
+        "tie_embeddings"}) {
+    if (saved.contains(key) && record.contains(key) &&
+        saved[key] != record[key]) {
+      fail(
+          index_path + ": saved from model " + text(saved) + " with " + key +
+          " " + saved[key].dump() + ", but this run's (" + text(record) +
+          ") has " + record[key].dump() +
+          "; allowed: the model.flavor (and model.tokenizer) it was saved "
+          "with");
+    }
+  }
+}
+
 }  // namespace
 
 struct CheckpointManager::FolderPlan {
@@ -321,6 +365,7 @@ TrainState CheckpointManager::load() {
     if (!error.empty()) {
       throw CheckpointError(error);
     }
+    check_model(index, index_path, json::parse(model_config_json_));
     stage_tensors(index, dir, wanted, model_fqns, staged);
     stage_state(index, index_path, staged);
   } catch (const CheckpointError& e) {

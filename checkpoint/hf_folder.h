@@ -32,6 +32,7 @@ namespace baton::hf_folder {
 inline constexpr const char* kConfigFile = "config.json";
 inline constexpr const char* kIndexFile = "model.safetensors.index.json";
 inline constexpr const char* kSingleFile = "model.safetensors";
+inline constexpr const char* kGenerationConfigFile = "generation_config.json";
 
 /// The model.safetensors.index.json of `entries`, all in `file`.
 nlohmann::json index_json(

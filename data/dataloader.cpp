@@ -207,7 +207,10 @@ void DataLoader::load_document() {
   const int64_t index = document_index(position_.epoch, position_.document);
   const std::vector<int32_t> ids = dataset_->tokens(index, *tokenizer_);
   document_tokens_.clear();
-  document_tokens_.push_back(tokenizer_->bos_id());
+  // A tokenizer without BOS (Qwen's) only ends its documents.
+  if (tokenizer_->bos_id() >= 0) {
+    document_tokens_.push_back(tokenizer_->bos_id());
+  }
   document_tokens_.insert(document_tokens_.end(), ids.begin(), ids.end());
   document_tokens_.push_back(tokenizer_->eos_id());
   if (position_.token > static_cast<int64_t>(document_tokens_.size())) {

@@ -1,12 +1,11 @@
 #include "data/tiktoken_tokenizer.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include <fstream>
 #include <limits>
 #include <stdexcept>
 #include <unordered_map>
+
+#include "data/regex_split.h"
 
 namespace baton {
 
@@ -17,86 +16,8 @@ constexpr const char* kLlama3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3})"
     R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
-// Compiled once; pcre2_code is read-only after JIT compilation, so threads
-// share it and only their match data differs.
-class Llama3Regex {
- public:
-  Llama3Regex() {
-    int error = 0;
-    PCRE2_SIZE offset = 0;
-    // MATCH_INVALID_UTF: bytes that are not UTF-8 never match (instead of
-    // making the match undefined), so they show up as gaps between matches.
-    code_ = pcre2_compile(
-        reinterpret_cast<PCRE2_SPTR>(kLlama3Pattern),
-        PCRE2_ZERO_TERMINATED,
-        PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF,
-        &error,
-        &offset,
-        nullptr);
-    if (code_ == nullptr) {
-      PCRE2_UCHAR message[256];
-      pcre2_get_error_message(error, message, sizeof(message));
-      throw std::logic_error(
-          "[tiktoken] cannot compile the Llama 3 split at offset " +
-          std::to_string(offset) + ": " + reinterpret_cast<char*>(message));
-    }
-    // Without JIT (some platforms) the interpreter gives the same matches.
-    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);
-  }
-  ~Llama3Regex() {
-    pcre2_code_free(code_);
-  }
-  Llama3Regex(const Llama3Regex&) = delete;
-  Llama3Regex& operator=(const Llama3Regex&) = delete;
-
-  std::vector<std::string_view> split(std::string_view text) const {
-    std::vector<std::string_view> pieces;
-    pcre2_match_data* match =
-        pcre2_match_data_create_from_pattern(code_, nullptr);
-    if (match == nullptr) {
-      throw std::bad_alloc();
-    }
-    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    size_t pos = 0;
-    int rc = 0;
-    while (pos < text.size()) {
-      rc = pcre2_match(code_, subject, text.size(), pos, 0, match, nullptr);
-      if (rc == PCRE2_ERROR_NOMATCH) {
-        break;
-      }
-      if (rc < 0) {
-        break;
-      }
-      const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
-      const size_t begin = ovector[0];
-      const size_t end = ovector[1];
-      if (begin > pos) {
-        pieces.push_back(text.substr(pos, begin - pos));
-      }
-      // Every alternative consumes at least one character.
-      pieces.push_back(text.substr(begin, end - begin));
-      pos = end;
-    }
-    pcre2_match_data_free(match);
-    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
-      PCRE2_UCHAR message[256];
-      pcre2_get_error_message(rc, message, sizeof(message));
-      throw std::runtime_error(
-          std::string("[tiktoken] splitting text failed: ") +
-          reinterpret_cast<char*>(message));
-    }
-    if (pos < text.size()) {
-      pieces.push_back(text.substr(pos));
-    }
-    return pieces;
-  }
-
- private:
-  pcre2_code* code_ = nullptr;
-};
-
-const Llama3Regex& llama3_regex() {
-  static const Llama3Regex regex;
+const RegexSplitter& llama3_regex() {
+  static const RegexSplitter regex(kLlama3Pattern, "tiktoken");
   return regex;
 }
 

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "data/dataset.h"
+#include "data/hf_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "data/tiktoken_tokenizer.h"
 
@@ -87,6 +88,13 @@ void register_builtin_tokenizers() {
             "Llama 3's tokenizer: a tiktoken-format file at "
             "model.tokenizer_path, its pre-tokenisation split and 256 special "
             "ids (<|begin_of_text|>, <|end_of_text|>, ...) after the file's");
+        registry.add(
+            "huggingface",
+            from_file<HfTokenizer>(
+                "huggingface", "a Hugging Face tokenizer.json"),
+            "a Hugging Face tokenizer.json at model.tokenizer_path (byte-level "
+            "BPE, as Llama 3 and Qwen3 ship it): its split, merges, added "
+            "tokens, NFC where it says");
       });
 }
 

@@ -21,7 +21,8 @@ class Tokenizer {
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   /// Number of distinct ids, special tokens included.
   virtual int64_t vocab_size() const = 0;
-  /// Id that starts each document.
+  /// Id that starts each document; -1: none (a tokenizer whose documents
+  /// only end, as Qwen's).
   virtual int32_t bos_id() const = 0;
   /// Id that ends each document.
   virtual int32_t eos_id() const = 0;
@@ -55,7 +56,8 @@ using TokenizerCreator =
 /// The tokenizer registry (`model.tokenizer`).
 Registry<TokenizerCreator>& tokenizer_registry();
 
-/// Registers the built-in tokenizers (bytes, sentencepiece, tiktoken); safe
+/// Registers the built-in tokenizers (bytes, sentencepiece, tiktoken,
+/// huggingface); safe
 /// to call more than once. The file-based ones find a relative path under
 /// the source tree's assets/ too (resolve_asset_path).
 void register_builtin_tokenizers();

@@ -8,6 +8,7 @@
 #    Gloo's, which the PyTorch wheel does not ship; Gloo's code is inside the
 #    wheel's libtorch_cpu, and Baton never links Debian's libgloo.
 #    protobuf-compiler is the tests' reader of TensorBoard event files;
+#    libicu-dev gives NFC for tokenizer.json files that normalize (Qwen's);
 #    iproute2 makes the two-machine test's network namespaces.
 # 2. The pinned PyTorch wheel (scripts/versions.env) into a virtual
 #    environment of the project's, $BATON_TORCH_HOME/torch-VERSION (default
@@ -55,7 +56,7 @@ packages=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   nlohmann-json3-dev zlib1g-dev
-  libsentencepiece-dev libpcre2-dev
+  libsentencepiece-dev libpcre2-dev libicu-dev
   protobuf-compiler
   iproute2
 )

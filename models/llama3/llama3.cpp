@@ -82,13 +82,11 @@ const std::map<std::string, ModelArgs>& flavors() {
 ModelSpec spec() {
   ModelSpec spec = decoder_model_spec();
   spec.flavors = flavors();
-  models::DecoderHfOptions hf;
-  hf.model_type = "llama";
-  hf.architecture = "LlamaForCausalLM";
-  hf.default_max_position_embeddings = 2048;
-  hf.default_rope_theta = 10000.0;
-  hf.mlp_bias_field = true;
-  spec.hf = models::decoder_hf_format(hf);
+  spec.hf = models::decoder_hf_format(
+      {.model_type = "llama",
+       .architecture = "LlamaForCausalLM",
+       .default_max_position_embeddings = 2048,
+       .mlp_bias_field = true});
   return spec;
 }
 

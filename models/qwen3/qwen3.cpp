@@ -57,15 +57,13 @@ const std::map<std::string, ModelArgs>& flavors() {
 ModelSpec spec() {
   ModelSpec spec = decoder_model_spec();
   spec.flavors = flavors();
-  models::DecoderHfOptions hf;
-  hf.model_type = "qwen3";
-  hf.architecture = "Qwen3ForCausalLM";
-  hf.default_head_dim = 128;
-  hf.default_max_position_embeddings = 32768;
-  hf.default_rope_theta = 10000.0;
-  hf.qk_norm = true;
-  hf.sliding_window_field = true;
-  spec.hf = models::decoder_hf_format(hf);
+  spec.hf = models::decoder_hf_format(
+      {.model_type = "qwen3",
+       .architecture = "Qwen3ForCausalLM",
+       .default_head_dim = 128,
+       .default_max_position_embeddings = 32768,
+       .qk_norm = true,
+       .sliding_window_field = true});
   return spec;
 }
 

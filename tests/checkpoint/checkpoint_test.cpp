@@ -949,5 +949,37 @@ TEST(Checkpoint, ModelOnlyExportIsOneSafetensorsFileAnyReaderCanRead) {
   EXPECT_FALSE(fs::exists(dump / "checkpoint" / "export.partial"));
 }
 
+// A checkpoint records the model it was saved from: resuming it into
+// another family or flavor fails (exit 1, nothing loaded) naming the saved
+// model and the key to change, not a missing tensor.
+TEST(Checkpoint, AResumeIntoAnotherFamilyOrFlavorNamesIt) {
+  const auto dump = testing::fresh_dir("ck_other_family");
+  const auto saved =
+      train("debug_model", dump, " --model.name=qwen3 --training.steps=5");
+  ASSERT_EQ(saved.code, 0) << saved.output;
+  const json index = read_json(step_dir(dump, 5) / "index.json");
+  EXPECT_EQ(index["model"]["model"], "qwen3");
+  EXPECT_EQ(index["model"]["tie_embeddings"], true);
+  const auto other = train("debug_model", dump, "");
+  EXPECT_EQ(other.code, 1) << other.output;
+  EXPECT_NE(
+      other.output.find("saved from model qwen3 debugmodel, but this run's "
+                        "model.name is 'llama3'"),
+      std::string::npos)
+      << other.output;
+  // The same family with another tokenizer: another vocabulary.
+  const auto retokenized = train(
+      "debug_model",
+      dump,
+      " --model.name=qwen3 --model.tokenizer=sentencepiece"
+      " --model.tokenizer_path=" +
+          source_path("assets/kjv_sp.model"));
+  EXPECT_EQ(retokenized.code, 1) << retokenized.output;
+  EXPECT_NE(
+      retokenized.output.find("with vocab_size 258, but this run's"),
+      std::string::npos)
+      << retokenized.output;
+}
+
 }  // namespace
 }  // namespace baton

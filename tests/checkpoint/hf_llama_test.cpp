@@ -450,6 +450,16 @@ TEST(HfLlama, TheBinaryExportsAndStartsFromHf) {
   ASSERT_EQ(r.code, 0) << r.output;
   const fs::path dir = a / "checkpoint" / "export";
   ASSERT_TRUE(fs::exists(dir / "model.safetensors.index.json"));
+  // A folder to publish: the byte tokenizer's BOS and EOS (256, 257), in
+  // config.json and generation_config.json, and the context.
+  const json config = json::parse(std::ifstream(dir / "config.json"));
+  EXPECT_EQ(config["bos_token_id"], 256);
+  EXPECT_EQ(config["eos_token_id"], 257);
+  EXPECT_EQ(config["max_position_embeddings"], 8192);
+  const json generation =
+      json::parse(std::ifstream(dir / "generation_config.json"));
+  EXPECT_EQ(generation["bos_token_id"], 256);
+  EXPECT_EQ(generation["eos_token_id"], 257);
 
   const auto b = testing::fresh_dir("hf_bin_b");
   const auto loaded = train(

@@ -2,7 +2,8 @@
 
 // A CheckpointManager for one rank of a layout run (tests/trainer/
 // layout_run.h): its CheckpointLayout from the run's degrees and the rank's
-// mesh coordinates, over the run's world group (or a group of one).
+// mesh coordinates, over the run's world group (or a group of one); and the
+// check that a saved run resumes at another layout.
 
 #include <memory>
 #include <string>
@@ -33,6 +34,32 @@ inline std::unique_ptr<CheckpointManager> layout_checkpoint(
       me.runtime ? me.runtime->world()
                  : dist::ProcessGroup::single("checkpoint"),
       model_config_json);
+}
+
+/// Resumes the checkpoint that `dump` holds at step `saved` in `layout`
+/// through steps [saved, last) and expects `straight` (a run of `last`
+/// steps without a break): its losses from `saved` on within 1e-5 and its
+/// final weights.
+inline void expect_resumes(
+    const RunLayout& layout,
+    const std::string& dump,
+    int64_t saved,
+    int64_t last,
+    const LayoutRunResult& straight) {
+  SCOPED_TRACE("resumed at " + layout.str());
+  CheckpointConfig config;
+  config.enable = true;
+  const auto resumed = run_layout(layout, last, [&](LayoutRank& me) {
+    return layout_checkpoint(layout, me, dump, config)->load().step;
+  });
+  ASSERT_EQ(resumed.losses.size(), static_cast<size_t>(last - saved));
+  for (int64_t s = saved; s < last; ++s) {
+    EXPECT_NEAR(resumed.losses[s - saved], straight.losses[s], 1e-5)
+        << "step " << s;
+  }
+  for (const auto& [fqn, p] : straight.params) {
+    EXPECT_TRUE(torch::allclose(resumed.params.at(fqn), p, 1e-4, 1e-5)) << fqn;
+  }
 }
 
 }  // namespace baton::testing

@@ -73,20 +73,7 @@ TEST(TiedCheckpoint, PipelinedTiedModelResumesAtOtherLayouts) {
   zbv.schedule = "ZBVZeroBubble";
   zbv.stages_per_rank = 2;
   for (const RunLayout& layout : {tied(RunLayout{}), tied(zbv)}) {
-    SCOPED_TRACE("resumed at " + layout.str());
-    const auto resumed =
-        testing::run_layout(layout, kSteps, [&](LayoutRank& me) {
-          return checkpoint_of(layout, me, dump)->load().step;
-        });
-    ASSERT_EQ(resumed.losses.size(), static_cast<size_t>(kSteps - kSaveAt));
-    for (int64_t s = kSaveAt; s < kSteps; ++s) {
-      EXPECT_NEAR(resumed.losses[s - kSaveAt], straight.losses[s], 1e-5)
-          << "step " << s;
-    }
-    for (const auto& [fqn, p] : straight.params) {
-      EXPECT_TRUE(torch::allclose(resumed.params.at(fqn), p, 1e-4, 1e-5))
-          << fqn;
-    }
+    testing::expect_resumes(layout, dump.string(), kSaveAt, kSteps, straight);
   }
 }
 

@@ -145,6 +145,37 @@ TEST(DataLoaderTest, WrapsAroundEpochsForever) {
   }
 }
 
+/// Bytes without BOS, as Qwen's tokenizer: documents only end.
+class NoBosBytes final : public Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view text) const override {
+    return bytes_.encode(text);
+  }
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    return bytes_.decode(ids);
+  }
+  int64_t vocab_size() const override {
+    return 258;
+  }
+  int32_t bos_id() const override {
+    return -1;
+  }
+  int32_t eos_id() const override {
+    return kEos;
+  }
+
+ private:
+  ByteTokenizer bytes_;
+};
+
+TEST(DataLoaderTest, ATokenizerWithoutBosOnlyEndsDocuments) {
+  DataLoader loader(
+      docs({"ab", "c"}), std::make_shared<NoBosBytes>(), options(1, 4, 0));
+  const Batch batch = loader.next();
+  EXPECT_EQ(row(batch.inputs, 0), (std::vector<int64_t>{'a', 'b', kEos, 'c'}));
+  EXPECT_EQ(row(batch.labels, 0), (std::vector<int64_t>{'b', kEos, 'c', kEos}));
+}
+
 TEST(DataLoaderTest, ReadsTheBundledCorpus) {
   DatasetOptions kjv;
   kjv.path = resolve_asset_path("assets/kjv.jsonl.gz");

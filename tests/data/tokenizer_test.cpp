@@ -383,8 +383,14 @@ TEST_F(TiktokenTest, RegistryFindsEveryTokenizerByName) {
   auto& registry = tokenizer_registry();
   EXPECT_EQ(
       registry.names(),
-      (std::vector<std::string>{"bytes", "sentencepiece", "tiktoken"}));
+      (std::vector<std::string>{
+          "bytes", "huggingface", "sentencepiece", "tiktoken"}));
   EXPECT_EQ(registry.get("BYTES")("ignored")->vocab_size(), 258);
+  // The bundled tokenizer.json (Qwen's kind: no BOS, <|endoftext|> EOS).
+  const auto hf = registry.get("huggingface")("assets/kjv_tokenizer.json");
+  EXPECT_EQ(hf->vocab_size(), 2000);
+  EXPECT_EQ(hf->bos_id(), -1);
+  EXPECT_EQ(hf->eos_id(), 0);
   const std::string path =
       write_plain("r.tiktoken", tiktoken_file({"th", "the"}));
   EXPECT_EQ(registry.get("TikToken")(path)->vocab_size(), 258 + 256);
