@@ -18,17 +18,17 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
 #include "models/model_spec.h"
+#include "tests/baton_binary.h"
 #include "tests/checkpoint/layout_checkpoint.h"
 #include "tests/trainer/layout_run.h"
 
@@ -39,21 +39,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::LayoutRank;
 using testing::RunLayout;
-
-/// The exit code and standard output of `command` (the shell's).
-std::pair<int, std::string> run_command(const std::string& command) {
-  std::string out;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) {
-    return {-1, "popen failed"};
-  }
-  std::array<char, 4096> buffer{};
-  while (std::fgets(buffer.data(), buffer.size(), pipe) != nullptr) {
-    out += buffer.data();
-  }
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
 
 std::string reference_command(const std::string& args) {
   return std::string("HF_HUB_OFFLINE=1 '") + BATON_PYTHON + "' '" +
@@ -81,11 +66,11 @@ class HfFamilies : public ::testing::Test {
     root_ = fs::path(::testing::TempDir()) / "hf_families";
     fs::remove_all(root_);
     fs::create_directories(root_);
-    const auto [code, out] = run_command(reference_command(
+    const auto r = testing::run_command(reference_command(
         "make '" + root_.string() +
         "' llama31 llama32_tied qwen3 qwen3_yarn qwen3:bfloat16"));
-    made_ = code;
-    output_ = out;
+    made_ = r.code;
+    output_ = r.output;
   }
 
   void SetUp() override {
@@ -197,7 +182,8 @@ TEST_F(HfFamilies, OneProcessLogitsEqualTransformersAndTheExportLoadsBack) {
               l.dir.string() + "'";
   }
   // The exports, read by transformers: one launch for all.
-  const auto [code, out] = run_command(reference_command("check" + checks));
+  const auto [code, out] =
+      testing::run_command(reference_command("check" + checks));
   ASSERT_EQ(code, 0) << out;
   std::istringstream lines(out);
   std::string line;

@@ -12,14 +12,14 @@
 
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "data/hf_tokenizer.h"
+#include "tests/baton_binary.h"
 
 namespace baton {
 namespace {
@@ -27,29 +27,17 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::pair<int, std::string> run_command(const std::string& command) {
-  std::string out;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) {
-    return {-1, "popen failed"};
-  }
-  std::array<char, 4096> buffer{};
-  while (std::fgets(buffer.data(), buffer.size(), pipe) != nullptr) {
-    out += buffer.data();
-  }
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
 class HfTokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     root_ = fs::path(::testing::TempDir()) / "hf_tokenizers";
     fs::remove_all(root_);
     fs::create_directories(root_);
-    std::tie(made_, output_) = run_command(
+    const auto r = testing::run_command(
         std::string("'") + BATON_PYTHON + "' '" + BATON_SOURCE_DIR +
         "/tests/data/hf_tokenizer_reference.py' '" + root_.string() + "'");
+    made_ = r.code;
+    output_ = r.output;
     if (made_ == 0) {
       cases_ = json::parse(std::ifstream(root_ / "cases.json"));
     }
