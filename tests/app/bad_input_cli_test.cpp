@@ -117,9 +117,12 @@ TEST(BadInputCli, BadTokenizerFilesExitOneNamingTheFile) {
             "missing_bytes.txt",
             "not_base64.txt",
             "garbage.model",
-            "empty.model"})) {
-    const std::string kind =
-        file.extension() == ".model" ? "sentencepiece" : "tiktoken";
+            "empty.model",
+            "wordpiece.json",
+            "truncated.json"})) {
+    const std::string kind = file.extension() == ".model"  ? "sentencepiece"
+                             : file.extension() == ".json" ? "huggingface"
+                                                           : "tiktoken";
     sweep.run(file.filename().string(), [&] {
       fs::remove_all(dir / "out");
       return check_run(

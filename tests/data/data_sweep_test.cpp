@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "data/hf_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "data/tiktoken_tokenizer.h"
 #include "data/token_shards.h"
@@ -185,6 +186,24 @@ TEST(DataSweep, SentencePieceModelsLoadOrNameTheFile) {
     }
   }
   EXPECT_GT(sweep.cases(), 1000);
+}
+
+TEST(DataSweep, TokenizerJsonFilesLoadOrNameTheFile) {
+  Sweep sweep("huggingface");
+  const std::string path = (scratch("hf_sweep") / "tokenizer.json").string();
+  const auto make = [&] { return std::make_unique<HfTokenizer>(path); };
+  const auto check = [&] { return check_file(path, make, use_tokenizer); };
+  const std::string good =
+      testing::read_bytes(testing::source_path("assets/kjv_tokenizer.json"));
+  sweep_file(sweep, "kjv_tokenizer.json", good, path, 150, 5, 150, {}, check);
+  for (const auto& file : corpus_files("tokenizer")) {
+    if (file.extension() == ".json") {
+      const std::string bad = testing::read_bytes(file);
+      sweep_file(
+          sweep, file.filename().string(), bad, path, 50, 6, 20, {}, check);
+    }
+  }
+  EXPECT_GT(sweep.cases(), 300);
 }
 
 /// A header field of a shard (offsets of token_shards.h's header).
