@@ -397,7 +397,7 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
   options.timeout = std::chrono::seconds(ck.timeout_seconds);
   auto group = runtime_ ? runtime_->new_group(everyone, "checkpoint", options)
                         : dist::ProcessGroup::single("checkpoint", env_.rank);
-  return std::make_unique<CheckpointManager>(
+  auto manager = std::make_unique<CheckpointManager>(
       ck,
       config_.job.dump_folder,
       parts,
@@ -407,6 +407,8 @@ std::unique_ptr<Checkpointer> TrainerBuilder::build_checkpointer(
       std::move(layout),
       std::move(group),
       model_config_json(config_, model_args_, *tokenizer_));
+  manager->set_tokenizer(tokenizer_);
+  return manager;
 }
 
 std::unique_ptr<MetricsLogger> TrainerBuilder::build_metrics() {

@@ -24,6 +24,7 @@ class ProcessGroup;
 }
 struct HfFormat;
 class DataLoader;
+class Tokenizer;
 struct OptimizerStateCodec;
 class LRSchedulersContainer;
 class OptimizersContainer;
@@ -126,6 +127,11 @@ class CheckpointManager final : public Checkpointer {
       std::string model_config_json);
   /// Waits for a save in flight (its errors are logged, not thrown).
   ~CheckpointManager() override;
+  /// The run's tokenizer, which an HF export ships as tokenizer.json (with
+  /// a tokenizer_config.json) where it can say itself so.
+  void set_tokenizer(std::shared_ptr<const Tokenizer> tokenizer) {
+    tokenizer_ = std::move(tokenizer);
+  }
 
   TrainState load() override;
   void maybe_save(const TrainState& state, bool last) override;
@@ -224,6 +230,10 @@ class CheckpointManager final : public Checkpointer {
   };
   HfModel hf_model() const;
   void export_model(const TrainState& state);
+  /// tokenizer.json and tokenizer_config.json of the run's tokenizer into
+  /// the export's folder `tmp` (a warning where it has none).
+  void write_hf_tokenizer(
+      const std::filesystem::path& tmp, const nlohmann::json& record) const;
   /// Rank 0: merges the ranks' pieces into export/model.safetensors (HF's
   /// names and layout, and its index, with export_format hf).
   void merge_export(
@@ -242,6 +252,7 @@ class CheckpointManager final : public Checkpointer {
   CheckpointLayout layout_;
   std::shared_ptr<dist::ProcessGroup> group_;
   std::string model_config_json_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
   std::thread worker_;
   std::exception_ptr worker_error_;
   int64_t last_saved_step_ = -1;

@@ -17,6 +17,7 @@
 #include "checkpoint/checkpoint_index.h"
 #include "checkpoint/hf_folder.h"
 #include "checkpoint/safetensors.h"
+#include "data/tokenizer.h"
 
 namespace baton {
 
@@ -174,6 +175,38 @@ void CheckpointManager::export_model(const TrainState& state) {
   throw_any(*group_, error);
 }
 
+void CheckpointManager::write_hf_tokenizer(
+    const fs::path& tmp, const json& record) const {
+  const std::string text = tokenizer_ ? tokenizer_->hf_tokenizer_json() : "";
+  if (text.empty()) {
+    LOG(WARNING) << "checkpoint: the export has no tokenizer.json: model."
+                    "tokenizer '"
+                 << record.value("tokenizer", std::string("?"))
+                 << "' cannot write itself as one (bytes, tiktoken and "
+                    "huggingface can)";
+    return;
+  }
+  write_synced(tmp / "tokenizer.json", text);
+  // The names of BOS and EOS, for AutoTokenizer's bos_token and eos_token.
+  std::map<int64_t, std::string> names;
+  for (const auto& t : json::parse(text).value("added_tokens", json::array())) {
+    names[t.value("id", int64_t{-1})] = t.value("content", std::string());
+  }
+  json config = {
+      {"tokenizer_class", "PreTrainedTokenizerFast"},
+      {"model_max_length", record.value("max_seq_len", int64_t{8192})},
+      {"bos_token", nullptr},
+      {"eos_token", nullptr}};
+  for (const auto& [key, id] :
+       {std::pair{"bos_token", tokenizer_->bos_id()},
+        std::pair{"eos_token", tokenizer_->eos_id()}}) {
+    if (names.contains(id)) {
+      config[key] = names[id];
+    }
+  }
+  write_synced(tmp / "tokenizer_config.json", config.dump(2) + "\n");
+}
+
 void CheckpointManager::merge_export(
     const TrainState& state,
     const fs::path& tmp,
@@ -241,6 +274,7 @@ void CheckpointManager::merge_export(
       }
     }
     hf_config["baton"] = config;
+    write_hf_tokenizer(tmp, config);
     config = hf_config;
     write_synced(
         tmp / hf_folder::kGenerationConfigFile, generation.dump(2) + "\n");

@@ -7,6 +7,7 @@
 #include <array>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -82,8 +83,108 @@ std::string token_content(const json& v) {
 
 }  // namespace
 
+/// The byte-level string of `bytes` (each byte as its GPT-2 character).
+std::string byte_level(std::string_view bytes) {
+  static const auto chars = byte_chars();
+  std::string out;
+  for (const char c : bytes) {
+    out += utf8(chars[static_cast<unsigned char>(c)]);
+  }
+  return out;
+}
+
+std::string tokenizer_json(const ByteLevelBpe& bpe) {
+  json vocab = json::object();
+  for (size_t id = 0; id < bpe.tokens.size(); ++id) {
+    vocab[byte_level(bpe.tokens[id])] = id;
+  }
+  json merges = json::array();
+  for (const auto& [left, right] : bpe.merges) {
+    merges.push_back({byte_level(left), byte_level(right)});
+  }
+  json added = json::array();
+  for (const auto& [content, id] : bpe.specials) {
+    added.push_back(
+        {{"id", id},
+         {"content", content},
+         {"single_word", false},
+         {"lstrip", false},
+         {"rstrip", false},
+         {"normalized", false},
+         {"special", true}});
+  }
+  json byte_level_step = {
+      {"type", "ByteLevel"},
+      {"add_prefix_space", false},
+      {"trim_offsets", true},
+      {"use_regex", false}};
+  json pre = byte_level_step;
+  if (!bpe.split.empty()) {
+    const json split = {
+        {"type", "Split"},
+        {"pattern", {{"Regex", bpe.split}}},
+        {"behavior", "Isolated"},
+        {"invert", false}};
+    pre = {
+        {"type", "Sequence"},
+        {"pretokenizers", json::array({split, byte_level_step})}};
+  }
+  json post = nullptr;
+  if (!bpe.bos.empty()) {
+    int32_t bos_id = -1;
+    for (const auto& [content, id] : bpe.specials) {
+      if (content == bpe.bos) {
+        bos_id = id;
+      }
+    }
+    const auto special = [&](int type_id) {
+      return json{{"SpecialToken", {{"id", bpe.bos}, {"type_id", type_id}}}};
+    };
+    const auto sequence = [](const char* id, int type_id) {
+      return json{{"Sequence", {{"id", id}, {"type_id", type_id}}}};
+    };
+    post = {
+        {"type", "TemplateProcessing"},
+        {"single", json::array({special(0), sequence("A", 0)})},
+        {"pair",
+         json::array(
+             {special(0), sequence("A", 0), special(1), sequence("B", 1)})},
+        {"special_tokens",
+         {{bpe.bos,
+           {{"id", bpe.bos},
+            {"ids", json::array({bos_id})},
+            {"tokens", json::array({bpe.bos})}}}}}};
+  }
+  const json j = {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", added},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", pre},
+      {"post_processor", post},
+      {"decoder",
+       {{"type", "ByteLevel"},
+        {"add_prefix_space", true},
+        {"trim_offsets", true},
+        {"use_regex", true}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"ignore_merges", bpe.ignore_merges},
+        {"vocab", vocab},
+        {"merges", merges}}}};
+  return j.dump();
+}
+
 struct HfTokenizer::Impl {
   std::string path;
+  std::string text;  // the file as read
   /// Token bytes -> id, and back.
   std::unordered_map<std::string, int32_t> ids;
   std::vector<std::string> bytes_of;
@@ -465,13 +566,14 @@ HfTokenizer::HfTokenizer(const std::string& path)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.path = path;
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) {
     bad(path, "cannot be read");
   }
+  m.text.assign(std::istreambuf_iterator<char>(in), {});
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(m.text);
   } catch (const std::exception& e) {
     bad(path, std::string("not valid JSON: ") + e.what());
   }
@@ -549,6 +651,10 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids) const {
 
 int64_t HfTokenizer::vocab_size() const {
   return impl_->vocab;
+}
+
+std::string HfTokenizer::hf_tokenizer_json() const {
+  return impl_->text;
 }
 
 int32_t HfTokenizer::bos_id() const {

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "data/tokenizer.h"
@@ -28,6 +29,25 @@ namespace baton {
 /// special token named <|end_of_text|>, <|endoftext|> or </s>. Other kinds
 /// (WordPiece, Unigram, other normalizers or pre-tokenizers) are refused
 /// naming the field and what is supported.
+/// A byte-level BPE in a tokenizer.json's terms: what ByteTokenizer and
+/// TiktokenTokenizer say of themselves for an HF export.
+struct ByteLevelBpe {
+  /// Token bytes by id, ids 0..n-1.
+  std::vector<std::string> tokens;
+  /// Merges in priority order, as (left bytes, right bytes).
+  std::vector<std::pair<std::string, std::string>> merges;
+  /// Special tokens: (content, id).
+  std::vector<std::pair<std::string, int32_t>> specials;
+  /// The split before byte-level merging (PCRE2 / tokenizers syntax).
+  std::string split;
+  /// A piece that is a token is that token (tiktoken's rule).
+  bool ignore_merges = false;
+  /// The special token the post-processor puts first; "": none.
+  std::string bos;
+};
+/// Its tokenizer.json, laid out as the tokenizers library writes one.
+std::string tokenizer_json(const ByteLevelBpe& bpe);
+
 class HfTokenizer final : public Tokenizer {
  public:
   /// Loads `path`; throws std::runtime_error naming the file and the field
@@ -39,6 +59,8 @@ class HfTokenizer final : public Tokenizer {
   int64_t vocab_size() const override;
   int32_t bos_id() const override;
   int32_t eos_id() const override;
+  /// The file as it was read.
+  std::string hf_tokenizer_json() const override;
 
  private:
   struct Impl;

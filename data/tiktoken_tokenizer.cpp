@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "data/hf_tokenizer.h"
 #include "data/regex_split.h"
 
 namespace baton {
@@ -330,6 +331,51 @@ std::string TiktokenTokenizer::decode(const std::vector<int32_t>& ids) const {
 
 int64_t TiktokenTokenizer::vocab_size() const {
   return static_cast<int64_t>(impl_->pieces.size());
+}
+
+std::string TiktokenTokenizer::hf_tokenizer_json() const {
+  const Impl& m = *impl_;
+  ByteLevelBpe bpe;
+  bpe.tokens.assign(m.pieces.begin(), m.pieces.begin() + m.num_ranks);
+  bpe.split = kLlama3Pattern;
+  bpe.ignore_merges = true;
+  bpe.bos = m.pieces[bos_id()];
+  for (int32_t id = m.num_ranks; id < static_cast<int32_t>(m.pieces.size());
+       ++id) {
+    bpe.specials.emplace_back(m.pieces[id], id);
+  }
+  // Each token's merge: its bytes merged, lowest rank first, with the
+  // tokens ranked below it, until two parts are left.
+  for (int32_t rank = 0; rank < m.num_ranks; ++rank) {
+    const std::string& token = m.pieces[rank];
+    if (token.size() < 2) {
+      continue;
+    }
+    std::vector<std::string> parts;
+    for (const char c : token) {
+      parts.emplace_back(1, c);
+    }
+    while (parts.size() > 2) {
+      int32_t best = rank;
+      size_t at = 0;
+      for (size_t i = 0; i + 1 < parts.size(); ++i) {
+        const int32_t r = m.rank_of(parts[i] + parts[i + 1]);
+        if (r < best) {
+          best = r;
+          at = i;
+        }
+      }
+      if (best == rank) {
+        break;
+      }
+      parts[at] += parts[at + 1];
+      parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+    }
+    if (parts.size() == 2) {
+      bpe.merges.emplace_back(parts[0], parts[1]);
+    }
+  }
+  return tokenizer_json(bpe);
 }
 
 int32_t TiktokenTokenizer::bos_id() const {

@@ -37,6 +37,12 @@ class TiktokenTokenizer final : public Tokenizer {
   int64_t vocab_size() const override;
   int32_t bos_id() const override;
   int32_t eos_id() const override;
+  /// Its ranks as a byte-level BPE tokenizer.json: each token of two bytes
+  /// or more merged from the two parts tiktoken's merge of its bytes with
+  /// lower ranks leaves (as transformers converts tiktoken files), Llama 3's
+  /// split, ignore_merges (tiktoken's whole-piece rule), the special tokens,
+  /// <|begin_of_text|> put first.
+  std::string hf_tokenizer_json() const override;
 
   /// Special ids after the ranks of the file, as in Llama 3.
   static constexpr int32_t kNumSpecialTokens = 256;

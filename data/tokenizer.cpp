@@ -27,6 +27,16 @@ std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
   return ids;
 }
 
+std::string ByteTokenizer::hf_tokenizer_json() const {
+  ByteLevelBpe bpe;
+  for (int b = 0; b < 256; ++b) {
+    bpe.tokens.emplace_back(1, static_cast<char>(b));
+  }
+  bpe.specials = {{"<|bos|>", bos_id()}, {"<|eos|>", eos_id()}};
+  bpe.bos = "<|bos|>";
+  return tokenizer_json(bpe);
+}
+
 std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string text;
   text.reserve(ids.size());

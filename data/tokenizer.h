@@ -26,6 +26,11 @@ class Tokenizer {
   virtual int32_t bos_id() const = 0;
   /// Id that ends each document.
   virtual int32_t eos_id() const = 0;
+  /// This tokenizer as a Hugging Face tokenizer.json (what an HF export
+  /// ships, for AutoTokenizer), or "" where it cannot say itself so.
+  virtual std::string hf_tokenizer_json() const {
+    return "";
+  }
 };
 
 /// Byte-level tokenizer: ids 0-255 are the bytes of the UTF-8 text, 256 is
@@ -43,6 +48,8 @@ class ByteTokenizer final : public Tokenizer {
   int32_t eos_id() const override {
     return 257;
   }
+  /// Byte-level BPE without merges: <|bos|> 256 (put first), <|eos|> 257.
+  std::string hf_tokenizer_json() const override;
 };
 
 /// Throws std::runtime_error "[tokenizer] cannot decode id ..." unless `id`

@@ -27,6 +27,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
+#include "data/tokenizer.h"
 #include "models/model_spec.h"
 #include "tests/baton_binary.h"
 #include "tests/checkpoint/layout_checkpoint.h"
@@ -233,6 +234,59 @@ TEST_F(HfFamilies, ShardedLayoutsTrainFromTransformersLoss) {
       ASSERT_EQ(run.losses.size(), 1u);
       EXPECT_NEAR(run.losses[0], l.loss, 1e-5 * l.loss);
     }
+  }
+}
+
+// The export ships the run's tokenizer: AutoTokenizer.from_pretrained on
+// it encodes text to Baton's ids, with Baton's BOS first where it has one,
+// for the byte tokenizer, the tiktoken format and a tokenizer.json.
+TEST_F(HfFamilies, TheExportsTokenizerEncodesToBatonsIds) {
+  register_builtin_tokenizers();
+  const std::string plain =
+      "In the beginning God created\n the heaven: 1234 caf\u00e9 "
+      "\u65e5\u672c";
+  // Special-token strings in the text: tokenizers matches them; Baton's
+  // tiktoken, as tiktoken's encode with no special allowed, reads them as
+  // plain text, so its comparison leaves them out.
+  const std::string specials = plain + "<|end_of_text|><|endoftext|>";
+  const std::tuple<const char*, const char*, const char*> runs[] = {
+      {"debug_model", "bytes", ""},
+      {"debug_model_tiktoken", "tiktoken", "assets/kjv_tiktoken.txt"},
+      {"debug_qwen3", "huggingface", "assets/kjv_tokenizer.json"}};
+  for (const auto& [config, kind, path] : runs) {
+    SCOPED_TRACE(kind);
+    const std::string& text =
+        std::string(kind) == "tiktoken" ? plain : specials;
+    const fs::path dump = root_ / (std::string("tokenizer_") + kind);
+    fs::remove_all(dump);
+    const auto trained = testing::run_command(
+        testing::baton_bin() + " train --config " +
+        testing::source_path(std::string("configs/") + config + ".yaml") +
+        " --job.dump_folder=" + dump.string() +
+        " --training.steps=1 --metrics.peak_tflops=1"
+        " --checkpoint.model_only_export=true --checkpoint.export_format=hf");
+    ASSERT_EQ(trained.code, 0) << trained.output;
+    const fs::path dir = dump / "checkpoint" / "export";
+    const auto r = testing::run_command(
+        reference_command("tokenize '" + dir.string() + "' '" + text + "'"));
+    ASSERT_EQ(r.code, 0) << r.output;
+    json hf;
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty() && line[0] == '{') {
+        hf = json::parse(line);
+      }
+    }
+    ASSERT_TRUE(hf.contains("ids")) << r.output;
+    const auto tokenizer =
+        tokenizer_registry().get(kind)(*path ? testing::source_path(path) : "");
+    const auto ids = tokenizer->encode(text);
+    EXPECT_EQ(hf["ids"].get<std::vector<int32_t>>(), ids);
+    if (tokenizer->bos_id() >= 0) {
+      EXPECT_EQ(hf["bos"], tokenizer->bos_id());
+      EXPECT_EQ(hf["with_special"][0], tokenizer->bos_id());
+    }
+    EXPECT_EQ(hf["eos"], tokenizer->eos_id());
   }
 }
 

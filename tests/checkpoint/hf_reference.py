@@ -14,6 +14,9 @@
       reference, its largest entry relative to the largest reference logit
       ("relative") and its norm relative to the reference's ("l2"), and the
       architecture it loaded as.
+  hf_reference.py tokenize EXPORT TEXT
+      AutoTokenizer.from_pretrained(EXPORT)'s ids of TEXT, without and with
+      its special tokens, and its BOS and EOS ids, as a JSON line.
 
 Offline (HF_HUB_OFFLINE=1): nothing is downloaded. Exit 3 where torch or
 transformers does not import, so the test skips saying why.
@@ -148,11 +151,28 @@ def check(export, folder):
     )
 
 
+def tokenize(export, text):
+    tok = transformers.AutoTokenizer.from_pretrained(export)
+    print(
+        json.dumps(
+            {
+                "ids": tok(text, add_special_tokens=False)["input_ids"],
+                "with_special": tok(text)["input_ids"],
+                "bos": tok.bos_token_id,
+                "eos": tok.eos_token_id,
+                "class": type(tok).__name__,
+            }
+        )
+    )
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "make":
         for spec in sys.argv[3:]:
             case, _, dtype = spec.partition(":")
             make(case, os.path.join(sys.argv[2], spec.replace(":", "_")), dtype or "float32")
+    elif len(sys.argv) == 4 and sys.argv[1] == "tokenize":
+        tokenize(sys.argv[2], sys.argv[3])
     elif len(sys.argv) > 2 and sys.argv[1] == "check":
         for pair in sys.argv[2:]:
             check(*pair.split(":"))
