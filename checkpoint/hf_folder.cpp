@@ -1,7 +1,5 @@
 #include "checkpoint/hf_folder.h"
 
-#include <ATen/ATen.h>
-
 #include <fstream>
 #include <stdexcept>
 #include <vector>

@@ -11,8 +11,6 @@
 // The names, the permutations and config.json's fields are the model
 // family's (ModelSpec::hf, models/hf_format.h). Internal to checkpoint/.
 
-#include <ATen/core/Tensor.h>
-
 #include <cstdint>
 #include <filesystem>
 #include <map>
