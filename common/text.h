@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,5 +22,14 @@ size_t edit_distance(std::string_view a, std::string_view b);
 /// insensitive), else an empty string.
 std::string closest_match(
     std::string_view word, const std::vector<std::string>& candidates);
+
+/// A hash that lets an unordered map keyed by std::string be searched with
+/// string_views, without a copy (with std::equal_to<>).
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const {
+    return std::hash<std::string_view>()(s);
+  }
+};
 
 }  // namespace baton

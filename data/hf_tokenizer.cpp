@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "common/text.h"
 #include "data/regex_split.h"
 
 namespace baton {
@@ -81,8 +82,6 @@ std::string token_content(const json& v) {
   return "";
 }
 
-}  // namespace
-
 /// The byte-level string of `bytes` (each byte as its GPT-2 character).
 std::string byte_level(std::string_view bytes) {
   static const auto chars = byte_chars();
@@ -92,6 +91,8 @@ std::string byte_level(std::string_view bytes) {
   }
   return out;
 }
+
+}  // namespace
 
 std::string tokenizer_json(const ByteLevelBpe& bpe) {
   json vocab = json::object();
@@ -185,8 +186,9 @@ std::string tokenizer_json(const ByteLevelBpe& bpe) {
 struct HfTokenizer::Impl {
   std::string path;
   std::string text;  // the file as read
-  /// Token bytes -> id, and back.
-  std::unordered_map<std::string, int32_t> ids;
+  /// Token bytes -> id, and back; each single byte's id.
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> ids;
+  std::array<int32_t, 256> byte_ids{};
   std::vector<std::string> bytes_of;
   /// (left id, right id) -> (merge rank, merged id).
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;
@@ -297,11 +299,13 @@ void HfTokenizer::Impl::read_model(const json& model) {
     bytes_of[i] = *bytes;
   }
   for (int b = 0; b < 256; ++b) {
-    if (!ids.contains(std::string(1, static_cast<char>(b)))) {
+    const auto it = ids.find(std::string(1, static_cast<char>(b)));
+    if (it == ids.end()) {
       bad(path,
           "model.vocab has no token for the byte " + std::to_string(b) + " ('" +
               utf8(chars[b]) + "'); a byte-level vocabulary has all 256");
     }
+    byte_ids[b] = it->second;
   }
   const json& list = model.value("merges", json::array());
   for (size_t rank = 0; rank < list.size(); ++rank) {
@@ -510,7 +514,7 @@ std::string HfTokenizer::Impl::nfc_of(std::string_view text) const {
 void HfTokenizer::Impl::bpe(
     std::string_view piece, std::vector<int32_t>& out) const {
   if (ignore_merges) {
-    if (const auto it = ids.find(std::string(piece)); it != ids.end()) {
+    if (const auto it = ids.find(piece); it != ids.end()) {
       out.push_back(it->second);
       return;
     }
@@ -518,7 +522,7 @@ void HfTokenizer::Impl::bpe(
   std::vector<int32_t> symbols;
   symbols.reserve(piece.size());
   for (const char c : piece) {
-    symbols.push_back(ids.at(std::string(1, c)));
+    symbols.push_back(byte_ids[static_cast<unsigned char>(c)]);
   }
   // The pair of lowest merge rank, leftmost among equals, until none is
   // left (tokenizers' order).

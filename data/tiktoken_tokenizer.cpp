@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "common/text.h"
 #include "data/hf_tokenizer.h"
 #include "data/regex_split.h"
 
@@ -87,14 +88,6 @@ std::vector<std::string> llama3_special_tokens() {
   }
   return names;
 }
-
-// Lets the rank map be searched with string_views without copying.
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const {
-    return std::hash<std::string_view>()(s);
-  }
-};
 
 /// The rank on a '<base64 token> <rank>' line, with the token's bytes put
 /// in `bytes`; throws naming `where` when the line is not of that form.
