@@ -18,6 +18,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -64,7 +66,10 @@ const Case kCases[] = {
 class HfFamilies : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::path(::testing::TempDir()) / "hf_families";
+    // One folder per process: ctest runs each test in a process of its own,
+    // two at a time.
+    root_ = fs::path(::testing::TempDir()) /
+            ("hf_families_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     fs::create_directories(root_);
     const auto r = testing::run_command(reference_command(
@@ -72,6 +77,10 @@ class HfFamilies : public ::testing::Test {
         "' llama31 llama32_tied qwen3 qwen3_yarn qwen3:bfloat16"));
     made_ = r.code;
     output_ = r.output;
+  }
+
+  static void TearDownTestSuite() {
+    fs::remove_all(root_);
   }
 
   void SetUp() override {

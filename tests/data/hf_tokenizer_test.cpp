@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -30,7 +32,9 @@ using nlohmann::json;
 class HfTokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::path(::testing::TempDir()) / "hf_tokenizers";
+    // One folder per process (ctest runs tests side by side).
+    root_ = fs::path(::testing::TempDir()) /
+            ("hf_tokenizers_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     fs::create_directories(root_);
     const auto r = testing::run_command(
@@ -42,6 +46,10 @@ class HfTokenizerTest : public ::testing::Test {
       cases_ = json::parse(std::ifstream(root_ / "cases.json"));
     }
   }
+  static void TearDownTestSuite() {
+    fs::remove_all(root_);
+  }
+
   void SetUp() override {
     if (made_ == 3) {
       GTEST_SKIP() << "the project's Python has no tokenizers: " << output_;
