@@ -408,6 +408,11 @@ std::shared_ptr<ProcessGroup> Runtime::new_group(
       opts->devices.push_back(state_->gloo());
       impl->pg =
           c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+      // Gloo's connectFullMesh can return on one member while another still
+      // reads its handshake; a member that then drops the group (a rank
+      // thread that is done) closes the socket under it. A barrier makes
+      // the creation end together.
+      impl->pg->barrier()->wait();
       impl->backend = "gloo";
     } else {
 #ifdef USE_C10D_NCCL
