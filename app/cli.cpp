@@ -500,6 +500,82 @@ CheckpointInspectArgs parse_checkpoint_inspect(
   return {args[0]};
 }
 
+/// A number `value` of `flag` within [least, most].
+double parse_number(
+    const std::string& flag,
+    const std::string& value,
+    double least,
+    double most,
+    const std::string& allowed) {
+  try {
+    size_t used = 0;
+    const double x = std::stod(value, &used);
+    if (used == value.size() && x >= least && x <= most) {
+      return x;
+    }
+  } catch (const std::exception&) {
+  }
+  throw ConfigError(
+      flag + ": '" + value + "' is not allowed; allowed: " + allowed);
+}
+
+GenerateArgs parse_generate(const std::vector<std::string>& args) {
+  GenerateArgs out;
+  OptionReader option(args, "generate");
+  const auto one_of = [](const std::string& flag,
+                         const std::string& value,
+                         const std::vector<std::string>& allowed) {
+    if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
+      throw ConfigError(
+          flag + ": '" + value + "' is not allowed; allowed: " +
+          join(allowed, ", "));
+    }
+    return value;
+  };
+  while (option.next()) {
+    const std::string& name = option.name();
+    if (name == "checkpoint") {
+      out.checkpoint = option.value();
+    } else if (name == "hf") {
+      out.hf = option.value();
+    } else if (name == "prompt") {
+      out.prompt = option.value();
+      out.has_prompt = true;
+    } else if (name == "max-new-tokens") {
+      out.max_new_tokens = parse_count("--max-new-tokens", option.value());
+    } else if (name == "temperature") {
+      out.temperature = parse_number(
+          "--temperature", option.value(), 0.0, 1e9, "a number >= 0");
+    } else if (name == "top-k") {
+      out.top_k = parse_count("--top-k", option.value(), 0);
+    } else if (name == "top-p") {
+      out.top_p = parse_number(
+          "--top-p", option.value(), 1e-9, 1.0, "a number > 0 and <= 1");
+    } else if (name == "seed") {
+      out.seed = static_cast<uint64_t>(parse_count("--seed", option.value(), 0));
+    } else if (name == "device") {
+      out.device = one_of("--device", to_lower(option.value()), {"cpu", "cuda"});
+    } else if (name == "dtype") {
+      out.dtype = one_of(
+          "--dtype", to_lower(option.value()), {"float32", "bfloat16"});
+    } else if (name == "tokenizer") {
+      out.tokenizer = option.value();
+    } else if (name == "tokenizer-path") {
+      out.tokenizer_path = option.value();
+    } else {
+      option.fail_unknown();
+    }
+  }
+  if (out.checkpoint.empty() == out.hf.empty()) {
+    throw ConfigError(
+        std::string("baton generate: ") +
+        (out.checkpoint.empty() ? "no model" : "both --checkpoint and --hf") +
+        "; allowed: --checkpoint DIR or --hf DIR" + see_help("generate"));
+  }
+  require(out.has_prompt, "generate", "--prompt TEXT");
+  return out;
+}
+
 /// `baton GROUP ACTION ...`: the action must be `action`.
 std::vector<std::string> sub_command_args(
     const std::string& group,
@@ -552,6 +628,8 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
   } else if (command == "checkpoint inspect") {
     out.checkpoint_inspect = parse_checkpoint_inspect(
         sub_command_args("checkpoint", "inspect", rest));
+  } else if (command == "generate") {
+    out.generate = parse_generate(rest);
   } else {
     throw std::logic_error("[cli] no parser for '" + command + "'");
   }

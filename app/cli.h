@@ -145,6 +145,28 @@ struct CheckpointInspectArgs {
   std::string dir;
 };
 
+/// `baton generate` arguments.
+struct GenerateArgs {
+  /// A Baton checkpoint folder (or step folder), or a Hugging Face folder:
+  /// exactly one.
+  std::string checkpoint;
+  std::string hf;
+  std::string prompt;
+  bool has_prompt = false;
+  int64_t max_new_tokens = 64;
+  double temperature = 0.0;
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+  /// "cpu" or "cuda".
+  std::string device = "cpu";
+  /// "float32" or "bfloat16".
+  std::string dtype = "float32";
+  /// Overrides of what the checkpoint says its tokenizer is.
+  std::string tokenizer;
+  std::string tokenizer_path;
+};
+
 /// One option of a command, as its --help shows it.
 struct OptionUsage {
   /// The name the parser matches, without `--` ("config"); empty for what
@@ -175,7 +197,7 @@ const std::vector<CommandUsage>& cli_commands();
 /// The parsed command line.
 struct CliArgs {
   /// "train", "schedule", "plan", "tokenizer train", "data tokenize",
-  /// "checkpoint inspect", or "help" for --help / -h / `help` / no arguments.
+  /// "checkpoint inspect", "generate", or "help" for --help / -h / `help` / no arguments.
   std::string command;
   /// With "help": the command whose usage to print; empty = baton's own.
   std::string help_topic;
@@ -191,6 +213,8 @@ struct CliArgs {
   DataTokenizeArgs data_tokenize;
   /// Set for "checkpoint inspect".
   CheckpointInspectArgs checkpoint_inspect;
+  /// Set for "generate".
+  GenerateArgs generate;
 };
 
 /// Parses argv[1:]. `--help` or `-h` anywhere after a command (`baton

@@ -272,6 +272,50 @@ CommandUsage checkpoint_inspect_usage() {
       {{"", "DIR", "a run's checkpoint folder, or one step-N folder"}}};
 }
 
+// `baton generate`.
+CommandUsage generate_usage() {
+  return {
+      "generate",
+      "continues a prompt with a trained model",
+      {"baton generate (--checkpoint DIR | --hf DIR) --prompt TEXT",
+       "               [--max-new-tokens N] [--temperature T] [--top-k K]",
+       "               [--top-p P] [--seed S] [--device cpu|cuda]",
+       "               [--dtype float32|bfloat16] [--tokenizer NAME]",
+       "               [--tokenizer-path FILE]"},
+      {{"checkpoint",
+        "--checkpoint DIR",
+        "a run's checkpoint folder (its latest step) or one step-N folder: "
+        "the model and tokenizer the run recorded"},
+       {"hf",
+        "--hf DIR",
+        "a Hugging Face folder (config.json, safetensors, tokenizer.json), "
+        "a Baton export's or transformers'"},
+       {"prompt",
+        "--prompt TEXT",
+        "the text to continue (after the tokenizer's BOS, where it has one)"},
+       {"max-new-tokens",
+        "--max-new-tokens N",
+        "tokens generated at most; it stops earlier at EOS; default 64"},
+       {"temperature",
+        "--temperature T",
+        "0 (default): greedy; else sampling with the logits divided by T"},
+       {"top-k", "--top-k K", "sample among the K likeliest; default 0: all"},
+       {"top-p",
+        "--top-p P",
+        "sample among the likeliest whose probabilities reach P; default 1"},
+       {"seed", "--seed S", "the sampling's seed; default 0"},
+       {"device", "--device cpu|cuda", "where the model runs; default cpu"},
+       {"dtype",
+        "--dtype float32|bfloat16",
+        "the weights' dtype; default float32"},
+       {"tokenizer",
+        "--tokenizer NAME",
+        "the tokenizer, instead of the one the folder names"},
+       {"tokenizer-path",
+        "--tokenizer-path FILE",
+        "its file, instead of the one the folder names"}}};
+}
+
 }  // namespace
 
 const CommandUsage& cli_detail::command_usage_of(const std::string& command) {
@@ -291,7 +335,8 @@ const std::vector<CommandUsage>& cli_commands() {
         plan_usage(),
         tokenizer_train_usage(),
         data_tokenize_usage(),
-        checkpoint_inspect_usage()};
+        checkpoint_inspect_usage(),
+        generate_usage()};
     for (CommandUsage& usage : list) {
       usage.options.push_back(
           {"help", "-h, --help", "prints this help and exits"});

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <glog/logging.h>
+#include <torch/cuda.h>
 #include <torch/types.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 
 #include "app/progress.h"
 #include "checkpoint/inspect.h"
+#include "checkpoint/saved_model.h"
 #include "common/allocator.h"
 #include "common/blas.h"
 #include "common/error.h"
@@ -28,6 +30,9 @@
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
 #include "models/common/attention_kernel.h"
+#include "models/common/transformer.h"
+#include "models/generate.h"
+#include "models/model_spec.h"
 #include "parallel/dist/launch_env.h"
 #include "parallel/dist/launcher.h"
 #include "parallel/dist/process_group.h"
@@ -538,6 +543,125 @@ int run_checkpoint_inspect(const CheckpointInspectArgs& args) {
                     : std::string())
             << '\n';
   return 1;
+}
+
+int run_generate(const GenerateArgs& args) {
+  const auto start = std::chrono::steady_clock::now();
+  const SavedModel saved = args.hf.empty()
+                               ? read_checkpoint_model(args.checkpoint)
+                               : read_hf_model(args.hf, "--hf");
+  const std::string kind =
+      args.tokenizer.empty() ? saved.tokenizer : args.tokenizer;
+  if (kind.empty()) {
+    throw ConfigError(
+        "--hf: " + saved.dir.string() +
+        ": has no tokenizer.json; allowed: a folder with one, or "
+        "--tokenizer NAME [--tokenizer-path FILE]");
+  }
+  register_builtin_tokenizers();
+  const std::string where = args.tokenizer.empty()
+                                ? saved.dir.string() + " (its tokenizer)"
+                                : std::string("--tokenizer");
+  const std::string path =
+      args.tokenizer_path.empty() ? saved.tokenizer_path : args.tokenizer_path;
+  std::unique_ptr<Tokenizer> tokenizer;
+  try {
+    tokenizer = tokenizer_registry().get(kind, where)(path);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw ConfigError(
+        (args.tokenizer_path.empty() ? where : "--tokenizer-path") + ": " +
+        e.what() + "; allowed: a readable " + kind +
+        " file (--tokenizer-path FILE)");
+  }
+  if (tokenizer->vocab_size() > saved.args.vocab_size) {
+    throw ConfigError(
+        where + ": the " + kind + " tokenizer has " +
+        std::to_string(tokenizer->vocab_size()) + " ids but " + saved.name +
+        " only " + std::to_string(saved.args.vocab_size) +
+        "; allowed: the tokenizer the model was trained with");
+  }
+  if (args.device == "cuda" && !torch::cuda::is_available()) {
+    throw ConfigError(
+        "--device: 'cuda' is not allowed here: this process sees no CUDA "
+        "device (or Baton was built without CUDA); allowed: cpu");
+  }
+
+  // The whole model on one process: built, its weights read and checked,
+  // then moved to the device and dtype.
+  const ModelSpec& spec = model_registry().get(saved.family);
+  const auto chunk = spec.build(saved.args, ChunkSpec{}, 0);
+  auto model = std::dynamic_pointer_cast<models::TransformerImpl>(chunk);
+  if (!model) {
+    throw ConfigError(
+        saved.name + ": the family's model is not the decoder of "
+        "models/common, which generation runs; allowed: a family built on it");
+  }
+  load_saved_weights(saved, *model);
+  model->to(
+      args.device == "cuda" ? at::Device(at::kCUDA) : at::Device(at::kCPU),
+      args.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat);
+  model->eval();
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+
+  std::vector<int32_t> prompt;
+  if (tokenizer->bos_id() >= 0) {
+    prompt.push_back(tokenizer->bos_id());
+  }
+  const std::vector<int32_t> text = tokenizer->encode(args.prompt);
+  prompt.insert(prompt.end(), text.begin(), text.end());
+  GenerateOptions options;
+  options.max_new_tokens = args.max_new_tokens;
+  options.stop_ids = {tokenizer->eos_id()};
+  options.sampling.temperature = args.temperature;
+  options.sampling.top_k = args.top_k;
+  options.sampling.top_p = args.top_p;
+  options.seed = args.seed;
+  LOG(INFO) << "generate: " << saved.name << " from "
+            << (saved.hf ? saved.dir.string()
+                         : saved.dir.string() + " (step " +
+                               std::to_string(saved.step) + ")")
+            << ", " << kind << " tokenizer, " << args.dtype << " on "
+            << args.device << "; loaded in " << load_s << " s";
+
+  // The text as it grows: each token's new bytes, while the decoded text
+  // so far extends what is printed (the rest at the end otherwise).
+  std::cout << args.prompt << std::flush;
+  std::vector<int32_t> generated;
+  std::string printed;
+  const auto gen_start = std::chrono::steady_clock::now();
+  const Generation result =
+      generate(*model, prompt, options, [&](int32_t id) {
+        if (id == tokenizer->eos_id()) {
+          return;
+        }
+        generated.push_back(id);
+        const std::string now = tokenizer->decode(generated);
+        if (now.size() > printed.size() && now.rfind(printed, 0) == 0) {
+          std::cout << now.substr(printed.size()) << std::flush;
+          printed = now;
+        }
+      });
+  const std::string final_text = tokenizer->decode(generated);
+  if (final_text.rfind(printed, 0) == 0) {
+    std::cout << final_text.substr(printed.size());
+  } else {
+    std::cout << "\n" << final_text;
+  }
+  std::cout << std::endl;
+  const double gen_s = std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - gen_start)
+                           .count();
+  LOG(INFO) << "generate: " << result.tokens.size() << " tokens after "
+            << prompt.size() << " prompt tokens in " << gen_s << " s ("
+            << (gen_s > 0 ? result.tokens.size() / gen_s : 0.0)
+            << " tokens/s); "
+            << (result.stopped ? "stopped at EOS"
+                               : "stopped at --max-new-tokens");
+  return 0;
 }
 
 }  // namespace baton

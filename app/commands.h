@@ -27,5 +27,8 @@ int run_data_tokenize(const DataTokenizeArgs& args);
 /// every byte; 1 (the first problem on stderr) when something does not
 /// check out.
 int run_checkpoint_inspect(const CheckpointInspectArgs& args);
+/// `baton generate`: loads a checkpoint or Hugging Face folder into one
+/// process and prints the prompt's continuation as it is generated.
+int run_generate(const GenerateArgs& args);
 
 }  // namespace baton

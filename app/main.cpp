@@ -215,6 +215,9 @@ int main(int argc, char** argv) {
     if (cli.command == "checkpoint inspect") {
       return baton::run_checkpoint_inspect(cli.checkpoint_inspect);
     }
+    if (cli.command == "generate") {
+      return baton::run_generate(cli.generate);
+    }
     return run_train(cli.train, argv);
   } catch (...) {
     const auto [code, message] = describe(std::current_exception());

@@ -64,6 +64,14 @@ std::string model_config_json(
   model["model"] = config.model.name;
   model["flavor"] = config.model.flavor;
   model["tokenizer"] = config.model.tokenizer;
+  // Where the tokenizer's file was, so that `baton generate --checkpoint`
+  // finds it without the config.
+  if (!config.model.tokenizer_path.empty()) {
+    model["tokenizer_path"] =
+        std::filesystem::absolute(resolve_asset_path(config.model.tokenizer_path))
+            .lexically_normal()
+            .string();
+  }
   model["bos_id"] = tokenizer.bos_id();
   model["eos_id"] = tokenizer.eos_id();
   return model.dump();

@@ -22,6 +22,9 @@ namespace baton {
 namespace dist {
 class ProcessGroup;
 }
+namespace checkpoint_detail {
+struct WantedTensor;
+}
 struct HfFormat;
 class DataLoader;
 class Tokenizer;
@@ -193,7 +196,7 @@ class CheckpointManager final : public Checkpointer {
   struct Staged;
   /// The tensors this rank restores: its parts' weights and (with
   /// `optimizer_state`) their AdamW state.
-  struct Wanted;
+  using Wanted = checkpoint_detail::WantedTensor;
   std::vector<Wanted> wanted_tensors(bool optimizer_state = true) const;
   /// The FQNs every rank restores (collective).
   std::vector<std::string> fqns_of_every_rank(

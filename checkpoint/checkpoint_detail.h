@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,9 @@ namespace baton {
 namespace dist {
 class ProcessGroup;
 }
+struct HfFormat;
+struct ModelArgs;
+class SafetensorsReader;
 
 namespace checkpoint_detail {
 
@@ -55,6 +60,64 @@ int64_t copy_overlap(
     const std::vector<int64_t>& src_offsets,
     at::Tensor& dst,
     const std::vector<int64_t>& dst_offsets);
+
+/// A tensor a load reads: this process's shape of it, and where that sits
+/// in the whole tensor.
+struct WantedTensor {
+  std::string fqn;
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> offsets;
+};
+
+// Defined in checkpoint_load.cpp.
+
+/// The tensor `fqn` of `reader`, checked against what index.json says of
+/// it (dtype, shape, CRC-32).
+at::Tensor read_checked(
+    const SafetensorsReader& reader,
+    const std::string& fqn,
+    at::ScalarType dtype,
+    const std::vector<int64_t>& shape,
+    uint32_t crc32);
+
+/// Fails when a tensor of `model_fqns` (sorted: every rank's) is missing
+/// from `index`, or `index` has one that is not among them.
+void check_fqns(
+    const nlohmann::json& index,
+    const std::string& index_path,
+    const std::vector<std::string>& model_fqns);
+
+/// Fails when `index` records the model it was saved from (checkpoints
+/// since the model families) and `record` (this run's) is another family
+/// or shape, naming the config key to change.
+void check_model(
+    const nlohmann::json& index,
+    const std::string& index_path,
+    const nlohmann::json& record);
+
+/// Reads each of `wanted` from the checkpoint step folder `dir` (whose
+/// index.json is `index`) into `tensors[fqn]`: the saved slices that
+/// overlap it, each checked (dtype, shape, CRC-32). Fails naming the file
+/// and the tensor.
+void read_saved_tensors(
+    const nlohmann::json& index,
+    const std::filesystem::path& dir,
+    const std::vector<WantedTensor>& wanted,
+    std::map<std::string, at::Tensor>& tensors);
+
+/// Reads each of `wanted` from the Hugging Face folder `dir` (of `format`'s
+/// family, shaped `args`) into `tensors[fqn]`, renamed and permuted into
+/// Baton's layout; fails when a name of `model_fqns` (every rank's) is
+/// missing or the folder has one the model has not.
+void read_hf_tensors(
+    const std::filesystem::path& dir,
+    const HfFormat& format,
+    const ModelArgs& args,
+    const std::vector<WantedTensor>& wanted,
+    const std::vector<std::string>& model_fqns,
+    std::map<std::string, at::Tensor>& tensors);
 
 }  // namespace checkpoint_detail
 }  // namespace baton

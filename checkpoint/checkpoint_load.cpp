@@ -40,10 +40,14 @@ using json = nlohmann::json;
 namespace {
 
 using checkpoint_detail::all_gather_strings;
+using checkpoint_detail::check_fqns;
+using checkpoint_detail::check_model;
 using checkpoint_detail::copy_overlap;
 using checkpoint_detail::cpu_rng_state;
 using checkpoint_detail::fail;
 using checkpoint_detail::kTag;
+using checkpoint_detail::read_hf_tensors;
+using checkpoint_detail::read_saved_tensors;
 using checkpoint_detail::seconds_since;
 using checkpoint_detail::throw_any;
 using checkpoint_detail::untagged;
@@ -63,6 +67,10 @@ at::Tensor from_hex(const std::string& s) {
   }
   return bytes;
 }
+
+}  // namespace
+
+namespace checkpoint_detail {
 
 /// The tensor `fqn` of `reader`, checked against what index.json says of
 /// it (dtype, shape, CRC-32).
@@ -171,7 +179,132 @@ void check_model(
   }
 }
 
-}  // namespace
+void read_saved_tensors(
+    const json& index,
+    const fs::path& dir,
+    const std::vector<WantedTensor>& wanted,
+    std::map<std::string, at::Tensor>& tensors) {
+  const std::string index_path = (dir / kIndexFile).string();
+  // The saved slices each wanted tensor needs (a whole tensor is one
+  // slice), by file, so that each file is opened once.
+  struct Need {
+    const WantedTensor* wanted;
+    checkpoint_index::TensorSlice slice;
+  };
+  std::map<std::string, std::vector<Need>> by_file;
+  for (const auto& w : wanted) {
+    const auto entry = checkpoint_index::tensor_entry(index, w.fqn, index_path);
+    if (entry.dtype != safetensors_dtype(w.dtype) ||
+        entry.shape != w.global_shape) {
+      const bool whole =
+          entry.slices.size() == 1 && entry.slices.front().shape == entry.shape;
+      fail(
+          (whole ? (dir / entry.slices.front().file).string() : index_path) +
+          ": tensor '" + w.fqn + "' is " + entry.dtype + " " +
+          shape_string(entry.shape) + ", but the model's is " +
+          safetensors_dtype(w.dtype) + " " + shape_string(w.global_shape));
+    }
+    tensors[w.fqn] = at::empty(w.shape, w.dtype);
+    for (const auto& slice : entry.slices) {
+      if (checkpoint_index::overlap(
+              w.offsets, w.shape, slice.offsets, slice.shape) > 0) {
+        by_file[slice.file].push_back({&w, slice});
+      }
+    }
+  }
+  // The slices tile each tensor (tensor_entry checked), so they cover the
+  // wanted slice too.
+  for (const auto& [file, needs] : by_file) {
+    const std::string path = (dir / file).string();
+    std::unique_ptr<SafetensorsReader> reader;
+    try {
+      reader = std::make_unique<SafetensorsReader>(path);
+    } catch (const CheckpointError& e) {
+      fail(
+          untagged(e.what()) + " (it holds tensor '" +
+          needs.front().wanted->fqn + "'" +
+          (needs.size() > 1
+               ? " and " + std::to_string(needs.size() - 1) + " more"
+               : "") +
+          ")");
+    }
+    for (const auto& [w, slice] : needs) {
+      const at::Tensor t =
+          read_checked(*reader, w->fqn, w->dtype, slice.shape, slice.crc32);
+      copy_overlap(t, slice.offsets, tensors.at(w->fqn), w->offsets);
+    }
+  }
+}
+
+void read_hf_tensors(
+    const fs::path& dir,
+    const HfFormat& format,
+    const ModelArgs& args,
+    const std::vector<WantedTensor>& wanted,
+    const std::vector<std::string>& model_fqns,
+    std::map<std::string, at::Tensor>& tensors) {
+  const hf_folder::WeightMap map = hf_folder::read_weight_map(dir);
+  // Judged against every rank's FQNs, the same way on every rank.
+  std::set<std::string> expected;
+  for (const auto& fqn : model_fqns) {
+    const std::string name = format.name(fqn);
+    if (name.empty()) {
+      fail(
+          "tensor '" + fqn + "' has no Hugging Face " + format.architecture +
+          " name");
+    }
+    if (!map.files.contains(name)) {
+      fail(
+          map.listing + ": tensor '" + name + "' (Baton's '" + fqn +
+          "') is missing (the model has it; was the checkpoint saved from "
+          "another model?)");
+    }
+    expected.insert(name);
+  }
+  for (const auto& [name, file] : map.files) {
+    if (!expected.contains(name) && !hf_folder::ignorable(name)) {
+      fail(
+          map.listing + ": tensor '" + name + "' (in " + file +
+          ") is not in the model");
+    }
+  }
+  std::map<std::string, std::vector<const WantedTensor*>> by_file;
+  for (const auto& w : wanted) {
+    by_file[map.files.at(format.name(w.fqn))].push_back(&w);
+  }
+  for (const auto& [file, needs] : by_file) {
+    const SafetensorsReader reader((dir / file).string());
+    for (const WantedTensor* w : needs) {
+      const std::string name = format.name(w->fqn);
+      const SafetensorsEntry* e = reader.find(name);
+      if (e == nullptr) {
+        fail(
+            reader.path() + ": has no tensor '" + name + "' (" + map.listing +
+            " says it does)");
+      }
+      if (e->dtype != at::kFloat && e->dtype != at::kBFloat16 &&
+          e->dtype != at::kHalf) {
+        fail(
+            reader.path() + ": tensor '" + name + "' is " +
+            safetensors_dtype(e->dtype) + "; allowed: F32, BF16, F16");
+      }
+      if (e->shape != w->global_shape) {
+        fail(
+            reader.path() + ": tensor '" + name + "' is " +
+            shape_string(e->shape) + ", but the model's '" + w->fqn + "' is " +
+            shape_string(w->global_shape));
+      }
+      const at::Tensor whole =
+          format.convert(w->fqn, reader.read(name).to(w->dtype), args, false);
+      at::Tensor mine = at::empty(w->shape, w->dtype);
+      copy_overlap(
+          whole, std::vector<int64_t>(whole.dim(), 0), mine, w->offsets);
+      tensors[w->fqn] = std::move(mine);
+    }
+  }
+}
+
+}  // namespace checkpoint_detail
 
 struct CheckpointManager::FolderPlan {
   /// A rename (`to` set) or a removal (`to` empty), and the log line that
@@ -306,15 +439,6 @@ void CheckpointManager::tidy(const FolderPlan& plan) const {
     sync_directory(folder_.string());
   }
 }
-
-struct CheckpointManager::Wanted {
-  std::string fqn;
-  at::ScalarType dtype;
-  /// This rank's shape of it, and where that sits in the whole tensor.
-  std::vector<int64_t> shape;
-  std::vector<int64_t> global_shape;
-  std::vector<int64_t> offsets;
-};
 
 struct CheckpointManager::Staged {
   std::map<std::string, at::Tensor> tensors;
@@ -479,57 +603,8 @@ void CheckpointManager::stage_tensors(
     const std::vector<Wanted>& wanted,
     const std::vector<std::string>& model_fqns,
     Staged& staged) const {
-  const std::string index_path = (dir / kIndexFile).string();
-  check_fqns(index, index_path, model_fqns);
-  // The saved slices each of this rank's tensors needs (a whole tensor is
-  // one slice), by file, so that each file is opened once.
-  struct Need {
-    const Wanted* wanted;
-    checkpoint_index::TensorSlice slice;
-  };
-  std::map<std::string, std::vector<Need>> by_file;
-  for (const auto& w : wanted) {
-    const auto entry = checkpoint_index::tensor_entry(index, w.fqn, index_path);
-    if (entry.dtype != safetensors_dtype(w.dtype) ||
-        entry.shape != w.global_shape) {
-      const bool whole =
-          entry.slices.size() == 1 && entry.slices.front().shape == entry.shape;
-      fail(
-          (whole ? (dir / entry.slices.front().file).string() : index_path) +
-          ": tensor '" + w.fqn + "' is " + entry.dtype + " " +
-          shape_string(entry.shape) + ", but the model's is " +
-          safetensors_dtype(w.dtype) + " " + shape_string(w.global_shape));
-    }
-    staged.tensors[w.fqn] = at::empty(w.shape, w.dtype);
-    for (const auto& slice : entry.slices) {
-      if (checkpoint_index::overlap(
-              w.offsets, w.shape, slice.offsets, slice.shape) > 0) {
-        by_file[slice.file].push_back({&w, slice});
-      }
-    }
-  }
-  // The slices tile each tensor (tensor_entry checked), so they cover the
-  // rank's own slice too.
-  for (const auto& [file, needs] : by_file) {
-    const std::string path = (dir / file).string();
-    std::unique_ptr<SafetensorsReader> reader;
-    try {
-      reader = std::make_unique<SafetensorsReader>(path);
-    } catch (const CheckpointError& e) {
-      fail(
-          untagged(e.what()) + " (it holds tensor '" +
-          needs.front().wanted->fqn + "'" +
-          (needs.size() > 1
-               ? " and " + std::to_string(needs.size() - 1) + " more"
-               : "") +
-          ")");
-    }
-    for (const auto& [w, slice] : needs) {
-      const at::Tensor t =
-          read_checked(*reader, w->fqn, w->dtype, slice.shape, slice.crc32);
-      copy_overlap(t, slice.offsets, staged.tensors.at(w->fqn), w->offsets);
-    }
-  }
+  check_fqns(index, (dir / kIndexFile).string(), model_fqns);
+  read_saved_tensors(index, dir, wanted, staged.tensors);
 }
 
 void CheckpointManager::stage_state(
@@ -665,68 +740,14 @@ void CheckpointManager::stage_hf_tensors(
     const std::vector<Wanted>& wanted,
     const std::vector<std::string>& model_fqns,
     Staged& staged) const {
-  const fs::path dir = config_.initial_load_hf;
   const HfModel model = hf_model();
-  const HfFormat& format = *model.format;
-  const hf_folder::WeightMap map = hf_folder::read_weight_map(dir);
-  // Judged against every rank's FQNs, the same way on every rank.
-  std::set<std::string> expected;
-  for (const auto& fqn : model_fqns) {
-    const std::string name = format.name(fqn);
-    if (name.empty()) {
-      fail(
-          "tensor '" + fqn + "' has no Hugging Face " + format.architecture +
-          " name");
-    }
-    if (!map.files.contains(name)) {
-      fail(
-          map.listing + ": tensor '" + name + "' (Baton's '" + fqn +
-          "') is missing (the model has it; was the checkpoint saved from "
-          "another model?)");
-    }
-    expected.insert(name);
-  }
-  for (const auto& [name, file] : map.files) {
-    if (!expected.contains(name) && !hf_folder::ignorable(name)) {
-      fail(
-          map.listing + ": tensor '" + name + "' (in " + file +
-          ") is not in the model");
-    }
-  }
-  std::map<std::string, std::vector<const Wanted*>> by_file;
-  for (const auto& w : wanted) {
-    by_file[map.files.at(format.name(w.fqn))].push_back(&w);
-  }
-  for (const auto& [file, needs] : by_file) {
-    const SafetensorsReader reader((dir / file).string());
-    for (const Wanted* w : needs) {
-      const std::string name = format.name(w->fqn);
-      const SafetensorsEntry* e = reader.find(name);
-      if (e == nullptr) {
-        fail(
-            reader.path() + ": has no tensor '" + name + "' (" + map.listing +
-            " says it does)");
-      }
-      if (e->dtype != at::kFloat && e->dtype != at::kBFloat16 &&
-          e->dtype != at::kHalf) {
-        fail(
-            reader.path() + ": tensor '" + name + "' is " +
-            safetensors_dtype(e->dtype) + "; allowed: F32, BF16, F16");
-      }
-      if (e->shape != w->global_shape) {
-        fail(
-            reader.path() + ": tensor '" + name + "' is " +
-            shape_string(e->shape) + ", but the model's '" + w->fqn + "' is " +
-            shape_string(w->global_shape));
-      }
-      const at::Tensor whole = format.convert(
-          w->fqn, reader.read(name).to(w->dtype), model.args, false);
-      at::Tensor mine = at::empty(w->shape, w->dtype);
-      copy_overlap(
-          whole, std::vector<int64_t>(whole.dim(), 0), mine, w->offsets);
-      staged.tensors[w->fqn] = std::move(mine);
-    }
-  }
+  read_hf_tensors(
+      config_.initial_load_hf,
+      *model.format,
+      model.args,
+      wanted,
+      model_fqns,
+      staged.tensors);
 }
 
 CheckpointManager::HfModel CheckpointManager::hf_model() const {

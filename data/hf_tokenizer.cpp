@@ -401,7 +401,7 @@ void HfTokenizer::Impl::read_pre_tokenizer(const json& pre) {
   if (steps.empty() || text_field(steps.back(), "type") != "ByteLevel") {
     bad(path, "pre_tokenizer is " + pre.dump() + supported);
   }
-  const json& byte_level = steps.back();
+  const json byte_level = steps.back();  // a copy: popped below
   if (byte_level.value("add_prefix_space", false)) {
     bad(path, "pre_tokenizer ByteLevel adds a prefix space" + supported);
   }

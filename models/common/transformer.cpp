@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include "common/text.h"
@@ -104,6 +105,36 @@ at::Tensor AttentionImpl::forward(
   return hooks.out(wo(out.transpose(1, 2).reshape({B, T, -1})));
 }
 
+at::Tensor AttentionImpl::forward_cached(
+    const at::Tensor& x,
+    const RopeTables& rope,
+    at::Tensor& k_cache,
+    at::Tensor& v_cache,
+    int64_t start) {
+  const int64_t B = x.size(0), T = x.size(1);
+  at::Tensor q = wq(x).view({B, T, -1, head_dim_});
+  at::Tensor k = wk(x).view({B, T, -1, head_dim_});
+  if (q_norm) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = rope_heads_first(q, rope.cos, rope.sin);  // (B, H, T, D)
+  k_cache.narrow(2, start, T).copy_(rope_heads_first(k, rope.cos, rope.sin));
+  v_cache.narrow(2, start, T)
+      .copy_(wv(x).view({B, T, -1, head_dim_}).transpose(1, 2));
+  const int64_t heads = q.size(1);
+  const at::Tensor keys = expand_kv(k_cache.narrow(2, 0, start + T), heads);
+  const at::Tensor values = expand_kv(v_cache.narrow(2, 0, start + T), heads);
+  // Query i sits at position start + i and sees keys 0 .. start + i.
+  std::optional<at::Tensor> mask;
+  if (T > 1) {
+    mask = at::ones({T, start + T}, x.options().dtype(at::kBool)).tril(start);
+  }
+  const at::Tensor out =
+      at::scaled_dot_product_attention(q, keys, values, mask);
+  return wo(out.transpose(1, 2).reshape({B, T, -1}));
+}
+
 FeedForwardImpl::FeedForwardImpl(const ModelArgs& args) {
   const int64_t hidden = args.ffn_hidden_dim();
   w1 = register_module("w1", Linear(args.dim, hidden));
@@ -128,6 +159,18 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& args) {
 at::Tensor TransformerBlockImpl::forward(
     const at::Tensor& x, const RopeTables& rope) {
   auto h = x + attention(attention_norm(x), rope);
+  return h + feed_forward(ffn_norm(h));
+}
+
+at::Tensor TransformerBlockImpl::forward_cached(
+    const at::Tensor& x,
+    const RopeTables& rope,
+    at::Tensor& k_cache,
+    at::Tensor& v_cache,
+    int64_t start) {
+  auto h =
+      x +
+      attention->forward_cached(attention_norm(x), rope, k_cache, v_cache, start);
   return h + feed_forward(ffn_norm(h));
 }
 
@@ -285,6 +328,55 @@ at::Tensor TransformerImpl::forward_root(const at::Tensor& input) {
     h = output(output_hooks.in(norm(h)));  // (B, T, vocab)
   }
   return h;
+}
+
+KvCache TransformerImpl::new_cache(int64_t batch, int64_t capacity) const {
+  if (!chunk_.embedding || !chunk_.output ||
+      static_cast<int64_t>(blocks_.size()) != args_.n_layers) {
+    throw std::invalid_argument(
+        "[model] a KV cache needs the whole model; this chunk holds layers [" +
+        std::to_string(chunk_.first_layer) + ", " +
+        std::to_string(chunk_.end_layer) + ")" +
+        (chunk_.embedding ? "" : " without the embedding") +
+        (chunk_.output ? "" : " without the output"));
+  }
+  if (batch < 1 || capacity < 1) {
+    throw std::invalid_argument(
+        "[model] a KV cache of " + std::to_string(batch) + " x " +
+        std::to_string(capacity) + " tokens; allowed: at least 1 x 1");
+  }
+  KvCache cache;
+  const at::Tensor& w = tok_embeddings->weight;
+  for (const auto& block : blocks_) {
+    // The kv heads this module holds (all of them: a whole model).
+    const int64_t kv_heads =
+        block->attention->wk->weight.size(0) / args_.head_dim();
+    const std::vector<int64_t> shape{
+        batch, kv_heads, capacity, args_.head_dim()};
+    cache.k.push_back(at::zeros(shape, w.options()));
+    cache.v.push_back(at::zeros(shape, w.options()));
+  }
+  return cache;
+}
+
+at::Tensor TransformerImpl::forward_cached(
+    const at::Tensor& ids, KvCache& cache) {
+  const int64_t T = ids.size(1);
+  const int64_t start = cache.length;
+  if (cache.k.size() != blocks_.size() || start + T > cache.capacity()) {
+    throw std::invalid_argument(
+        "[model] forward_cached: " + std::to_string(start) + " + " +
+        std::to_string(T) + " tokens; allowed: at most the cache's " +
+        std::to_string(cache.capacity()) + " (made by new_cache for this "
+        "model)");
+  }
+  at::Tensor h = F::embedding(ids, compute_param(tok_embeddings->weight));
+  const RopeTables rope = rope_tables(args_, start, T, h.device());
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    h = blocks_[i]->forward_cached(h, rope, cache.k[i], cache.v[i], start);
+  }
+  cache.length = start + T;
+  return output(norm(h));
 }
 
 std::vector<ParamShape> parameter_shapes(

@@ -55,6 +55,17 @@ RopeTables rope_tables(
 /// x: (B, T, H, head_dim) -> (B, T, H, head_dim)
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& rope);
 
+/// The keys and values a whole model has computed so far, for generation:
+/// per block, (B, kv_heads, capacity, head_dim) each, of which the first
+/// `length` positions are filled.
+struct KvCache {
+  std::vector<at::Tensor> k, v;
+  int64_t length = 0;
+  int64_t capacity() const {
+    return k.empty() ? 0 : k.front().size(2);
+  }
+};
+
 /// Causal grouped-query attention: n_heads query heads share n_kv_heads
 /// key/value heads, each query and key head RMS-normed before RoPE where
 /// args.qk_norm (q_norm, k_norm: one weight of head_dim, shared by the
@@ -65,6 +76,16 @@ class AttentionImpl : public torch::nn::Module {
   explicit AttentionImpl(const ModelArgs& args);
   /// x: (B, T, dim) -> (B, T, dim)
   at::Tensor forward(const at::Tensor& x, const RopeTables& rope);
+  /// The same for positions start .. start + T - 1 (rope's rows) of
+  /// sequences whose earlier keys and values are in `k_cache` / `v_cache`
+  /// (B, kv_heads, capacity, D); this call's are written after them. Each
+  /// position attends to itself and every earlier one.
+  at::Tensor forward_cached(
+      const at::Tensor& x,
+      const RopeTables& rope,
+      at::Tensor& k_cache,
+      at::Tensor& v_cache,
+      int64_t start);
 
   Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
   /// Set where args.qk_norm.
@@ -98,6 +119,13 @@ class TransformerBlockImpl : public torch::nn::Module {
   explicit TransformerBlockImpl(const ModelArgs& args);
   /// x: (B, T, dim) -> (B, T, dim)
   at::Tensor forward(const at::Tensor& x, const RopeTables& rope);
+  /// As forward, with AttentionImpl::forward_cached.
+  at::Tensor forward_cached(
+      const at::Tensor& x,
+      const RopeTables& rope,
+      at::Tensor& k_cache,
+      at::Tensor& v_cache,
+      int64_t start);
 
   RMSNorm attention_norm{nullptr};
   Attention attention{nullptr};
@@ -128,6 +156,17 @@ class TransformerImpl final : public ModelChunk {
   /// Initialises every parameter from a generator seeded by (seed, its
   /// name), so the weights do not depend on how the model is split.
   void init_weights(uint64_t seed);
+
+  /// An empty cache for `batch` sequences of up to `capacity` tokens, in
+  /// the dtype and on the device of the model's weights (a whole model).
+  KvCache new_cache(int64_t batch, int64_t capacity) const;
+  /// Generation's forward: the logits (B, T, vocab) of ids (B, T) at
+  /// positions cache.length .. cache.length + T - 1, each seeing the
+  /// tokens before it in the cache; their keys and values are added to
+  /// the cache. A whole model only (embedding, every block, output), no
+  /// wrappers or layout hooks; throws std::invalid_argument beyond the
+  /// cache's capacity.
+  at::Tensor forward_cached(const at::Tensor& ids, KvCache& cache);
 
   const ModelArgs& args() const {
     return args_;

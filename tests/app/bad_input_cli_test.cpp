@@ -188,5 +188,68 @@ TEST(BadInputCli, DamagedCheckpointIndexesExitOneNamingTheFile) {
   }
 }
 
+// `baton generate` with what it cannot load: usage errors and HF folders
+// that do not say a registered family exit 2, checkpoints that cannot be
+// read exit 1, each naming the flag or the file.
+TEST(BadInputCli, GenerateRefusesWhatItCannotLoadNamingIt) {
+  Sweep sweep("cli_generate");
+  const auto dir = testing::fresh_dir("bad_input_cli_generate");
+  const auto write = [&](const fs::path& file, const std::string& text) {
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << text;
+    return file.parent_path();
+  };
+  const fs::path empty = dir / "empty";
+  fs::create_directories(empty);
+  const fs::path damaged =
+      write(dir / "damaged" / "step-2" / "index.json", "{\"format\": ");
+  const fs::path no_config = write(dir / "no_config" / "model.safetensors", "");
+  const fs::path gpt2 =
+      write(dir / "gpt2" / "config.json", "{\"model_type\": \"gpt2\"}");
+  const fs::path dynamic = write(
+      dir / "dynamic" / "config.json",
+      "{\"model_type\": \"llama\", \"hidden_size\": 64, "
+      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+      "\"intermediate_size\": 128, \"vocab_size\": 300, "
+      "\"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2.0}}");
+  const std::string gen = baton_bin() + " generate ";
+  const std::tuple<std::string, std::string, int, std::string> cases[] = {
+      {"no_model", gen + "--prompt x", 2, "--checkpoint DIR or --hf DIR"},
+      {"both", gen + "--checkpoint a --hf b --prompt x", 2, "both"},
+      {"no_prompt", gen + "--hf " + gpt2.string(), 2, "--prompt"},
+      {"temperature",
+       gen + "--hf x --prompt x --temperature -1",
+       2,
+       "--temperature"},
+      {"dtype", gen + "--hf x --prompt x --dtype fp8", 2, "--dtype"},
+      {"missing",
+       gen + "--checkpoint " + (dir / "none").string() + " --prompt x",
+       1,
+       (dir / "none").string()},
+      {"empty",
+       gen + "--checkpoint " + empty.string() + " --prompt x",
+       1,
+       empty.string()},
+      {"damaged",
+       gen + "--checkpoint " + damaged.string() + " --prompt x",
+       1,
+       (damaged / "index.json").string()},
+      {"no_config",
+       gen + "--hf " + no_config.string() + " --prompt x",
+       2,
+       "config.json"},
+      {"gpt2", gen + "--hf " + gpt2.string() + " --prompt x", 2, "'gpt2'"},
+      {"dynamic",
+       gen + "--hf " + dynamic.string() + " --prompt x",
+       2,
+       "dynamic"},
+  };
+  for (const auto& [name, command, code, names] : cases) {
+    sweep.run(name, [&, &command = command, &code = code, &names = names] {
+      return check_run(command, {code}, names);
+    });
+  }
+}
+
 }  // namespace
 }  // namespace baton

@@ -94,7 +94,7 @@ TEST(Cli, HelpOnEveryCommandPrintsItsOptionsAndExitsZero) {
   EXPECT_EQ(
       r.output.rfind(
           "error: unknown command 'bogus'; allowed: train, schedule, plan, "
-          "tokenizer, data, checkpoint (see 'baton --help')",
+          "tokenizer, data, checkpoint, generate (see 'baton --help')",
           0),
       0u)
       << r.output;

@@ -10,7 +10,11 @@
 // - at pp 2 x tp 2 and at dp_shard 2 x tp 2 (ranks as threads over real
 //   Gloo) the first step's loss equals transformers' loss;
 // - the export (export_format hf), loaded by from_pretrained, gives
-//   transformers' logits again, as the same architecture.
+//   transformers' logits again, as the same architecture;
+// - generation with the KV cache picks transformers' tokens from its
+//   logits at every step (float32, within 1e-5), and the greedy text of a
+//   trained debug model, through `baton generate`, is transformers'
+//   generate's from the export.
 // Offline: every model is made in the test. Where the project's Python
 // cannot import torch and transformers (the CPU-only set-up without the
 // NVIDIA wheels) the tests skip, saying why.
@@ -29,7 +33,10 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/saved_model.h"
 #include "data/tokenizer.h"
+#include "models/common/transformer.h"
+#include "models/generate.h"
 #include "models/model_spec.h"
 #include "tests/baton_binary.h"
 #include "tests/checkpoint/layout_checkpoint.h"
@@ -296,6 +303,100 @@ TEST_F(HfFamilies, TheExportsTokenizerEncodesToBatonsIds) {
       EXPECT_EQ(hf["with_special"][0], tokenizer->bos_id());
     }
     EXPECT_EQ(hf["eos"], tokenizer->eos_id());
+  }
+}
+
+// Generation with the KV cache, step by step against transformers' own
+// generate with its cache: the same greedy tokens, each chosen from the same
+// logits.
+TEST_F(HfFamilies, GenerationsLogitsEqualTransformersWithItsCache) {
+  constexpr int64_t kSteps = 12;
+  std::string dirs;
+  for (const Case& c : kCases) {
+    if (!c.bf16) {
+      dirs += " '" + (root_ / c.name).string() + "'";
+    }
+  }
+  const auto r = testing::run_command(reference_command(
+      "generate " + std::to_string(kSteps) + dirs));
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const Case& c : kCases) {
+    if (c.bf16) {
+      continue;
+    }
+    SCOPED_TRACE(c.name);
+    const SavedModel saved = read_hf_model(root_ / c.name, c.name);
+    EXPECT_EQ(saved.family, c.family);
+    auto model = std::dynamic_pointer_cast<models::TransformerImpl>(
+        model_registry().get(saved.family).build(saved.args, ChunkSpec{}, 0));
+    ASSERT_TRUE(model);
+    load_saved_weights(saved, *model);
+    const SafetensorsReader ref(
+        (root_ / c.name / "generate.safetensors").string());
+    const at::Tensor prompt = ref.read("prompt");
+    const at::Tensor tokens = ref.read("tokens");
+    const at::Tensor logits = ref.read("logits");
+    GenerateOptions options;
+    options.max_new_tokens = kSteps;
+    options.keep_logits = true;
+    const Generation g = generate(
+        *model,
+        std::vector<int32_t>(
+            prompt.data_ptr<int64_t>(),
+            prompt.data_ptr<int64_t>() + prompt.numel()),
+        options);
+    ASSERT_EQ(static_cast<int64_t>(g.tokens.size()), kSteps);
+    for (int64_t i = 0; i < kSteps; ++i) {
+      SCOPED_TRACE("step " + std::to_string(i));
+      EXPECT_EQ(g.tokens[i], tokens[i].item<int64_t>());
+      EXPECT_LE(relative(g.logits[i], logits[i], false), tolerance(false));
+    }
+  }
+}
+
+// `baton generate` on a trained debug model prints transformers' greedy
+// text: from the run's checkpoint and from its HF export alike.
+TEST_F(HfFamilies, GreedyTextOfATrainedDebugModelEqualsTransformersGenerate) {
+  const fs::path dump = root_ / "generate_debug";
+  fs::remove_all(dump);
+  const auto trained = testing::run_command(
+      testing::baton_bin() + " train --config " +
+      testing::source_path("configs/debug_model.yaml") +
+      " --job.dump_folder=" + dump.string() +
+      " --training.steps=20 --metrics.peak_tflops=1"
+      " --checkpoint.enable=true --checkpoint.interval=20"
+      " --checkpoint.model_only_export=true --checkpoint.export_format=hf");
+  ASSERT_EQ(trained.code, 0) << trained.output;
+  const std::string prompt = "And God said, Let there be";
+  const fs::path export_dir = dump / "checkpoint" / "export";
+  const auto hf = testing::run_command(reference_command(
+      "generate_text '" + export_dir.string() + "' '" + prompt + "' 40"));
+  ASSERT_EQ(hf.code, 0) << hf.output;
+  json expected;
+  std::istringstream lines(hf.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] == '{') {
+      expected = json::parse(line);
+    }
+  }
+  ASSERT_TRUE(expected.contains("text")) << hf.output;
+  for (const std::string from :
+       {"--checkpoint '" + (dump / "checkpoint").string() + "'",
+        "--hf '" + export_dir.string() + "'"}) {
+    SCOPED_TRACE(from);
+    const fs::path out = dump / "generated.txt";
+    // stdout alone holds the text (the log goes to stderr).
+    const auto r = testing::run_command(
+        "( " + testing::baton_bin() + " generate " + from + " --prompt '" +
+        prompt + "' --max-new-tokens 40 > '" + out.string() + "' )");
+    ASSERT_EQ(r.code, 0) << r.output;
+    std::ifstream in(out);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    ASSERT_FALSE(text.empty());
+    EXPECT_EQ(text.back(), '\n');
+    text.pop_back();
+    EXPECT_EQ(text, expected["text"].get<std::string>());
+    EXPECT_GT(text.size(), prompt.size());
   }
 }
 

@@ -18,6 +18,17 @@
       AutoTokenizer.from_pretrained(EXPORT)'s ids of TEXT, without and with
       its special tokens, and its BOS and EOS ids, as a JSON line.
 
+  hf_reference.py generate N DIR...
+      Greedy generation with transformers' KV cache from each DIR (a made case):
+      N tokens after the first 5 of DIR's reference tokens, no EOS; writes
+      DIR/generate.safetensors: `prompt` (5,), `tokens` (N,) and the
+      float32 `logits` (N, vocab) each token was chosen from.
+  hf_reference.py generate_text EXPORT TEXT N
+      AutoTokenizer and AutoModelForCausalLM from EXPORT: greedy generate of
+      at most N tokens after TEXT (with the tokenizer's special tokens),
+      stopping at the generation config's EOS; prints a JSON line with the
+      decoded text (special tokens skipped) and the new ids.
+
 Offline (HF_HUB_OFFLINE=1): nothing is downloaded. Exit 3 where torch or
 transformers does not import, so the test skips saying why.
 """
@@ -166,11 +177,60 @@ def tokenize(export, text):
     )
 
 
+def generate(folder, n):
+    ref = load_file(os.path.join(folder, "reference.safetensors"))
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    prompt = ref["tokens"][0, :5]
+    with torch.no_grad():
+        out = model.generate(
+            prompt.view(1, -1),
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+            use_cache=True,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+    save_file(
+        {
+            "prompt": prompt.contiguous(),
+            "tokens": out.sequences[0, 5:].contiguous(),
+            "logits": torch.cat([l.float() for l in out.logits]).contiguous(),
+        },
+        os.path.join(folder, "generate.safetensors"),
+    )
+    print(json.dumps({"generated": out.sequences[0, 5:].tolist()}))
+
+
+def generate_text(export, text, n):
+    tok = transformers.AutoTokenizer.from_pretrained(export)
+    model = transformers.AutoModelForCausalLM.from_pretrained(export, dtype=torch.float32).eval()
+    ids = tok(text, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=n, do_sample=False, use_cache=True)
+    new = out[0, ids.size(1):]
+    print(
+        json.dumps(
+            {
+                "text": tok.decode(out[0], skip_special_tokens=True),
+                "ids": new.tolist(),
+            }
+        )
+    )
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "make":
         for spec in sys.argv[3:]:
             case, _, dtype = spec.partition(":")
             make(case, os.path.join(sys.argv[2], spec.replace(":", "_")), dtype or "float32")
+    elif len(sys.argv) > 3 and sys.argv[1] == "generate":
+        for folder in sys.argv[3:]:
+            generate(folder, int(sys.argv[2]))
+    elif len(sys.argv) == 5 and sys.argv[1] == "generate_text":
+        generate_text(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif len(sys.argv) == 4 and sys.argv[1] == "tokenize":
         tokenize(sys.argv[2], sys.argv[3])
     elif len(sys.argv) > 2 and sys.argv[1] == "check":

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "models/common/transformer.h"
+#include "models/generate.h"
 
 namespace baton::models {
 namespace {
@@ -38,6 +39,35 @@ TEST(Gpu, ForwardAndBackwardMatchTheCpu) {
     EXPECT_TRUE(torch::allclose(
         pg[item.key()].grad().cpu(), item.value().grad(), 1e-3, 1e-4))
         << item.key();
+  }
+}
+
+TEST(Gpu, GenerationMatchesTheCpu) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device visible to libtorch; this test runs "
+                    "where there is one (bench/gpu.sh builds and runs it)";
+  }
+  ModelArgs args;
+  args.dim = 64;
+  args.n_layers = 2;
+  args.n_heads = 4;
+  args.n_kv_heads = 2;
+  args.vocab_size = 50;
+  args.multiple_of = 32;
+  args.qk_norm = true;
+  auto cpu = std::make_shared<TransformerImpl>(args);
+  auto gpu = std::make_shared<TransformerImpl>(args);
+  cpu->init_weights(3);
+  gpu->init_weights(3);
+  gpu->to(torch::kCUDA);
+  GenerateOptions options;
+  options.max_new_tokens = 8;
+  options.keep_logits = true;
+  const Generation c = generate(*cpu, {1, 2, 3}, options);
+  const Generation g = generate(*gpu, {1, 2, 3}, options);
+  EXPECT_EQ(g.tokens, c.tokens);
+  for (size_t i = 0; i < c.logits.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(g.logits[i], c.logits[i], 1e-4, 1e-4)) << i;
   }
 }
 

@@ -32,7 +32,11 @@ const std::string kRun =
     " --config " + source_path("configs/debug_model.yaml") +
     " --training.seq_len=64 --training.mixed_precision_param=float32"
     " --metrics.log_freq=1 --metrics.peak_tflops=1"
-    " --lr_scheduler.warmup_steps=2 --comm.init_timeout_seconds=60";
+    " --lr_scheduler.warmup_steps=2 --comm.init_timeout_seconds=60"
+    // The export gathers every rank's piece in one folder: the machines
+    // here share none (a checkpoint, as docs/checkpoints.md says, needs
+    // one).
+    " --checkpoint.model_only_export=false";
 
 const std::string kLayout =
     " --training.local_batch_size=4"
