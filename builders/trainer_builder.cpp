@@ -121,6 +121,9 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   }
 
   c.dataloader = build_dataloader(c.tokenizer);
+  if (c.dataloader) {
+    c.validation_dataloader = build_validation_dataloader(c.tokenizer);
+  }
   auto loss = build_loss();
   check_built(static_cast<bool>(loss), "build_loss returned an empty function");
   c.train_step = build_train_step(c.model_parts, std::move(loss));
@@ -363,6 +366,29 @@ std::unique_ptr<DataLoader> TrainerBuilder::build_dataloader(
   options.prefetch = t.dataset_prefetch;
   LOG(INFO) << "data: " << t.dataset << " shard " << options.dp_rank << " of "
             << options.dp_size;
+  return std::make_unique<DataLoader>(
+      std::move(dataset), std::move(tokenizer), options);
+}
+
+std::unique_ptr<DataLoader> TrainerBuilder::build_validation_dataloader(
+    std::shared_ptr<const Tokenizer> tokenizer) {
+  const ValidationConfig& v = config_.validation;
+  if (!v.enable) {
+    return nullptr;
+  }
+  DatasetOptions dataset_options;
+  dataset_options.path = v.dataset_path;
+  dataset_options.text_field = v.dataset_text_field;
+  auto dataset = dataset_registry().get(
+      v.dataset, config_.origin("validation.dataset"))(dataset_options);
+  const TrainingConfig& t = config_.training;
+  DataLoaderOptions options(t.local_batch_size, t.seq_len);
+  options.dp_rank = mesh().index("dp");
+  options.dp_size = dims_.dp();
+  options.prefetch = 0;
+  LOG(INFO) << "validation: " << v.dataset << " (" << v.dataset_path
+            << ") shard " << options.dp_rank << " of " << options.dp_size
+            << ", " << v.steps << " batches every " << v.freq << " steps";
   return std::make_unique<DataLoader>(
       std::move(dataset), std::move(tokenizer), options);
 }

@@ -117,6 +117,11 @@ class TrainerBuilder {
   /// The data loader of this rank (null where it loads no data).
   virtual std::unique_ptr<DataLoader> build_dataloader(
       std::shared_ptr<const Tokenizer> tokenizer);
+  /// The held-out data's loader of this rank (`validation:`; training's
+  /// batch shape, in order, no prefetch); null without validation.enable or
+  /// where build_dataloader gives none.
+  virtual std::unique_ptr<DataLoader> build_validation_dataloader(
+      std::shared_ptr<const Tokenizer> tokenizer);
   /// The token loss; cross-entropy summed over tokens.
   virtual LossFn build_loss();
   /// Forward and backward of one step over `parts`; the base one is local,

@@ -612,6 +612,15 @@ void check_consistency(const JobConfig& config) {
   if (const auto problem = degrees_problem(config.mesh_degrees())) {
     throw_config_error(config.origin(problem->key), problem->message);
   }
+  if (const auto problem =
+          config.validation.data_problem(config.training)) {
+    throw_config_error(
+        config.first_origin(
+            {"validation.dataset_path",
+             "validation.enable",
+             "training.dataset_path"}),
+        problem->message);
+  }
   const ParallelismConfig& p = config.parallelism;
   // The stages are known here without pipelining (one) and for a
   // generator's schedule of a set degree; the builders check the rest

@@ -536,6 +536,46 @@ struct MetricsConfig {
   }
 };
 
+/// `validation:` section: a held-out loss every `freq` steps.
+struct ValidationConfig {
+  bool enable = false;
+  std::string dataset = "kjv";
+  /// The held-out data; required with enable, and not the training's.
+  std::string dataset_path = "";
+  std::string dataset_text_field = "text";
+  int64_t freq = 100;
+  /// Batches per validation: each data-parallel rank's local_batch_size x
+  /// seq_len, as a training micro-step's.
+  int64_t steps = 10;
+
+  template <class V>
+  void visit(V&& v) {
+    v("enable", enable, FieldSpec("compute a held-out loss every freq steps"));
+    v("dataset",
+      dataset,
+      FieldSpec("registered dataset name of the held-out data")
+          .registered_in("dataset"));
+    v("dataset_path",
+      dataset_path,
+      FieldSpec("held-out file, folder or glob (required with enable; not "
+                "the training data)"));
+    v("dataset_text_field",
+      dataset_text_field,
+      FieldSpec("JSON Lines field holding each document's text"));
+    v("freq", freq, FieldSpec("steps between validations").at_least(1));
+    v("steps",
+      steps,
+      FieldSpec("batches per validation (local_batch_size x seq_len each, "
+                "per data-parallel rank)")
+          .at_least(1));
+  }
+
+  /// The problem of enable without a dataset_path, or one that reads the
+  /// training data (`training`'s dataset and path); nothing when disabled.
+  std::optional<ConfigProblem> data_problem(
+      const TrainingConfig& training) const;
+};
+
 /// `comm:` section.
 struct CommConfig {
   std::string backend = "auto";
@@ -583,6 +623,7 @@ struct JobConfig {
   ActivationCheckpointConfig activation_checkpoint;
   CheckpointConfig checkpoint;
   MetricsConfig metrics;
+  ValidationConfig validation;
   CommConfig comm;
   /// The registered sections, by name, as loaded (after the built-in ones
   /// in the file, printed in name order).
@@ -628,6 +669,7 @@ struct JobConfig {
     v("activation_checkpoint", activation_checkpoint);
     v("checkpoint", checkpoint);
     v("metrics", metrics);
+    v("validation", validation);
     v("comm", comm);
     for (auto& [name, section] : sections) {
       v(name.c_str(), section);

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/text.h"
 #include "config/config_detail.h"
 #include "config/job_config.h"
 
@@ -31,6 +32,29 @@ std::optional<ConfigProblem> ActivationCheckpointConfig::stages_problem(
               "], or an empty list for every stage; hint: the stages are "
               "pipeline_parallel_degree x pipeline_parallel_stages_per_rank"};
     }
+  }
+  return std::nullopt;
+}
+
+std::optional<ConfigProblem> ValidationConfig::data_problem(
+    const TrainingConfig& training) const {
+  if (!enable) {
+    return std::nullopt;
+  }
+  if (dataset_path.empty()) {
+    return ConfigProblem{
+        "validation.dataset_path",
+        "validation.dataset_path: empty with validation.enable: true; "
+        "allowed: a held-out file, folder or glob that training does not "
+        "read"};
+  }
+  if (to_lower(dataset) == to_lower(training.dataset) &&
+      dataset_path == training.dataset_path) {
+    return ConfigProblem{
+        "validation.dataset_path",
+        "validation.dataset_path: '" + dataset_path +
+            "' is the training data (training.dataset_path); allowed: "
+            "held-out data that training does not read"};
   }
   return std::nullopt;
 }

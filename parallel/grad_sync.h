@@ -25,6 +25,10 @@ class GradientSync {
     prepare(/*sync=*/true);
     finish();
   }
+  /// After forwards without gradients (a validation between steps):
+  /// returns the part to the state a step starts from (a sharded part's
+  /// parameters to their shards, gradients untouched). Default: nothing.
+  virtual void after_eval() {}
 };
 
 /// A part's synchronisers, run in the order they were attached; empty (a
@@ -54,6 +58,11 @@ class GradientSyncChain final : public GradientSync {
   void reduce_now() override {
     for (auto& s : syncs_) {
       s->reduce_now();
+    }
+  }
+  void after_eval() override {
+    for (auto& s : syncs_) {
+      s->after_eval();
     }
   }
 

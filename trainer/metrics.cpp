@@ -19,7 +19,7 @@ namespace {
 // The numbers of a metrics.jsonl line after `step`, under their keys, in
 // the file's order: one list for the JSON line and the TensorBoard event.
 std::vector<TensorBoardScalar> step_scalars(const StepMetrics& m) {
-  return {
+  std::vector<TensorBoardScalar> scalars{
       {"loss", m.loss},
       {"grad_norm", m.grad_norm},
       {"lr", m.lr},
@@ -32,6 +32,13 @@ std::vector<TensorBoardScalar> step_scalars(const StepMetrics& m) {
       {"tensor_peak_mib", m.tensor_peak_mib},
       {"activation_peak_mib", m.activation_peak_mib},
   };
+  if (m.validation_loss) {
+    scalars.emplace_back("validation_loss", *m.validation_loss);
+    scalars.emplace_back(
+        "validation_tokens", static_cast<double>(m.validation_tokens));
+    scalars.emplace_back("validation_time_s", m.validation_time_s);
+  }
+  return scalars;
 }
 
 }  // namespace
@@ -118,6 +125,9 @@ std::string metrics_to_json(const StepMetrics& m) {
   for (const auto& [key, value] : step_scalars(m)) {
     j[key] = value;
   }
+  if (m.validation_loss) {
+    j["validation_tokens"] = m.validation_tokens;  // an integer
+  }
   if (!m.pipeline_bubble_pct.empty()) {
     j["pipeline_bubble_pct"] = m.pipeline_bubble_pct;
   }
@@ -152,6 +162,9 @@ void MetricsLogger::log(const StepMetrics& m) {
       line << (r == 0 ? " " : "/") << m.pipeline_bubble_pct[r];
     }
     line << "%";
+  }
+  if (m.validation_loss) {
+    line << "  validation_loss " << std::setprecision(4) << *m.validation_loss;
   }
   LOG(INFO) << line.str();
   if (!jsonl_.is_open()) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,12 @@ struct StepMetrics {
   /// pipeline-rank order (Trainer::train_step alone gives this rank's;
   /// train() gathers the others' for the steps it logs); empty otherwise.
   std::vector<double> pipeline_bubble_pct;
+  /// A step with a validation (`validation:` every freq steps): the
+  /// held-out loss, the tokens it was computed on and its time; the step is
+  /// logged whatever log_freq says.
+  std::optional<double> validation_loss;
+  int64_t validation_tokens = 0;
+  double validation_time_s = 0.0;
 };
 
 /// Writes one console line (glog), one metrics.jsonl object and, with
@@ -54,6 +61,7 @@ class MetricsLogger {
   bool should_log(int64_t step) const;
   /// Logs `m` (on the logging rank).
   void log(const StepMetrics& m);
+
   /// (Re)starts metrics.jsonl for a run that begins after `resumed_step`:
   /// empty for a new run (0); for a resumed one, the lines of the earlier
   /// run up to that step (steps it logged later are trained again), then

@@ -45,6 +45,31 @@ void PipelinedTrainStep::check_parts(const ModelParts& parts) const {
   }
 }
 
+EvalOutput PipelinedTrainStep::evaluate(
+    ModelParts& parts, const std::vector<Batch>& batches) {
+  check_parts(parts);
+  // Only the first stage's ranks load data: they say how many batches.
+  const int64_t first = executor_->schedule().stage_to_rank.at(0);
+  at::Tensor count =
+      at::full({1}, static_cast<int64_t>(batches.size()), at::kLong);
+  pp_group_->broadcast(count, first);
+  const int64_t n = count.item<int64_t>();
+  const bool has_data = first == executor_->pp_rank();
+  double loss_sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    at::Tensor inputs, labels;
+    if (has_data) {
+      inputs = batches[i].inputs;
+      labels = batches[i].labels;
+    }
+    loss_sum += executor_->evaluate(inputs, labels).loss_sum;
+  }
+  parts.for_each([](ModelPart& part) { part.grad_sync().after_eval(); });
+  const int64_t tokens = tokens_per_micro_step_ * n * dp_group_->size();
+  loss_sum = sum_over(dp_group_, sum_over(pp_group_, loss_sum));
+  return {tokens > 0 ? loss_sum / static_cast<double>(tokens) : 0.0, tokens};
+}
+
 StepOutput PipelinedTrainStep::run(
     ModelParts& parts, const std::vector<Batch>& batches) {
   check_parts(parts);

@@ -30,6 +30,12 @@ class PipelinedTrainStep final : public TrainStep {
   ~PipelinedTrainStep() override;
 
   StepOutput run(ModelParts& parts, const std::vector<Batch>& batches) override;
+  /// Each batch through the schedule's forwards alone
+  /// (PipelineExecutor::evaluate); the last stage's loss summed over the
+  /// pipeline and data-parallel groups. Every pipeline rank runs one
+  /// evaluate per batch of the first stage's (their count is broadcast).
+  EvalOutput evaluate(
+      ModelParts& parts, const std::vector<Batch>& batches) override;
 
  private:
   /// Throws std::invalid_argument unless `parts` are the executor's stages.

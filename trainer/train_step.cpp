@@ -46,6 +46,33 @@ StepOutput LocalTrainStep::run(
   return {loss_sum / static_cast<double>(tokens), tokens};
 }
 
+EvalOutput LocalTrainStep::evaluate(
+    ModelParts& parts, const std::vector<Batch>& batches) {
+  if (parts.size() != 1) {
+    throw std::invalid_argument(
+        "[LocalTrainStep] needs exactly one model part, got " +
+        std::to_string(parts.size()));
+  }
+  auto& part = parts[0];
+  auto& model = part.module();
+  const auto device = model.parameters().at(0).device();
+  double loss_sum = 0.0;
+  int64_t tokens = 0;
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& batch : batches) {
+      const auto logits = model.forward(batch.inputs.to(device));
+      loss_sum += loss_(logits, batch.labels.to(device)).item<double>();
+      tokens += batch.labels.numel();
+    }
+  }
+  part.grad_sync().after_eval();
+  tokens = static_cast<int64_t>(
+      sum_over(batch_group_, static_cast<double>(tokens)));
+  loss_sum = sum_over(batch_group_, loss_sum);
+  return {tokens > 0 ? loss_sum / static_cast<double>(tokens) : 0.0, tokens};
+}
+
 double sum_over(
     const std::shared_ptr<dist::ProcessGroup>& group, double value) {
   if (!group || group->size() == 1) {

@@ -27,6 +27,15 @@ struct StepOutput {
   double bubble = -1.0;
 };
 
+/// What a validation pass computed.
+struct EvalOutput {
+  /// Mean token loss over every data-parallel rank's batches, on every
+  /// rank.
+  double loss = 0.0;
+  /// Tokens it was computed on (all data-parallel ranks').
+  int64_t tokens = 0;
+};
+
 /// Forward and backward of one optimizer step, accumulating gradients into
 /// the parts and synchronising them through each part's grad_sync(). The
 /// trainer loop calls it between zero_grad and the optimizer without
@@ -37,6 +46,11 @@ class TrainStep {
   /// Runs the step over `batches` (one per gradient-accumulation micro-step;
   /// empty on ranks that load no data).
   virtual StepOutput run(
+      ModelParts& parts, const std::vector<Batch>& batches) = 0;
+  /// The loss of `batches` (each a micro-step's; empty on ranks that load
+  /// no data), forward only, without gradients; the parts are left as a
+  /// step starts (GradientSync::after_eval). Every rank takes part.
+  virtual EvalOutput evaluate(
       ModelParts& parts, const std::vector<Batch>& batches) = 0;
 };
 
@@ -51,6 +65,8 @@ class LocalTrainStep final : public TrainStep {
       LossFn loss, std::shared_ptr<dist::ProcessGroup> batch_group = nullptr)
       : loss_(std::move(loss)), batch_group_(std::move(batch_group)) {}
   StepOutput run(ModelParts& parts, const std::vector<Batch>& batches) override;
+  EvalOutput evaluate(
+      ModelParts& parts, const std::vector<Batch>& batches) override;
 
  private:
   LossFn loss_;

@@ -130,6 +130,27 @@ bool Trainer::stop_agreed() const {
   return flag.item<int64_t>() != 0;
 }
 
+void Trainer::validate(StepMetrics& m) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Batch> batches;
+  if (c_.validation_dataloader) {
+    DataLoader& loader = *c_.validation_dataloader;
+    if (!validation_start_) {
+      validation_start_ = loader.state();
+    }
+    loader.load_state(*validation_start_);
+    for (int64_t i = 0; i < config_.validation.steps; ++i) {
+      batches.push_back(loader.next());
+    }
+  }
+  const EvalOutput out = c_.train_step->evaluate(c_.model_parts, batches);
+  m.validation_loss = out.loss;
+  m.validation_tokens = out.tokens;
+  m.validation_time_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+}
+
 std::vector<StepMetrics> Trainer::train() {
   if (c_.checkpointer) {
     const TrainState resumed = c_.checkpointer->load();
@@ -146,7 +167,11 @@ std::vector<StepMetrics> Trainer::train() {
   while (step_ < steps) {
     history.push_back(optimizer_step());
     StepMetrics& m = history.back();
-    if (c_.metrics && (c_.metrics->should_log(m.step) || m.step == steps)) {
+    if (config_.validation.enable && step_ % config_.validation.freq == 0) {
+      validate(m);
+    }
+    if (c_.metrics && (c_.metrics->should_log(m.step) || m.step == steps ||
+                       m.validation_loss)) {
       if (m.pipeline_bubble_pct.size() == 1) {
         // Every rank logs the same steps, so this collective matches.
         const auto all = c_.mesh->group(kPipelineAxis)

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "config/job_config.h"
@@ -31,6 +32,9 @@ struct TrainerComponents {
   std::shared_ptr<const Tokenizer> tokenizer;
   /// Null on ranks that load no data.
   std::unique_ptr<DataLoader> dataloader;
+  /// The held-out data's loader (`validation:`), read from its start at
+  /// every validation; null without validation or where no data is loaded.
+  std::unique_ptr<DataLoader> validation_dataloader;
   std::unique_ptr<TrainStep> train_step;
   /// Null when checkpointing is off.
   std::unique_ptr<Checkpointer> checkpointer;
@@ -88,6 +92,9 @@ class Trainer {
   /// The start-up log's line of this rank's parameter, gradient and
   /// optimizer-state bytes.
   void log_memory() const;
+  /// validation.steps batches of the held-out data from their start,
+  /// forward only, on every rank: into `m`'s validation fields.
+  void validate(StepMetrics& m);
   /// Whether any rank received a preemption signal; every rank calls it at
   /// the same step boundaries (a MAX all-reduce over the world).
   bool stop_agreed() const;
@@ -100,6 +107,8 @@ class Trainer {
   bool preempted_ = false;
   /// MFU above 100% has been warned about (once a run).
   bool mfu_warned_ = false;
+  /// Where the validation loader starts each validation.
+  std::optional<DataLoaderState> validation_start_;
 };
 
 }  // namespace baton

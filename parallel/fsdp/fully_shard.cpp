@@ -555,6 +555,12 @@ void FullyShardedPart::reduce_now() {
   s.finish_all();
 }
 
+void FullyShardedPart::after_eval() {
+  auto& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.finish_all();
+}
+
 // --- the applier -------------------------------------------------------------
 
 void FullyShardApplier::apply(ModelPart& part, const ParallelContext& context) {

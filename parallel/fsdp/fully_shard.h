@@ -177,6 +177,8 @@ class FullyShardedPart final : public GradientSync {
   void prepare(bool sync) override;
   void finish() override;
   void reduce_now() override;
+  /// Every unit back to its shards, the gradients the shards held before.
+  void after_eval() override;
 
   /// The units, in forward order (blocks, then the root).
   const std::vector<std::unique_ptr<Unit>>& units() const {

@@ -57,6 +57,8 @@ struct PipelineExecutor::State {
   at::Tensor labels;
   double loss_scale = 1.0;
   double loss_sum = 0.0;
+  /// evaluate(): forwards alone, without gradients.
+  bool forward_only = false;
   /// Seconds spent waiting for receives inside compute actions.
   double wait_s = 0.0;
 
@@ -118,6 +120,18 @@ struct PipelineExecutor::State {
       out = ce * loss_scale;
     }
     c.output = out;
+    if (forward_only) {
+      c.input = at::Tensor();  // no backward needs it
+      if (s > 0 && holds(s - 1)) {
+        cell(s - 1, mb).output = at::Tensor();
+      }
+    }
+  }
+
+  /// Whether evaluate() runs `a` (and of OVERLAP_F_B, its forward half).
+  static bool runs_forward_only(const Action& a) {
+    return a.kind == ActionKind::kF || a.kind == ActionKind::kSendF ||
+           a.kind == ActionKind::kRecvF || a.kind == ActionKind::kOverlapFB;
   }
 
   void backward(int64_t s, int64_t mb, bool input_only) {
@@ -173,11 +187,16 @@ struct PipelineExecutor::State {
         break;
       case ActionKind::kOverlapFB:
         execute(a.forward_part());
-        execute(a.backward_part());
+        if (!forward_only) {
+          execute(a.backward_part());
+        }
         break;
       case ActionKind::kSendF: {
         at::Tensor out = cell(s, mb).output.detach().contiguous();
         check_activation(out, "stage " + std::to_string(s) + "'s output");
+        if (forward_only) {
+          cell(s, mb).output = at::Tensor();
+        }
         sends.push_back(group->isend(
             out,
             rank_of(s + 1),
@@ -322,6 +341,29 @@ ExecutorRun PipelineExecutor::run(
     const at::Tensor& labels,
     double loss_scale,
     const std::function<void(int64_t stage)>& reduce_grad) {
+  state_->forward_only = false;
+  return run_schedule(inputs, labels, loss_scale, reduce_grad);
+}
+
+ExecutorRun PipelineExecutor::evaluate(
+    const at::Tensor& inputs, const at::Tensor& labels) {
+  at::NoGradGuard no_grad;
+  state_->forward_only = true;
+  try {
+    ExecutorRun out = run_schedule(inputs, labels, 1.0, nullptr);
+    state_->forward_only = false;
+    return out;
+  } catch (...) {
+    state_->forward_only = false;
+    throw;
+  }
+}
+
+ExecutorRun PipelineExecutor::run_schedule(
+    const at::Tensor& inputs,
+    const at::Tensor& labels,
+    double loss_scale,
+    const std::function<void(int64_t stage)>& reduce_grad) {
   auto& st = *state_;
   const auto& sh = st.shapes;
   st.cells.clear();
@@ -351,6 +393,9 @@ ExecutorRun PipelineExecutor::run(
       continue;
     }
     const Action& a = *actions[i];
+    if (st.forward_only && !State::runs_forward_only(a)) {
+      continue;
+    }
     std::string name = a.str();
     // The action, and any P2P it posts under its name: a hang report shows
     // which action a rank was in and which one its peer waited on.

@@ -101,10 +101,24 @@ class PipelineExecutor {
       double loss_scale,
       const std::function<void(int64_t stage)>& reduce_grad = nullptr);
 
+  /// Runs the schedule's forwards alone, without gradients: each rank's F
+  /// actions (and OVERLAP_F_B's forward half) with their SEND_F / RECV_F,
+  /// in the schedule's order, which removing the backwards cannot
+  /// deadlock. The loss of every microbatch is summed on the last stage's
+  /// rank (loss_sum); nothing is scaled, no gradient is touched.
+  ExecutorRun evaluate(const at::Tensor& inputs, const at::Tensor& labels);
+
   int64_t pp_rank() const;
   const Schedule& schedule() const;
 
  private:
+  /// run() and evaluate(): the labels' exchange, then this rank's actions.
+  ExecutorRun run_schedule(
+      const at::Tensor& inputs,
+      const at::Tensor& labels,
+      double loss_scale,
+      const std::function<void(int64_t stage)>& reduce_grad);
+
   struct State;
   std::unique_ptr<State> state_;
 };

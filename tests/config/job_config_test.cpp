@@ -490,6 +490,34 @@ TEST(JobConfig, RejectsDecayRatioBeyondRemainingSteps) {
   EXPECT_NO_THROW(load_job_config(path, {"lr_scheduler.decay_ratio=0.4"}));
 }
 
+TEST(JobConfig, ValidationNeedsHeldOutData) {
+  const std::string path =
+      write_yaml("training:\n  dataset_path: train.jsonl\n");
+  expect_contains(
+      load_error(path, {"validation.enable=true"}),
+      {"--validation.enable=true: validation.dataset_path: empty",
+       "allowed: a held-out file"});
+  expect_contains(
+      load_error(
+          path,
+          {"validation.enable=true", "validation.dataset_path=train.jsonl"}),
+      {"--validation.dataset_path=train.jsonl: validation.dataset_path: "
+       "'train.jsonl' is the training data"});
+  const JobConfig c = load_job_config(
+      path,
+      {"validation.enable=true",
+       "validation.dataset_path=held_out.jsonl",
+       "validation.freq=50",
+       "validation.steps=4"});
+  EXPECT_EQ(c.validation.freq, 50);
+  EXPECT_EQ(c.validation.steps, 4);
+  expect_contains(
+      load_error(path, {"validation.freq=0"}),
+      {"validation.freq: 0 is out of range"});
+  // Off, nothing is asked of it.
+  EXPECT_NO_THROW(load_job_config(path, {"validation.steps=3"}));
+}
+
 TEST(JobConfig, RejectsTwoInferredDegrees) {
   // A degree a parallelism registers into the section (as tensor parallel
   // does) joins the check.

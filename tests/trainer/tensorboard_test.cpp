@@ -190,9 +190,17 @@ TEST(Tensorboard, MetricsLoggerWritesTheScalarsOfMetricsJsonl) {
     StepMetrics piped = sample_metrics(10, 0.5);
     piped.pipeline_bubble_pct = {12.5, 33.3};
     logger.log(piped);
+    StepMetrics validated = sample_metrics(20, 0.4);
+    validated.validation_loss = 2.5;
+    validated.validation_tokens = 1024;
+    validated.validation_time_s = 0.25;
+    logger.log(validated);
   }
   const auto lines = testing::read_metrics(dump);
-  ASSERT_EQ(lines.size(), 2u);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_FALSE(lines[1].contains("validation_loss"));
+  EXPECT_EQ(lines[2]["validation_loss"].get<double>(), 2.5);
+  EXPECT_TRUE(lines[2]["validation_tokens"].is_number_integer());
   const auto events = read_events(only_event_file(dump / "tensorboard"));
   ASSERT_EQ(events.size(), 1 + lines.size());
   expect_file_version(events[0]);
@@ -218,6 +226,7 @@ TEST(Tensorboard, MetricsLoggerWritesTheScalarsOfMetricsJsonl) {
     EXPECT_EQ(got, expected) << e.text;
   }
   EXPECT_EQ(events[2].scalars.size(), 13u);  // 11 numbers, 2 pipeline ranks
+  EXPECT_EQ(events[3].scalars.size(), 14u);  // 11 numbers, 3 validation's
 }
 
 TEST(Tensorboard, MetricsLoggerWritesEventsWithoutJsonl) {
