@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -177,13 +178,21 @@ void CheckpointManager::export_model(const TrainState& state) {
 
 void CheckpointManager::write_hf_tokenizer(
     const fs::path& tmp, const json& record) const {
-  const std::string text = tokenizer_ ? tokenizer_->hf_tokenizer_json() : "";
+  std::string text;
+  std::string why = "the run has no tokenizer";
+  if (tokenizer_) {
+    try {
+      text = tokenizer_->hf_tokenizer_json();
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+  }
+  // The weights are the export; a tokenizer that cannot say itself so
+  // leaves them without one rather than failing it.
   if (text.empty()) {
     LOG(WARNING) << "checkpoint: the export has no tokenizer.json: model."
                     "tokenizer '"
-                 << record.value("tokenizer", std::string("?"))
-                 << "' cannot write itself as one (bytes, tiktoken and "
-                    "huggingface can)";
+                 << record.value("tokenizer", std::string("?")) << "': " << why;
     return;
   }
   write_synced(tmp / "tokenizer.json", text);

@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "common/text.h"
+#include "data/hf_tokenizer_detail.h"
 #include "data/regex_split.h"
 
 namespace baton {
@@ -94,6 +95,41 @@ std::string byte_level(std::string_view bytes) {
 
 }  // namespace
 
+namespace hf_json {
+
+json special_token(const std::string& content, int32_t id) {
+  return {
+      {"id", id},
+      {"content", content},
+      {"single_word", false},
+      {"lstrip", false},
+      {"rstrip", false},
+      {"normalized", false},
+      {"special", true}};
+}
+
+json bos_first(const std::string& bos, int32_t bos_id) {
+  const auto special = [&](int type_id) {
+    return json{{"SpecialToken", {{"id", bos}, {"type_id", type_id}}}};
+  };
+  const auto sequence = [](const char* id, int type_id) {
+    return json{{"Sequence", {{"id", id}, {"type_id", type_id}}}};
+  };
+  return {
+      {"type", "TemplateProcessing"},
+      {"single", json::array({special(0), sequence("A", 0)})},
+      {"pair",
+       json::array(
+           {special(0), sequence("A", 0), special(1), sequence("B", 1)})},
+      {"special_tokens",
+       {{bos,
+         {{"id", bos},
+          {"ids", json::array({bos_id})},
+          {"tokens", json::array({bos})}}}}}};
+}
+
+}  // namespace hf_json
+
 std::string tokenizer_json(const ByteLevelBpe& bpe) {
   json vocab = json::object();
   for (size_t id = 0; id < bpe.tokens.size(); ++id) {
@@ -105,14 +141,7 @@ std::string tokenizer_json(const ByteLevelBpe& bpe) {
   }
   json added = json::array();
   for (const auto& [content, id] : bpe.specials) {
-    added.push_back(
-        {{"id", id},
-         {"content", content},
-         {"single_word", false},
-         {"lstrip", false},
-         {"rstrip", false},
-         {"normalized", false},
-         {"special", true}});
+    added.push_back(hf_json::special_token(content, id));
   }
   json byte_level_step = {
       {"type", "ByteLevel"},
@@ -138,23 +167,7 @@ std::string tokenizer_json(const ByteLevelBpe& bpe) {
         bos_id = id;
       }
     }
-    const auto special = [&](int type_id) {
-      return json{{"SpecialToken", {{"id", bpe.bos}, {"type_id", type_id}}}};
-    };
-    const auto sequence = [](const char* id, int type_id) {
-      return json{{"Sequence", {{"id", id}, {"type_id", type_id}}}};
-    };
-    post = {
-        {"type", "TemplateProcessing"},
-        {"single", json::array({special(0), sequence("A", 0)})},
-        {"pair",
-         json::array(
-             {special(0), sequence("A", 0), special(1), sequence("B", 1)})},
-        {"special_tokens",
-         {{bpe.bos,
-           {{"id", bpe.bos},
-            {"ids", json::array({bos_id})},
-            {"tokens", json::array({bpe.bos})}}}}}};
+    post = hf_json::bos_first(bpe.bos, bos_id);
   }
   const json j = {
       {"version", "1.0"},

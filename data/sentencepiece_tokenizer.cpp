@@ -14,6 +14,7 @@
 
 #include "common/text.h"
 #include "data/sentencepiece_plugin.h"
+#include "data/sentencepiece_tokenizer_json.h"
 
 namespace baton {
 
@@ -79,12 +80,23 @@ const Plugin& sentencepiece() {
       error = *found + ": " + ::dlerror();
       return;
     }
+    const auto version = reinterpret_cast<plugin::InterfaceVersionFn>(
+        ::dlsym(handle, "baton_sentencepiece_interface_version"));
     loaded.load = reinterpret_cast<plugin::LoadFn>(
         ::dlsym(handle, "baton_sentencepiece_load"));
     loaded.train = reinterpret_cast<plugin::TrainFn>(
         ::dlsym(handle, "baton_sentencepiece_train"));
-    if (loaded.load == nullptr || loaded.train == nullptr) {
-      error = *found + ": missing entry points";
+    if (version == nullptr || loaded.load == nullptr ||
+        loaded.train == nullptr) {
+      error = *found +
+              ": missing entry points; allowed: the plugin of this Baton's "
+              "build or install";
+      return;
+    }
+    if (version() != plugin::kInterfaceVersion) {
+      error = *found + ": interface version " + std::to_string(version()) +
+              "; allowed: " + std::to_string(plugin::kInterfaceVersion) +
+              " (the plugin of this Baton's build or install)";
       return;
     }
     LOG(INFO) << "SentencePiece: plugin " << *found;
@@ -156,11 +168,13 @@ class LineSource {
 }  // namespace
 
 struct SentencePieceTokenizer::Impl {
+  std::string path;
   std::unique_ptr<plugin::Processor> processor;
 };
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path)
     : impl_(std::make_unique<Impl>()) {
+  impl_->path = path;
   std::string error;
   impl_->processor.reset(sentencepiece().load(path, &error));
   if (!impl_->processor) {
@@ -220,11 +234,27 @@ int32_t SentencePieceTokenizer::eos_id() const {
   return impl_->processor->eos_id();
 }
 
+std::string SentencePieceTokenizer::hf_tokenizer_json() const {
+  plugin::ModelDescription model;
+  if (const std::string error = impl_->processor->describe(model);
+      !error.empty()) {
+    throw std::runtime_error(
+        "[SentencePieceTokenizer] '" + impl_->path + "': " + error);
+  }
+  try {
+    return sentencepiece_tokenizer_json(model, bos_id());
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(
+        "[SentencePieceTokenizer] '" + impl_->path +
+        "' has no tokenizer.json form: " + e.what());
+  }
+}
+
 void train_sentencepiece(
     const std::function<std::optional<std::string>()>& next_text,
     const SentencePieceTrainOptions& options,
     const std::string& out_path) {
-  const std::unordered_map<std::string, std::string> args = {
+  std::unordered_map<std::string, std::string> args = {
       {"model_type", options.model_type},
       {"vocab_size", std::to_string(options.vocab_size)},
       {"num_threads", std::to_string(options.num_threads)},
@@ -241,9 +271,15 @@ void train_sentencepiece(
       // A sample keeps memory bounded on large corpora.
       {"input_sentence_size", "2000000"},
       {"shuffle_input_sentence", "true"},
-      // Nothing on std::cerr (see silence_logging in the plugin).
+      // Nothing on std::cerr (see silence_logging in the plugin), whatever
+      // the flags say.
       {"minloglevel", "4"},
   };
+  for (const auto& [flag, value] : options.flags) {
+    if (flag != "minloglevel") {
+      args.insert_or_assign(flag, value);
+    }
+  }
   LineSource lines(next_text);
   const std::function<const std::string*()> next = [&] { return lines.next(); };
   std::string model;

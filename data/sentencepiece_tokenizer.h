@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,11 @@ class SentencePieceTokenizer final : public Tokenizer {
   int64_t vocab_size() const override;
   int32_t bos_id() const override;
   int32_t eos_id() const override;
+  /// The model as transformers' converter says a SentencePiece model
+  /// (data/sentencepiece_tokenizer_json.h): BPE or unigram, with its
+  /// normalizer, byte fallback and dummy prefix. Throws std::runtime_error
+  /// naming the file and what a tokenizer.json cannot say.
+  std::string hf_tokenizer_json() const override;
 
  private:
   struct Impl;
@@ -48,14 +54,23 @@ struct SentencePieceTrainOptions {
   std::string model_type = "bpe";
   /// Training threads.
   int64_t num_threads = 1;
+  /// More of SentencePiece's trainer flags by name, each overriding Baton's
+  /// (normalization_rule_name "nmt_nfkc", remove_extra_whitespaces "true",
+  /// add_dummy_prefix "false", user_defined_symbols "a,b"); minloglevel
+  /// stays Baton's.
+  std::map<std::string, std::string> flags;
 };
 
 /// Trains a SentencePiece model on the texts `next_text` returns (nullopt
 /// ends them) and writes it to `out_path`. Pieces: unk 0, BOS 1, EOS 2, the
 /// 256 byte fallbacks (so every text encodes without unknowns), then the
-/// learnt ones. No normalisation, so decode(encode(text)) == text. Documents
-/// are fed line by line. Throws std::runtime_error when training fails (too
-/// small a corpus for the vocabulary, say) or the file cannot be written.
+/// learnt ones. No normalisation but SentencePiece's dummy prefix (a space
+/// put before the text, which decode drops) unless `options.flags` asks for
+/// one, so decode(encode(text)) == text, U+2581 aside (SentencePiece's
+/// space).
+/// Documents are fed line by line. Throws std::runtime_error when training
+/// fails (too small a corpus for the vocabulary, say) or the file cannot be
+/// written.
 void train_sentencepiece(
     const std::function<std::optional<std::string>()>& next_text,
     const SentencePieceTrainOptions& options,

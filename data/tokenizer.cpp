@@ -18,6 +18,12 @@ void check_decodable(const char* tokenizer, int32_t id, int64_t vocab_size) {
   }
 }
 
+std::string Tokenizer::hf_tokenizer_json() const {
+  throw std::runtime_error(
+      "[tokenizer] this tokenizer has no tokenizer.json form "
+      "(Tokenizer::hf_tokenizer_json is not overridden)");
+}
+
 std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size());

@@ -27,10 +27,10 @@ class Tokenizer {
   /// Id that ends each document.
   virtual int32_t eos_id() const = 0;
   /// This tokenizer as a Hugging Face tokenizer.json (what an HF export
-  /// ships, for AutoTokenizer), or "" where it cannot say itself so.
-  virtual std::string hf_tokenizer_json() const {
-    return "";
-  }
+  /// ships, for AutoTokenizer). Throws std::runtime_error saying why where
+  /// it cannot say itself so (the default: a tokenizer that has no such
+  /// form).
+  virtual std::string hf_tokenizer_json() const;
 };
 
 /// Byte-level tokenizer: ids 0-255 are the bytes of the UTF-8 text, 256 is

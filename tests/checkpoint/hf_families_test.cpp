@@ -26,14 +26,20 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/saved_model.h"
+#include "data/dataset.h"
+#include "data/sentencepiece_tokenizer.h"
+#include "data/text_dataset.h"
 #include "data/tokenizer.h"
 #include "models/common/transformer.h"
 #include "models/generate.h"
@@ -253,56 +259,155 @@ TEST_F(HfFamilies, ShardedLayoutsTrainFromTransformersLoss) {
   }
 }
 
+/// A SentencePiece model of `type` trained on the first chapters of the
+/// bundled corpus with SentencePiece's `flags` beside Baton's.
+std::string train_sentencepiece_model(
+    const fs::path& path,
+    const char* type,
+    int64_t vocab_size,
+    const std::map<std::string, std::string>& flags) {
+  DatasetOptions options;
+  options.path = resolve_asset_path("assets/kjv.jsonl.gz");
+  const JsonlDataset kjv(options);
+  SentencePieceTrainOptions train(vocab_size);
+  train.model_type = type;
+  train.flags = flags;
+  int64_t next = 0;
+  train_sentencepiece(
+      [&]() -> std::optional<std::string> {
+        return next < 40 ? std::optional(kjv.text(next++)) : std::nullopt;
+      },
+      train,
+      path.string());
+  return path.string();
+}
+
 // The export ships the run's tokenizer: AutoTokenizer.from_pretrained on
 // it encodes text to Baton's ids, with Baton's BOS first where it has one,
-// for the byte tokenizer, the tiktoken format and a tokenizer.json.
+// and decodes them to Baton's text, for the byte tokenizer, the tiktoken
+// format, a tokenizer.json and SentencePiece models of each kind: the
+// bundled BPE (Llama 2's kind: a dummy prefix, byte fallback), a unigram,
+// and, with user-defined pieces, a unigram under nmt_nfkc's charsmap with
+// extra spaces removed and a BPE without a dummy prefix.
 TEST_F(HfFamilies, TheExportsTokenizerEncodesToBatonsIds) {
   register_builtin_tokenizers();
+  // Spaces leading, trailing and in runs, newlines, tabs, digits, what
+  // needs byte fallback (CJK, emoji, control characters, a NUL), and what
+  // NFKC changes (a decomposed accent, full-width letters, a ligature).
   const std::string plain =
-      "In the beginning God created\n the heaven: 1234 caf\u00e9 "
-      "\u65e5\u672c";
+      std::string(
+          "  In the beginning God created\n\n the heaven:   and\tthe "
+          "earth , 1234567890 3.14\r\n caf\u00e9 cafe\u0301 \uff21\uff22 "
+          "\ufb01ne \u65e5\u672c\u8a9e \U0001F600\U0001F44D\U0001F3FD "
+          "\x01\x1f\x7f") +
+      std::string(1, '\0') + " \u00a0nbsp\u200b [x]<tool>a++b  ";
   // Special-token strings in the text: tokenizers matches them; Baton's
-  // tiktoken, as tiktoken's encode with no special allowed, reads them as
-  // plain text, so its comparison leaves them out.
+  // tiktoken and SentencePiece, as their own libraries, read them as plain
+  // text, so their comparisons leave them out.
   const std::string specials = plain + "<|end_of_text|><|endoftext|>";
-  const std::tuple<const char*, const char*, const char*> runs[] = {
-      {"debug_model", "bytes", ""},
-      {"debug_model_tiktoken", "tiktoken", "assets/kjv_tiktoken.txt"},
-      {"debug_qwen3", "huggingface", "assets/kjv_tokenizer.json"}};
-  for (const auto& [config, kind, path] : runs) {
-    SCOPED_TRACE(kind);
-    const std::string& text =
-        std::string(kind) == "tiktoken" ? plain : specials;
-    const fs::path dump = root_ / (std::string("tokenizer_") + kind);
+  struct Run {
+    const char* name;
+    const char* config;
+    const char* kind;
+    std::string path;
+    /// decode(encode(text)) is the text (no NFC, no NFKC).
+    bool lossless = true;
+  };
+  const fs::path models = root_ / "sentencepiece";
+  fs::create_directories(models);
+  const std::vector<Run> runs = {
+      {"bytes", "debug_model", "bytes", ""},
+      {"tiktoken",
+       "debug_model_tiktoken",
+       "tiktoken",
+       testing::source_path("assets/kjv_tiktoken.txt")},
+      {"huggingface",
+       "debug_qwen3",
+       "huggingface",
+       testing::source_path("assets/kjv_tokenizer.json"),
+       false},
+      {"sp_bpe",
+       "debug_model_sp",
+       "sentencepiece",
+       testing::source_path("assets/kjv_sp.model")},
+      {"sp_unigram",
+       "debug_model_sp",
+       "sentencepiece",
+       train_sentencepiece_model(models / "unigram.model", "unigram", 600, {})},
+      {"sp_unigram_nfkc",
+       "debug_model_sp",
+       "sentencepiece",
+       train_sentencepiece_model(
+           models / "nfkc.model",
+           "unigram",
+           600,
+           {{"normalization_rule_name", "nmt_nfkc"},
+            {"remove_extra_whitespaces", "true"},
+            {"user_defined_symbols", "<tool>,[x],++"}}),
+       false},
+      {"sp_bpe_user_defined",
+       "debug_model_sp",
+       "sentencepiece",
+       train_sentencepiece_model(
+           models / "user.model",
+           "bpe",
+           600,
+           {{"add_dummy_prefix", "false"},
+            {"user_defined_symbols", "<tool>,[x],++"}})},
+  };
+  // Tokenizers that match special-token strings in text get them.
+  const auto specials_in_text = [](const Run& run) {
+    return std::string(run.kind) == "bytes" ||
+           std::string(run.kind) == "huggingface";
+  };
+  const fs::path text_files[] = {root_ / "plain.txt", root_ / "specials.txt"};
+  std::ofstream(text_files[0], std::ios::binary) << plain;
+  std::ofstream(text_files[1], std::ios::binary) << specials;
+  std::string pairs;
+  for (const Run& run : runs) {
+    SCOPED_TRACE(run.name);
+    const fs::path dump = root_ / (std::string("tokenizer_") + run.name);
     fs::remove_all(dump);
     const auto trained = testing::run_command(
         testing::baton_bin() + " train --config " +
-        testing::source_path(std::string("configs/") + config + ".yaml") +
+        testing::source_path(std::string("configs/") + run.config + ".yaml") +
         " --job.dump_folder=" + dump.string() +
+        (run.path.empty() ? "" : " --model.tokenizer_path=" + run.path) +
         " --training.steps=1 --metrics.peak_tflops=1"
         " --checkpoint.model_only_export=true --checkpoint.export_format=hf");
     ASSERT_EQ(trained.code, 0) << trained.output;
-    const fs::path dir = dump / "checkpoint" / "export";
-    const auto r = testing::run_command(
-        reference_command("tokenize '" + dir.string() + "' '" + text + "'"));
-    ASSERT_EQ(r.code, 0) << r.output;
-    json hf;
-    std::istringstream lines(r.output);
-    for (std::string line; std::getline(lines, line);) {
-      if (!line.empty() && line[0] == '{') {
-        hf = json::parse(line);
-      }
+    EXPECT_EQ(trained.output.find("has no tokenizer.json"), std::string::npos)
+        << trained.output;
+    pairs += " '" + (dump / "checkpoint" / "export").string() + ":" +
+             text_files[specials_in_text(run) ? 1 : 0].string() + "'";
+  }
+  // The exports, read by transformers: one launch for all.
+  const auto r = testing::run_command(reference_command("tokenize" + pairs));
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::vector<json> hf;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] == '{') {
+      hf.push_back(json::parse(line));
     }
-    ASSERT_TRUE(hf.contains("ids")) << r.output;
-    const auto tokenizer =
-        tokenizer_registry().get(kind)(*path ? testing::source_path(path) : "");
+  }
+  ASSERT_EQ(hf.size(), runs.size()) << r.output;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const Run& run = runs[i];
+    SCOPED_TRACE(run.name);
+    const std::string& text = specials_in_text(run) ? specials : plain;
+    const auto tokenizer = tokenizer_registry().get(run.kind)(run.path);
     const auto ids = tokenizer->encode(text);
-    EXPECT_EQ(hf["ids"].get<std::vector<int32_t>>(), ids);
+    EXPECT_EQ(hf[i]["ids"].get<std::vector<int32_t>>(), ids);
     if (tokenizer->bos_id() >= 0) {
-      EXPECT_EQ(hf["bos"], tokenizer->bos_id());
-      EXPECT_EQ(hf["with_special"][0], tokenizer->bos_id());
+      EXPECT_EQ(hf[i]["bos"], tokenizer->bos_id());
+      EXPECT_EQ(hf[i]["with_special"][0], tokenizer->bos_id());
     }
-    EXPECT_EQ(hf["eos"], tokenizer->eos_id());
+    EXPECT_EQ(hf[i]["eos"], tokenizer->eos_id());
+    EXPECT_EQ(hf[i]["decoded"].get<std::string>(), tokenizer->decode(ids));
+    if (run.lossless) {
+      EXPECT_EQ(tokenizer->decode(ids), text);
+    }
   }
 }
 

@@ -14,9 +14,12 @@
       reference, its largest entry relative to the largest reference logit
       ("relative") and its norm relative to the reference's ("l2"), and the
       architecture it loaded as.
-  hf_reference.py tokenize EXPORT TEXT
-      AutoTokenizer.from_pretrained(EXPORT)'s ids of TEXT, without and with
-      its special tokens, and its BOS and EOS ids, as a JSON line.
+  hf_reference.py tokenize EXPORT:TEXT_FILE...
+      For each pair, AutoTokenizer.from_pretrained(EXPORT)'s ids of the
+      UTF-8 text in TEXT_FILE (read as bytes: newlines as they are), without
+      and with its special tokens, its BOS and EOS ids and the text it
+      decodes the ids to (special tokens skipped, as Baton's decode skips
+      them), as a JSON line.
 
   hf_reference.py generate N DIR...
       Greedy generation with transformers' KV cache from each DIR (a made case):
@@ -164,13 +167,15 @@ def check(export, folder):
 
 def tokenize(export, text):
     tok = transformers.AutoTokenizer.from_pretrained(export)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
     print(
         json.dumps(
             {
-                "ids": tok(text, add_special_tokens=False)["input_ids"],
+                "ids": ids,
                 "with_special": tok(text)["input_ids"],
                 "bos": tok.bos_token_id,
                 "eos": tok.eos_token_id,
+                "decoded": tok.decode(ids, skip_special_tokens=True),
                 "class": type(tok).__name__,
             }
         )
@@ -231,8 +236,11 @@ if __name__ == "__main__":
             generate(folder, int(sys.argv[2]))
     elif len(sys.argv) == 5 and sys.argv[1] == "generate_text":
         generate_text(sys.argv[2], sys.argv[3], int(sys.argv[4]))
-    elif len(sys.argv) == 4 and sys.argv[1] == "tokenize":
-        tokenize(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) > 2 and sys.argv[1] == "tokenize":
+        for pair in sys.argv[2:]:
+            export, text_file = pair.split(":")
+            with open(text_file, "rb") as f:
+                tokenize(export, f.read().decode("utf-8"))
     elif len(sys.argv) > 2 and sys.argv[1] == "check":
         for pair in sys.argv[2:]:
             check(*pair.split(":"))

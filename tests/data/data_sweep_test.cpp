@@ -174,7 +174,13 @@ TEST(DataSweep, SentencePieceModelsLoadOrNameTheFile) {
   const auto make = [&] {
     return std::make_unique<SentencePieceTokenizer>(path);
   };
-  const auto check = [&] { return check_file(path, make, use_tokenizer); };
+  // A model that loads also says itself as a tokenizer.json (its
+  // description read from the model's bytes) or names the file.
+  const auto use = [](const Tokenizer& t) {
+    use_tokenizer(t);
+    t.hf_tokenizer_json();
+  };
+  const auto check = [&] { return check_file(path, make, use); };
   const std::string good =
       testing::read_bytes(testing::source_path("assets/kjv_sp.model"));
   sweep_file(sweep, "kjv_sp.model", good, path, 600, 3, 400, {}, check);
