@@ -1,5 +1,6 @@
-// `baton train --dry-run` of the three real configs at their full world
-// sizes (8, 64 and 512 ranks), as a user runs it: no weight is allocated (a
+// `baton train --dry-run` of the real configs at their full world sizes
+// (Llama 3's at 8, 64 and 512 ranks; Qwen3's and Llama 3.2's at 8), as a
+// user runs it: no weight is allocated (a
 // 4 GiB address-space limit, where 8B's weights alone are 32 GB and 405B's
 // 1.5 TiB; the wheel's CUDA libraries map about 2 GiB of it as they load),
 // every rank is reported, and the ranks' parameters add up to the model's.
@@ -8,6 +9,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "tests/baton_binary.h"
 
@@ -66,6 +68,26 @@ TEST(DryRunCli, Llama3_8bOnEightRanks) {
   EXPECT_EQ(sum_parameters(r), 8030261248);
   EXPECT_EQ(r["activation_checkpoint"], "selective op");
   EXPECT_EQ(r["compute_dtype"], "bfloat16");
+}
+
+TEST(DryRunCli, Qwen3AndLlama32ConfigsOnEightRanks) {
+  // Their flavors' vocabularies (no tokenizer file here), the tie of the
+  // small ones counted once, FSDP's shards tiling each model once.
+  const std::tuple<const char*, int64_t, int64_t, const char*> configs[] = {
+      {"qwen3_0.6b", 151936, 596049920, "selective op"},
+      {"qwen3_32b", 151936, 32762123264, "full"},
+      {"llama3_2_1b", 128256, 1235814400, "selective op"}};
+  for (const auto& [config, vocab, params, checkpointing] : configs) {
+    SCOPED_TRACE(config);
+    const auto d = dry_run_json(config, " --device cuda");
+    ASSERT_EQ(d.result.code, 0) << d.result.output;
+    const auto& r = d.report;
+    EXPECT_EQ(r["world_size"], 8);
+    EXPECT_EQ(r["vocab_size"], vocab);
+    EXPECT_EQ(r["model_parameters"], params);
+    EXPECT_EQ(sum_parameters(r), params);
+    EXPECT_EQ(r["activation_checkpoint"], checkpointing);
+  }
 }
 
 TEST(DryRunCli, Llama3_70bOnSixtyFourRanks) {
