@@ -8,17 +8,26 @@
 
 namespace baton {
 
-StepOutput LocalTrainStep::run(
-    ModelParts& parts, const std::vector<Batch>& batches) {
+namespace {
+
+/// The one part a local step runs; throws std::invalid_argument otherwise.
+ModelPart& only_part(ModelParts& parts) {
   if (parts.size() != 1) {
     throw std::invalid_argument(
         "[LocalTrainStep] needs exactly one model part, got " +
         std::to_string(parts.size()));
   }
+  return parts[0];
+}
+
+}  // namespace
+
+StepOutput LocalTrainStep::run(
+    ModelParts& parts, const std::vector<Batch>& batches) {
+  auto& part = only_part(parts);
   if (batches.empty()) {
     throw std::invalid_argument("[LocalTrainStep] needs at least one batch");
   }
-  auto& part = parts[0];
   auto& model = part.module();
   const auto device = model.parameters().at(0).device();
   int64_t local_tokens = 0;
@@ -48,12 +57,7 @@ StepOutput LocalTrainStep::run(
 
 EvalOutput LocalTrainStep::evaluate(
     ModelParts& parts, const std::vector<Batch>& batches) {
-  if (parts.size() != 1) {
-    throw std::invalid_argument(
-        "[LocalTrainStep] needs exactly one model part, got " +
-        std::to_string(parts.size()));
-  }
-  auto& part = parts[0];
+  auto& part = only_part(parts);
   auto& model = part.module();
   const auto device = model.parameters().at(0).device();
   double loss_sum = 0.0;

@@ -5,17 +5,23 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <string>
+
 #include "models/common/transformer.h"
 #include "models/generate.h"
 
 namespace baton::models {
 namespace {
 
-TEST(Gpu, ForwardAndBackwardMatchTheCpu) {
-  if (!torch::cuda::is_available()) {
-    GTEST_SKIP() << "no CUDA device visible to libtorch; this test runs "
-                    "where there is one (bench/gpu.sh builds and runs it)";
-  }
+/// Why the GPU tests skip, or "" where there is a CUDA device.
+std::string why_no_gpu() {
+  return torch::cuda::is_available()
+             ? ""
+             : "no CUDA device visible to libtorch; this test runs where "
+               "there is one (bench/gpu.sh builds and runs it)";
+}
+
+ModelArgs tiny_args() {
   ModelArgs args;
   args.dim = 64;
   args.n_layers = 2;
@@ -23,6 +29,14 @@ TEST(Gpu, ForwardAndBackwardMatchTheCpu) {
   args.n_kv_heads = 2;
   args.vocab_size = 50;
   args.multiple_of = 32;
+  return args;
+}
+
+TEST(Gpu, ForwardAndBackwardMatchTheCpu) {
+  if (const auto why = why_no_gpu(); !why.empty()) {
+    GTEST_SKIP() << why;
+  }
+  const ModelArgs args = tiny_args();
   auto cpu = std::make_shared<TransformerImpl>(args);
   auto gpu = std::make_shared<TransformerImpl>(args);
   cpu->init_weights(3);
@@ -43,17 +57,10 @@ TEST(Gpu, ForwardAndBackwardMatchTheCpu) {
 }
 
 TEST(Gpu, GenerationMatchesTheCpu) {
-  if (!torch::cuda::is_available()) {
-    GTEST_SKIP() << "no CUDA device visible to libtorch; this test runs "
-                    "where there is one (bench/gpu.sh builds and runs it)";
+  if (const auto why = why_no_gpu(); !why.empty()) {
+    GTEST_SKIP() << why;
   }
-  ModelArgs args;
-  args.dim = 64;
-  args.n_layers = 2;
-  args.n_heads = 4;
-  args.n_kv_heads = 2;
-  args.vocab_size = 50;
-  args.multiple_of = 32;
+  ModelArgs args = tiny_args();
   args.qk_norm = true;
   auto cpu = std::make_shared<TransformerImpl>(args);
   auto gpu = std::make_shared<TransformerImpl>(args);

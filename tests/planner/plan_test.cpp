@@ -535,8 +535,9 @@ TEST(Plan, MeasuredDataParallelismReplacesTheModelledBlocksSync) {
     });
   };
   const auto options = PlanOptions().global_batch(16).tolerance(0.0);
-  const PlanCandidate* before =
-      pick(plan_layouts(debug_config(), 2, costs, options));
+  // Each result kept: a candidate points into its result.
+  const PlanResult modelled = plan_layouts(debug_config(), 2, costs, options);
+  const PlanCandidate* before = pick(modelled);
   ASSERT_NE(before, nullptr);
   EXPECT_NEAR(before->dp_sync_s, 0.0, 1e-9);
   costs.data_parallel = DataParallelCosts{2, 8, {{"replicate", 0.5}}};
@@ -547,8 +548,8 @@ TEST(Plan, MeasuredDataParallelismReplacesTheModelledBlocksSync) {
   EXPECT_NEAR(after->step_s - before->step_s, 3.0, 1e-9);
   // Another batch per rank is modelled as before.
   costs.data_parallel->rows = 4;
-  const PlanCandidate* other =
-      pick(plan_layouts(debug_config(), 2, costs, options));
+  const PlanResult other_rows = plan_layouts(debug_config(), 2, costs, options);
+  const PlanCandidate* other = pick(other_rows);
   ASSERT_NE(other, nullptr);
   EXPECT_NEAR(other->dp_sync_s, 0.0, 1e-9);
 }
