@@ -554,9 +554,10 @@ int run_generate(const GenerateArgs& args) {
       args.tokenizer.empty() ? saved.tokenizer : args.tokenizer;
   if (kind.empty()) {
     throw ConfigError(
-        "--hf: " + saved.dir.string() +
-        ": has no tokenizer.json; allowed: a folder with one, or "
-        "--tokenizer NAME [--tokenizer-path FILE]");
+        std::string(args.hf.empty() ? "--checkpoint: " : "--hf: ") +
+        saved.dir.string() +
+        ": names no tokenizer (no tokenizer.json beside it); allowed: a "
+        "folder with one, or --tokenizer NAME [--tokenizer-path FILE]");
   }
   register_builtin_tokenizers();
   const std::string where = args.tokenizer.empty()
@@ -588,6 +589,27 @@ int run_generate(const GenerateArgs& args) {
         "device (or Baton was built without CUDA); allowed: cpu");
   }
 
+  std::vector<int32_t> prompt;
+  if (tokenizer->bos_id() >= 0) {
+    prompt.push_back(tokenizer->bos_id());
+  }
+  const std::vector<int32_t> text = tokenizer->encode(args.prompt);
+  prompt.insert(prompt.end(), text.begin(), text.end());
+  if (prompt.empty()) {
+    throw ConfigError(
+        "--prompt: empty, and the " + kind +
+        " tokenizer has no BOS to start from; allowed: some text");
+  }
+  const int64_t room = saved.args.max_seq_len - static_cast<int64_t>(prompt.size());
+  if (args.max_new_tokens > room) {
+    throw ConfigError(
+        "--max-new-tokens: " + std::to_string(args.max_new_tokens) +
+        " after a prompt of " + std::to_string(prompt.size()) +
+        " tokens; allowed: at most " + std::to_string(std::max<int64_t>(room, 0)) +
+        " (the model's max_seq_len " + std::to_string(saved.args.max_seq_len) +
+        ")");
+  }
+
   // The whole model on one process: built, its weights read and checked,
   // then moved to the device and dtype.
   const ModelSpec& spec = model_registry().get(saved.family);
@@ -607,12 +629,6 @@ int run_generate(const GenerateArgs& args) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
 
-  std::vector<int32_t> prompt;
-  if (tokenizer->bos_id() >= 0) {
-    prompt.push_back(tokenizer->bos_id());
-  }
-  const std::vector<int32_t> text = tokenizer->encode(args.prompt);
-  prompt.insert(prompt.end(), text.begin(), text.end());
   GenerateOptions options;
   options.max_new_tokens = args.max_new_tokens;
   options.stop_ids = {tokenizer->eos_id()};

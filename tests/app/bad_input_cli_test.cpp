@@ -212,6 +212,14 @@ TEST(BadInputCli, GenerateRefusesWhatItCannotLoadNamingIt) {
       "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
       "\"intermediate_size\": 128, \"vocab_size\": 300, "
       "\"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2.0}}");
+  // A llama config.json of 64 positions (its weights are never read).
+  const fs::path llama = write(
+      dir / "llama" / "config.json",
+      "{\"model_type\": \"llama\", \"hidden_size\": 64, "
+      "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+      "\"intermediate_size\": 128, \"vocab_size\": 300, "
+      "\"max_position_embeddings\": 64}");
+  write(llama / "model.safetensors", "");
   const std::string gen = baton_bin() + " generate ";
   const std::tuple<std::string, std::string, int, std::string> cases[] = {
       {"no_model", gen + "--prompt x", 2, "--checkpoint DIR or --hf DIR"},
@@ -222,6 +230,12 @@ TEST(BadInputCli, GenerateRefusesWhatItCannotLoadNamingIt) {
        2,
        "--temperature"},
       {"dtype", gen + "--hf x --prompt x --dtype fp8", 2, "--dtype"},
+      {"too_long",
+       gen + "--hf " + llama.string() +
+           " --tokenizer bytes --prompt x --max-new-tokens 100",
+       2,
+       "--max-new-tokens: 100 after a prompt of 2 tokens; allowed: at most "
+       "62"},
       {"missing",
        gen + "--checkpoint " + (dir / "none").string() + " --prompt x",
        1,
