@@ -85,6 +85,7 @@ ModelSpec spec() {
   spec.hf = models::decoder_hf_format(
       {.model_type = "llama",
        .architecture = "LlamaForCausalLM",
+       .default_head_dim = std::nullopt,
        .default_max_position_embeddings = 2048,
        .mlp_bias_field = true});
   return spec;
