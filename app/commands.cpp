@@ -545,11 +545,12 @@ int run_checkpoint_inspect(const CheckpointInspectArgs& args) {
   return 1;
 }
 
-int run_generate(const GenerateArgs& args) {
-  const auto start = std::chrono::steady_clock::now();
-  const SavedModel saved = args.hf.empty()
-                               ? read_checkpoint_model(args.checkpoint)
-                               : read_hf_model(args.hf, "--hf");
+namespace {
+
+/// The tokenizer generate runs with: the flags', else the one `saved`
+/// names. Throws ConfigError naming where it came from.
+std::unique_ptr<Tokenizer> generation_tokenizer(
+    const GenerateArgs& args, const SavedModel& saved) {
   const std::string kind =
       args.tokenizer.empty() ? saved.tokenizer : args.tokenizer;
   if (kind.empty()) {
@@ -583,38 +584,51 @@ int run_generate(const GenerateArgs& args) {
         " only " + std::to_string(saved.args.vocab_size) +
         "; allowed: the tokenizer the model was trained with");
   }
+  return tokenizer;
+}
+
+/// The prompt's ids after the tokenizer's BOS, checked to leave room for
+/// --max-new-tokens within the model's max_seq_len.
+std::vector<int32_t> prompt_ids(
+    const GenerateArgs& args,
+    const Tokenizer& tokenizer,
+    const ModelArgs& model) {
+  std::vector<int32_t> prompt;
+  if (tokenizer.bos_id() >= 0) {
+    prompt.push_back(tokenizer.bos_id());
+  }
+  const std::vector<int32_t> text = tokenizer.encode(args.prompt);
+  prompt.insert(prompt.end(), text.begin(), text.end());
+  if (prompt.empty()) {
+    throw ConfigError(
+        "--prompt: empty, and the tokenizer has no BOS to start from; "
+        "allowed: some text");
+  }
+  const int64_t room =
+      model.max_seq_len - static_cast<int64_t>(prompt.size());
+  if (args.max_new_tokens > room) {
+    throw ConfigError(
+        "--max-new-tokens: " + std::to_string(args.max_new_tokens) +
+        " after a prompt of " + std::to_string(prompt.size()) +
+        " tokens; allowed: at most " +
+        std::to_string(std::max<int64_t>(room, 0)) + " (the model's " +
+        "max_seq_len " + std::to_string(model.max_seq_len) + ")");
+  }
+  return prompt;
+}
+
+/// The whole model of `saved` on one process: built, its weights read and
+/// checked, then moved to the flags' device and dtype.
+std::shared_ptr<models::TransformerImpl> generation_model(
+    const GenerateArgs& args, const SavedModel& saved) {
   if (args.device == "cuda" && !torch::cuda::is_available()) {
     throw ConfigError(
         "--device: 'cuda' is not allowed here: this process sees no CUDA "
         "device (or Baton was built without CUDA); allowed: cpu");
   }
-
-  std::vector<int32_t> prompt;
-  if (tokenizer->bos_id() >= 0) {
-    prompt.push_back(tokenizer->bos_id());
-  }
-  const std::vector<int32_t> text = tokenizer->encode(args.prompt);
-  prompt.insert(prompt.end(), text.begin(), text.end());
-  if (prompt.empty()) {
-    throw ConfigError(
-        "--prompt: empty, and the " + kind +
-        " tokenizer has no BOS to start from; allowed: some text");
-  }
-  const int64_t room = saved.args.max_seq_len - static_cast<int64_t>(prompt.size());
-  if (args.max_new_tokens > room) {
-    throw ConfigError(
-        "--max-new-tokens: " + std::to_string(args.max_new_tokens) +
-        " after a prompt of " + std::to_string(prompt.size()) +
-        " tokens; allowed: at most " + std::to_string(std::max<int64_t>(room, 0)) +
-        " (the model's max_seq_len " + std::to_string(saved.args.max_seq_len) +
-        ")");
-  }
-
-  // The whole model on one process: built, its weights read and checked,
-  // then moved to the device and dtype.
   const ModelSpec& spec = model_registry().get(saved.family);
-  const auto chunk = spec.build(saved.args, ChunkSpec{}, 0);
-  auto model = std::dynamic_pointer_cast<models::TransformerImpl>(chunk);
+  auto model = std::dynamic_pointer_cast<models::TransformerImpl>(
+      spec.build(saved.args, ChunkSpec{}, 0));
   if (!model) {
     throw ConfigError(
         saved.name + ": the family's model is not the decoder of "
@@ -625,9 +639,32 @@ int run_generate(const GenerateArgs& args) {
       args.device == "cuda" ? at::Device(at::kCUDA) : at::Device(at::kCPU),
       args.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat);
   model->eval();
-  const double load_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
+  return model;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace
+
+int run_generate(const GenerateArgs& args) {
+  const auto start = std::chrono::steady_clock::now();
+  const SavedModel saved = args.hf.empty()
+                               ? read_checkpoint_model(args.checkpoint)
+                               : read_hf_model(args.hf, "--hf");
+  const auto tokenizer = generation_tokenizer(args, saved);
+  const std::vector<int32_t> prompt = prompt_ids(args, *tokenizer, saved.args);
+  const auto model = generation_model(args, saved);
+  LOG(INFO) << "generate: " << saved.name << " from "
+            << (saved.hf ? saved.dir.string()
+                         : saved.dir.string() + " (step " +
+                               std::to_string(saved.step) + ")")
+            << ", " << (args.tokenizer.empty() ? saved.tokenizer : args.tokenizer)
+            << " tokenizer, " << args.dtype << " on " << args.device
+            << "; loaded in " << seconds_since(start) << " s";
 
   GenerateOptions options;
   options.max_new_tokens = args.max_new_tokens;
@@ -636,13 +673,6 @@ int run_generate(const GenerateArgs& args) {
   options.sampling.top_k = args.top_k;
   options.sampling.top_p = args.top_p;
   options.seed = args.seed;
-  LOG(INFO) << "generate: " << saved.name << " from "
-            << (saved.hf ? saved.dir.string()
-                         : saved.dir.string() + " (step " +
-                               std::to_string(saved.step) + ")")
-            << ", " << kind << " tokenizer, " << args.dtype << " on "
-            << args.device << "; loaded in " << load_s << " s";
-
   // The text as it grows: each token's new bytes, while the decoded text
   // so far extends what is printed (the rest at the end otherwise).
   std::cout << args.prompt << std::flush;
@@ -661,16 +691,11 @@ int run_generate(const GenerateArgs& args) {
           printed = now;
         }
       });
-  const std::string final_text = tokenizer->decode(generated);
-  if (final_text.rfind(printed, 0) == 0) {
-    std::cout << final_text.substr(printed.size());
-  } else {
-    std::cout << "\n" << final_text;
-  }
-  std::cout << std::endl;
-  const double gen_s = std::chrono::duration<double>(
-                           std::chrono::steady_clock::now() - gen_start)
-                           .count();
+  const std::string text = tokenizer->decode(generated);
+  std::cout << (text.rfind(printed, 0) == 0 ? text.substr(printed.size())
+                                            : "\n" + text)
+            << std::endl;
+  const double gen_s = seconds_since(gen_start);
   LOG(INFO) << "generate: " << result.tokens.size() << " tokens after "
             << prompt.size() << " prompt tokens in " << gen_s << " s ("
             << (gen_s > 0 ? result.tokens.size() / gen_s : 0.0)
