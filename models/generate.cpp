@@ -1,9 +1,11 @@
 #include "models/generate.h"
 
 #include <ATen/ATen.h>
-#include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 
+#include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -46,8 +48,9 @@ int64_t choose_token(
     // already; the likeliest is always kept.
     const at::Tensor before = probs.cumsum(0) - probs;
     const at::Tensor drop = before >= options.top_p;
-    scores = scores.index_put({order.masked_select(drop)}, at::scalar_tensor(
-        lowest, scores.options()));
+    scores = scores.index_put(
+        {order.masked_select(drop)},
+        at::scalar_tensor(lowest, scores.options()));
   }
   return at::multinomial(scores.softmax(0), 1, false, generator)
       .item<int64_t>();
@@ -85,16 +88,18 @@ Generation generate(
       at::make_generator<at::CPUGeneratorImpl>(options.seed);
   models::KvCache cache = model.new_cache(1, capacity);
   at::Tensor ids = at::tensor(
-      std::vector<int64_t>(prompt.begin(), prompt.end()),
-      at::TensorOptions(at::kLong).device(device)).view({1, P});
+                       std::vector<int64_t>(prompt.begin(), prompt.end()),
+                       at::TensorOptions(at::kLong).device(device))
+                       .view({1, P});
   Generation out;
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     // (1, T, vocab): the last position's logits choose the next token.
-    const at::Tensor logits =
-        model.forward_cached(ids, cache).select(1, -1).squeeze(0).to(
-            at::kCPU, at::kFloat);
-    const auto next = static_cast<int32_t>(
-        choose_token(logits, options.sampling, generator));
+    const at::Tensor logits = model.forward_cached(ids, cache)
+                                  .select(1, -1)
+                                  .squeeze(0)
+                                  .to(at::kCPU, at::kFloat);
+    const auto next =
+        static_cast<int32_t>(choose_token(logits, options.sampling, generator));
     if (options.keep_logits) {
       out.logits.push_back(logits);
     }

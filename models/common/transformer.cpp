@@ -5,6 +5,7 @@
 #include <cmath>
 #include <optional>
 #include <stdexcept>
+#include <tuple>
 
 #include "common/text.h"
 #include "models/common/fused_ops.h"
@@ -70,6 +71,22 @@ at::Tensor expand_kv(const at::Tensor& x, int64_t n_heads) {
 
 }  // namespace
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionImpl::heads_first(
+    const at::Tensor& x, const RopeTables& rope, double q_scale) {
+  const int64_t B = x.size(0), T = x.size(1);
+  // (B, T, heads, D) -> (B, heads, T, D), normed per head, rotated
+  at::Tensor q = wq(x).view({B, T, -1, head_dim_});
+  at::Tensor k = wk(x).view({B, T, -1, head_dim_});
+  if (q_norm) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  return {
+      rope_heads_first(q, rope.cos, rope.sin, q_scale),
+      rope_heads_first(k, rope.cos, rope.sin),
+      wv(x).view({B, T, -1, head_dim_}).transpose(1, 2)};
+}
+
 at::Tensor AttentionImpl::forward(
     const at::Tensor& input, const RopeTables& rope) {
   const at::Tensor x = hooks.in(input);
@@ -81,16 +98,7 @@ at::Tensor AttentionImpl::forward(
   const bool blocked = x.device().is_cpu();
   const double q_scale =
       blocked ? 1.0 / std::sqrt(static_cast<double>(head_dim_)) : 1.0;
-  // (B, T, heads, D) -> (B, heads, T, D), normed per head, rotated
-  at::Tensor q = wq(x).view({B, T, -1, head_dim_});
-  at::Tensor k = wk(x).view({B, T, -1, head_dim_});
-  if (q_norm) {
-    q = q_norm(q);
-    k = k_norm(k);
-  }
-  q = rope_heads_first(q, rope.cos, rope.sin, q_scale);
-  k = rope_heads_first(k, rope.cos, rope.sin);
-  auto v = wv(x).view({B, T, -1, head_dim_}).transpose(1, 2);
+  auto [q, k, v] = heads_first(x, rope, q_scale);
   const int64_t heads = q.size(1);
   k = expand_kv(k, heads);
   v = expand_kv(v, heads);
@@ -112,16 +120,9 @@ at::Tensor AttentionImpl::forward_cached(
     at::Tensor& v_cache,
     int64_t start) {
   const int64_t B = x.size(0), T = x.size(1);
-  at::Tensor q = wq(x).view({B, T, -1, head_dim_});
-  at::Tensor k = wk(x).view({B, T, -1, head_dim_});
-  if (q_norm) {
-    q = q_norm(q);
-    k = k_norm(k);
-  }
-  q = rope_heads_first(q, rope.cos, rope.sin);  // (B, H, T, D)
-  k_cache.narrow(2, start, T).copy_(rope_heads_first(k, rope.cos, rope.sin));
-  v_cache.narrow(2, start, T)
-      .copy_(wv(x).view({B, T, -1, head_dim_}).transpose(1, 2));
+  const auto [q, k, v] = heads_first(x, rope, 1.0);
+  k_cache.narrow(2, start, T).copy_(k);
+  v_cache.narrow(2, start, T).copy_(v);
   const int64_t heads = q.size(1);
   const at::Tensor keys = expand_kv(k_cache.narrow(2, 0, start + T), heads);
   const at::Tensor values = expand_kv(v_cache.narrow(2, 0, start + T), heads);
@@ -168,9 +169,8 @@ at::Tensor TransformerBlockImpl::forward_cached(
     at::Tensor& k_cache,
     at::Tensor& v_cache,
     int64_t start) {
-  auto h =
-      x +
-      attention->forward_cached(attention_norm(x), rope, k_cache, v_cache, start);
+  auto h = x + attention->forward_cached(
+                   attention_norm(x), rope, k_cache, v_cache, start);
   return h + feed_forward(ffn_norm(h));
 }
 
@@ -367,7 +367,8 @@ at::Tensor TransformerImpl::forward_cached(
     throw std::invalid_argument(
         "[model] forward_cached: " + std::to_string(start) + " + " +
         std::to_string(T) + " tokens; allowed: at most the cache's " +
-        std::to_string(cache.capacity()) + " (made by new_cache for this "
+        std::to_string(cache.capacity()) +
+        " (made by new_cache for this "
         "model)");
   }
   at::Tensor h = F::embedding(ids, compute_param(tok_embeddings->weight));

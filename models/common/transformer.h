@@ -5,6 +5,7 @@
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/pimpl.h>
 
+#include <tuple>
 #include <vector>
 
 #include "models/linear.h"
@@ -95,6 +96,11 @@ class AttentionImpl : public torch::nn::Module {
   RegionHooks hooks;
 
  private:
+  /// q, k rotated (q times `q_scale`) and v, each (B, heads, T, D), of x
+  /// (B, T, dim).
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> heads_first(
+      const at::Tensor& x, const RopeTables& rope, double q_scale);
+
   int64_t head_dim_;
 };
 TORCH_MODULE(Attention);

@@ -422,8 +422,8 @@ TEST_F(HfFamilies, GenerationsLogitsEqualTransformersWithItsCache) {
       dirs += " '" + (root_ / c.name).string() + "'";
     }
   }
-  const auto r = testing::run_command(reference_command(
-      "generate " + std::to_string(kSteps) + dirs));
+  const auto r = testing::run_command(
+      reference_command("generate " + std::to_string(kSteps) + dirs));
   ASSERT_EQ(r.code, 0) << r.output;
   for (const Case& c : kCases) {
     if (c.bf16) {
@@ -485,7 +485,7 @@ TEST_F(HfFamilies, GreedyTextOfATrainedDebugModelEqualsTransformersGenerate) {
     }
   }
   ASSERT_TRUE(expected.contains("text")) << hf.output;
-  for (const std::string from :
+  for (const std::string& from :
        {"--checkpoint '" + (dump / "checkpoint").string() + "'",
         "--hf '" + export_dir.string() + "'"}) {
     SCOPED_TRACE(from);
