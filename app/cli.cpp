@@ -527,8 +527,8 @@ GenerateArgs parse_generate(const std::vector<std::string>& args) {
                          const std::vector<std::string>& allowed) {
     if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
       throw ConfigError(
-          flag + ": '" + value + "' is not allowed; allowed: " +
-          join(allowed, ", "));
+          flag + ": '" + value +
+          "' is not allowed; allowed: " + join(allowed, ", "));
     }
     return value;
   };
@@ -552,12 +552,14 @@ GenerateArgs parse_generate(const std::vector<std::string>& args) {
       out.top_p = parse_number(
           "--top-p", option.value(), 1e-9, 1.0, "a number > 0 and <= 1");
     } else if (name == "seed") {
-      out.seed = static_cast<uint64_t>(parse_count("--seed", option.value(), 0));
+      out.seed =
+          static_cast<uint64_t>(parse_count("--seed", option.value(), 0));
     } else if (name == "device") {
-      out.device = one_of("--device", to_lower(option.value()), {"cpu", "cuda"});
+      out.device =
+          one_of("--device", to_lower(option.value()), {"cpu", "cuda"});
     } else if (name == "dtype") {
-      out.dtype = one_of(
-          "--dtype", to_lower(option.value()), {"float32", "bfloat16"});
+      out.dtype =
+          one_of("--dtype", to_lower(option.value()), {"float32", "bfloat16"});
     } else if (name == "tokenizer") {
       out.tokenizer = option.value();
     } else if (name == "tokenizer-path") {

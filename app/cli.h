@@ -197,7 +197,8 @@ const std::vector<CommandUsage>& cli_commands();
 /// The parsed command line.
 struct CliArgs {
   /// "train", "schedule", "plan", "tokenizer train", "data tokenize",
-  /// "checkpoint inspect", "generate", or "help" for --help / -h / `help` / no arguments.
+  /// "checkpoint inspect", "generate", or "help" for --help / -h / `help` / no
+  /// arguments.
   std::string command;
   /// With "help": the command whose usage to print; empty = baton's own.
   std::string help_topic;

@@ -604,8 +604,7 @@ std::vector<int32_t> prompt_ids(
         "--prompt: empty, and the tokenizer has no BOS to start from; "
         "allowed: some text");
   }
-  const int64_t room =
-      model.max_seq_len - static_cast<int64_t>(prompt.size());
+  const int64_t room = model.max_seq_len - static_cast<int64_t>(prompt.size());
   if (args.max_new_tokens > room) {
     throw ConfigError(
         "--max-new-tokens: " + std::to_string(args.max_new_tokens) +
@@ -631,7 +630,8 @@ std::shared_ptr<models::TransformerImpl> generation_model(
       spec.build(saved.args, ChunkSpec{}, 0));
   if (!model) {
     throw ConfigError(
-        saved.name + ": the family's model is not the decoder of "
+        saved.name +
+        ": the family's model is not the decoder of "
         "models/common, which generation runs; allowed: a family built on it");
   }
   load_saved_weights(saved, *model);
@@ -643,8 +643,7 @@ std::shared_ptr<models::TransformerImpl> generation_model(
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now() - start)
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
 }
 
@@ -662,7 +661,8 @@ int run_generate(const GenerateArgs& args) {
             << (saved.hf ? saved.dir.string()
                          : saved.dir.string() + " (step " +
                                std::to_string(saved.step) + ")")
-            << ", " << (args.tokenizer.empty() ? saved.tokenizer : args.tokenizer)
+            << ", "
+            << (args.tokenizer.empty() ? saved.tokenizer : args.tokenizer)
             << " tokenizer, " << args.dtype << " on " << args.device
             << "; loaded in " << seconds_since(start) << " s";
 
@@ -679,18 +679,17 @@ int run_generate(const GenerateArgs& args) {
   std::vector<int32_t> generated;
   std::string printed;
   const auto gen_start = std::chrono::steady_clock::now();
-  const Generation result =
-      generate(*model, prompt, options, [&](int32_t id) {
-        if (id == tokenizer->eos_id()) {
-          return;
-        }
-        generated.push_back(id);
-        const std::string now = tokenizer->decode(generated);
-        if (now.size() > printed.size() && now.rfind(printed, 0) == 0) {
-          std::cout << now.substr(printed.size()) << std::flush;
-          printed = now;
-        }
-      });
+  const Generation result = generate(*model, prompt, options, [&](int32_t id) {
+    if (id == tokenizer->eos_id()) {
+      return;
+    }
+    generated.push_back(id);
+    const std::string now = tokenizer->decode(generated);
+    if (now.size() > printed.size() && now.rfind(printed, 0) == 0) {
+      std::cout << now.substr(printed.size()) << std::flush;
+      printed = now;
+    }
+  });
   const std::string text = tokenizer->decode(generated);
   std::cout << (text.rfind(printed, 0) == 0 ? text.substr(printed.size())
                                             : "\n" + text)

@@ -68,7 +68,8 @@ std::string model_config_json(
   // finds it without the config.
   if (!config.model.tokenizer_path.empty()) {
     model["tokenizer_path"] =
-        std::filesystem::absolute(resolve_asset_path(config.model.tokenizer_path))
+        std::filesystem::absolute(
+            resolve_asset_path(config.model.tokenizer_path))
             .lexically_normal()
             .string();
   }

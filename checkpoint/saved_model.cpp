@@ -29,8 +29,10 @@ namespace {
 std::pair<fs::path, int64_t> step_folder(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
-    fail(dir.string() + ": not a folder; allowed: a checkpoint folder "
-         "(<dump_folder>/checkpoint) or one of its step-N folders");
+    fail(
+        dir.string() +
+        ": not a folder; allowed: a checkpoint folder "
+        "(<dump_folder>/checkpoint) or one of its step-N folders");
   }
   if (fs::exists(dir / checkpoint_index::kIndexFile, ec)) {
     const auto step = checkpoint_index::parse_step_dir(
@@ -40,7 +42,8 @@ std::pair<fs::path, int64_t> step_folder(const fs::path& dir) {
   const auto steps = CheckpointManager::list_steps(dir);
   if (steps.empty()) {
     fail(
-        dir.string() + ": holds no complete checkpoint (no step-N folder "
+        dir.string() +
+        ": holds no complete checkpoint (no step-N folder "
         "with an index.json); allowed: a checkpoint folder "
         "(<dump_folder>/checkpoint, written with checkpoint.enable) or one "
         "of its step-N folders");
@@ -63,7 +66,8 @@ SavedModel read_checkpoint_model(const fs::path& dir) {
       (saved.dir / checkpoint_index::kIndexFile).string();
   if (!index.contains("model") || !index["model"].is_object()) {
     fail(
-        index_path + ": records no model (a checkpoint saved before Baton "
+        index_path +
+        ": records no model (a checkpoint saved before Baton "
         "recorded its family); allowed: a checkpoint saved since, or its "
         "HF export with --hf");
   }
@@ -122,8 +126,9 @@ SavedModel read_hf_model(const fs::path& dir, const std::string& where) {
         "' is not a family this binary has registered; allowed: " +
         join(known, ", "));
   }
-  saved.args = model_registry().get(saved.family).hf.read_config(
-      config, where + ": " + file.string());
+  saved.args = model_registry()
+                   .get(saved.family)
+                   .hf.read_config(config, where + ": " + file.string());
   saved.name = saved.family + " (" + file.string() + ")";
   saved.dir = dir;
   saved.hf = true;

@@ -612,8 +612,7 @@ void check_consistency(const JobConfig& config) {
   if (const auto problem = degrees_problem(config.mesh_degrees())) {
     throw_config_error(config.origin(problem->key), problem->message);
   }
-  if (const auto problem =
-          config.validation.data_problem(config.training)) {
+  if (const auto problem = config.validation.data_problem(config.training)) {
     throw_config_error(
         config.first_origin(
             {"validation.dataset_path",

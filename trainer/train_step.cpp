@@ -71,8 +71,8 @@ EvalOutput LocalTrainStep::evaluate(
     }
   }
   part.grad_sync().after_eval();
-  tokens = static_cast<int64_t>(
-      sum_over(batch_group_, static_cast<double>(tokens)));
+  tokens =
+      static_cast<int64_t>(sum_over(batch_group_, static_cast<double>(tokens)));
   loss_sum = sum_over(batch_group_, loss_sum);
   return {tokens > 0 ? loss_sum / static_cast<double>(tokens) : 0.0, tokens};
 }

@@ -51,9 +51,8 @@ TEST(CustomMain, AProgramOfItsOwnAddsAnApplierTheConfigSelects) {
   EXPECT_NEAR(
       first_grad_norm(
           custom,
-          select +
-              " --nproc 2 --parallelism.pipeline_parallel_degree=2"
-              " --parallelism.pipeline_parallel_microbatch_size=1"),
+          select + " --nproc 2 --parallelism.pipeline_parallel_degree=2"
+                   " --parallelism.pipeline_parallel_microbatch_size=1"),
       2.0 * plain,
       1e-5 * plain);
   // Its help is the stock binary's.

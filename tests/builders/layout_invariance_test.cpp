@@ -141,8 +141,17 @@ fs::path held_out_corpus() {
   const fs::path dir = fresh_dir("validation_data");
   fs::create_directories(dir);
   const fs::path file = dir / "held_out.jsonl";
-  const char* words[] = {"river", "stone", "lamp",  "garden", "north",
-                         "quiet", "seven", "bread", "window", "slowly"};
+  const char* words[] = {
+      "river",
+      "stone",
+      "lamp",
+      "garden",
+      "north",
+      "quiet",
+      "seven",
+      "bread",
+      "window",
+      "slowly"};
   std::ofstream out(file);
   for (int d = 0; d < 40; ++d) {
     std::string text;

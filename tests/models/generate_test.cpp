@@ -38,8 +38,9 @@ Transformer built(const ModelArgs& args) {
   Transformer model(args);
   torch::NoGradGuard no_grad;
   for (auto& p : model->parameters()) {
-    p.copy_(p.dim() == 1 ? 1.0 + 0.2 * torch::randn_like(p)
-                         : 0.3 * torch::randn_like(p));
+    p.copy_(
+        p.dim() == 1 ? 1.0 + 0.2 * torch::randn_like(p)
+                     : 0.3 * torch::randn_like(p));
   }
   return model;
 }
