@@ -181,7 +181,7 @@ void BM_PipelineStep(
             std::make_shared<baton::models::TransformerImpl>(args, chunks[s]);
         chunk->init_weights(0);
         optimizers.push_back(
-            make_optimizer(chunk->parameters(), baton::OptimizerConfig{}));
+            make_optimizer(chunk->parameters(), baton::JobConfig{}));
         stages.emplace_back(s, std::move(chunk));
       }
       pp::ExecutorShapes shapes;

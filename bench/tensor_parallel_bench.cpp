@@ -86,7 +86,7 @@ void BM_TensorParallelTraffic(benchmark::State& state, const char* flavor) {
           tp::TensorParallelApplier().apply(
               parts[0], baton::ParallelContext{config, mesh, at::kCPU});
           auto opt = baton::optimizer_registry().get("AdamW")(
-              parts.parameters(), config.optimizer);
+              parts.parameters(), config);
           baton::LocalTrainStep step(
               tp::tensor_parallel_loss(mesh, kVocab), mesh.loss());
           const auto tokens =

@@ -322,7 +322,7 @@ std::unique_ptr<torch::optim::Optimizer> TrainerBuilder::build_optimizer(
     ModelPart& part) {
   return optimizer_registry().get(
       config_.optimizer.name, config_.origin("optimizer.name"))(
-      part.module().parameters(), config_.optimizer);
+      part.module().parameters(), config_);
 }
 
 std::unique_ptr<OptimizersContainer> TrainerBuilder::build_optimizers(

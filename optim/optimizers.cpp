@@ -2,6 +2,7 @@
 
 #include <torch/optim/adamw.h>
 
+#include "common/torch_compat.h"
 #include "optim/fused_adamw.h"
 #include "optim/optimizer_state.h"
 
@@ -30,11 +31,22 @@ int64_t OptimizersContainer::state_bytes() const {
   };
   int64_t total = 0;
   for (const auto& optimizer : optimizers_) {
-    for (const auto& [key, state] : optimizer->state()) {
-      if (const auto* adam =
-              dynamic_cast<const torch::optim::AdamWParamState*>(state.get())) {
-        total += bytes(adam->exp_avg()) + bytes(adam->exp_avg_sq()) +
-                 bytes(adam->max_exp_avg_sq());
+    // Through the state's codec, so that any registered optimizer counts
+    // (a plugin's as well as AdamW).
+    const OptimizerStateCodec* codec = optimizer_state_codec(*optimizer);
+    if (codec == nullptr) {
+      continue;
+    }
+    const auto& state = optimizer->state();
+    for (const auto& group : optimizer->param_groups()) {
+      for (const auto& p : group.params()) {
+        const auto it = state.find(compat::optimizer_state_key(p));
+        if (it == state.end()) {
+          continue;
+        }
+        for (const auto& t : codec->read(it->second.get(), p)) {
+          total += bytes(t);
+        }
       }
     }
   }
@@ -92,8 +104,9 @@ void register_builtin_optimizers() {
       [](Registry<OptimizerCreator>& registry) {
         registry.add(
             "AdamW",
-            [](std::vector<at::Tensor> params, const OptimizerConfig& config)
+            [](std::vector<at::Tensor> params, const JobConfig& job)
                 -> std::unique_ptr<torch::optim::Optimizer> {
+              const OptimizerConfig& config = job.optimizer;
               auto options =
                   torch::optim::AdamWOptions(config.lr)
                       .betas({config.betas.at(0), config.betas.at(1)})

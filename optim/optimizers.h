@@ -33,8 +33,9 @@ class OptimizersContainer {
   torch::optim::Optimizer& operator[](size_t i) const {
     return *optimizers_.at(i);
   }
-  /// Bytes of the optimizers' per-parameter state tensors on this rank
-  /// (AdamW's moments; other optimizers' states count as 0).
+  /// Bytes of the optimizers' per-parameter state tensors on this rank, as
+  /// each optimizer type's registered state codec reads them (AdamW's
+  /// moments and step; an optimizer without a codec counts 0).
   int64_t state_bytes() const;
   /// Calls `f(optimizer)` for each optimizer, in part order.
   template <class F>
@@ -48,9 +49,10 @@ class OptimizersContainer {
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers_;
 };
 
-/// Makes an optimizer over `params` from the `optimizer:` section.
+/// Makes an optimizer over `params` from the job's `optimizer:` section (and
+/// a section of its own, where a plugin's optimizer registered one).
 using OptimizerCreator = std::function<std::unique_ptr<torch::optim::Optimizer>(
-    std::vector<at::Tensor> params, const OptimizerConfig& config)>;
+    std::vector<at::Tensor> params, const JobConfig& config)>;
 
 /// The optimizer registry (`optimizer.name`).
 Registry<OptimizerCreator>& optimizer_registry();

@@ -295,7 +295,7 @@ double time_optimizer(
     count += p.numel();
   }
   auto optimizer =
-      optimizer_registry().get(config.optimizer.name)(params, config.optimizer);
+      optimizer_registry().get(config.optimizer.name)(params, config);
   ModelParts parts;
   parts.push_back(chunk.part);
   std::vector<double> times;

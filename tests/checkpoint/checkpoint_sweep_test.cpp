@@ -243,7 +243,7 @@ struct Trainee {
         spec.build(args, ChunkSpec{}, config.training.seed)));
     std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizer_list;
     optimizer_list.push_back(optimizer_registry().get(config.optimizer.name)(
-        parts[0].module().parameters(), config.optimizer));
+        parts[0].module().parameters(), config));
     optimizers =
         std::make_unique<OptimizersContainer>(std::move(optimizer_list));
     std::vector<std::unique_ptr<LRScheduler>> scheduler_list;

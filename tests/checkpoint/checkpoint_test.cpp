@@ -759,7 +759,7 @@ TEST(Checkpoint, AFailedLoadChangesNothing) {
       spec.build(args, ChunkSpec{}, config.training.seed)));
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizer_list;
   optimizer_list.push_back(optimizer_registry().get(config.optimizer.name)(
-      parts[0].module().parameters(), config.optimizer));
+      parts[0].module().parameters(), config));
   OptimizersContainer optimizers(std::move(optimizer_list));
   std::vector<std::unique_ptr<LRScheduler>> scheduler_list;
   scheduler_list.push_back(std::make_unique<LRScheduler>(

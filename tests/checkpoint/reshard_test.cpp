@@ -134,10 +134,11 @@ void register_test_optimizers() {
   std::call_once(once, [] {
     optimizer_registry().add(
         "sgd_momentum",
-        [](std::vector<at::Tensor> params, const OptimizerConfig& c)
-            -> std::unique_ptr<torch::optim::Optimizer> {
+        [](std::vector<at::Tensor> params,
+           const JobConfig& job) -> std::unique_ptr<torch::optim::Optimizer> {
           return std::make_unique<torch::optim::SGD>(
-              std::move(params), torch::optim::SGDOptions(c.lr).momentum(0.9));
+              std::move(params),
+              torch::optim::SGDOptions(job.optimizer.lr).momentum(0.9));
         },
         "test: SGD with momentum");
     OptimizerStateCodec sgd;
@@ -156,18 +157,20 @@ void register_test_optimizers() {
     register_optimizer_state(typeid(torch::optim::SGD), std::move(sgd));
     optimizer_registry().add(
         "row_stats",
-        [](std::vector<at::Tensor> params, const OptimizerConfig& c)
-            -> std::unique_ptr<torch::optim::Optimizer> {
-          return std::make_unique<RowStats>(std::move(params), c.lr);
+        [](std::vector<at::Tensor> params,
+           const JobConfig& job) -> std::unique_ptr<torch::optim::Optimizer> {
+          return std::make_unique<RowStats>(
+              std::move(params), job.optimizer.lr);
         },
         "test: per-row gradient statistics");
     register_optimizer_state(
         typeid(RowStats), row_stats_codec("RowStats", "row", 0));
     optimizer_registry().add(
         "col_stats",
-        [](std::vector<at::Tensor> params, const OptimizerConfig& c)
-            -> std::unique_ptr<torch::optim::Optimizer> {
-          return std::make_unique<ColStats>(std::move(params), c.lr);
+        [](std::vector<at::Tensor> params,
+           const JobConfig& job) -> std::unique_ptr<torch::optim::Optimizer> {
+          return std::make_unique<ColStats>(
+              std::move(params), job.optimizer.lr);
         },
         "test: per-column gradient statistics");
     register_optimizer_state(
@@ -246,7 +249,7 @@ void run_rank(
       .apply(parts[0], ParallelContext{config, mesh, at::kCPU});
   std::vector<std::unique_ptr<torch::optim::Optimizer>> opts;
   opts.push_back(optimizer_registry().get(optimizer)(
-      parts[0].module().parameters(), config.optimizer));
+      parts[0].module().parameters(), config));
   OptimizersContainer optimizers(std::move(opts));
   std::vector<std::unique_ptr<LRScheduler>> lrs;
   lrs.push_back(std::make_unique<LRScheduler>(

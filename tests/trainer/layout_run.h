@@ -205,8 +205,8 @@ inline void run_layout_rank(
   std::vector<std::unique_ptr<torch::optim::Optimizer>> opts;
   std::vector<std::unique_ptr<LRScheduler>> lrs;
   me.parts.for_each([&](ModelPart& part) {
-    opts.push_back(optimizer_registry().get("AdamW")(
-        part.module().parameters(), config.optimizer));
+    opts.push_back(
+        optimizer_registry().get("AdamW")(part.module().parameters(), config));
   });
   me.optimizers = std::make_unique<OptimizersContainer>(std::move(opts));
   me.optimizers->for_each([&](torch::optim::Optimizer& o) {
