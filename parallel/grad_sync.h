@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -11,7 +12,10 @@ namespace baton {
 /// (ModelPart::grad_sync()); train steps drive it through the part:
 /// prepare(sync) before each backward (sync only on the last micro-step of
 /// gradient accumulation) and finish() after the last one, or reduce_now()
-/// after backwards that ran unsynced (the pipeline's REDUCE_GRAD).
+/// after backwards that ran unsynced (the pipeline's REDUCE_GRAD). The
+/// trainer calls after_step(step) once the optimizers have stepped, for a
+/// synchroniser of weights rather than gradients (replicas that average
+/// their weights every k steps).
 class GradientSync {
  public:
   virtual ~GradientSync() = default;
@@ -29,6 +33,10 @@ class GradientSync {
   /// returns the part to the state a step starts from (a sharded part's
   /// parameters to their shards, gradients untouched). Default: nothing.
   virtual void after_eval() {}
+  /// After the optimizers' step of `step` (1-based; also when a
+  /// non-finite loss skipped it). Collective when it communicates: every
+  /// rank of its group calls it at the same step. Default: nothing.
+  virtual void after_step(int64_t step) {}
 };
 
 /// A part's synchronisers, run in the order they were attached; empty (a
@@ -63,6 +71,11 @@ class GradientSyncChain final : public GradientSync {
   void after_eval() override {
     for (auto& s : syncs_) {
       s->after_eval();
+    }
+  }
+  void after_step(int64_t step) override {
+    for (auto& s : syncs_) {
+      s->after_step(step);
     }
   }
 

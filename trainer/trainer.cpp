@@ -80,6 +80,8 @@ StepMetrics Trainer::optimizer_step() {
                  << " or grad norm " << m.grad_norm
                  << "; skipping the optimizer step";
   }
+  c_.model_parts.for_each(
+      [&](ModelPart& part) { part.grad_sync().after_step(step_); });
   c_.lr_schedulers->step();
   if (!first_step_done_) {
     log_memory();
