@@ -2,7 +2,7 @@
 
 // What config/'s files share and nothing else uses: finding a section and
 // a key of a JobConfig by name (decoding, overrides, the key-path
-// accessors), printing numbers in messages and the `builder` key's spec.
+// accessors), printing numbers in messages and the top-level keys' specs.
 
 #include <string>
 #include <string_view>
@@ -15,8 +15,10 @@ namespace baton::config_detail {
 /// fixed-point in the everyday range (8e-4 shows as 0.0008).
 std::string format_number(double v);
 
-/// The top-level `builder` key has no section, so its spec lives here.
+/// The top-level `builder` and `plugins` keys have no section, so their
+/// specs live here.
 const FieldSpec& builder_spec();
+const FieldSpec& plugins_spec();
 
 /// Calls `f(field, spec)` on the field named `key`; false if there is none.
 template <class Section, class F>

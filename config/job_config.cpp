@@ -41,6 +41,7 @@ std::string JobConfig::first_origin(
 
 using config_detail::builder_spec;
 using config_detail::format_number;
+using config_detail::plugins_spec;
 using config_detail::with_field;
 using config_detail::with_section;
 
@@ -57,6 +58,13 @@ std::string config_detail::format_number(double v) {
 const FieldSpec& config_detail::builder_spec() {
   static const FieldSpec spec(
       "registered trainer builder (auto: picked from the parallelism)");
+  return spec;
+}
+
+const FieldSpec& config_detail::plugins_spec() {
+  static const FieldSpec spec(
+      "shared libraries loaded before the config is checked (a file's "
+      "paths relative to its folder)");
   return spec;
 }
 
@@ -408,7 +416,7 @@ std::string suggest_key(const std::string& section, const std::string& key) {
 [[noreturn]] void throw_unknown_top_level(
     const std::string& where, const std::string& name) {
   auto names = section_names();
-  names.insert(names.begin(), "builder");
+  names.insert(names.begin(), {"builder", "plugins"});
   std::string near = closest_match(name, names);
   if (near.empty()) {
     near = suggest_key("", name);
@@ -463,6 +471,36 @@ void decode_section(
   }
 }
 
+/// The `plugins:` list `paths`, each made absolute against `base` (the
+/// config file's folder, or the working folder for an override).
+Strings absolute_plugins(
+    Strings paths,
+    const std::filesystem::path& base,
+    const std::string& where) {
+  for (auto& p : paths) {
+    if (p.empty()) {
+      throw_config_error(
+          where, "plugins: an empty path; allowed: paths of shared libraries");
+    }
+    p = (base / p).lexically_normal().string();
+  }
+  return paths;
+}
+
+/// The `plugins:` entry (`key`: `value`) of the file `path`.
+void decode_plugins(
+    const std::string& path,
+    const YAML::Node& key,
+    const YAML::Node& value,
+    JobConfig& config) {
+  const std::string where = file_line(path, key.Mark());
+  Strings paths;
+  decode(Input{value, std::nullopt, where, "plugins"}, paths, plugins_spec());
+  config.plugins = absolute_plugins(
+      std::move(paths), std::filesystem::absolute(path).parent_path(), where);
+  config.origins["plugins"] = where;
+}
+
 YAML::Node parse_file(const std::string& path) {
   std::ifstream in(path);
   if (!in || std::filesystem::is_directory(path)) {
@@ -485,7 +523,7 @@ void decode_file(const std::string& path, JobConfig& config) {
   }
   if (!root.IsMap()) {
     auto names = section_names();
-    names.insert(names.begin(), "builder");
+    names.insert(names.begin(), {"builder", "plugins"});
     throw_config_error(
         file_line(path, root.Mark()),
         "the top level is " + describe(root) +
@@ -508,6 +546,10 @@ void decode_file(const std::string& path, JobConfig& config) {
           config.builder,
           builder_spec());
       config.origins[name] = where;
+      continue;
+    }
+    if (name == "plugins") {
+      decode_plugins(path, entry.first, entry.second, config);
       continue;
     }
     const bool found = with_section(config, name, [&](auto& section) {
@@ -565,6 +607,14 @@ void apply_override(const std::string& text, JobConfig& config) {
   const std::string value = body.substr(eq + 1);
   if (path == "builder") {
     decode_override(where, path, value, config.builder, builder_spec());
+    config.origins[path] = where;
+    return;
+  }
+  if (path == "plugins") {
+    Strings paths;
+    decode_override(where, path, value, paths, plugins_spec());
+    config.plugins = absolute_plugins(
+        std::move(paths), std::filesystem::current_path(), where);
     config.origins[path] = where;
     return;
   }
@@ -690,6 +740,31 @@ JobConfig load_job_config(
       path.empty() ? std::vector<std::string>{}
                    : std::vector<std::string>{path},
       overrides);
+}
+
+std::vector<std::string> plugin_paths(
+    const std::vector<std::string>& paths,
+    const std::vector<std::string>& overrides) {
+  // Only the plugins key of each file and override: the rest may name what
+  // the plugins register.
+  JobConfig config;
+  for (const auto& path : paths) {
+    const YAML::Node root = parse_file(path);
+    if (root.IsMap()) {
+      for (const auto& entry : root) {
+        if (entry.first.Scalar() == "plugins") {
+          decode_plugins(path, entry.first, entry.second, config);
+        }
+      }
+    }
+  }
+  for (const auto& text : overrides) {
+    const std::string body = text.rfind("--", 0) == 0 ? text.substr(2) : text;
+    if (body.rfind("plugins=", 0) == 0) {
+      apply_override(text, config);
+    }
+  }
+  return config.plugins;
 }
 
 JobConfig load_job_config(

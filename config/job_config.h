@@ -614,6 +614,10 @@ struct JobConfig {
 
   /// Registered trainer builder; "auto" picks one from the parallelism.
   std::string builder = "auto";
+  /// Shared libraries that extend Baton (docs/extending.md), absolute: a
+  /// file's relative to its folder, an override's to the working folder.
+  /// The binary loads them before it loads the config (plugin_paths).
+  std::vector<std::string> plugins;
   JobSection job;
   ModelConfig model;
   OptimizerConfig optimizer;
@@ -690,6 +694,14 @@ JobConfig load_job_config(
 /// only the keys it names, over the earlier files'), then applies
 /// `overrides` and validates, as the one-file form does.
 JobConfig load_job_config(
+    const std::vector<std::string>& paths,
+    const std::vector<std::string>& overrides);
+
+/// The `plugins:` of `paths` and `overrides` as load_job_config would
+/// resolve them (the last file or override that names the key wins),
+/// without decoding anything else: what a plugin registers must be known
+/// before the rest is checked. Throws ConfigError as load_job_config does.
+std::vector<std::string> plugin_paths(
     const std::vector<std::string>& paths,
     const std::vector<std::string>& overrides);
 

@@ -18,6 +18,7 @@ namespace baton {
 
 using config_detail::builder_spec;
 using config_detail::format_number;
+using config_detail::plugins_spec;
 
 namespace {
 
@@ -121,6 +122,9 @@ std::string job_config_to_yaml(const JobConfig& config) {
   out << YAML::Key << "builder" << YAML::Value;
   emit(out, copy.builder);
   out << YAML::Comment(builder_spec().help);
+  out << YAML::Key << "plugins" << YAML::Value;
+  emit(out, copy.plugins);
+  out << YAML::Comment(plugins_spec().help);
   copy.visit_sections([&](const char* section_name, auto& section) {
     out << YAML::Key << section_name << YAML::Value << YAML::BeginMap;
     section.visit([&](const char* name, auto& field, const FieldSpec& spec) {

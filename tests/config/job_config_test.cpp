@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <string>
@@ -327,7 +328,48 @@ TEST(JobConfig, UnknownSectionSuggestsSection) {
       {":1: unknown section 'seq_len'; did you mean 'training.seq_len'?"});
   expect_contains(
       load_error(write_yaml("qqqqqqqq: 5\n", "_far")),
-      {"unknown section 'qqqqqqqq'; allowed: one of builder, job, model"});
+      {"unknown section 'qqqqqqqq'; allowed: one of builder, plugins, job, "
+       "model"});
+}
+
+TEST(JobConfig, PluginsAreRelativeToTheFileOrTheWorkingFolder) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / "plugins_key" / "sub";
+  fs::create_directories(dir);
+  const std::string path = (dir / "run.yaml").string();
+  // The plugins' own section is unknown until they are loaded: plugin_paths
+  // reads the key alone.
+  std::ofstream(path) << "plugins: [../libmine.so, /opt/abs.so]\n"
+                      << "mine:\n  degree: 2\n";
+  const auto want = std::vector<std::string>{
+      (dir.parent_path() / "libmine.so").string(), "/opt/abs.so"};
+  EXPECT_EQ(plugin_paths({path}, {}), want);
+  // An override's are relative to the working folder, and win.
+  EXPECT_EQ(
+      plugin_paths({path}, {"plugins=[x.so]"}),
+      std::vector<std::string>{(fs::current_path() / "x.so").string()});
+  EXPECT_TRUE(plugin_paths({}, {}).empty());
+  // Loaded (without the section), they are absolute and printed so.
+  std::ofstream(path) << "plugins: [../libmine.so]\n";
+  const JobConfig c = load_job_config(path);
+  EXPECT_EQ(c.plugins, std::vector<std::string>{want[0]});
+  EXPECT_EQ(c.origin("plugins"), path + ":1");
+  expect_contains(
+      job_config_to_yaml(c),
+      {"plugins: [" + want[0] + "]  # shared libraries"});
+  // Not a list of paths.
+  std::ofstream(path) << "plugins: {a: 1}\n";
+  expect_contains(load_error(path), {path + ":1: plugins: "});
+  try {
+    plugin_paths({path}, {});
+    ADD_FAILURE() << "plugin_paths accepted a map";
+  } catch (const ConfigError& e) {
+    expect_contains(e.what(), {path + ":1: plugins: "});
+  }
+  expect_contains(
+      load_error("", {"plugins=['']"}),
+      {"--plugins=['']: plugins: an empty path; allowed: paths of shared "
+       "libraries"});
 }
 
 TEST(JobConfig, RejectsMalformedStructure) {
