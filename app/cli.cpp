@@ -171,6 +171,8 @@ TrainArgs parse_train(const std::vector<std::string>& args) {
     const std::string& name = option.name();
     if (name == "config") {
       out.config_paths.push_back(option.value());
+    } else if (name == "plugin") {
+      out.plugins.push_back(option.value());
     } else if (name == "print-config" && option.is_flag()) {
       out.print_config = true;
     } else if (name == "dry-run") {
@@ -194,7 +196,9 @@ TrainArgs parse_train(const std::vector<std::string>& args) {
     } else if (name == "cpu-bind") {
       out.cpu_bind = parse_bind(option.value());
       cpu_bind_given = true;
-    } else if (name.find('.') != std::string::npos || name == "builder") {
+    } else if (
+        name.find('.') != std::string::npos || name == "builder" ||
+        name == "plugins") {
       out.overrides.push_back(name + "=" + option.value());
     } else {
       option.fail_unknown("config overrides are written --SECTION.KEY=VALUE");
@@ -257,6 +261,8 @@ PlanArgs parse_plan(const std::vector<std::string>& args) {
     const std::string& name = option.name();
     if (name == "config") {
       out.config_paths.push_back(option.value());
+    } else if (name == "plugin") {
+      out.plugins.push_back(option.value());
     } else if (name == "nproc") {
       out.nproc = parse_count("--nproc", option.value());
     } else if (name == "memory-per-rank") {
@@ -297,7 +303,7 @@ PlanArgs parse_plan(const std::vector<std::string>& args) {
             "--efficiency: '" + option.value() +
             "' is not allowed; allowed: a fraction in (0, 1]");
       }
-    } else if (name.find('.') != std::string::npos) {
+    } else if (name.find('.') != std::string::npos || name == "plugins") {
       out.overrides.push_back(name + "=" + option.value());
     } else {
       option.fail_unknown("config overrides are written --SECTION.KEY=VALUE");
@@ -536,6 +542,8 @@ GenerateArgs parse_generate(const std::vector<std::string>& args) {
     const std::string& name = option.name();
     if (name == "checkpoint") {
       out.checkpoint = option.value();
+    } else if (name == "plugin") {
+      out.plugins.push_back(option.value());
     } else if (name == "hf") {
       out.hf = option.value();
     } else if (name == "prompt") {

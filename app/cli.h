@@ -16,6 +16,8 @@ struct TrainArgs {
   std::vector<std::string> config_paths;
   /// "section.key=value", in command-line order.
   std::vector<std::string> overrides;
+  /// --plugin files, loaded before the config's `plugins:`.
+  std::vector<std::string> plugins;
   bool print_config = false;
   /// --dry-run: "" (train), "text" or "json" (print each rank's footprint
   /// for the world size and exit).
@@ -66,6 +68,8 @@ struct PlanArgs {
   std::vector<std::string> config_paths;
   /// "section.key=value", in command-line order.
   std::vector<std::string> overrides;
+  /// --plugin files, as for train.
+  std::vector<std::string> plugins;
   /// The world size to plan for.
   int64_t nproc = 0;
   /// The cap per rank in GiB; 0 = the cost file's, else none.
@@ -165,6 +169,8 @@ struct GenerateArgs {
   /// Overrides of what the checkpoint says its tokenizer is.
   std::string tokenizer;
   std::string tokenizer_path;
+  /// --plugin files (a model family or tokenizer of a plugin's).
+  std::vector<std::string> plugins;
 };
 
 /// One option of a command, as its --help shows it.

@@ -60,12 +60,17 @@ CommandUsage train_usage() {
       "trains a model from a YAML job config",
       {"baton train --config FILE [--config FILE ...]",
        "            [--nproc N [--max-restarts R] [--cpu-bind cores|none]]",
-       "            [--SECTION.KEY=VALUE ...]",
+       "            [--plugin FILE ...] [--SECTION.KEY=VALUE ...]",
        "            [--print-config] [--dry-run[=text|json] [--device D]]"},
       {{"config",
         "--config FILE",
         "the YAML job config (see configs/); repeated, later files set "
         "their keys over earlier ones' (a baton plan overlay)"},
+       {"plugin",
+        "--plugin FILE",
+        "loads a shared library that extends Baton (docs/extending.md) "
+        "before the config is checked; repeatable, and loaded before the "
+        "config's plugins: list"},
        {"",
         "--SECTION.KEY=VALUE",
         "sets one config key, e.g. --training.steps=30"},
@@ -200,12 +205,16 @@ CommandUsage plan_usage() {
        "           [--top K] [--out DIR] [--global-batch ROWS] [--synthesize "
        "L]",
        "           [--tolerance PCT]",
-       "           [--cpu-bind cores|none] [--SECTION.KEY=VALUE ...]",
+       "           [--cpu-bind cores|none] [--plugin FILE ...]",
+       "           [--SECTION.KEY=VALUE ...]",
        "baton plan --config FILE --nproc N --write-costs FILE",
        "           [--profile-repeats R] [--cpu-bind cores|none]",
        "baton plan --config FILE --write-costs-from-flops FILE",
        "           [--peak-tflops X] [--efficiency E]"},
       {{"config", "--config FILE", "the base job config (repeatable)"},
+       {"plugin",
+        "--plugin FILE",
+        "loads a shared library that extends Baton, as train does"},
        {"", "--SECTION.KEY=VALUE", "sets one key of the base config"},
        {"nproc", "--nproc N", "the world size to plan for"},
        {"costs",
@@ -281,7 +290,7 @@ CommandUsage generate_usage() {
        "               [--max-new-tokens N] [--temperature T] [--top-k K]",
        "               [--top-p P] [--seed S] [--device cpu|cuda]",
        "               [--dtype float32|bfloat16] [--tokenizer NAME]",
-       "               [--tokenizer-path FILE]"},
+       "               [--tokenizer-path FILE] [--plugin FILE ...]"},
       {{"checkpoint",
         "--checkpoint DIR",
         "a run's checkpoint folder (its latest step) or one step-N folder: "
@@ -290,6 +299,10 @@ CommandUsage generate_usage() {
         "--hf DIR",
         "a Hugging Face folder (config.json, safetensors, tokenizer.json), "
         "a Baton export's or transformers'"},
+       {"plugin",
+        "--plugin FILE",
+        "loads a shared library that extends Baton first (a model family "
+        "or tokenizer of its own)"},
        {"prompt",
         "--prompt TEXT",
         "the text to continue (after the tokenizer's BOS, where it has one)"},

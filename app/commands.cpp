@@ -174,6 +174,9 @@ PlanCosts profile_here(
   launch.nproc = ranks;
   launch.cpu_bind = bind;
   launch.args = {"plan"};
+  for (const auto& file : args.plugins) {
+    launch.args.insert(launch.args.end(), {"--plugin", file});
+  }
   for (const auto& file : args.config_paths) {
     launch.args.insert(launch.args.end(), {"--config", file});
   }

@@ -17,6 +17,7 @@
 
 #include "app/cli.h"
 #include "app/commands.h"
+#include "app/plugins.h"
 #include "builders/builder_registry.h"
 #include "checkpoint/checkpoint.h"
 #include "common/error.h"
@@ -106,6 +107,10 @@ int launch_ranks(const baton::JobConfig& config, const baton::TrainArgs& args) {
   baton::dist::LocalLaunchOptions launch;
   launch.nproc = args.nproc;
   launch.args = {"train"};
+  for (const auto& path : args.plugins) {
+    launch.args.push_back("--plugin");
+    launch.args.push_back(path);
+  }
   for (const auto& path : args.config_paths) {
     launch.args.push_back("--config");
     launch.args.push_back(path);
@@ -146,8 +151,10 @@ void restart_for_passive_wait(
 }
 
 int run_train(const baton::TrainArgs& args, char** argv) {
-  // Every registry is filled before the config is checked against them.
+  // Every registry is filled before the config is checked against them:
+  // the built-ins, then what the plugins add.
   baton::register_builtin_builders();
+  baton::load_config_plugins(args.plugins, args.config_paths, args.overrides);
   const auto config = baton::load_job_config(args.config_paths, args.overrides);
   // A malformed BATON_INJECT_FAULT fails here, before any rank starts.
   baton::FaultInjection::get();
@@ -209,6 +216,8 @@ int baton::run(int argc, char** argv) {
     }
     if (cli.command == "plan") {
       baton::register_builtin_builders();
+      baton::load_config_plugins(
+          cli.plan.plugins, cli.plan.config_paths, cli.plan.overrides);
       return baton::run_plan(cli.plan);
     }
     if (cli.command == "tokenizer train") {
@@ -221,6 +230,10 @@ int baton::run(int argc, char** argv) {
       return baton::run_checkpoint_inspect(cli.checkpoint_inspect);
     }
     if (cli.command == "generate") {
+      if (!cli.generate.plugins.empty()) {
+        baton::register_builtin_builders();
+        baton::load_plugins(cli.generate.plugins);
+      }
       return baton::run_generate(cli.generate);
     }
     return run_train(cli.train, argv);

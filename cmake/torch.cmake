@@ -16,14 +16,18 @@
 # needs none of the NVIDIA libraries at run time.
 #
 # Sets BATON_TORCH_DIR (the wheel's torch/ folder), BATON_TORCH_VERSION and
-# BATON_TORCH_CUDA (ON when built with CUDA).
+# BATON_TORCH_CUDA (ON when built with CUDA). The installed package
+# (cmake/BatonConfig.cmake.in) includes it too, with BATON_TORCH_DIR and
+# BATON_TORCH_CUDA set to what Baton was built with.
 
 set(BATON_TORCH_PYTHON "" CACHE FILEPATH
     "The Python whose PyTorch wheel Baton builds against")
 set(BATON_TORCH_CUDA AUTO CACHE STRING
     "Build with the wheel's CUDA libraries: AUTO (where the CUDA toolkit is), ON, OFF")
 
-if(BATON_TORCH_PYTHON)
+if(BATON_TORCH_DIR)
+  list(PREPEND CMAKE_PREFIX_PATH ${BATON_TORCH_DIR}/share/cmake)
+elseif(BATON_TORCH_PYTHON)
   execute_process(
     COMMAND ${BATON_TORCH_PYTHON} -c
       "import importlib.util, os
@@ -141,11 +145,14 @@ endif()
 find_path(GLOO_INCLUDE_DIR gloo/algorithm.h
   HINTS ${BATON_TORCH_DIR}/include REQUIRED)
 
-file(STRINGS ${PROJECT_SOURCE_DIR}/scripts/versions.env _floor_line
-     REGEX "^BATON_TORCH_FLOOR=")
-string(REGEX MATCH "[0-9.]+$" _floor "${_floor_line}")
-if(BATON_TORCH_VERSION VERSION_LESS _floor)
-  message(FATAL_ERROR
-    "libtorch ${BATON_TORCH_VERSION} is older than Baton's floor, ${_floor} "
-    "(scripts/versions.env)")
+# The floor, where the source tree is (not in an installed package).
+if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/../scripts/versions.env)
+  file(STRINGS ${CMAKE_CURRENT_LIST_DIR}/../scripts/versions.env _floor_line
+       REGEX "^BATON_TORCH_FLOOR=")
+  string(REGEX MATCH "[0-9.]+$" _floor "${_floor_line}")
+  if(BATON_TORCH_VERSION VERSION_LESS _floor)
+    message(FATAL_ERROR
+      "libtorch ${BATON_TORCH_VERSION} is older than Baton's floor, ${_floor} "
+      "(scripts/versions.env)")
+  endif()
 endif()
