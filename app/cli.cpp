@@ -606,6 +606,16 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
   CliArgs out;
   if (args.empty() || is_help(args[0])) {
     out.command = "help";
+    out.bare = args.empty();
+    return out;
+  }
+  if (args[0] == "--version" || args[0] == "version") {
+    if (args.size() > 1) {
+      throw ConfigError(
+          "baton " + args[0] + ": takes no arguments, got '" + args[1] + "'" +
+          see_help(""));
+    }
+    out.command = "version";
     return out;
   }
   if (args[0] == "help") {

@@ -203,9 +203,11 @@ const std::vector<CommandUsage>& cli_commands();
 /// The parsed command line.
 struct CliArgs {
   /// "train", "schedule", "plan", "tokenizer train", "data tokenize",
-  /// "checkpoint inspect", "generate", or "help" for --help / -h / `help` / no
-  /// arguments.
+  /// "checkpoint inspect", "generate", "version" for --version / `version`,
+  /// or "help" for --help / -h / `help` / no arguments.
   std::string command;
+  /// With "help": no arguments at all (the usage goes to stderr, exit 2).
+  bool bare = false;
   /// With "help": the command whose usage to print; empty = baton's own.
   std::string help_topic;
   /// Set for "train".

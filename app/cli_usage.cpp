@@ -371,7 +371,9 @@ std::string cli_usage() {
     }
   }
   text +=
-      "\n'baton COMMAND --help' (or -h) lists a command's options.\n"
+      "\n'baton COMMAND --help' (or -h) lists a command's options; "
+      "'baton --version' says\nwhich Baton, libtorch, CUDA and BLAS this "
+      "binary runs.\n"
       "exit codes: 0 success, 2 bad usage or config, 1 runtime failure\n";
   return text;
 }

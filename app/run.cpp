@@ -18,7 +18,9 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/plugins.h"
+#include "app/version.h"
 #include "builders/builder_registry.h"
+#include "builders/job_check.h"
 #include "checkpoint/checkpoint.h"
 #include "common/error.h"
 #include "common/threads.h"
@@ -76,27 +78,32 @@ std::string resume_note(const baton::JobConfig& config) {
          " (" + folder.string() + ")";
 }
 
-/// The world a dry run plans for: --nproc, else the launch environment's
-/// (torchrun, SLURM, ...) when it has one, else the product of the degrees.
-int64_t dry_run_world_size(
-    const baton::JobConfig& config, const baton::TrainArgs& args) {
+/// The world --print-config and --dry-run check a config for: --nproc,
+/// else the launch environment's (torchrun, SLURM, ...) when it has one,
+/// else the product of the degrees; 0 (not known) when a degree is -1 and
+/// nothing else says. `source` says which, for messages.
+int64_t job_world_size(
+    const baton::JobConfig& config,
+    const baton::TrainArgs& args,
+    std::string& source) {
   if (args.nproc > 0) {
+    source = "--nproc " + std::to_string(args.nproc);
     return args.nproc;
   }
   const auto env = baton::dist::detect_launch_env();
   if (env.world_size > 1) {
+    source = env.to_string();
     return env.world_size;
   }
   int64_t world = 1;
   for (const auto& [key, degree] : config.mesh_degrees()) {
     if (degree < 0) {
-      throw baton::ConfigError(
-          "--dry-run: " + key +
-          " is -1 (the rest of the world); allowed: a world size given "
-          "with --nproc N");
+      source = key + " is -1 and no --nproc N gives the world";
+      return 0;
     }
     world *= degree;
   }
+  source = "the product of the degrees";
   return world;
 }
 
@@ -158,21 +165,31 @@ int run_train(const baton::TrainArgs& args, char** argv) {
   const auto config = baton::load_job_config(args.config_paths, args.overrides);
   // A malformed BATON_INJECT_FAULT fails here, before any rank starts.
   baton::FaultInjection::get();
+  // What train refuses, --print-config and --dry-run refuse too.
+  std::string world_source;
+  const int64_t world = job_world_size(config, args, world_source);
   if (args.print_config) {
+    baton::check_job(config, world, world_source);
     std::cout << baton::job_config_to_yaml(config);
     return 0;
   }
   if (!args.dry_run.empty()) {
+    if (world == 0) {
+      throw baton::ConfigError(
+          "--dry-run: " + world_source +
+          "; allowed: a world size given with --nproc N");
+    }
+    baton::check_job(config, world, world_source);
     std::cout << baton::format_dry_run(
         baton::dry_run(
-            config,
-            dry_run_world_size(config, args),
-            baton::DryRunOptions().device(args.device)),
+            config, world, baton::DryRunOptions().device(args.device)),
         args.dry_run);
     return 0;
   }
   baton::log_cpu_kernels();
   if (args.nproc > 0) {
+    // Checked here, once, rather than in every rank.
+    baton::check_job(config, args.nproc, world_source);
     return launch_ranks(config, args);
   }
   restart_for_passive_wait(config, args, argv);
@@ -206,9 +223,18 @@ int baton::run(int argc, char** argv) {
     const auto cli =
         baton::parse_cli(std::vector<std::string>(argv + 1, argv + argc));
     if (cli.command == "help") {
+      if (cli.bare) {
+        // No command is a usage error: the usage goes where errors go.
+        std::cerr << baton::cli_usage();
+        return 2;
+      }
       std::cout
           << (cli.help_topic.empty() ? baton::cli_usage()
                                      : baton::command_usage(cli.help_topic));
+      return 0;
+    }
+    if (cli.command == "version") {
+      std::cout << baton::version_report();
       return 0;
     }
     if (cli.command == "schedule") {

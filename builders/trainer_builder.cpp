@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "builders/job_check.h"
 #include "checkpoint/checkpoint.h"
 #include "common/allocator.h"
 #include "common/blas.h"
@@ -249,10 +250,10 @@ void TrainerBuilder::init_runtime() {
             << "), reduce " << mixed_precision_name(mp.dtypes.reduce)
             << "; weights, gradients and optimizer state float32";
   LOG(INFO) << "runtime: " << env_.to_string() << "; " << dims_.to_string()
-            << "; " << mesh_->to_string() << "; " << threads
-            << " intra-op threads (" << kOmpWaitPolicyVar << "="
-            << value_or_unset(kOmpWaitPolicyVar) << "), device "
-            << device_.str();
+            << (dims_.inferred.empty() ? "" : ", " + dims_.inferred) << "; "
+            << mesh_->to_string() << "; " << threads << " intra-op threads ("
+            << kOmpWaitPolicyVar << "=" << value_or_unset(kOmpWaitPolicyVar)
+            << "), device " << device_.str();
 }
 
 std::shared_ptr<const Tokenizer> TrainerBuilder::build_tokenizer() {
@@ -299,19 +300,9 @@ ApplierChain TrainerBuilder::build_appliers() {
     // param dtype, and the casts return them as they are.
     chain.append("mixed_precision");
   }
+  check_listed_appliers(config_);
   const std::string where = config_.origin("parallelism.appliers");
-  const auto placed = builder_placed_appliers();
   for (const auto& name : config_.parallelism.appliers) {
-    for (const auto& [step, hint] : placed) {
-      if (to_lower(name) == to_lower(step)) {
-        throw_config_error(
-            where,
-            "parallelism.appliers: '" + name +
-                "' is a step the builder places itself, from the config; "
-                "allowed: other registered appliers; hint: " +
-                hint);
-      }
-    }
     chain.append(name, where);
   }
   append_steps(ChainPlace::kData);

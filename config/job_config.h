@@ -366,7 +366,9 @@ struct ParallelismConfig {
       FieldSpec("DDP replicas (-1: the rest of the world)").mesh_degree());
     v("data_parallel_shard_degree",
       data_parallel_shard_degree,
-      FieldSpec("FSDP shards (-1: the rest of the world)").mesh_degree());
+      FieldSpec("FSDP shards (-1: the rest of the world; left unset, it takes "
+                "what the other degrees leave)")
+          .mesh_degree());
     v("data_parallel_bucket_size_mb",
       data_parallel_bucket_size_mb,
       FieldSpec("MiB per gradient all-reduce bucket").greater_than(0));

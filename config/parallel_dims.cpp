@@ -81,6 +81,34 @@ std::optional<ConfigProblem> degrees_problem(
   return std::nullopt;
 }
 
+namespace {
+
+/// "; a layout that fits: ..." for a config whose degrees do not fit
+/// `world_size`: the world its degrees make, or the keys that make the
+/// whole world data parallel.
+std::string fitting_layout(const JobConfig& config, int64_t world_size) {
+  const std::string shard_key = "parallelism.data_parallel_shard_degree";
+  std::vector<std::string> keys;
+  int64_t product = 1;
+  for (const auto& [key, degree] : config.mesh_degrees()) {
+    if (degree > 1) {
+      product *= degree;
+      if (key != shard_key) {
+        keys.push_back("--" + key + "=1");
+      }
+    }
+  }
+  keys.push_back("--" + shard_key + "=-1");
+  std::string out = "; a layout that fits: ";
+  if (product > 1) {
+    out += "--nproc " + std::to_string(product) + ", or ";
+  }
+  return out + join(keys, " ") + " (data parallel over the " +
+         std::to_string(world_size) + " ranks)";
+}
+
+}  // namespace
+
 ParallelDims ParallelDims::from_config(
     const JobConfig& config,
     int64_t world_size,
@@ -111,8 +139,32 @@ ParallelDims ParallelDims::from_config(
               "process; allowed: 1");
     }
   }
+  // torchtitan's default: an unset data-parallel shard degree takes what
+  // the other degrees leave of the world.
+  const std::string shard_key = "parallelism.data_parallel_shard_degree";
+  int64_t product = 1;
+  bool any_rest = false;
+  for (const auto& [spec, degree] : requested) {
+    any_rest = any_rest || degree == -1;
+    product *= degree;
+  }
+  std::string inferred;
+  if (!any_rest && product != world_size && config.origin(shard_key).empty()) {
+    for (auto& [spec, degree] : requested) {
+      if (spec.degree_key == shard_key && degree == 1 &&
+          world_size % product == 0) {
+        degree = -1;
+        inferred = shard_key +
+                   " unset: " + std::to_string(world_size / product) +
+                   ", what the other degrees leave of the world of " +
+                   std::to_string(world_size);
+      }
+    }
+  }
   try {
-    return resolve(std::move(requested), world_size);
+    ParallelDims dims = resolve(std::move(requested), world_size);
+    dims.inferred = inferred;
+    return dims;
   } catch (const ConfigError& e) {
     // The degrees meet the world size only here: name where they were set.
     std::string where;
@@ -124,7 +176,8 @@ ParallelDims ParallelDims::from_config(
     throw_config_error(
         where,
         std::string(e.what()) +
-            (world_source.empty() ? "" : " (" + world_source + ")"));
+            (world_source.empty() ? "" : " (" + world_source + ")") +
+            fitting_layout(config, world_size));
   }
 }
 

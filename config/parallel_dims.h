@@ -81,12 +81,18 @@ struct ParallelDims {
   std::map<std::string, std::vector<std::string>> flattened;
   std::vector<DerivedAxis> derived;
   int64_t world_size = 1;
+  /// How from_config chose a degree the config left unset ("" when it
+  /// chose none), for the start-up log.
+  std::string inferred;
 
   /// The declared axes with the degrees `config` sets, a -1 resolved, the
-  /// product checked against `world_size`. Throws ConfigError naming the
-  /// keys and the world size (and for a degree set above 1 by a key that no
-  /// declared axis reads). `world_source` says where the world size came
-  /// from, for the message ("world 4 from torchrun").
+  /// product checked against `world_size`. Where no key is -1 and
+  /// parallelism.data_parallel_shard_degree is not set, that degree takes
+  /// the rest of the world (as torchtitan's default dp_shard -1), and
+  /// `inferred` says so. Throws ConfigError naming the keys, the world size
+  /// and a layout that would fit (and for a degree set above 1 by a key
+  /// that no declared axis reads). `world_source` says where the world size
+  /// came from, for the message ("world 4 from torchrun").
   static ParallelDims from_config(
       const JobConfig& config,
       int64_t world_size,

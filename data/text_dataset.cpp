@@ -10,6 +10,10 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/text.h"
 
 namespace baton {
 
@@ -161,7 +165,18 @@ std::string JsonlDataset::text(int64_t index) const {
   }
   const auto field = value.find(text_field_);
   if (field == value.end()) {
-    throw std::runtime_error(where() + ": missing field '" + text_field_ + "'");
+    std::vector<std::string> keys;
+    for (const auto& item : value.items()) {
+      keys.push_back(item.key());
+    }
+    const std::string near = closest_match(text_field_, keys);
+    throw std::runtime_error(
+        where() + ": missing field '" + text_field_ +
+        "' (the text field: training.dataset_text_field, "
+        "validation.dataset_text_field or --text-field); the line has " +
+        (keys.empty() ? std::string("no fields")
+                      : "the fields " + join(keys, ", ")) +
+        (near.empty() ? "" : "; did you mean '" + near + "'?"));
   }
   if (!field->is_string()) {
     throw std::runtime_error(

@@ -5,14 +5,13 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <optional>
 #include <sstream>
 
+#include "builders/job_check.h"
 #include "builders/pipeline_trainer_builder.h"
 #include "common/error.h"
-#include "data/tokenizer.h"
 #include "models/common/fused_ops.h"
 #include "models/model_spec.h"
 #include "parallel/activation_checkpoint.h"
@@ -184,21 +183,6 @@ int64_t fsdp_buffer_bytes(const FsdpHeld& h, int64_t dtype_bytes) {
   return all + (h.pipelined ? std::max(freed, all - h.one_microbatch) : freed);
 }
 
-/// The vocabulary: the tokenizer's, or the flavor's where its file is not
-/// on this machine (a dry run plans clusters from anywhere).
-std::pair<int64_t, std::string> vocabulary(
-    const JobConfig& config, const ModelArgs& flavor) {
-  const auto& m = config.model;
-  if (!m.tokenizer_path.empty() && !std::filesystem::exists(m.tokenizer_path)) {
-    return {
-        flavor.vocab_size,
-        "the flavor's (tokenizer file " + m.tokenizer_path + " not found)"};
-  }
-  const auto tokenizer = tokenizer_registry().get(
-      m.tokenizer, config.origin("model.tokenizer"))(m.tokenizer_path);
-  return {tokenizer->vocab_size(), "tokenizer " + m.tokenizer};
-}
-
 std::pair<int64_t, std::string> compute_dtype(
     const JobConfig& config, bool cuda) {
   const std::string& p = config.training.mixed_precision_param;
@@ -304,7 +288,7 @@ DryRunSetup describe_model(
   setup.args = model_flavor(
       *setup.spec, config.model.flavor, config.origin("model.flavor"));
   std::tie(setup.args.vocab_size, report.vocab_source) =
-      vocabulary(config, setup.args);
+      job_vocabulary(config, setup.args);
   report.model = config.model.name;
   report.flavor = config.model.flavor;
   report.vocab_size = setup.args.vocab_size;

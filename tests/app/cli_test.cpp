@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <torch/version.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 
 #include "app/cli.h"
 #include "common/error.h"
+#include "common/version.h"
 #include "tests/baton_binary.h"
 
 namespace baton {
@@ -52,6 +54,47 @@ TEST(Cli, HelpExitsZero) {
 Result run_baton_stdout(const std::string& args) {
   return testing::run_command(
       "(" + testing::baton_bin() + " " + args + " 2>/dev/null)");
+}
+
+TEST(Cli, BareBatonPrintsTheUsageToStderrAndExitsTwo) {
+  const auto both = run_baton("");
+  EXPECT_EQ(both.code, 2) << both.output;
+  EXPECT_EQ(both.output, cli_usage());
+  EXPECT_EQ(run_baton_stdout("").output, "");
+}
+
+TEST(Cli, VersionNamesBatonItsCommitLibtorchCudaAndBlas) {
+  for (const std::string& form : {"--version", "version"}) {
+    const auto r = run_baton_stdout(form);
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(
+        r.output.rfind(std::string("baton ") + kVersion + " (commit ", 0), 0u)
+        << r.output;
+    EXPECT_NE(
+        r.output.find(
+            "\nlibtorch " + std::to_string(TORCH_VERSION_MAJOR) + "." +
+            std::to_string(TORCH_VERSION_MINOR) + "." +
+            std::to_string(TORCH_VERSION_PATCH) + "\n"),
+        std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("\nCUDA"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("\nBLAS: "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("\nCPU attention kernel: "), std::string::npos)
+        << r.output;
+  }
+  // The commit is the checkout's, where the source tree is one.
+  const auto head = testing::run_command(
+      "git -C " + source_dir().string() + " rev-parse --short=12 HEAD");
+  if (head.code == 0) {
+    EXPECT_NE(
+        run_baton_stdout("--version")
+            .output.find("(commit " + head.output.substr(0, 12)),
+        std::string::npos);
+  }
+  const auto extra = run_baton("--version now");
+  EXPECT_EQ(extra.code, 2) << extra.output;
+  EXPECT_NE(extra.output.find("takes no arguments"), std::string::npos)
+      << extra.output;
 }
 
 TEST(Cli, HelpOnEveryCommandPrintsItsOptionsAndExitsZero) {
@@ -362,6 +405,41 @@ TEST(Cli, UnknownModelFlavorExitsTwoWithItsLine) {
           "error: --model.flavor=debugmodle: unknown flavor 'debugmodle'"),
       std::string::npos)
       << r.output;
+}
+
+/// The `error: ...` line of `output` ("" when it has none).
+std::string error_line(const std::string& output) {
+  const size_t at = output.find("error: ");
+  return at == std::string::npos
+             ? ""
+             : output.substr(at, output.find('\n', at) - at);
+}
+
+TEST(Cli, PrintConfigDryRunAndTrainRefuseTheSameConfigs) {
+  const std::string base =
+      " --config " + debug_config() +
+      " --training.steps=1 --checkpoint.enable=false"
+      " --job.dump_folder=" +
+      (fs::path(::testing::TempDir()) / "one_check").string();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--model.flavor=huge", "unknown flavor 'huge'"},
+      {"--builder=mine", "unknown builder 'mine'"},
+      {"--parallelism.appliers=[fully_shard]",
+       "'fully_shard' is a step the builder places itself"},
+      {"--parallelism.appliers=[nothing]", "nothing"}};
+  for (const auto& [override_, cause] : cases) {
+    SCOPED_TRACE(override_);
+    std::vector<std::string> errors;
+    for (const std::string& mode : {" --print-config", " --dry-run", ""}) {
+      const auto r = run_baton("train" + base + " " + override_ + mode);
+      EXPECT_EQ(r.code, 2) << mode << "\n" << r.output;
+      errors.push_back(error_line(r.output));
+      EXPECT_NE(errors.back().find(cause), std::string::npos) << mode << "\n"
+                                                              << r.output;
+    }
+    EXPECT_EQ(errors[0], errors[1]);
+    EXPECT_EQ(errors[1], errors[2]);
+  }
 }
 
 TEST(Cli, PrintConfigShowsTheEffectiveConfig) {

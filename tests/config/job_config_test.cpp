@@ -332,6 +332,38 @@ TEST(JobConfig, UnknownSectionSuggestsSection) {
        "model"});
 }
 
+TEST(JobConfig, ATabOrAMisspeltPathIsNamed) {
+  namespace fs = std::filesystem;
+  // yaml-cpp says "illegal map value" or the like; the error names the tab.
+  const std::string tab =
+      write_yaml("job:\n  description: x\ntraining:\n\tsteps: 5\n", "_tab");
+  expect_contains(
+      load_error(tab),
+      {tab + ":4: invalid YAML: a tab in the indentation (yaml-cpp: ",
+       "allowed: spaces, YAML does not indent with tabs"});
+  // A misspelt file: the closest file of its folder.
+  const fs::path dir = fs::path(::testing::TempDir()) / "config_paths";
+  fs::create_directories(dir);
+  std::ofstream(dir / "debug_model.yaml") << "job:\n  description: x\n";
+  const std::string typo = (dir / "debug_modle.yaml").string();
+  EXPECT_EQ(
+      load_error(typo),
+      typo +
+          ": cannot read the config file; allowed: a readable YAML file; did "
+          "you mean '" +
+          (dir / "debug_model.yaml").string() + "'?");
+  const std::string nowhere = (dir / "nowhere" / "run.yaml").string();
+  EXPECT_EQ(
+      load_error(nowhere),
+      nowhere + ": cannot read the config file: the folder " +
+          (dir / "nowhere").string() +
+          " does not exist; allowed: a readable YAML file");
+  EXPECT_EQ(
+      load_error(dir.string()),
+      dir.string() +
+          ": is a folder, not a config file; allowed: a readable YAML file");
+}
+
 TEST(JobConfig, PluginsAreRelativeToTheFileOrTheWorkingFolder) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(::testing::TempDir()) / "plugins_key" / "sub";
@@ -403,7 +435,8 @@ TEST(JobConfig, RejectsUnreadableFile) {
   const std::string path = ::testing::TempDir() + "baton_no_such_file.yaml";
   EXPECT_THROW(load_job_config(path), ConfigError);
   expect_contains(load_error(path), {path, "cannot read"});
-  expect_contains(load_error(::testing::TempDir()), {"cannot read"});
+  expect_contains(
+      load_error(::testing::TempDir()), {"is a folder, not a config file"});
 }
 
 TEST(JobConfig, AppliesOverridesAfterFile) {

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "common/error.h"
 #include "config/job_config.h"
 #include "config/parallel_dims.h"
@@ -71,6 +74,55 @@ TEST(ParallelDims, RejectsWhatDoesNotFitTheWorld) {
   expect_error(-1, 1, 1, 3, 8, "does not divide the world size 8");
   expect_error(
       0, 1, 1, 1, 1, "data_parallel_replicate_degree: 0 is out of range");
+}
+
+/// The message of from_config's ConfigError for `overrides` at `world`.
+std::string from_config_error(
+    const std::vector<std::string>& overrides, int64_t world) {
+  try {
+    ParallelDims::from_config(load_job_config("", overrides), world);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST(ParallelDims, AnUnsetShardDegreeTakesTheRestOfTheWorld) {
+  declare_mesh_axis(
+      spec("dp_shard", 200, "parallelism.data_parallel_shard_degree"));
+  declare_mesh_axis(spec("pp", 0, "parallelism.pipeline_parallel_degree"));
+  // torchtitan's default: `--nproc 4` with no degree set is FSDP over 4.
+  const auto four = ParallelDims::from_config(load_job_config("", {}), 4);
+  EXPECT_EQ(four.degree("dp_shard"), 4);
+  EXPECT_EQ(
+      four.inferred,
+      "parallelism.data_parallel_shard_degree unset: 4, what the other "
+      "degrees leave of the world of 4");
+  const auto pp = ParallelDims::from_config(
+      load_job_config("", {"parallelism.pipeline_parallel_degree=2"}), 4);
+  EXPECT_EQ(pp.degree("pp"), 2);
+  EXPECT_EQ(pp.degree("dp_shard"), 2);
+  EXPECT_TRUE(
+      ParallelDims::from_config(load_job_config("", {}), 1).inferred.empty());
+  // Set, it stays: the degrees must fit, and the message says how.
+  EXPECT_NE(
+      from_config_error({"parallelism.data_parallel_shard_degree=1"}, 2)
+          .find("multiply to 1, not the world size 2; allowed: degrees whose "
+                "product is the world size (use -1 for one degree to take the "
+                "rest); a layout that fits: "
+                "--parallelism.data_parallel_shard_degree=-1 (data parallel "
+                "over the 2 ranks)"),
+      std::string::npos)
+      << from_config_error({"parallelism.data_parallel_shard_degree=1"}, 2);
+  // What the set degrees leave is no whole number of ranks.
+  EXPECT_NE(
+      from_config_error({"parallelism.pipeline_parallel_degree=3"}, 4)
+          .find("a layout that fits: --nproc 3, or "
+                "--parallelism.pipeline_parallel_degree=1 "
+                "--parallelism.data_parallel_shard_degree=-1 (data parallel "
+                "over the 4 ranks)"),
+      std::string::npos)
+      << from_config_error({"parallelism.pipeline_parallel_degree=3"}, 4);
 }
 
 TEST(ParallelDims, DeclaredAxesComeFromTheConfig) {

@@ -135,8 +135,15 @@ TEST_F(DataFilesTest, BadLinesNameFileAndLine) {
                  "'text', got array"),
       std::string::npos)
       << message(2);
+  // The key that names the field, the line's fields and the closest.
   EXPECT_NE(
-      message(3).find(path + ":7: missing field 'text'"), std::string::npos)
+      message(3).find(
+          path +
+          ":7: missing field 'text' (the text field: "
+          "training.dataset_text_field, validation.dataset_text_field or "
+          "--text-field); the line has the fields title, txt; did you mean "
+          "'txt'?"),
+      std::string::npos)
       << message(3);
   EXPECT_NE(
       message(4).find(path + ":8: field 'text' must be a string, got null"),

@@ -280,6 +280,39 @@ TEST(BatonNproc, TrainsWithTwoDataParallelRanks) {
       lines.front()["loss"].get<double>() - 0.5);
 }
 
+TEST(BatonNproc, AConfigSettingNoDegreeTrainsAsOneProcessWithItsBatch) {
+  // No degree set: --nproc 2 is FSDP over both ranks (torchtitan's default),
+  // and the losses are those of one process with the same global batch.
+  const std::string run_flags =
+      " --config " + baton::testing::source_path("configs/debug_model.yaml") +
+      " --training.steps=3 --training.seq_len=32 --training.num_threads=1"
+      " --training.mixed_precision_param=float32"
+      " --lr_scheduler.warmup_steps=2 --metrics.log_freq=1"
+      " --metrics.peak_tflops=1 --checkpoint.enable=false";
+  const auto two_dump = fresh_dump("nproc_unset_two");
+  const auto two = run(
+      baton::testing::baton_bin() + " train --nproc 2" + run_flags +
+      " --training.local_batch_size=2 --job.dump_folder=" + two_dump.string());
+  ASSERT_EQ(two.code, 0) << two.output;
+  EXPECT_NE(
+      two.output.find("dp_shard=2 tp=1 (world 2), "
+                      "parallelism.data_parallel_shard_degree unset: 2"),
+      std::string::npos)
+      << two.output;
+  const auto one_dump = fresh_dump("nproc_unset_one");
+  const auto one = run(
+      baton::testing::baton_bin() + " train" + run_flags +
+      " --training.local_batch_size=4 --job.dump_folder=" + one_dump.string());
+  ASSERT_EQ(one.code, 0) << one.output;
+  const auto want = baton::testing::read_losses(one_dump);
+  const auto got = baton::testing::read_losses(two_dump);
+  ASSERT_EQ(got.size(), 3u);
+  ASSERT_EQ(want.size(), 3u);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-5) << "step " << i + 1;
+  }
+}
+
 /// The socket inodes `pid` holds open.
 std::set<std::string> socket_inodes(pid_t pid) {
   std::set<std::string> out;
@@ -404,7 +437,17 @@ TEST(BatonNproc, WrongWorldSizeIsAConfigError) {
       fresh_dump("nproc_world"),
       "--parallelism.data_parallel_replicate_degree=3 --training.steps=2"));
   EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("not the world size 2"), std::string::npos)
+  // Once, before any rank starts, with a layout that would fit.
+  EXPECT_EQ(r.output.find("[rank"), std::string::npos) << r.output;
+  EXPECT_NE(
+      r.output.find(
+          "multiply to 3, not the world size 2; allowed: degrees whose "
+          "product is the world size (use -1 for one degree to take the "
+          "rest) (--nproc 2); a layout that fits: --nproc 3, or "
+          "--parallelism.data_parallel_replicate_degree=1 "
+          "--parallelism.data_parallel_shard_degree=-1 (data parallel over "
+          "the 2 ranks)"),
+      std::string::npos)
       << r.output;
 }
 
