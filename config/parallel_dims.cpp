@@ -101,7 +101,12 @@ std::string fitting_layout(const JobConfig& config, int64_t world_size) {
   keys.push_back("--" + shard_key + "=-1");
   std::string out = "; a layout that fits: ";
   if (product > 1) {
-    out += "--nproc " + std::to_string(product) + ", or ";
+    out += "--nproc " + std::to_string(product);
+    if (config.origin(shard_key).empty()) {
+      // The unset shard degree takes what a larger world leaves.
+      out += " or a multiple of it (the rest data parallel)";
+    }
+    out += ", or ";
   }
   return out + join(keys, " ") + " (data parallel over the " +
          std::to_string(world_size) + " ranks)";

@@ -117,7 +117,8 @@ TEST(ParallelDims, AnUnsetShardDegreeTakesTheRestOfTheWorld) {
   // What the set degrees leave is no whole number of ranks.
   EXPECT_NE(
       from_config_error({"parallelism.pipeline_parallel_degree=3"}, 4)
-          .find("a layout that fits: --nproc 3, or "
+          .find("a layout that fits: --nproc 3 or a multiple of it (the "
+                "rest data parallel), or "
                 "--parallelism.pipeline_parallel_degree=1 "
                 "--parallelism.data_parallel_shard_degree=-1 (data parallel "
                 "over the 4 ranks)"),

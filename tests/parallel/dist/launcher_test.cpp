@@ -443,7 +443,8 @@ TEST(BatonNproc, WrongWorldSizeIsAConfigError) {
       r.output.find(
           "multiply to 3, not the world size 2; allowed: degrees whose "
           "product is the world size (use -1 for one degree to take the "
-          "rest) (--nproc 2); a layout that fits: --nproc 3, or "
+          "rest) (--nproc 2); a layout that fits: --nproc 3 or a multiple "
+          "of it (the rest data parallel), or "
           "--parallelism.data_parallel_replicate_degree=1 "
           "--parallelism.data_parallel_shard_degree=-1 (data parallel over "
           "the 2 ranks)"),
