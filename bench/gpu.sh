@@ -125,8 +125,8 @@ import datetime, json, re, sys
 path, train_log, name = sys.argv[1:]
 doc = json.load(open(path))
 doc["device_name"] = name
-# The debug model's last logged step: "step N loss L ... tok/s T ... mfu M%".
-steps = [l for l in open(train_log) if re.search(r"\bstep +\d+ +loss", l)]
+# The debug model's last logged step: "step N/M loss L ... tok/s T ... mfu M%".
+steps = [l for l in open(train_log) if re.search(r"\bstep +\d+(/\d+)? +loss", l)]
 if steps:
     f = lambda key: re.search(key + r" +([0-9.e+-]+)", steps[-1]).group(1)
     first = re.search(r"loss +([0-9.]+)", steps[0]).group(1)

@@ -441,7 +441,8 @@ std::unique_ptr<MetricsLogger> TrainerBuilder::build_metrics() {
   return std::make_unique<MetricsLogger>(
       config_.metrics,
       config_.job.dump_folder,
-      /*is_logging_rank=*/env_.rank == 0);
+      /*is_logging_rank=*/env_.rank == 0,
+      config_.training.steps);
 }
 
 }  // namespace baton

@@ -4,8 +4,11 @@
 #include <sys/resource.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iomanip>
@@ -50,8 +53,11 @@ std::string tensorboard_folder(const std::string& dump_folder) {
 MetricsLogger::MetricsLogger(
     const MetricsConfig& config,
     const std::string& dump_folder,
-    bool is_logging_rank)
-    : config_(config), is_logging_rank_(is_logging_rank) {
+    bool is_logging_rank,
+    int64_t total_steps)
+    : config_(config),
+      is_logging_rank_(is_logging_rank),
+      total_steps_(total_steps) {
   if (!is_logging_rank_) {
     return;
   }
@@ -116,6 +122,29 @@ void MetricsLogger::start(int64_t resumed_step) {
   }
 }
 
+std::string format_duration(double seconds) {
+  const auto s = static_cast<int64_t>(std::llround(std::max(seconds, 0.0)));
+  char buf[32];
+  if (s < 60) {
+    std::snprintf(buf, sizeof(buf), "%llds", static_cast<long long>(s));
+  } else if (s < 3600) {
+    std::snprintf(
+        buf,
+        sizeof(buf),
+        "%lldm%02llds",
+        static_cast<long long>(s / 60),
+        static_cast<long long>(s % 60));
+  } else {
+    std::snprintf(
+        buf,
+        sizeof(buf),
+        "%lldh%02lldm",
+        static_cast<long long>(s / 3600),
+        static_cast<long long>(s / 60 % 60));
+  }
+  return buf;
+}
+
 bool MetricsLogger::should_log(int64_t step) const {
   return step == 1 || step % config_.log_freq == 0;
 }
@@ -148,8 +177,11 @@ void MetricsLogger::log(const StepMetrics& m) {
     return;
   }
   std::ostringstream line;
-  line << std::fixed << "step " << std::setw(5) << m.step << "  loss "
-       << std::setprecision(4) << m.loss << "  grad_norm "
+  line << std::fixed << "step " << std::setw(5) << m.step;
+  if (total_steps_ > 0) {
+    line << "/" << total_steps_;
+  }
+  line << "  loss " << std::setprecision(4) << m.loss << "  grad_norm "
        << std::setprecision(3) << m.grad_norm << "  lr " << std::scientific
        << std::setprecision(2) << m.lr << std::fixed << "  tok/s "
        << std::setprecision(0) << m.tokens_per_sec << "  tflops "
@@ -165,6 +197,19 @@ void MetricsLogger::log(const StepMetrics& m) {
   }
   if (m.validation_loss) {
     line << "  validation_loss " << std::setprecision(4) << *m.validation_loss;
+  }
+  // The time left at the pace since the first logged step (which the first
+  // step's warm-up does not slow).
+  const auto now = std::chrono::steady_clock::now();
+  if (!pace_start_) {
+    pace_start_.emplace(m.step, now);
+  } else if (total_steps_ > m.step && m.step > pace_start_->first) {
+    const double per_step =
+        std::chrono::duration<double>(now - pace_start_->second).count() /
+        static_cast<double>(m.step - pace_start_->first);
+    line << "  eta "
+         << format_duration(
+                per_step * static_cast<double>(total_steps_ - m.step));
   }
   LOG(INFO) << line.str();
   if (!jsonl_.is_open()) {

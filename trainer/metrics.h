@@ -3,11 +3,13 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/job_config.h"
@@ -53,10 +55,14 @@ class MetricsLogger {
   /// `dump_folder` is created when a file is enabled; the event file, in
   /// tensorboard_folder(dump_folder), is created now, so that a folder that
   /// cannot be written fails before training.
+  /// `total_steps` (training.steps; 0: not known) puts "step N/M" and the
+  /// time left ("eta", from the pace since the first logged step) on each
+  /// logged line.
   MetricsLogger(
       const MetricsConfig& config,
       const std::string& dump_folder,
-      bool is_logging_rank = true);
+      bool is_logging_rank = true,
+      int64_t total_steps = 0);
   /// True when `step` is one to log (every log_freq steps, and step 1).
   bool should_log(int64_t step) const;
   /// Logs `m` (on the logging rank).
@@ -74,10 +80,17 @@ class MetricsLogger {
  private:
   MetricsConfig config_;
   bool is_logging_rank_;
+  int64_t total_steps_;
+  /// The first logged step and when it was logged: the pace's start.
+  std::optional<std::pair<int64_t, std::chrono::steady_clock::time_point>>
+      pace_start_;
   std::string path_;
   std::ofstream jsonl_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
+
+/// "45s", "12m05s", "3h04m": a time left, rounded to the second.
+std::string format_duration(double seconds);
 
 /// The folder of the TensorBoard event files: `<dump_folder>/tensorboard`.
 std::string tensorboard_folder(const std::string& dump_folder);

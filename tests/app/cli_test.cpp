@@ -486,6 +486,22 @@ TEST(Cli, TrainsTheDebugModelAndWritesEveryMetricsKey) {
       std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("blas: "), std::string::npos) << r.output;
+  // Each step line says how far the run is and, from the second logged
+  // line on, the time left.
+  EXPECT_NE(r.output.find("step     1/30  loss "), std::string::npos)
+      << r.output;
+  const size_t fifth = r.output.find("step     5/30  loss ");
+  ASSERT_NE(fifth, std::string::npos) << r.output;
+  const std::string line =
+      r.output.substr(fifth, r.output.find('\n', fifth) - fifth);
+  EXPECT_NE(line.find(" MiB  eta "), std::string::npos) << line;
+  const size_t last_line = r.output.find("step    30/30  loss ");
+  ASSERT_NE(last_line, std::string::npos) << r.output;
+  EXPECT_EQ(
+      r.output.substr(last_line, r.output.find('\n', last_line) - last_line)
+          .find("eta"),
+      std::string::npos)
+      << r.output;
 #if defined(__x86_64__)
   EXPECT_NE(r.output.find("Math Kernel Library"), std::string::npos)
       << r.output;
