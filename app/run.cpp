@@ -12,6 +12,8 @@
 #include <exception>
 #include <filesystem>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "app/run.h"
 
@@ -30,6 +32,7 @@
 #include "parallel/dist/process_group.h"
 #include "planner/dry_run.h"
 #include "trainer/fault_injection.h"
+#include "trainer/metrics.h"
 #include "trainer/preemption.h"
 
 namespace {
@@ -76,6 +79,35 @@ std::string resume_note(const baton::JobConfig& config) {
   }
   return "from the latest checkpoint, step " + std::to_string(steps.back()) +
          " (" + folder.string() + ")";
+}
+
+/// Where a finished --nproc job left its outputs, for the launcher's last
+/// line.
+std::string outputs_note(const baton::JobConfig& config) {
+  const std::filesystem::path dump(config.job.dump_folder);
+  std::vector<std::string> parts;
+  if (config.metrics.jsonl) {
+    parts.push_back("metrics in " + (dump / "metrics.jsonl").string());
+  }
+  if (config.metrics.tensorboard) {
+    parts.push_back(
+        "TensorBoard files in " +
+        baton::tensorboard_folder(config.job.dump_folder));
+  }
+  if (config.checkpoint.enable) {
+    const auto folder = dump / config.checkpoint.folder;
+    const auto steps = baton::CheckpointManager::list_steps(folder);
+    parts.push_back(
+        "checkpoints in " + folder.string() +
+        (steps.empty()
+             ? " (none saved)"
+             : " (latest step " + std::to_string(steps.back()) + ")"));
+  }
+  std::string out;
+  for (const auto& part : parts) {
+    out += (out.empty() ? "" : "; ") + part;
+  }
+  return out.empty() ? "it wrote no files (metrics.jsonl off)" : out;
 }
 
 /// The world --print-config and --dry-run check a config for: --nproc,
@@ -128,6 +160,7 @@ int launch_ranks(const baton::JobConfig& config, const baton::TrainArgs& args) {
   launch.max_restarts = args.max_restarts;
   launch.cpu_bind = args.cpu_bind;
   launch.resume_note = [config] { return resume_note(config); };
+  launch.outputs_note = [config] { return outputs_note(config); };
   if (config.comm.flight_recorder_entries > 0) {
     launch.flight_recorder_dir =
         (std::filesystem::path(config.job.dump_folder) / "flight_recorder")

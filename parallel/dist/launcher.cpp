@@ -497,6 +497,26 @@ struct Attempt {
   bool signalled = false;
 };
 
+/// How the job ended, for the launcher's last line: "finished: ...",
+/// "stopped ...", "failed: rank 1 exited with code 1 (exit code 1)".
+std::string job_end(const Attempt& last, int64_t nproc) {
+  if (last.code == 0) {
+    return "finished: all " + std::to_string(nproc) + " ranks exited 0";
+  }
+  if (last.code == kPreemptedExitCode) {
+    return "stopped at a step boundary by SIGTERM or SIGUSR1 (exit code " +
+           std::to_string(kPreemptedExitCode) +
+           "): the same command resumes it";
+  }
+  if (last.failed_rank >= 0) {
+    return "failed: rank " + std::to_string(last.failed_rank) + " " +
+           last.failure + (last.signalled ? " after a signal" : "") +
+           " (exit code " + std::to_string(last.code) + ")";
+  }
+  return "ended with exit code " + std::to_string(last.code) +
+         (last.signalled ? " after a signal" : "");
+}
+
 /// After a failed attempt: the rank the others waited on and its last
 /// action, from the ranks' flight-recorder files written since `since`.
 void report_hang(
@@ -653,6 +673,9 @@ int launch_local(const LocalLaunchOptions& options) {
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGUSR1, &old_usr1, nullptr);
+  std::cerr << "baton: the job " << job_end(last, options.nproc)
+            << (options.outputs_note ? "; " + options.outputs_note() : "")
+            << std::endl;
   return last.code;
 }
 

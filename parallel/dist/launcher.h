@@ -40,6 +40,9 @@ struct LocalLaunchOptions {
   int64_t max_restarts = 0;
   /// Before each restart: what the ranks will resume from, for the log.
   std::function<std::string()> resume_note;
+  /// At the end: where the job's outputs are (metrics, TensorBoard files,
+  /// checkpoints), for the last line, which says how the job ended.
+  std::function<std::string()> outputs_note;
   /// The ranks' flight-recorder folder (<job.dump_folder>/flight_recorder):
   /// after a failed run the launcher names, from the files written there,
   /// the rank the others waited on and its last action. Empty: none.

@@ -272,6 +272,13 @@ TEST(BatonNproc, TrainsWithTwoDataParallelRanks) {
       r.output.find("rank 1 of 2 (local 1 of 2), from baton"),
       std::string::npos)
       << r.output;
+  EXPECT_NE(
+      r.output.find(
+          "baton: the job finished: all 2 ranks exited 0; metrics "
+          "in " +
+          (dump / "metrics.jsonl").string()),
+      std::string::npos)
+      << r.output;
   // One metrics file, written by rank 0 alone: one line per step.
   const auto lines = baton::testing::read_metrics(dump);
   ASSERT_EQ(lines.size(), 12u);
@@ -464,6 +471,13 @@ TEST(BatonNproc, ARankThatThrowsIsNamedByTheOther) {
   EXPECT_NE(
       r.output.find("baton: rank 1 exited with code 1"), std::string::npos)
       << r.output;
+  // The launcher's last line says how the job ended and where its files
+  // are.
+  EXPECT_NE(
+      r.output.find("baton: the job failed: rank 1 exited with code 1 (exit "
+                    "code 1); metrics in "),
+      std::string::npos)
+      << r.output;
 }
 
 TEST(BatonNproc, AKilledRankEndsTheRun) {
@@ -473,6 +487,11 @@ TEST(BatonNproc, AKilledRankEndsTheRun) {
   EXPECT_EQ(r.code, 128 + SIGKILL) << r.output;
   EXPECT_NE(
       r.output.find("baton: rank 1 was killed by signal 9"), std::string::npos)
+      << r.output;
+  EXPECT_NE(
+      r.output.find("baton: the job failed: rank 1 was killed by signal 9 "
+                    "(Killed) (exit code 137)"),
+      std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("[rank0]: error: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 1 stopped answering"), std::string::npos)
