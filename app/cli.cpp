@@ -496,14 +496,29 @@ DataTokenizeArgs parse_data_tokenize(const std::vector<std::string>& args) {
 
 CheckpointInspectArgs parse_checkpoint_inspect(
     const std::vector<std::string>& args) {
-  if (args.size() != 1 || args[0].rfind("--", 0) == 0) {
+  CheckpointInspectArgs out;
+  std::vector<std::string> folders;
+  for (const auto& arg : args) {
+    if (arg == "--tensors") {
+      out.tensors = true;
+    } else if (arg.rfind("--", 0) == 0) {
+      throw ConfigError(
+          "baton checkpoint inspect: unknown option '" + arg +
+          "'; allowed: --tensors" + see_help("checkpoint inspect"));
+    } else {
+      folders.push_back(arg);
+    }
+  }
+  if (folders.size() != 1) {
     throw ConfigError(
         "baton checkpoint inspect: " +
-        (args.empty() ? std::string("no folder")
-                      : "'" + args[0] + (args.size() > 1 ? "' ..." : "'")) +
+        (folders.empty()
+             ? std::string("no folder")
+             : "'" + folders[0] + (folders.size() > 1 ? "' ..." : "'")) +
         "; allowed: one checkpoint folder" + see_help("checkpoint inspect"));
   }
-  return {args[0]};
+  out.dir = folders[0];
+  return out;
 }
 
 /// A number `value` of `flag` within [least, most].

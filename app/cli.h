@@ -147,6 +147,8 @@ struct DataTokenizeArgs {
 struct CheckpointInspectArgs {
   /// A checkpoint folder (a run's checkpoint/) or one step-N folder.
   std::string dir;
+  /// --tensors: every tensor, not only each step's summary.
+  bool tensors = false;
 };
 
 /// `baton generate` arguments.

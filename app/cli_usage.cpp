@@ -277,8 +277,12 @@ CommandUsage checkpoint_inspect_usage() {
   return {
       "checkpoint inspect",
       "lists what a checkpoint holds and checks it byte by byte",
-      {"baton checkpoint inspect DIR"},
-      {{"", "DIR", "a run's checkpoint folder, or one step-N folder"}}};
+      {"baton checkpoint inspect DIR [--tensors]"},
+      {{"", "DIR", "a run's checkpoint folder, or one step-N folder"},
+       {"tensors",
+        "--tensors",
+        "lists every tensor: its dtype, shape and where its bytes are "
+        "(default: each step's summary and the check's verdict)"}}};
 }
 
 // `baton generate`.

@@ -535,7 +535,7 @@ int run_data_tokenize(const DataTokenizeArgs& args) {
 }
 
 int run_checkpoint_inspect(const CheckpointInspectArgs& args) {
-  const auto problems = inspect_checkpoint(args.dir, std::cout);
+  const auto problems = inspect_checkpoint(args.dir, std::cout, args.tensors);
   if (problems.empty()) {
     return 0;
   }

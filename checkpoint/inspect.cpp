@@ -110,6 +110,7 @@ void check_piece(
 void inspect_step(
     const fs::path& step_dir,
     std::ostream& out,
+    bool list_tensors,
     std::vector<std::string>& problems) {
   json index;
   try {
@@ -149,17 +150,19 @@ void inspect_step(
       continue;
     }
     ++tensors;
-    out << "  " << name << "  " << entry.dtype << " "
-        << shape_text(entry.shape);
-    if (entry.slices.size() == 1 && raw.contains("file")) {
-      out << "  " << entry.slices[0].file << "\n";
-    } else {
-      out << "  " << entry.slices.size() << " slices:";
-      for (const auto& s : entry.slices) {
-        out << " " << s.file << " at " << shape_text(s.offsets) << " "
-            << shape_text(s.shape) << ";";
+    if (list_tensors) {
+      out << "  " << name << "  " << entry.dtype << " "
+          << shape_text(entry.shape);
+      if (entry.slices.size() == 1 && raw.contains("file")) {
+        out << "  " << entry.slices[0].file << "\n";
+      } else {
+        out << "  " << entry.slices.size() << " slices:";
+        for (const auto& s : entry.slices) {
+          out << " " << s.file << " at " << shape_text(s.offsets) << " "
+              << shape_text(s.shape) << ";";
+        }
+        out << "\n";
       }
-      out << "\n";
     }
     for (const auto& piece : entry.slices) {
       check_piece(step_dir, name, entry.dtype, piece, readers, problems);
@@ -176,7 +179,7 @@ void inspect_step(
 }  // namespace
 
 std::vector<std::string> inspect_checkpoint(
-    const fs::path& dir, std::ostream& out) {
+    const fs::path& dir, std::ostream& out, bool list_tensors) {
   if (!fs::is_directory(dir)) {
     throw CheckpointError(
         dir.string() +
@@ -204,10 +207,11 @@ std::vector<std::string> inspect_checkpoint(
   }
   std::vector<std::string> problems;
   for (const auto& step : steps) {
-    inspect_step(step, out, problems);
+    inspect_step(step, out, list_tensors, problems);
   }
   if (problems.empty()) {
-    out << "every byte checks out\n";
+    out << "every byte checks out"
+        << (list_tensors ? "" : " (--tensors lists every tensor)") << "\n";
   } else {
     out << problems.size() << (problems.size() == 1 ? " problem" : " problems")
         << ":\n";

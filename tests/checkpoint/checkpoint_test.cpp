@@ -449,7 +449,19 @@ TEST(Checkpoint, InspectReportsWhatASaveHoldsAndFindsDamage) {
           .code,
       0);
   const std::string inspect = baton_bin() + " checkpoint inspect ";
-  const auto good = run_command(inspect + (dump / "checkpoint").string());
+  // By default a summary per step; --tensors lists every tensor.
+  const auto summary = run_command(inspect + (dump / "checkpoint").string());
+  EXPECT_EQ(summary.code, 0) << summary.output;
+  EXPECT_EQ(
+      summary.output.find("layers.0.attention.wq.weight"), std::string::npos)
+      << summary.output;
+  EXPECT_NE(
+      summary.output.find(
+          "every byte checks out (--tensors lists every tensor)"),
+      std::string::npos)
+      << summary.output;
+  const auto good =
+      run_command(inspect + (dump / "checkpoint").string() + " --tensors");
   EXPECT_EQ(good.code, 0) << good.output;
   for (const char* expected :
        {"2 steps step-5 step-10",
