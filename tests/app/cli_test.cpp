@@ -82,14 +82,21 @@ TEST(Cli, VersionNamesBatonItsCommitLibtorchCudaAndBlas) {
     EXPECT_NE(r.output.find("\nCPU attention kernel: "), std::string::npos)
         << r.output;
   }
-  // The commit is the checkout's, where the source tree is one.
-  const auto head = testing::run_command(
-      "git -C " + source_dir().string() + " rev-parse --short=12 HEAD");
-  if (head.code == 0) {
-    EXPECT_NE(
-        run_baton_stdout("--version")
-            .output.find("(commit " + head.output.substr(0, 12)),
-        std::string::npos);
+  // The commit is one of this checkout's (the one the binary was built
+  // from, which a later commit leaves behind until the next build).
+  const std::string version = run_baton_stdout("--version").output;
+  const size_t at = version.find("(commit ") + 8;
+  const std::string commit = version.substr(at, 12);
+  if (testing::run_command(
+          "git -C " + source_dir().string() + " rev-parse HEAD")
+          .code == 0) {
+    EXPECT_EQ(
+        testing::run_command(
+            "git -C " + source_dir().string() + " cat-file -e " + commit +
+            "^{commit}")
+            .code,
+        0)
+        << version;
   }
   const auto extra = run_baton("--version now");
   EXPECT_EQ(extra.code, 2) << extra.output;
