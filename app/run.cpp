@@ -219,7 +219,12 @@ int run_train(const baton::TrainArgs& args, char** argv) {
         args.dry_run);
     return 0;
   }
-  baton::log_cpu_kernels();
+  // Once per machine: by the --nproc launcher, which its ranks share, or
+  // by each machine's first rank.
+  const auto env = baton::dist::detect_launch_env();
+  if (args.nproc > 0 || (env.source != "baton" && env.local_rank == 0)) {
+    baton::log_cpu_kernels();
+  }
   if (args.nproc > 0) {
     // Checked here, once, rather than in every rank.
     baton::check_job(config, args.nproc, world_source);
