@@ -512,6 +512,12 @@ void decode_plugins(
     throw_config_error(
         path, "is a folder, not a config file; allowed: a readable YAML file");
   }
+  if (fs::exists(p, ec)) {
+    throw_config_error(
+        path,
+        "cannot read the config file (no permission to read it); allowed: a "
+        "readable YAML file");
+  }
   if (!fs::is_directory(folder, ec)) {
     throw_config_error(
         path,
