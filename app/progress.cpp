@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "trainer/metrics.h"
+
 namespace baton {
 
 namespace {
@@ -12,29 +14,6 @@ constexpr double kTerminalInterval_s = 0.1;
 std::string millions(double n) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.2fM", n / 1e6);
-  return buf;
-}
-
-std::string duration(double s) {
-  const int64_t total = static_cast<int64_t>(s + 0.5);
-  char buf[32];
-  if (total >= 3600) {
-    std::snprintf(
-        buf,
-        sizeof(buf),
-        "%lldh%02lldm",
-        static_cast<long long>(total / 3600),
-        static_cast<long long>(total / 60 % 60));
-  } else if (total >= 60) {
-    std::snprintf(
-        buf,
-        sizeof(buf),
-        "%lldm%02llds",
-        static_cast<long long>(total / 60),
-        static_cast<long long>(total % 60));
-  } else {
-    std::snprintf(buf, sizeof(buf), "%llds", static_cast<long long>(total));
-  }
   return buf;
 }
 
@@ -56,9 +35,9 @@ std::string format_progress(const ProgressSnapshot& p) {
             " tokens/s";
   }
   if (p.documents > 0 && p.documents < p.total_documents) {
-    line += ", ETA " + duration(p.seconds * (1.0 - fraction) / fraction);
+    line += ", ETA " + format_duration(p.seconds * (1.0 - fraction) / fraction);
   } else if (p.documents >= p.total_documents) {
-    line += ", done in " + duration(p.seconds);
+    line += ", done in " + format_duration(p.seconds);
   }
   return line;
 }

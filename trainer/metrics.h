@@ -89,7 +89,8 @@ class MetricsLogger {
   std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
-/// "45s", "12m05s", "3h04m": a time left, rounded to the second.
+/// "45s", "12m05s", "3h04m": a time left, rounded to the second (the
+/// step line's eta, the data jobs' progress).
 std::string format_duration(double seconds);
 
 /// The folder of the TensorBoard event files: `<dump_folder>/tensorboard`.
