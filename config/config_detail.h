@@ -9,6 +9,10 @@
 
 #include "config/job_config.h"
 
+namespace YAML {
+class Node;
+}
+
 namespace baton::config_detail {
 
 /// `v` in the shortest form that reads back to the same double,
@@ -19,6 +23,12 @@ std::string format_number(double v);
 /// specs live here.
 const FieldSpec& builder_spec();
 const FieldSpec& plugins_spec();
+
+/// The YAML of the config file `path` (config/config_file.cpp); throws
+/// ConfigError naming why it cannot be read: not a file, no permission, a
+/// missing folder or a misspelt name (the closest file of its folder), a
+/// YAML error at its line (a tab in the indentation named as such).
+YAML::Node parse_file(const std::string& path);
 
 /// Calls `f(field, spec)` on the field named `key`; false if there is none.
 template <class Section, class F>

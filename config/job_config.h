@@ -607,8 +607,8 @@ struct CommConfig {
 };
 
 /// The whole job: decoded from YAML once, validated, then passed down by
-/// const reference. No YAML types leave config/job_config.cpp and
-/// config/job_config_print.cpp.
+/// const reference. No YAML types leave config/job_config.cpp, config_file.cpp
+/// and config/job_config_print.cpp.
 struct JobConfig {
   /// Every built-in section at its defaults, and each section registered
   /// so far (register_config_section) at its defaults.
