@@ -61,7 +61,8 @@ CommandUsage train_usage() {
       {"baton train --config FILE [--config FILE ...]",
        "            [--nproc N [--max-restarts R] [--cpu-bind cores|none]]",
        "            [--plugin FILE ...] [--SECTION.KEY=VALUE ...]",
-       "            [--print-config] [--dry-run[=text|json] [--device D]]"},
+       "            [--print-config] [--dry-run[=text|json] [--device D]]",
+       "            [--log-level debug|info|progress|warning]"},
       {{"config",
         "--config FILE",
         "the YAML job config (see configs/); repeated, later files set "
@@ -101,7 +102,11 @@ CommandUsage train_usage() {
         "--device cpu|cuda",
         "with --dry-run: the device the run would compute on (what "
         "attention keeps, what auto precision takes); default this "
-        "machine's"}}};
+        "machine's"},
+       {"log-level",
+        "--log-level LEVEL",
+        "debug, info (default), progress (the step lines, warnings and "
+        "errors) or warning; the same as --metrics.log_level=LEVEL"}}};
 }
 
 // `baton schedule`.
@@ -206,7 +211,7 @@ CommandUsage plan_usage() {
        "L]",
        "           [--tolerance PCT]",
        "           [--cpu-bind cores|none] [--plugin FILE ...]",
-       "           [--SECTION.KEY=VALUE ...]",
+       "           [--log-level LEVEL] [--SECTION.KEY=VALUE ...]",
        "baton plan --config FILE --nproc N --write-costs FILE",
        "           [--profile-repeats R] [--cpu-bind cores|none]",
        "baton plan --config FILE --write-costs-from-flops FILE",
@@ -217,6 +222,9 @@ CommandUsage plan_usage() {
         "loads a shared library that extends Baton, as train does"},
        {"", "--SECTION.KEY=VALUE", "sets one key of the base config"},
        {"nproc", "--nproc N", "the world size to plan for"},
+       {"log-level",
+        "--log-level LEVEL",
+        "debug, info (default), progress (phases and warnings) or warning"},
        {"costs",
         "--costs FILE",
         "the cost file (docs/plan.md); without it the costs are profiled "

@@ -23,6 +23,7 @@
 #include "common/allocator.h"
 #include "common/blas.h"
 #include "common/error.h"
+#include "common/logging.h"
 #include "common/threads.h"
 #include "config/job_config.h"
 #include "data/dataset.h"
@@ -387,7 +388,14 @@ void write_plan_files(
 
 int run_plan(const PlanArgs& args) {
   const JobConfig config = load_job_config(args.config_paths, args.overrides);
+  set_log_level(parse_log_level(config.metrics.log_level));
   if (!args.profile_rank_path.empty()) {
+    // The profile builds the run's pieces many times over: their start-up
+    // lines would repeat; its phases say what it does (unless asked for
+    // more, or less).
+    if (config.metrics.log_level == "info") {
+      set_log_level(LogLevel::kProgress);
+    }
     return run_profile_rank(config, args);
   }
   if (!args.write_costs_path.empty()) {

@@ -25,6 +25,7 @@
 #include "builders/job_check.h"
 #include "checkpoint/checkpoint.h"
 #include "common/error.h"
+#include "common/logging.h"
 #include "common/threads.h"
 #include "config/job_config.h"
 #include "parallel/dist/launch_env.h"
@@ -58,6 +59,7 @@ std::pair<int, std::string> describe(const std::exception_ptr& error) {
 [[noreturn]] void exit_rank(
     const std::exception_ptr& error, baton::dist::Runtime& runtime) {
   const auto [code, message] = describe(error);
+  baton::clear_status();
   std::cerr << "error: " << message << std::endl;
   runtime.report_failure(message);
   google::FlushLogFiles(google::GLOG_INFO);
@@ -196,6 +198,7 @@ int run_train(const baton::TrainArgs& args, char** argv) {
   baton::register_builtin_builders();
   baton::load_config_plugins(args.plugins, args.config_paths, args.overrides);
   const auto config = baton::load_job_config(args.config_paths, args.overrides);
+  baton::set_log_level(baton::parse_log_level(config.metrics.log_level));
   // A malformed BATON_INJECT_FAULT fails here, before any rank starts.
   baton::FaultInjection::get();
   // What train refuses, --print-config and --dry-run refuse too.
@@ -253,10 +256,7 @@ int run_train(const baton::TrainArgs& args, char** argv) {
 }  // namespace
 
 int baton::run(int argc, char** argv) {
-  FLAGS_logtostderr = true;
-  if (!google::IsGoogleLoggingInitialized()) {
-    google::InitGoogleLogging(argv[0]);
-  }
+  baton::init_logging(argv[0]);
   try {
     const auto cli =
         baton::parse_cli(std::vector<std::string>(argv + 1, argv + argc));
@@ -303,6 +303,7 @@ int baton::run(int argc, char** argv) {
     return run_train(cli.train, argv);
   } catch (...) {
     const auto [code, message] = describe(std::current_exception());
+    baton::clear_status();
     std::cerr << "error: " << message << '\n';
     return code;
   }

@@ -108,7 +108,8 @@ ModelParts PipelineTrainerBuilder::build_model(const ModelArgs& args) {
     if (schedule_.stage_to_rank.at(s) != my_pp) {
       continue;
     }
-    LOG(INFO) << "pipeline rank " << my_pp << " holds stage " << s << ": "
+    LOG_IF(INFO, mesh().leads({kPipelineAxis}))
+        << "pipeline rank " << my_pp << " holds stage " << s << ": "
               << pipeline::describe_chunk(chunks[s]);
     parts.push_back(std::make_shared<ModelPart>(
         spec.build(args, chunks[s], config().training.seed), s));

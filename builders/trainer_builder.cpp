@@ -14,6 +14,7 @@
 #include "builders/job_check.h"
 #include "checkpoint/checkpoint.h"
 #include "common/allocator.h"
+#include "common/logging.h"
 #include "common/blas.h"
 #include "common/text.h"
 #include "common/threads.h"
@@ -139,10 +140,41 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   c.rank = env_.rank;
   c.runtime = runtime_;
   c.mesh = mesh_;
-  c.peak_tflops = config_.metrics.peak_tflops > 0.0
-                      ? config_.metrics.peak_tflops
-                      : measure_peak(args);
+  c.peak_tflops = peak_for_mfu(args);
   return std::make_unique<Trainer>(config_, std::move(c));
+}
+
+double TrainerBuilder::peak_for_mfu(const ModelArgs& args) const {
+  const std::string dtype = mixed_precision_name(mixed_precision_.param);
+  if (config_.metrics.peak_tflops > 0.0) {
+    LOG_IF(INFO, log_facts())
+        << "mfu: against metrics.peak_tflops, "
+        << config_.metrics.peak_tflops << " TFLOP/s";
+    return config_.metrics.peak_tflops;
+  }
+  if (device_.is_cuda()) {
+    const std::string name = cuda_device_name(device_.index());
+    if (const auto peak =
+            published_peak_tflops(name, mixed_precision_.param)) {
+      LOG_IF(INFO, log_facts())
+          << "mfu: against the " << name << "'s published dense " << dtype
+          << " peak, " << *peak << " TFLOP/s per GPU";
+      return *peak;
+    }
+    const double probe = measure_peak(args);
+    LOG_IF(INFO, log_facts())
+        << "mfu: against a " << dtype << " matmul probe, " << probe
+        << " TFLOP/s: the " << name << " has no published " << dtype
+        << " peak in Baton's table (set metrics.peak_tflops to its data "
+           "sheet's)";
+    return probe;
+  }
+  const double probe = measure_peak(args);
+  LOG_IF(INFO, log_facts())
+      << "mfu: against a " << dtype << " matmul probe on the CPU, " << probe
+      << " TFLOP/s per rank (CPUs publish no peak Baton knows; set "
+         "metrics.peak_tflops to skip the probe)";
+  return probe;
 }
 
 double TrainerBuilder::measure_peak(const ModelArgs& args) const {
@@ -174,13 +206,12 @@ double TrainerBuilder::measure_peak(const ModelArgs& args) const {
     where << at::get_num_threads() << " ATen threads, "
           << loaded_blas().describe();
   }
-  LOG(INFO) << "peak " << peak << " TFLOP/s, the best of a "
-            << mixed_precision_name(mixed_precision_.param)
-            << " matmul probe over the step's shapes and the 1024 square"
-            << (device_.is_cuda() ? " and the 8192 square" : "")
-            << " (fastest: " << best.m << "x" << best.k << " by " << best.k
-            << "x" << best.n << ") on " << where.str()
-            << " (set metrics.peak_tflops to skip the probe)";
+  VLOG(1) << "peak " << peak << " TFLOP/s, the best of a "
+          << mixed_precision_name(mixed_precision_.param)
+          << " matmul probe over the step's shapes and the 1024 square"
+          << (device_.is_cuda() ? " and the 8192 square" : "")
+          << " (fastest: " << best.m << "x" << best.k << " by " << best.k
+          << "x" << best.n << ") on " << where.str();
   return peak;
 }
 
@@ -189,9 +220,12 @@ void TrainerBuilder::parallelize(ModelParts& parts, const ApplierChain& chain) {
   const ParallelContext context{
       config_, mesh(), device_, pipelined(), mixed_precision_};
   parts.for_each([&](ModelPart& part) { chain.apply(part, context); });
-  LOG(INFO) << "parallelize: " << join(chain.names(), " -> ") << " on "
-            << parts.size() << (parts.size() == 1 ? " part" : " parts");
-  if (chain.contains("activation_checkpoint")) {
+  LOG_IF(INFO, log_facts())
+      << "parallelize: " << join(chain.names(), " -> ") << " on "
+      << parts.size() << (parts.size() == 1 ? " part" : " parts")
+      << (mesh().dims().degree(kPipelineAxis) > 1 ? " per pipeline rank"
+                                                  : "");
+  if (chain.contains("activation_checkpoint") && log_facts()) {
     LOG(INFO) << "activation checkpoint: "
               << RecomputePlan::from(config_.activation_checkpoint).describe();
   }
@@ -245,15 +279,22 @@ void TrainerBuilder::init_runtime() {
         return speed.item<double>();
       });
   mixed_precision_ = mp.dtypes;
-  LOG(INFO) << "mixed precision: compute "
-            << mixed_precision_name(mp.dtypes.param) << " (" << mp.why
-            << "), reduce " << mixed_precision_name(mp.dtypes.reduce)
-            << "; weights, gradients and optimizer state float32";
-  LOG(INFO) << "runtime: " << env_.to_string() << "; " << dims_.to_string()
-            << (dims_.inferred.empty() ? "" : ", " + dims_.inferred) << "; "
-            << mesh_->to_string() << "; " << threads << " intra-op threads ("
-            << kOmpWaitPolicyVar << "=" << value_or_unset(kOmpWaitPolicyVar)
-            << "), device " << device_.str();
+  // The job's facts once (every rank resolves the same); each rank's
+  // groups at --log-level debug.
+  LOG_IF(INFO, log_facts())
+      << "mixed precision: compute " << mixed_precision_name(mp.dtypes.param)
+      << " (" << mp.why << "), reduce "
+      << mixed_precision_name(mp.dtypes.reduce)
+      << "; weights, gradients and optimizer state float32";
+  LOG_IF(INFO, log_facts())
+      << "runtime: " << env_.world_size
+      << (env_.world_size == 1 ? " rank" : " ranks") << " (" << env_.source
+      << "), " << threads << " intra-op threads (" << kOmpWaitPolicyVar << "="
+      << value_or_unset(kOmpWaitPolicyVar) << "), device "
+      << (device_.is_cuda() ? "cuda" : "cpu") << "; " << dims_.to_string()
+      << (dims_.inferred.empty() ? "" : ", " + dims_.inferred);
+  VLOG(1) << "runtime: " << env_.to_string() << "; " << mesh_->to_string()
+          << "; device " << device_.str();
 }
 
 std::shared_ptr<const Tokenizer> TrainerBuilder::build_tokenizer() {
@@ -356,8 +397,12 @@ std::unique_ptr<DataLoader> TrainerBuilder::build_dataloader(
   options.shuffle = t.dataset_shuffle;
   options.seed = static_cast<uint64_t>(t.seed);
   options.prefetch = t.dataset_prefetch;
-  LOG(INFO) << "data: " << t.dataset << " shard " << options.dp_rank << " of "
-            << options.dp_size;
+  LOG_IF(INFO, log_facts())
+      << "data: " << t.dataset
+      << (options.dp_size > 1 ? ", a shard for each of the " +
+                                    std::to_string(options.dp_size) +
+                                    " data-parallel ranks"
+                              : std::string());
   return std::make_unique<DataLoader>(
       std::move(dataset), std::move(tokenizer), options);
 }
@@ -378,9 +423,13 @@ std::unique_ptr<DataLoader> TrainerBuilder::build_validation_dataloader(
   options.dp_rank = mesh().index("dp");
   options.dp_size = dims_.dp();
   options.prefetch = 0;
-  LOG(INFO) << "validation: " << v.dataset << " (" << v.dataset_path
-            << ") shard " << options.dp_rank << " of " << options.dp_size
-            << ", " << v.steps << " batches every " << v.freq << " steps";
+  LOG_IF(INFO, log_facts())
+      << "validation: " << v.dataset << " (" << v.dataset_path << "), "
+      << v.steps << " batches every " << v.freq << " steps"
+      << (options.dp_size > 1 ? ", a shard for each of the " +
+                                    std::to_string(options.dp_size) +
+                                    " data-parallel ranks"
+                              : std::string());
   return std::make_unique<DataLoader>(
       std::move(dataset), std::move(tokenizer), options);
 }

@@ -148,6 +148,10 @@ class TrainerBuilder {
   /// the best of a matmul probe over this rank's step shapes (as the
   /// enabled parallelisms split them) on the device the step runs on.
   double measure_peak(const ModelArgs& args) const;
+  /// MFU's peak: metrics.peak_tflops, else a known GPU's published dense
+  /// peak for the compute dtype, else measure_peak's; logged with where it
+  /// came from.
+  double peak_for_mfu(const ModelArgs& args) const;
 
   JobConfig config_;
   ModelArgs model_args_;

@@ -43,9 +43,11 @@ install(TARGETS ${BATON_LIBRARIES} baton_sdk EXPORT BatonTargets
 install(EXPORT BatonTargets NAMESPACE Baton:: DESTINATION lib/cmake/Baton)
 
 # The headers an extension starts from: the plugin handshake, the command
-# line as a function, and the registries with what they register.
+# line as a function, the console, and the registries with what they
+# register.
 set(BATON_PUBLIC_HEADERS
   common/plugin.h
+  common/logging.h
   common/registry.h
   app/run.h
   config/job_config.h

@@ -522,8 +522,11 @@ struct MetricsConfig {
   int64_t log_freq = 10;
   bool jsonl = true;
   bool tensorboard = false;
-  /// Peak TFLOP/s for MFU; 0 = measure with a matmul probe at start-up.
+  /// Peak TFLOP/s for MFU; 0 = the GPU's published peak, else a matmul
+  /// probe at start-up.
   double peak_tflops = 0.0;
+  /// How much reaches the console (common/logging.h).
+  std::string log_level = "info";
 
   template <class V>
   void visit(V&& v) {
@@ -534,7 +537,14 @@ struct MetricsConfig {
       FieldSpec("write TensorBoard event files in <dump_folder>/tensorboard"));
     v("peak_tflops",
       peak_tflops,
-      FieldSpec("peak TFLOP/s for MFU (0: measure at start-up)").at_least(0));
+      FieldSpec("peak TFLOP/s for MFU (0: a known GPU's published dense "
+                "peak, else measured at start-up)")
+          .at_least(0));
+    v("log_level",
+      log_level,
+      FieldSpec("what reaches the console: debug, info, progress (steps, "
+                "phases, warnings) or warning")
+          .one_of({"debug", "info", "progress", "warning"}));
   }
 };
 

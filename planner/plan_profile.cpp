@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/logging.h"
 #include "models/linear.h"
 #include "models/loss.h"
 #include "models/model_spec.h"
@@ -741,6 +742,20 @@ PlanCosts profile_plan_costs(
 
   PlanCosts costs;
   costs.path = "the profile";
+  // Its phases, said by rank 0 as each starts (the profile's ranks log at
+  // LogLevel::kProgress: these lines alone).
+  const auto start = Clock::now();
+  int phase = 0;
+  const auto say = [&](const std::string& what) {
+    if (ranks.rank() == 0) {
+      BATON_LOG_PROGRESS(
+          "plan: profile " + std::to_string(++phase) + "/6 at " +
+          std::to_string(std::lround(since(start))) + " s: " + what);
+    }
+  };
+  say(ranks.size() > 1 ? "a block's passes in a pipeline over " +
+                             std::to_string(ranks.size()) + " ranks"
+                       : "the passes of a block");
   std::vector<PipelinedBlock> pipelined = time_blocks_in_pipeline(
       config,
       setup.args,
@@ -750,6 +765,8 @@ PlanCosts profile_plan_costs(
       runtime,
       setup.compute_ranks,
       options);
+  say("the embedding's and the output's passes at " +
+      describe_rows(options.rows()) + " sequence(s)");
   auto [measured, block] = time_pieces(
       setup, context, options.rows(), setup.computes(), pipelined.empty());
   for (size_t k = 0; k < pipelined.size(); ++k) {
@@ -759,6 +776,7 @@ PlanCosts profile_plan_costs(
     measured[k].spread = pipelined[k].spread;
   }
   costs.microbatches = std::move(measured);
+  say("the optimizer step");
   costs.optimizer_s_per_parameter =
       ranks
           .mean_over(
@@ -766,7 +784,9 @@ PlanCosts profile_plan_costs(
                   config, block, single, ranks, setup.computes(), options)},
               setup.compute_ranks)
           .front();
+  say("the splits of the searched parallelisms (tensor parallel)");
   const std::string splits = time_splits(setup, costs);
+  say("data parallelism: replicate and fully_shard");
   costs.data_parallel = plan_detail::time_data_parallel(
       config,
       setup.args,
@@ -778,6 +798,7 @@ PlanCosts profile_plan_costs(
       options);
   costs.compute_dtype = mixed_precision_name(setup.dtypes.param);
   costs.device = "cpu";
+  say("the links: point to point and the collectives");
   const bool p2p_in_pipeline = time_links(setup, pipelined, costs);
   costs.description = config.model.name + " " + config.model.flavor +
                       ", seq_len " + std::to_string(setup.seq_len) +

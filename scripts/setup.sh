@@ -9,7 +9,8 @@
 #    wheel's libtorch_cpu, and Baton never links Debian's libgloo.
 #    protobuf-compiler is the tests' reader of TensorBoard event files;
 #    libicu-dev gives NFC for tokenizer.json files that normalize (Qwen's);
-#    iproute2 makes the two-machine test's network namespaces.
+#    iproute2 makes the two-machine test's network namespaces; libcli11-dev
+#    (header-only) parses the command line.
 # 2. The pinned PyTorch wheel (scripts/versions.env) into a virtual
 #    environment of the project's, $BATON_TORCH_HOME/torch-VERSION (default
 #    ~/.cache/baton/torch-VERSION), whose libtorch Baton builds against. With
@@ -56,6 +57,7 @@ packages=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   nlohmann-json3-dev zlib1g-dev
+  libcli11-dev
   libsentencepiece-dev libpcre2-dev libicu-dev
   protobuf-compiler
   iproute2

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,8 +26,18 @@ struct BinaryResult {
   std::string output;  // stdout and stderr together
 };
 
-/// Runs a shell command line, capturing both streams.
-inline BinaryResult run_command(const std::string& command) {
+/// The console's messages joined back where it wrapped them at 120 columns
+/// (common/logging.h: a continuation line is the message column's 18
+/// spaces, 21 after a rank, then text; under the launcher after its
+/// "[rankN]: "): tests search what a line says, not where it broke.
+inline std::string unwrap_console(const std::string& text) {
+  static const std::regex continuation(
+      R"(\n(\[rank\d+\]: )?( {18}| {21})(?=\S))");
+  return std::regex_replace(text, continuation, " ");
+}
+
+/// Runs a shell command line, capturing both streams, as they were written.
+inline BinaryResult run_command_raw(const std::string& command) {
   BinaryResult r;
   FILE* pipe = popen((command + " 2>&1").c_str(), "r");
   char buf[4096];
@@ -35,6 +46,13 @@ inline BinaryResult run_command(const std::string& command) {
   }
   const int status = pclose(pipe);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+/// As run_command_raw, the console's wrapped messages joined back.
+inline BinaryResult run_command(const std::string& command) {
+  BinaryResult r = run_command_raw(command);
+  r.output = unwrap_console(r.output);
   return r;
 }
 

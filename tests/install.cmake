@@ -45,7 +45,10 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "training from the installed binary failed (${rc}):\n${out}")
 endif()
 set(expected "SentencePiece: plugin ${moved}/lib/baton/libbaton_sentencepiece.so")
-string(FIND "${out}" "${expected}" at)
+# The console wraps at 120 columns; its continuation lines start at the
+# message column (18 spaces).
+string(REGEX REPLACE "\n                  ([^ ])" " \\1" joined "${out}")
+string(FIND "${joined}" "${expected}" at)
 if(at EQUAL -1)
   message(FATAL_ERROR "the log does not say '${expected}':\n${out}")
 endif()

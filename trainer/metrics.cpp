@@ -4,6 +4,10 @@
 #include <sys/resource.h>
 #include <torch/torch.h>
 
+#ifdef BATON_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -15,6 +19,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+
+#include "common/logging.h"
+#include "common/text.h"
 
 namespace baton {
 namespace {
@@ -172,22 +179,24 @@ std::vector<TensorBoardScalar> metrics_to_scalars(const StepMetrics& m) {
   return scalars;
 }
 
-void MetricsLogger::log(const StepMetrics& m) {
-  if (!is_logging_rank_) {
-    return;
-  }
+std::string MetricsLogger::step_line(const StepMetrics& m) {
+  // Within the console's 120 columns: TFLOP/s and the other figures are
+  // in metrics.jsonl.
   std::ostringstream line;
-  line << std::fixed << "step " << std::setw(5) << m.step;
+  line << std::fixed << "step ";
   if (total_steps_ > 0) {
-    line << "/" << total_steps_;
+    // As wide as the last step's number, so the lines align.
+    line << std::setw(static_cast<int>(std::to_string(total_steps_).size()))
+         << m.step << "/" << total_steps_;
+  } else {
+    line << m.step;
   }
   line << "  loss " << std::setprecision(4) << m.loss << "  grad_norm "
        << std::setprecision(3) << m.grad_norm << "  lr " << std::scientific
-       << std::setprecision(2) << m.lr << std::fixed << "  tok/s "
-       << std::setprecision(0) << m.tokens_per_sec << "  tflops "
-       << std::setprecision(3) << m.tflops << "  mfu " << std::setprecision(1)
-       << m.mfu_pct << "%  mem " << std::setprecision(0) << m.peak_rss_mib
-       << " MiB";
+       << std::setprecision(1) << m.lr << std::fixed << "  tok/s "
+       << std::setprecision(0) << m.tokens_per_sec << "  mfu "
+       << std::setprecision(1) << m.mfu_pct << "%  mem "
+       << std::setprecision(0) << m.peak_rss_mib << " MiB";
   if (!m.pipeline_bubble_pct.empty()) {
     line << "  bubble";
     for (size_t r = 0; r < m.pipeline_bubble_pct.size(); ++r) {
@@ -211,7 +220,20 @@ void MetricsLogger::log(const StepMetrics& m) {
          << format_duration(
                 per_step * static_cast<double>(total_steps_ - m.step));
   }
-  LOG(INFO) << line.str();
+  return line.str();
+}
+
+void MetricsLogger::status(const StepMetrics& m) {
+  if (is_logging_rank_ && pace_start_) {
+    log_status(step_line(m));
+  }
+}
+
+void MetricsLogger::log(const StepMetrics& m) {
+  if (!is_logging_rank_) {
+    return;
+  }
+  BATON_LOG_PROGRESS(step_line(m));
   if (!jsonl_.is_open()) {
     start(0);
   }
@@ -222,6 +244,78 @@ void MetricsLogger::log(const StepMetrics& m) {
   if (tensorboard_) {
     tensorboard_->add_scalars(m.step, metrics_to_scalars(m));
   }
+}
+
+namespace {
+
+/// One row of the table: every pattern in the lower-cased device name;
+/// dense TFLOP/s in bf16 (and fp16) and in float32 (0: not published).
+struct GpuPeak {
+  std::vector<const char*> patterns;
+  double bf16;
+  double fp32;
+};
+
+/// NVIDIA's data sheets (dense, without sparsity; SXM unless named), the
+/// more specific names first: "h100 nvl" before "h100", "l40s" before
+/// "l4". Extend it by adding a row; metrics.peak_tflops overrides it.
+const std::vector<GpuPeak>& gpu_peaks() {
+  static const std::vector<GpuPeak> table = {
+      {{"gb200"}, 2500.0, 0.0},
+      {{"b200"}, 2250.0, 0.0},
+      {{"b100"}, 1750.0, 0.0},
+      {{"h200", "nvl"}, 835.0, 60.0},
+      {{"h200"}, 989.4, 66.9},
+      {{"h100", "nvl"}, 835.0, 60.0},
+      {{"h100", "pcie"}, 756.0, 51.2},
+      {{"h100"}, 989.4, 66.9},
+      {{"h800", "pcie"}, 756.0, 51.2},
+      {{"h800"}, 989.4, 66.9},
+      {{"h20"}, 148.0, 44.0},
+      {{"a100"}, 312.0, 19.5},
+      {{"a800"}, 312.0, 19.5},
+      {{"a40"}, 149.7, 37.4},
+      {{"a30"}, 165.0, 10.3},
+      {{"a10g"}, 0.0, 0.0},  // No data sheet: the probe.
+      {{"a10"}, 125.0, 31.2},
+      {{"l40s"}, 362.1, 91.6},
+      {{"l40"}, 181.0, 90.5},
+      {{"l4"}, 121.0, 30.3},
+  };
+  return table;
+}
+
+}  // namespace
+
+std::optional<double> published_peak_tflops(
+    const std::string& device_name, c10::ScalarType dtype) {
+  const std::string name = to_lower(device_name);
+  for (const GpuPeak& row : gpu_peaks()) {
+    const bool match = std::all_of(
+        row.patterns.begin(), row.patterns.end(), [&](const char* p) {
+          return name.find(p) != std::string::npos;
+        });
+    if (!match) {
+      continue;
+    }
+    const double peak = dtype == c10::kBFloat16 || dtype == c10::kHalf
+                            ? row.bf16
+                            : dtype == c10::kFloat ? row.fp32 : 0.0;
+    if (peak > 0.0) {
+      return peak;
+    }
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+std::string cuda_device_name(int index) {
+#ifdef BATON_WITH_CUDA
+  return at::cuda::getDeviceProperties(index)->name;
+#else
+  (void)index;
+  return "";
+#endif
 }
 
 std::vector<GemmShape> peak_probe_shapes(

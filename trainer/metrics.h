@@ -67,6 +67,9 @@ class MetricsLogger {
   bool should_log(int64_t step) const;
   /// Logs `m` (on the logging rank).
   void log(const StepMetrics& m);
+  /// Shows `m` as the status line a terminal redraws in place (on the
+  /// logging rank, once a step has been logged); nothing elsewhere.
+  void status(const StepMetrics& m);
 
   /// (Re)starts metrics.jsonl for a run that begins after `resumed_step`:
   /// empty for a new run (0); for a resumed one, the lines of the earlier
@@ -78,6 +81,9 @@ class MetricsLogger {
   void start(int64_t resumed_step);
 
  private:
+  /// The console line of `m`: step N/M, loss, ..., eta.
+  std::string step_line(const StepMetrics& m);
+
   MetricsConfig config_;
   bool is_logging_rank_;
   int64_t total_steps_;
@@ -104,6 +110,18 @@ std::string metrics_to_json(const StepMetrics& m);
 /// the same order, then pipeline_bubble_pct's entries as
 /// `pipeline_bubble_pct/<pipeline rank>`.
 std::vector<TensorBoardScalar> metrics_to_scalars(const StepMetrics& m);
+
+/// The published dense peak TFLOP/s of the GPU named `device_name` (as
+/// CUDA names it: "NVIDIA H100 80GB HBM3") for matmuls in `dtype`: bf16
+/// and fp16 on the tensor cores, float32 without them (TF32 is off);
+/// nullopt for a GPU or dtype not in Baton's table (trainer/metrics.cpp),
+/// whose MFU is then against the probe.
+std::optional<double> published_peak_tflops(
+    const std::string& device_name, c10::ScalarType dtype);
+
+/// The name CUDA gives device `index` ("NVIDIA H100 80GB HBM3"); empty in a
+/// build without CUDA.
+std::string cuda_device_name(int index);
 
 /// A matmul (m, k) x (k, n).
 struct GemmShape {

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "common/allocator.h"
+#include "common/logging.h"
 #include "parallel/axes.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
@@ -44,7 +45,9 @@ void Trainer::log_memory() const {
     }
   }
   const auto mib = [](int64_t b) { return static_cast<double>(b) / (1 << 20); };
-  LOG(INFO) << "memory: this rank holds " << mib(params)
+  // Once per pipeline stage: the stage's ranks hold as much.
+  LOG_IF(INFO, c_.mesh->leads({kPipelineAxis}))
+      << "memory: this rank holds " << mib(params)
             << " MiB of parameters, " << mib(grads) << " MiB of gradients and "
             << mib(c_.optimizers->state_bytes())
             << " MiB of optimizer state after the first step";
@@ -106,8 +109,8 @@ StepMetrics Trainer::optimizer_step() {
     LOG(WARNING) << "MFU " << m.mfu_pct << "% at step " << step_
                  << " is above 100%: the step ran faster than the peak of "
                  << c_.peak_tflops
-                 << " TFLOP/s (the start-up matmul probe, or "
-                    "metrics.peak_tflops) allows; the peak is too low, set "
+                 << " TFLOP/s (the start-up line mfu: says where it came "
+                    "from) allows; the peak is too low, set "
                     "metrics.peak_tflops to this device's";
   }
   m.peak_rss_mib = peak_rss_mib();
@@ -163,7 +166,7 @@ std::vector<StepMetrics> Trainer::train() {
     c_.metrics->start(step_);
   }
   const int64_t steps = config_.training.steps;
-  LOG(INFO) << "training " << c_.model_parts.num_params() << " parameters for "
+  LOG_IF(INFO, log_facts()) << "training " << c_.model_parts.num_params() << " parameters for "
             << steps - step_ << " steps";
   std::vector<StepMetrics> history;
   while (step_ < steps) {
@@ -183,6 +186,8 @@ std::vector<StepMetrics> Trainer::train() {
             all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
       }
       c_.metrics->log(m);
+    } else if (c_.metrics) {
+      c_.metrics->status(m);
     }
     if (c_.checkpointer) {
       c_.checkpointer->maybe_save(state(), step_ == steps);

@@ -20,6 +20,7 @@
 #include <stdexcept>
 
 #include "common/exit_codes.h"
+#include "common/logging.h"
 #include "common/threads.h"
 #include "parallel/dist/flight_recorder.h"
 #include "parallel/dist/launch_env.h"
@@ -76,8 +77,21 @@ void write_all(int fd, const std::string& text) {
   }
 }
 
+/// Whether a rank's status line (common/logging.h's log_status) is on the
+/// terminal now: the next line written replaces it.
+bool g_status_on_screen = false;
+
+/// Takes a status line off the terminal before the launcher writes.
+void end_status() {
+  if (g_status_on_screen) {
+    write_all(STDERR_FILENO, "\r\033[K");
+    g_status_on_screen = false;
+  }
+}
+
 /// Copies what is readable on child.fds[k] to our fd 1 or 2, prefixing
-/// each line. Returns false at end of file.
+/// each line. A line that starts with '\r' is a status line, redrawn in
+/// place on a terminal. Returns false at end of file.
 bool pump(Child& child, int k, bool flush_partial) {
   char buffer[65536];
   const ssize_t n = ::read(child.fds[k], buffer, sizeof(buffer));
@@ -91,12 +105,25 @@ bool pump(Child& child, int k, bool flush_partial) {
   size_t start = 0;
   for (size_t nl; (nl = partial.find('\n', start)) != std::string::npos;
        start = nl + 1) {
+    if (k == 1 && partial[start] == '\r') {
+      // Sent only where the launcher's stderr is a terminal.
+      out += "\r\033[K" + prefix + partial.substr(start + 1, nl - start - 1);
+      g_status_on_screen = true;
+      continue;
+    }
+    if (g_status_on_screen) {
+      out += "\r\033[K";
+      g_status_on_screen = false;
+    }
     out += prefix + partial.substr(start, nl + 1 - start);
   }
   partial.erase(0, start);
   if ((eof || flush_partial) && !partial.empty()) {
     out += prefix + partial + "\n";
     partial.clear();
+  }
+  if (k == 0) {
+    end_status();
   }
   write_all(k == 0 ? STDOUT_FILENO : STDERR_FILENO, out);
   return !eof;
@@ -249,7 +276,8 @@ std::vector<std::string> child_environment(
       "GROUP_RANK",
       kBatonAgentStoreEnv,
       kBatonRestartCountEnv,
-      "TORCHELASTIC_USE_AGENT_STORE"};
+      "TORCHELASTIC_USE_AGENT_STORE",
+      kLauncherConsoleEnv};
   if (openmp_wait_policy_unset()) {
     ours.push_back(kOmpWaitPolicyVar);  // an empty one is replaced below
   }
@@ -265,6 +293,11 @@ std::vector<std::string> child_environment(
   env.push_back("WORLD_SIZE=" + std::to_string(nproc));
   env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(nproc));
   env.push_back("GROUP_RANK=0");
+  // The ranks' console: the launcher prefixes their lines and redraws
+  // their status lines where its stderr is a terminal.
+  env.push_back(
+      std::string(kLauncherConsoleEnv) + "=" +
+      (::isatty(STDERR_FILENO) == 1 ? "tty" : "pipe"));
   // No MASTER_ADDR / MASTER_PORT: the ranks meet in a file only this user
   // can reach, not at a port anyone on the network could.
   env.push_back(std::string(kBatonAgentStoreEnv) + "=" + store_file);
@@ -452,6 +485,7 @@ void reap(
     }
     s.first_failed = c.rank;
     s.failed_at = Clock::now();
+    end_status();
     std::cerr << "baton: rank " << c.rank << " " << describe_status(status);
     if (s.running > 0) {
       std::cerr << "; the other ranks get " << options.grace.count() / 1000
@@ -472,6 +506,7 @@ void stop_stragglers(
   }
   const auto since = Clock::now() - s.failed_at;
   if (!s.termed && since > options.grace) {
+    end_status();
     std::cerr << "baton: stopping the " << s.running
               << " rank(s) still running (SIGTERM)" << std::endl;
     signal_all(children, SIGTERM);
@@ -527,6 +562,7 @@ void report_hang(
   const std::string report =
       hang_report(options.flight_recorder_dir, options.nproc, since);
   if (!report.empty()) {
+    end_status();
     std::cerr << "baton: " << report << std::endl;
   }
 }
@@ -664,6 +700,7 @@ int launch_local(const LocalLaunchOptions& options) {
         attempt >= options.max_restarts) {
       break;
     }
+    end_status();
     std::cerr << "baton: restart " << attempt + 1 << " of "
               << options.max_restarts << ": rank " << last.failed_rank << " "
               << last.failure << "; every rank starts again"
@@ -673,6 +710,7 @@ int launch_local(const LocalLaunchOptions& options) {
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGUSR1, &old_usr1, nullptr);
+  end_status();
   std::cerr << "baton: the job " << job_end(last, options.nproc)
             << (options.outputs_note ? "; " + options.outputs_note() : "")
             << std::endl;

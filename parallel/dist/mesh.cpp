@@ -123,6 +123,16 @@ MeshCoord mesh_coord(const ParallelDims& d, int64_t rank) {
   return c;
 }
 
+bool ParallelMesh::leads(const std::vector<std::string>& axes) const {
+  for (const auto& axis : dims_.axes) {
+    if (std::find(axes.begin(), axes.end(), axis.name) == axes.end() &&
+        coord_.at(axis.name) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
 int64_t mesh_rank(const ParallelDims& d, const MeshCoord& c) {
   int64_t rank = 0;
   for (const auto& axis : d.axes) {

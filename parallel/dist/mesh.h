@@ -69,6 +69,10 @@ class ParallelMesh {
   }
   /// mesh_index of this rank along `name`.
   int64_t index(const std::string& name) const;
+  /// True where this rank is at position 0 on every axis but `axes`: the
+  /// one that logs what the ranks differing only off `axes` share (with
+  /// {"pp"}: the first rank of each pipeline stage).
+  bool leads(const std::vector<std::string>& axes) const;
   const std::shared_ptr<ProcessGroup>& world() const {
     return world_;
   }

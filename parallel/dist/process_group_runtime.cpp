@@ -24,6 +24,7 @@
 #include <set>
 #include <thread>
 
+#include "common/logging.h"
 #include "common/text.h"
 #include "parallel/dist/flight_recorder.h"
 #include "parallel/dist/listen_socket.h"
@@ -298,6 +299,7 @@ void ignore_sigpipe() {
 std::shared_ptr<Runtime> Runtime::init(
     const LaunchEnv& env, const RuntimeOptions& options) {
   ignore_sigpipe();
+  set_log_rank(env.rank, env.world_size);
   auto state = std::make_unique<State>();
   state->core = std::make_shared<Core>();
   auto& core = *state->core;

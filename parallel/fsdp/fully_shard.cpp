@@ -521,7 +521,7 @@ FullyShardedPart::~FullyShardedPart() {
     reduces += unit->reduce_wait_s();
   }
   // What communication the computation did not hide, for the benchmarks.
-  LOG(INFO) << "fully_shard: waited " << gathers << " s for gathers and "
+  VLOG(1) << "fully_shard: waited " << gathers << " s for gathers and "
             << reduces << " s for reduce-scatters in all";
 }
 
@@ -581,7 +581,9 @@ void FullyShardApplier::apply(ModelPart& part, const ParallelContext& context) {
       whole_bytes += param.rows * param.row_numel * param.shard.element_size();
     }
   }
-  LOG(INFO) << "fully_shard: stage " << part.stage() << ": "
+  // Every shard of a stage holds as much: said once per stage.
+  LOG_IF(INFO, context.mesh.leads({kPipelineAxis}))
+      << "fully_shard: stage " << part.stage() << ": "
             << sharded->units().size() << " units over dp_shard "
             << groups.shard->size()
             << (groups.replicate->size() > 1

@@ -9,6 +9,7 @@
 #include "config/job_config.h"
 #include "models/common/transformer.h"
 #include "models/model_spec.h"
+#include "parallel/axes.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
 #include "parallel/model_parts.h"
@@ -164,7 +165,9 @@ void log_layout(
     const ParallelContext& context) {
   const ModelArgs& args = model.args();
   const int64_t n = group.size();
-  LOG(INFO) << "tensor_parallel: stage " << part.stage() << ": tp rank "
+  // Once per tp slice of each stage (data-parallel copies hold the same).
+  LOG_IF(INFO, context.mesh.leads({kPipelineAxis, kAxis}))
+      << "tensor_parallel: stage " << part.stage() << ": tp rank "
             << group.rank() << " of " << n << " holds " << args.n_heads / n
             << " of " << args.n_heads << " query heads, " << args.kv_heads() / n
             << " of " << args.kv_heads() << " key/value heads, "

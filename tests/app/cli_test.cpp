@@ -50,14 +50,14 @@ TEST(Cli, HelpExitsZero) {
   EXPECT_NE(r.output.find("baton train --config FILE"), std::string::npos);
 }
 
-// stdout alone: stderr goes to /dev/null inside the subshell.
+// stdout alone, as written: stderr goes to /dev/null inside the subshell.
 Result run_baton_stdout(const std::string& args) {
-  return testing::run_command(
+  return testing::run_command_raw(
       "(" + testing::baton_bin() + " " + args + " 2>/dev/null)");
 }
 
 TEST(Cli, BareBatonPrintsTheUsageToStderrAndExitsTwo) {
-  const auto both = run_baton("");
+  const auto both = testing::run_command_raw(testing::baton_bin());
   EXPECT_EQ(both.code, 2) << both.output;
   EXPECT_EQ(both.output, cli_usage());
   EXPECT_EQ(run_baton_stdout("").output, "");
@@ -235,6 +235,66 @@ TEST(Cli, TrainTakesSeveralConfigsAndPlanItsOptions) {
       ConfigError);
 }
 
+/// What parse_cli refuses `line` with, or "no error".
+std::string message(const std::vector<std::string>& line) {
+  try {
+    parse_cli(line);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Cli, EveryFormOfAnOptionReadsTheSame) {
+  // --name value, --name=value; overrides in both forms, in order.
+  const CliArgs a = parse_cli(
+      {"train",
+       "--config",
+       "a.yaml",
+       "--training.steps",
+       "3",
+       "--nproc=2",
+       "--training.seq_len=64",
+       "--log-level",
+       "progress",
+       "--dry-run",
+       "json"});
+  EXPECT_EQ(a.train.nproc, 2);
+  EXPECT_EQ(a.train.dry_run, "json");
+  EXPECT_EQ(
+      a.train.overrides,
+      (std::vector<std::string>{
+          "training.steps=3", "training.seq_len=64",
+          "metrics.log_level=progress"}));
+  EXPECT_EQ(
+      parse_cli({"train", "--config", "a", "--dry-run"}).train.dry_run, "text");
+  EXPECT_EQ(
+      parse_cli({"checkpoint", "inspect", "--tensors", "run/checkpoint"})
+          .checkpoint_inspect.dir,
+      "run/checkpoint");
+  // A later word that names another command is not one: a folder called
+  // "train" is a folder, a stray "plan" an error.
+  EXPECT_EQ(
+      parse_cli({"checkpoint", "inspect", "train"}).checkpoint_inspect.dir,
+      "train");
+  EXPECT_EQ(
+      message({"train", "--config", "a", "plan"}),
+      "baton train: unexpected argument 'plan'; options start with -- (see "
+      "'baton train --help')");
+  EXPECT_EQ(message({"train", "--config"}), "--config needs a value");
+  EXPECT_EQ(
+      message({"train", "--config", "a", "--training.steps"}),
+      "--training.steps needs a value");
+  EXPECT_EQ(
+      message({"checkpoint", "inspect", "--tensor", "d"}),
+      "unknown option '--tensor'; did you mean '--tensors'? (see 'baton "
+      "checkpoint inspect --help')");
+  EXPECT_EQ(
+      message({"generate", "--checkpoint", "c", "--prompt", "p", "--seed",
+               "-1"}),
+      "--seed: '-1' is not allowed; allowed: an integer >= 0");
+}
+
 TEST(Cli, CpuBindIsForTheRanksALaunchStarts) {
   EXPECT_EQ(
       parse_cli(
@@ -248,14 +308,6 @@ TEST(Cli, CpuBindIsForTheRanksALaunchStarts) {
       parse_cli({"plan", "--config", "a", "--nproc", "2", "--cpu-bind=cores"})
           .plan.cpu_bind,
       dist::CpuBind::kCores);
-  const auto message = [](const std::vector<std::string>& line) {
-    try {
-      parse_cli(line);
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   // Without --nproc nothing is launched to bind.
   EXPECT_NE(
       message({"train", "--config", "a", "--cpu-bind", "cores"})
@@ -485,24 +537,23 @@ TEST(Cli, TrainsTheDebugModelAndWritesEveryMetricsKey) {
       " --metrics.log_freq=5 --training.num_threads=1"
       " --training.mixed_precision_param=float32");
   ASSERT_EQ(r.code, 0) << r.output;
-  // The peak probe names its dtype and the shapes it timed; the BLAS line
-  // names the library serving the products.
+  // MFU's peak names where it came from (the CPU: a probe in the compute
+  // dtype); the BLAS line names the library serving the products.
   EXPECT_NE(
-      r.output.find("the best of a float32 matmul probe over the step's "
-                    "shapes and the 1024 square (fastest: "),
+      r.output.find("mfu: against a float32 matmul probe on the CPU, "),
       std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("blas: "), std::string::npos) << r.output;
   // Each step line says how far the run is and, from the second logged
   // line on, the time left.
-  EXPECT_NE(r.output.find("step     1/30  loss "), std::string::npos)
+  EXPECT_NE(r.output.find("step  1/30  loss "), std::string::npos)
       << r.output;
-  const size_t fifth = r.output.find("step     5/30  loss ");
+  const size_t fifth = r.output.find("step  5/30  loss ");
   ASSERT_NE(fifth, std::string::npos) << r.output;
   const std::string line =
       r.output.substr(fifth, r.output.find('\n', fifth) - fifth);
   EXPECT_NE(line.find(" MiB  eta "), std::string::npos) << line;
-  const size_t last_line = r.output.find("step    30/30  loss ");
+  const size_t last_line = r.output.find("step 30/30  loss ");
   ASSERT_NE(last_line, std::string::npos) << r.output;
   EXPECT_EQ(
       r.output.substr(last_line, r.output.find('\n', last_line) - last_line)

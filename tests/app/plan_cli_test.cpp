@@ -226,6 +226,19 @@ TEST(PlanCli, WithoutACostFileProfilesThisMachineThenPlans) {
       r.output.find("profiling on this machine with 2 rank(s)"),
       std::string::npos)
       << r.output;
+  // Its six phases, each said once by the profile's rank 0; the run's
+  // start-up lines, which its pieces would repeat, are not.
+  for (int phase = 1; phase <= 6; ++phase) {
+    const std::string line =
+        "plan: profile " + std::to_string(phase) + "/6 at ";
+    const size_t at = r.output.find(line);
+    EXPECT_NE(at, std::string::npos) << line << "\n" << r.output;
+    EXPECT_EQ(at, r.output.rfind(line)) << r.output;
+  }
+  EXPECT_EQ(r.output.find("plan: profile 7/"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[rank1]: "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("fully_shard: stage"), std::string::npos)
+      << r.output;
   const auto costs = nlohmann::json::parse(read(dir / "costs.json"));
   const std::string obtained = costs["obtained"].get<std::string>();
   EXPECT_NE(obtained.find("measured by baton plan"), std::string::npos);

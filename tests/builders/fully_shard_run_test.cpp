@@ -1,6 +1,7 @@
-// `baton train --nproc 2 --parallelism.data_parallel_shard_degree=2` end to
-// end, as a user runs it: on the same global batch the losses are the
-// one-process run's, and the logs say what each rank holds.
+// `baton train --nproc 2 --config configs/debug_model.yaml` end to end, as
+// a user runs it: the unset shard degree takes both ranks (FSDP), on the
+// same global batch the losses are the one-process run's, and the logs say
+// which layout it chose and why, and what each rank holds.
 
 #include <gtest/gtest.h>
 
@@ -22,7 +23,7 @@ const std::string kRun =
     "--training.seq_len=64 --lr_scheduler.warmup_steps=4"
     " --metrics.log_freq=1 --metrics.peak_tflops=1";
 
-TEST(FullyShardRun, TwoShardsFollowTheOneProcessRun) {
+TEST(FullyShardRun, AnUnsetDegreeShardsOverTheRanksAndFollowsOneProcess) {
   const std::string config = source_path("configs/debug_model.yaml");
   const auto one = fresh_dir("fsdp_run_one");
   const auto r1 = run_command(
@@ -35,10 +36,15 @@ TEST(FullyShardRun, TwoShardsFollowTheOneProcessRun) {
   const auto sharded = fresh_dir("fsdp_run_sharded");
   const auto r2 = run_command(
       baton_bin() + " train --nproc 2 --config " + config +
-      " --parallelism.data_parallel_shard_degree=2 "
-      "--training.local_batch_size=4 --job.dump_folder=" +
+      " --training.local_batch_size=4 --job.dump_folder=" +
       sharded.string() + kRun);
   ASSERT_EQ(r2.code, 0) << r2.output;
+  EXPECT_NE(
+      r2.output.find(
+          "dp_shard=2 tp=1 (world 2), parallelism.data_parallel_shard_degree "
+          "unset: 2, what the other degrees leave of the world of 2"),
+      std::string::npos)
+      << r2.output;
   EXPECT_NE(
       r2.output.find("parallelize: to_device -> check_replicas -> fully_shard"),
       std::string::npos)

@@ -31,7 +31,7 @@ std::vector<double> train(const std::string& name, const std::string& args) {
   EXPECT_EQ(r.code, 0) << r.output;
   if (args.find("tensor_parallel_degree=2") != std::string::npos) {
     EXPECT_NE(
-        r.output.find("tensor_parallel: stage 0: tp rank 1 of 2 holds 8 of 16 "
+        r.output.find("tensor_parallel: stage 0: tp rank 0 of 2 holds 8 of 16 "
                       "query heads"),
         std::string::npos)
         << r.output;

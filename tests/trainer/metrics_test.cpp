@@ -17,3 +17,34 @@ TEST(Metrics, TimeLeftReadsAtAGlance) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+TEST(Metrics, KnownGpusHaveTheirPublishedDensePeakPerDtype) {
+  // As CUDA names them; the more specific name wins.
+  EXPECT_EQ(
+      published_peak_tflops("NVIDIA H100 80GB HBM3", c10::kBFloat16), 989.4);
+  EXPECT_EQ(published_peak_tflops("NVIDIA H100 PCIe", c10::kBFloat16), 756.0);
+  EXPECT_EQ(published_peak_tflops("NVIDIA H100 NVL", c10::kBFloat16), 835.0);
+  EXPECT_EQ(published_peak_tflops("NVIDIA H200", c10::kBFloat16), 989.4);
+  EXPECT_EQ(
+      published_peak_tflops("NVIDIA A100-SXM4-80GB", c10::kBFloat16), 312.0);
+  EXPECT_EQ(published_peak_tflops("NVIDIA L40S", c10::kBFloat16), 362.1);
+  EXPECT_EQ(published_peak_tflops("NVIDIA L4", c10::kBFloat16), 121.0);
+  EXPECT_EQ(published_peak_tflops("NVIDIA B200", c10::kBFloat16), 2250.0);
+  // float32 runs on the CUDA cores (TF32 off): a much lower peak.
+  EXPECT_EQ(
+      published_peak_tflops("NVIDIA H100 80GB HBM3", c10::kFloat), 66.9);
+  EXPECT_EQ(
+      published_peak_tflops("NVIDIA A100-SXM4-40GB", c10::kFloat), 19.5);
+  // Not in the table, or no published figure for the dtype: the probe.
+  EXPECT_EQ(published_peak_tflops("NVIDIA GeForce GTX 1080", c10::kBFloat16),
+            std::nullopt);
+  EXPECT_EQ(published_peak_tflops("NVIDIA A10G", c10::kBFloat16), std::nullopt);
+  EXPECT_EQ(published_peak_tflops("NVIDIA B200", c10::kFloat), std::nullopt);
+  EXPECT_EQ(published_peak_tflops("", c10::kBFloat16), std::nullopt);
+}
+
+}  // namespace
+}  // namespace baton
