@@ -19,6 +19,7 @@
 #include "common/text.h"
 #include "common/threads.h"
 #include "data/dataset.h"
+#include "models/moe.h"
 #include "parallel/activation_checkpoint.h"
 #include "parallel/axes.h"
 #include "parallel/dist/mesh.h"
@@ -105,6 +106,14 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   }
   c.model_parts = build_model(args);
   check_built(!c.model_parts.empty(), "build_model returned no parts");
+  c.moe = args.moe.enabled();
+  c.model_parts.for_each([&](ModelPart& part) {
+    for (const auto& module : part.module().modules()) {
+      if (auto* moe = dynamic_cast<models::MoEImpl*>(module.get())) {
+        moe->aux_loss_coeff = config_.moe.aux_loss_coeff;
+      }
+    }
+  });
   parallelize(c.model_parts, build_appliers());
 
   c.optimizers = build_optimizers(c.model_parts);

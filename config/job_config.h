@@ -548,6 +548,33 @@ struct MetricsConfig {
   }
 };
 
+/// `moe:` section: how a mixture-of-experts model (a flavor with experts)
+/// trains; its shape is the flavor's.
+struct MoeConfig {
+  /// The auxiliary load-balancing loss's coefficient (transformers'
+  /// router_aux_loss_coef): the objective adds coeff x each MoE layer's
+  /// loss, token-weighted; 0: measured for the metrics only.
+  double aux_loss_coeff = 0.0;
+  /// DeepSeek-V3's auxiliary-loss-free balance: before each optimizer step
+  /// a routing bias (flavors that have one) moves by this much towards the
+  /// step's under-loaded experts (torchtitan's load_balance_coeff); 0: off.
+  double bias_update_rate = 1e-3;
+
+  template <class V>
+  void visit(V&& v) {
+    v("aux_loss_coeff",
+      aux_loss_coeff,
+      FieldSpec("coefficient of the auxiliary load-balancing loss (0: "
+                "measured, not trained on)")
+          .at_least(0));
+    v("bias_update_rate",
+      bias_update_rate,
+      FieldSpec("step of the routing bias towards balance before each "
+                "optimizer step, for flavors with a routing bias (0: off)")
+          .at_least(0));
+  }
+};
+
 /// `validation:` section: a held-out loss every `freq` steps.
 struct ValidationConfig {
   bool enable = false;
@@ -641,6 +668,7 @@ struct JobConfig {
   MetricsConfig metrics;
   ValidationConfig validation;
   CommConfig comm;
+  MoeConfig moe;
   /// The registered sections, by name, as loaded (after the built-in ones
   /// in the file, printed in name order).
   std::map<std::string, RegisteredSection> sections;
@@ -687,6 +715,7 @@ struct JobConfig {
     v("metrics", metrics);
     v("validation", validation);
     v("comm", comm);
+    v("moe", moe);
     for (auto& [name, section] : sections) {
       v(name.c_str(), section);
     }

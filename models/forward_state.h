@@ -19,6 +19,18 @@ struct ForwardState {
   SavedOps* saved_ops = nullptr;
   /// Mixed precision's casts of the parameters (compute_param).
   ParamCast* cast = nullptr;
+  /// Set while activation checkpointing recomputes a forward during
+  /// backward: what a forward counts (MoE's routing statistics) it counts
+  /// once.
+  bool recomputing = false;
+  /// Set while a held-out loss is computed (no step follows): statistics a
+  /// step's update reads (MoE's tokens per expert) are not counted.
+  bool evaluating = false;
+  /// What the train step scales each microbatch's summed loss by (1 / the
+  /// global step's tokens); 0 outside a training step. A term a module
+  /// adds to the objective itself (MoE's auxiliary loss) takes the same
+  /// scale.
+  double loss_scale = 0.0;
 };
 
 /// This thread's state (read and written in place by the guards).

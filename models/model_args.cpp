@@ -39,14 +39,45 @@ int64_t ModelArgs::params_per_layer() const {
   return attention + feed_forward + norms;
 }
 
+int64_t ModelArgs::params_of_layer(int64_t layer) const {
+  if (!moe.is_moe_layer(layer)) {
+    return params_per_layer();
+  }
+  const int64_t dense_ffn = 3 * dim * ffn_hidden_dim();
+  const int64_t expert = 3 * dim * moe.expert_hidden;
+  return params_per_layer() - dense_ffn + moe.num_experts * dim +
+         (moe.num_experts + moe.shared_experts) * expert;
+}
+
+int64_t ModelArgs::active_params_of_layer(int64_t layer) const {
+  if (!moe.is_moe_layer(layer)) {
+    return params_per_layer();
+  }
+  const int64_t expert = 3 * dim * moe.expert_hidden;
+  return params_of_layer(layer) - (moe.num_experts - moe.top_k) * expert;
+}
+
 int64_t ModelArgs::num_params() const {
   const int64_t embedding = vocab_size * dim;
   const int64_t output = (tie_embeddings ? 0 : dim * vocab_size) + dim;
-  return embedding + n_layers * params_per_layer() + output;
+  int64_t blocks = 0;
+  for (int64_t i = 0; i < n_layers; ++i) {
+    blocks += params_of_layer(i);
+  }
+  return embedding + blocks + output;
+}
+
+int64_t ModelArgs::active_params() const {
+  int64_t idle = 0;
+  for (int64_t i = 0; i < n_layers; ++i) {
+    idle += params_of_layer(i) - active_params_of_layer(i);
+  }
+  return num_params() - idle;
 }
 
 double ModelArgs::flops_per_token(int64_t seq_len) const {
-  const int64_t untied = num_params() + (tie_embeddings ? vocab_size * dim : 0);
+  const int64_t untied =
+      active_params() + (tie_embeddings ? vocab_size * dim : 0);
   const double dense = 6.0 * static_cast<double>(untied - vocab_size * dim);
   const double attention =
       12.0 * static_cast<double>(n_layers) * static_cast<double>(n_heads) *
@@ -87,6 +118,31 @@ void ModelArgs::validate() const {
   check(
       s.type != "llama3" || s.high_freq_factor > s.low_freq_factor,
       "llama3 rope scaling needs high_freq_factor > low_freq_factor");
+  if (moe.enabled()) {
+    check(
+        moe.top_k >= 1 && moe.top_k <= moe.num_experts,
+        "moe top_k " + std::to_string(moe.top_k) + " must be in [1, " +
+            std::to_string(moe.num_experts) + "] (the experts)");
+    check(moe.expert_hidden > 0, "moe expert_hidden must be positive");
+    check(moe.shared_experts >= 0, "moe shared_experts must be >= 0");
+    check(
+        moe.score_func == "softmax" || moe.score_func == "sigmoid",
+        "moe score_func '" + moe.score_func + "'; known: softmax, sigmoid");
+    check(
+        moe.n_groups >= 1 && moe.num_experts % moe.n_groups == 0 &&
+            moe.topk_groups >= 1 && moe.topk_groups <= moe.n_groups,
+        "moe n_groups " + std::to_string(moe.n_groups) +
+            " must divide the experts (" + std::to_string(moe.num_experts) +
+            ") and topk_groups " + std::to_string(moe.topk_groups) +
+            " be in [1, n_groups]");
+    check(
+        moe.top_k <=
+            moe.num_experts / moe.n_groups * moe.topk_groups,
+        "moe top_k " + std::to_string(moe.top_k) +
+            " exceeds the experts of topk_groups groups");
+    check(
+        moe.first_dense_layers >= 0, "moe first_dense_layers must be >= 0");
+  }
 }
 
 json model_args_json(const ModelArgs& a) {
@@ -106,6 +162,21 @@ json model_args_json(const ModelArgs& a) {
       {"tie_embeddings", a.tie_embeddings}};
   if (a.ffn_dim_multiplier) {
     record["ffn_dim_multiplier"] = *a.ffn_dim_multiplier;
+  }
+  if (a.moe.enabled()) {
+    const MoeArgs& m = a.moe;
+    record["moe"] = {
+        {"num_experts", m.num_experts},
+        {"top_k", m.top_k},
+        {"expert_hidden", m.expert_hidden},
+        {"shared_experts", m.shared_experts},
+        {"score_func", m.score_func},
+        {"route_norm", m.route_norm},
+        {"route_scale", m.route_scale},
+        {"n_groups", m.n_groups},
+        {"topk_groups", m.topk_groups},
+        {"expert_bias", m.expert_bias},
+        {"first_dense_layers", m.first_dense_layers}};
   }
   const RopeScaling& s = a.rope_scaling;
   if (s.enabled()) {
@@ -162,6 +233,21 @@ ModelArgs model_args_from_json(const json& c) {
   a.max_seq_len = c.value("max_seq_len", a.max_seq_len);
   a.qk_norm = c.value("qk_norm", false);
   a.tie_embeddings = c.value("tie_embeddings", false);
+  if (c.contains("moe")) {
+    const json& m = c["moe"];
+    MoeArgs& o = a.moe;
+    o.num_experts = m.at("num_experts").get<int64_t>();
+    o.top_k = m.at("top_k").get<int64_t>();
+    o.expert_hidden = m.at("expert_hidden").get<int64_t>();
+    o.shared_experts = m.value("shared_experts", o.shared_experts);
+    o.score_func = m.value("score_func", o.score_func);
+    o.route_norm = m.value("route_norm", o.route_norm);
+    o.route_scale = m.value("route_scale", o.route_scale);
+    o.n_groups = m.value("n_groups", o.n_groups);
+    o.topk_groups = m.value("topk_groups", o.topk_groups);
+    o.expert_bias = m.value("expert_bias", o.expert_bias);
+    o.first_dense_layers = m.value("first_dense_layers", o.first_dense_layers);
+  }
   if (c.contains("rope_scaling")) {
     const json& s = c["rope_scaling"];
     RopeScaling& r = a.rope_scaling;

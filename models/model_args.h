@@ -41,6 +41,45 @@ struct RopeScaling {
   bool operator==(const RopeScaling&) const = default;
 };
 
+/// A mixture-of-experts feed-forward's shape and routing (models/moe.h);
+/// num_experts 0: every block dense.
+struct MoeArgs {
+  /// Routed experts per MoE block.
+  int64_t num_experts = 0;
+  /// Experts each token goes to.
+  int64_t top_k = 0;
+  /// Each routed expert's SwiGLU hidden size (HF moe_intermediate_size).
+  int64_t expert_hidden = 0;
+  /// Shared experts, run on every token (DeepSeek's): one SwiGLU of
+  /// shared_experts x expert_hidden.
+  int64_t shared_experts = 0;
+  /// "softmax" (Qwen3-MoE) or "sigmoid" (DeepSeek-V3) of the logits.
+  std::string score_func = "softmax";
+  /// The chosen weights renormalised to sum 1 (HF norm_topk_prob).
+  bool route_norm = true;
+  /// The weights' factor (DeepSeek's routed_scaling_factor).
+  double route_scale = 1.0;
+  /// Group-limited routing (DeepSeek's n_group / topk_group): experts in
+  /// n_groups groups, a token's top-k taken within its topk_groups best
+  /// groups (scored by the sum of each group's two best scores).
+  int64_t n_groups = 1;
+  int64_t topk_groups = 1;
+  /// A routing bias added to the scores for choosing only (the auxiliary-
+  /// loss-free balance; HF e_score_correction_bias).
+  bool expert_bias = false;
+  /// The first blocks dense (DeepSeek's first_k_dense_replace).
+  int64_t first_dense_layers = 0;
+
+  bool enabled() const {
+    return num_experts > 0;
+  }
+  /// Whether block `layer` is an MoE block.
+  bool is_moe_layer(int64_t layer) const {
+    return enabled() && layer >= first_dense_layers;
+  }
+  bool operator==(const MoeArgs&) const = default;
+};
+
 /// Shape of a decoder-only transformer of any registered family: the
 /// fields of Meta's Llama ModelArgs, and what later families add (explicit
 /// head and feed-forward widths, per-head q/k norms, tied embeddings, RoPE
@@ -73,6 +112,8 @@ struct ModelArgs {
   /// The output projection is the token embedding's weight (Llama 3.2 1B
   /// and 3B, the small Qwen3s): one parameter, `tok_embeddings.weight`.
   bool tie_embeddings = false;
+  /// Mixture of experts in the blocks moe.is_moe_layer says.
+  MoeArgs moe;
 
   /// Key/value heads (n_kv_heads, or n_heads when unset).
   int64_t kv_heads() const {
@@ -85,15 +126,23 @@ struct ModelArgs {
   /// SwiGLU hidden size: ffn_hidden, or 2/3 of 4*dim, times
   /// ffn_dim_multiplier, rounded up to multiple_of (Meta's reference code).
   int64_t ffn_hidden_dim() const;
-  /// Parameters of one transformer block.
+  /// Parameters of one dense transformer block.
   int64_t params_per_layer() const;
+  /// Parameters of block `layer`: an MoE block holds every expert.
+  int64_t params_of_layer(int64_t layer) const;
+  /// The parameters of block `layer` one token's forward uses: an MoE
+  /// block's router, top_k experts and shared experts.
+  int64_t active_params_of_layer(int64_t layer) const;
   /// Parameters of the whole model (the output projection counted once
   /// more unless tied).
   int64_t num_params() const;
+  /// The parameters one token's forward uses (num_params for a dense
+  /// model).
+  int64_t active_params() const;
   /// Training FLOPs per token at `seq_len`: 6 x the non-embedding
-  /// parameters (the output projection always in: tied or not, it is a
-  /// matmul) plus 12 x layers x heads x head_dim x seq_len for attention
-  /// (torchtitan's count, so MFU figures compare).
+  /// parameters a token uses (the output projection always in: tied or
+  /// not, it is a matmul) plus 12 x layers x heads x head_dim x seq_len
+  /// for attention (torchtitan's count, so MFU figures compare).
   double flops_per_token(int64_t seq_len) const;
   /// Throws std::invalid_argument for inconsistent shapes (dim not divisible
   /// by n_heads without an explicit head_dim, n_heads not divisible by

@@ -88,6 +88,7 @@ class CheckpointFunction
       x.requires_grad_(true);
     }
     ForwardState state = recompute->state;
+    state.recomputing = true;
     if (recompute->ops) {
       recompute->ops->set_mode(SavedOps::Mode::kReplay);
       state.saved_ops = recompute->ops.get();

@@ -48,6 +48,15 @@ std::vector<TensorBoardScalar> step_scalars(const StepMetrics& m) {
         "validation_tokens", static_cast<double>(m.validation_tokens));
     scalars.emplace_back("validation_time_s", m.validation_time_s);
   }
+  if (m.moe.layers > 0) {
+    scalars.emplace_back("moe_aux_loss", m.moe.aux_loss());
+    scalars.emplace_back("moe_load_min", m.moe.load_min);
+    scalars.emplace_back("moe_load_max", m.moe.load_max);
+    scalars.emplace_back("moe_load_cv", m.moe.load_cv());
+    scalars.emplace_back("moe_load_cv_max", m.moe.load_cv_max);
+    scalars.emplace_back(
+        "moe_dropped_tokens", static_cast<double>(m.moe.dropped));
+  }
   return scalars;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config/job_config.h"
+#include "trainer/moe_balance.h"
 #include "trainer/tensorboard.h"
 
 namespace baton {
@@ -45,6 +46,9 @@ struct StepMetrics {
   std::optional<double> validation_loss;
   int64_t validation_tokens = 0;
   double validation_time_s = 0.0;
+  /// A mixture-of-experts model's routing in the step (over every pipeline
+  /// rank for the steps it logs); layers 0 otherwise.
+  MoeStepSummary moe;
 };
 
 /// Writes one console line (glog), one metrics.jsonl object and, with

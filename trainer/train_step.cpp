@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "models/forward_state.h"
 #include "parallel/dist/process_group.h"
 
 namespace baton {
@@ -41,6 +42,11 @@ StepOutput LocalTrainStep::run(
     const bool last = i + 1 == batches.size();
     part.grad_sync().prepare(/*sync=*/last);
     const auto& batch = batches[i];
+    // A term a module adds to the objective itself (MoE's auxiliary loss)
+    // takes the loss's scale.
+    ForwardState scaled = forward_state();
+    scaled.loss_scale = 1.0 / static_cast<double>(tokens);
+    const ForwardStateGuard scale(scaled);
     const auto logits = model.forward(batch.inputs.to(device));  // (B, T, V)
     const auto loss = loss_(logits, batch.labels.to(device));
     // Scaled by the global step's token count so accumulated (and, across
@@ -64,6 +70,9 @@ EvalOutput LocalTrainStep::evaluate(
   int64_t tokens = 0;
   {
     torch::NoGradGuard no_grad;
+    ForwardState evaluating = forward_state();
+    evaluating.evaluating = true;
+    const ForwardStateGuard guard(evaluating);
     for (const auto& batch : batches) {
       const auto logits = model.forward(batch.inputs.to(device));
       loss_sum += loss_(logits, batch.labels.to(device)).item<double>();

@@ -76,6 +76,12 @@ StepMetrics Trainer::optimizer_step() {
   tokens_seen_ += out.tokens;
   m.grad_norm =
       clip_grad_norm(c_.model_parts, *c_.mesh, config_.training.max_norm);
+  if (c_.moe) {
+    // Before the step, as torchtitan's hook: the routing biases move on
+    // the step's counts, summed over the ranks that saw other tokens.
+    m.moe = balance_experts(
+        c_.model_parts, c_.mesh->loss(), config_.moe.bias_update_rate);
+  }
   if (std::isfinite(m.loss) && std::isfinite(m.grad_norm)) {
     c_.optimizers->step();
   } else {
@@ -177,6 +183,10 @@ std::vector<StepMetrics> Trainer::train() {
     }
     if (c_.metrics && (c_.metrics->should_log(m.step) || m.step == steps ||
                        m.validation_loss)) {
+      if (c_.moe) {
+        // Every rank logs the same steps, so this collective matches.
+        m.moe = combine_moe_summary(m.moe, c_.mesh->group(kPipelineAxis));
+      }
       if (m.pipeline_bubble_pct.size() == 1) {
         // Every rank logs the same steps, so this collective matches.
         const auto all = c_.mesh->group(kPipelineAxis)

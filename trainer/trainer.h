@@ -26,6 +26,9 @@ class Runtime;
 struct TrainerComponents {
   /// Training FLOPs per token of the whole model (for MFU).
   double flops_per_token = 0.0;
+  /// The model has mixture-of-experts layers (on some pipeline rank): every
+  /// step balances them, and logged steps report their routing.
+  bool moe = false;
   ModelParts model_parts;
   std::unique_ptr<OptimizersContainer> optimizers;
   std::unique_ptr<LRSchedulersContainer> lr_schedulers;

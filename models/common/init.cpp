@@ -47,7 +47,11 @@ uint64_t parameter_seed(uint64_t seed, const std::string& fqn) {
 
 void TransformerImpl::init_weights(uint64_t seed) {
   static const std::regex layer_param(
-      R"(layers\.(\d+)\.(attention\.w[qkvo]|feed_forward\.w[123])\.weight)");
+      R"(layers\.(\d+)\.(attention\.w[qkvo]|feed_forward\.w[123]|moe\.shared_experts\.w[123])\.weight)");
+  // MoE: the router and the grouped experts (torchtitan's: the router and
+  // the experts' inputs at 0.02, the experts' outputs by depth).
+  static const std::regex moe_param(
+      R"(layers\.(\d+)\.moe\.(router\.gate\.weight|experts\.w[123]))");
   static const std::regex norm_param(
       R"((layers\.\d+\.(attention_norm|ffn_norm|attention\.[qk]_norm)|norm)\.weight)");
   torch::NoGradGuard no_grad;
@@ -68,8 +72,17 @@ void TransformerImpl::init_weights(uint64_t seed) {
       const std::string name = match[2];
       const bool input_side =
           name == "attention.wq" || name == "attention.wk" ||
-          name == "attention.wv" || name == "feed_forward.w1";
+          name == "attention.wv" || name == "feed_forward.w1" ||
+          name == "moe.shared_experts.w1";
       const double layer = std::stod(match[1]);
+      const double std =
+          input_side ? 0.02 : 0.02 / std::sqrt(2.0 * (layer + 1));
+      trunc_normal_(values, std, -2.0, 2.0, gen);
+    } else if (std::regex_match(fqn, match, moe_param)) {
+      const std::string name = match[2];
+      const double layer = std::stod(match[1]);
+      const bool input_side =
+          name == "router.gate.weight" || name == "experts.w1";
       const double std =
           input_side ? 0.02 : 0.02 / std::sqrt(2.0 * (layer + 1));
       trunc_normal_(values, std, -2.0, 2.0, gen);

@@ -148,19 +148,28 @@ at::Tensor FeedForwardImpl::forward(const at::Tensor& input) {
   return hooks.out(w2(swiglu(w1(x), w3(x))));
 }
 
-TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& args) {
+TransformerBlockImpl::TransformerBlockImpl(
+    const ModelArgs& args, int64_t layer) {
   // Meta's registration order, so parameters list in their state-dict order.
   attention = register_module("attention", Attention(args));
-  feed_forward = register_module("feed_forward", FeedForward(args));
+  if (args.moe.is_moe_layer(layer)) {
+    moe = register_module("moe", MoE(args));
+  } else {
+    feed_forward = register_module("feed_forward", FeedForward(args));
+  }
   attention_norm =
       register_module("attention_norm", RMSNorm(args.dim, args.norm_eps));
   ffn_norm = register_module("ffn_norm", RMSNorm(args.dim, args.norm_eps));
 }
 
+at::Tensor TransformerBlockImpl::ffn(const at::Tensor& h) {
+  return moe ? moe(h) : feed_forward(h);
+}
+
 at::Tensor TransformerBlockImpl::forward(
     const at::Tensor& x, const RopeTables& rope) {
   auto h = x + attention(attention_norm(x), rope);
-  return h + feed_forward(ffn_norm(h));
+  return h + ffn(ffn_norm(h));
 }
 
 at::Tensor TransformerBlockImpl::forward_cached(
@@ -171,7 +180,7 @@ at::Tensor TransformerBlockImpl::forward_cached(
     int64_t start) {
   auto h = x + attention->forward_cached(
                    attention_norm(x), rope, k_cache, v_cache, start);
-  return h + feed_forward(ffn_norm(h));
+  return h + ffn(ffn_norm(h));
 }
 
 TransformerImpl::TransformerImpl(const ModelArgs& args, const ChunkSpec& chunk)
@@ -197,7 +206,7 @@ TransformerImpl::TransformerImpl(const ModelArgs& args, const ChunkSpec& chunk)
   }
   layers = register_module("layers", torch::nn::ModuleDict());
   for (int64_t i = chunk_.first_layer; i < chunk_.end_layer; ++i) {
-    blocks_.emplace_back(args_);
+    blocks_.emplace_back(args_, i);
     layers->update({{std::to_string(i), blocks_.back().ptr()}});
   }
   block_wrappers_.resize(blocks_.size());
@@ -401,9 +410,24 @@ std::vector<ParamShape> parameter_shapes(
       shapes.push_back({p + "attention.q_norm.weight", {D}});
       shapes.push_back({p + "attention.k_norm.weight", {D}});
     }
-    shapes.push_back({p + "feed_forward.w1.weight", {hidden, args.dim}});
-    shapes.push_back({p + "feed_forward.w2.weight", {args.dim, hidden}});
-    shapes.push_back({p + "feed_forward.w3.weight", {hidden, args.dim}});
+    if (args.moe.is_moe_layer(i)) {
+      const MoeArgs& m = args.moe;
+      const int64_t h = m.expert_hidden;
+      shapes.push_back({p + "moe.router.gate.weight", {m.num_experts, args.dim}});
+      shapes.push_back({p + "moe.experts.w1", {m.num_experts, h, args.dim}});
+      shapes.push_back({p + "moe.experts.w2", {m.num_experts, args.dim, h}});
+      shapes.push_back({p + "moe.experts.w3", {m.num_experts, h, args.dim}});
+      if (m.shared_experts > 0) {
+        const int64_t s = m.shared_experts * h;
+        shapes.push_back({p + "moe.shared_experts.w1.weight", {s, args.dim}});
+        shapes.push_back({p + "moe.shared_experts.w2.weight", {args.dim, s}});
+        shapes.push_back({p + "moe.shared_experts.w3.weight", {s, args.dim}});
+      }
+    } else {
+      shapes.push_back({p + "feed_forward.w1.weight", {hidden, args.dim}});
+      shapes.push_back({p + "feed_forward.w2.weight", {args.dim, hidden}});
+      shapes.push_back({p + "feed_forward.w3.weight", {hidden, args.dim}});
+    }
     shapes.push_back({p + "attention_norm.weight", {args.dim}});
     shapes.push_back({p + "ffn_norm.weight", {args.dim}});
   }

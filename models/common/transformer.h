@@ -11,6 +11,7 @@
 #include "models/linear.h"
 #include "models/model_args.h"
 #include "models/model_spec.h"
+#include "models/moe.h"
 #include "models/region.h"
 
 namespace baton::models {
@@ -119,10 +120,12 @@ class FeedForwardImpl : public torch::nn::Module {
 };
 TORCH_MODULE(FeedForward);
 
-/// Pre-norm transformer block.
+/// Pre-norm transformer block: attention, then a dense SwiGLU
+/// (feed_forward) or, where args.moe.is_moe_layer(layer), a mixture of
+/// experts (moe).
 class TransformerBlockImpl : public torch::nn::Module {
  public:
-  explicit TransformerBlockImpl(const ModelArgs& args);
+  explicit TransformerBlockImpl(const ModelArgs& args, int64_t layer = 0);
   /// x: (B, T, dim) -> (B, T, dim)
   at::Tensor forward(const at::Tensor& x, const RopeTables& rope);
   /// As forward, with AttentionImpl::forward_cached.
@@ -136,7 +139,12 @@ class TransformerBlockImpl : public torch::nn::Module {
   RMSNorm attention_norm{nullptr};
   Attention attention{nullptr};
   RMSNorm ffn_norm{nullptr};
+  /// One of the two is set.
   FeedForward feed_forward{nullptr};
+  MoE moe{nullptr};
+
+ private:
+  at::Tensor ffn(const at::Tensor& h);
 };
 TORCH_MODULE(TransformerBlock);
 

@@ -54,6 +54,38 @@ const std::map<std::string, ModelArgs>& flavors() {
   return flavors;
 }
 
+const std::map<std::string, ModelArgs>& moe_flavors() {
+  static const std::map<std::string, ModelArgs> flavors = [] {
+    const auto moe = [](ModelArgs a, int64_t experts, int64_t top_k,
+                        int64_t expert_hidden) {
+      a.moe.num_experts = experts;
+      a.moe.top_k = top_k;
+      a.moe.expert_hidden = expert_hidden;
+      a.moe.score_func = "softmax";
+      a.moe.route_norm = true;
+      return a;
+    };
+    std::map<std::string, ModelArgs> f;
+    // The dense debug model's shape with 8 experts of a third of its
+    // hidden width, 2 a token: two thirds of its feed-forward FLOPs.
+    f["debugmodel"] = moe(qwen3(256, 6, 8, 4, 64, 768), 8, 2, 256);
+    // Hugging Face's Qwen3-30B-A3B and Qwen3-235B-A22B config.json.
+    f["30B-A3B"] = moe(qwen3(2048, 48, 32, 4, 128, 6144), 128, 8, 768);
+    f["235B-A22B"] = moe(qwen3(4096, 94, 64, 4, 128, 12288), 128, 8, 1536);
+    return f;
+  }();
+  return flavors;
+}
+
+ModelSpec moe_spec() {
+  ModelSpec spec = decoder_model_spec();
+  spec.flavors = moe_flavors();
+  // Tensor parallel cuts the dense feed-forward; the experts are expert
+  // parallel's (docs/ARCHITECTURE.md, "Mixture of experts").
+  spec.tensor_parallel_plan.clear();
+  return spec;
+}
+
 ModelSpec spec() {
   ModelSpec spec = decoder_model_spec();
   spec.flavors = flavors();

@@ -19,4 +19,11 @@ const std::map<std::string, ModelArgs>& flavors();
 /// The family as registered.
 ModelSpec spec();
 
+/// Qwen3-MoE (`model.name: qwen3_moe`): Qwen3's attention, every block's
+/// feed-forward a mixture of experts (softmax router, top-k renormalised,
+/// no shared experts). Flavors: `debugmodel` (CPU-sized: 8 experts, top 2)
+/// and the published `30B-A3B` and `235B-A22B` shapes.
+const std::map<std::string, ModelArgs>& moe_flavors();
+ModelSpec moe_spec();
+
 }  // namespace baton::qwen3

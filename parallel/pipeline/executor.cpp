@@ -8,6 +8,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "models/forward_state.h"
 #include "models/linear.h"
 #include "parallel/dist/flight_recorder.h"
 #include "parallel/dist/process_group.h"
@@ -112,6 +113,12 @@ struct PipelineExecutor::State {
       c.input_pending = false;
       c.input.requires_grad_(true);
     }
+    // A term a module adds to the objective itself (MoE's auxiliary loss)
+    // takes the loss's scale.
+    ForwardState scaled = forward_state();
+    scaled.loss_scale = forward_only ? 0.0 : loss_scale;
+    scaled.evaluating = forward_only;
+    const ForwardStateGuard scale(scaled);
     WeightGradSlotGuard guard(&c.slot);
     at::Tensor out = stages.at(s)->forward(c.input);
     if (s == last_stage) {

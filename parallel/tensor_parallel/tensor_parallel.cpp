@@ -80,6 +80,17 @@ std::optional<ConfigProblem> tensor_parallel_problem(
             "); allowed: a divisor of n_heads, n_kv_heads, the feed-forward "
             "hidden size and training.seq_len"};
   };
+  if (args.moe.enabled() && tp > 1) {
+    // The experts' own split (expert parallel) is the next step of the
+    // MoE work; until then the combination is refused before anything runs.
+    return ConfigProblem{
+        kDegreeKey,
+        std::string(kDegreeKey) + ": " + std::to_string(tp) +
+            " with a mixture-of-experts model (" +
+            std::to_string(args.moe.num_experts) +
+            " experts): tensor parallel does not cut the experts yet; "
+            "allowed: 1"};
+  }
   if (args.n_heads % tp != 0) {
     return problem("model's n_heads", args.n_heads);
   }

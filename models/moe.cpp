@@ -1,0 +1,234 @@
+#include "models/moe.h"
+
+#include <torch/torch.h>
+
+#include <stdexcept>
+
+#include "models/common/fused_ops.h"
+#include "models/common/transformer.h"
+#include "models/forward_state.h"
+#include "models/param_cast.h"
+
+namespace baton::models {
+
+namespace {
+
+/// Adds `aux` (a scalar) to the objective without changing `y`: forward
+/// returns y; backward passes y's gradient on and gives aux the gradient
+/// `weight` (DeepSeek's AddAuxiliaryLoss), so the auxiliary loss reaches
+/// the router wherever the block runs (a pipeline stage, a recomputation)
+/// without a path through the loss function.
+class AddAuxiliaryLoss
+    : public torch::autograd::Function<AddAuxiliaryLoss> {
+ public:
+  static at::Tensor forward(
+      torch::autograd::AutogradContext* ctx,
+      const at::Tensor& y,
+      const at::Tensor& aux,
+      double weight) {
+    ctx->saved_data["weight"] = weight;
+    ctx->saved_data["dtype"] = static_cast<int64_t>(aux.scalar_type());
+    return y.view_as(y);
+  }
+  static torch::autograd::variable_list backward(
+      torch::autograd::AutogradContext* ctx,
+      torch::autograd::variable_list grads) {
+    const double weight = ctx->saved_data["weight"].toDouble();
+    const auto dtype =
+        static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const at::Tensor aux_grad =
+        at::full({}, weight, grads[0].options().dtype(dtype));
+    return {grads[0], aux_grad, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+Routing route(
+    const at::Tensor& logits,
+    const MoeArgs& args,
+    const at::Tensor& expert_bias) {
+  const int64_t n = logits.size(0);
+  const int64_t experts = args.num_experts;
+  Routing r;
+  r.scores = args.score_func == "sigmoid" ? logits.sigmoid()
+                                          : logits.softmax(-1);
+  // What the choice is made on: the scores plus the bias, masked outside
+  // the token's best groups. No gradient flows through the choice.
+  at::Tensor choice = r.scores.detach();
+  if (expert_bias.defined()) {
+    choice = choice + expert_bias.to(choice.dtype());
+  }
+  if (args.n_groups > 1) {
+    const int64_t per_group = experts / args.n_groups;
+    const at::Tensor grouped = choice.view({n, args.n_groups, per_group});
+    // Each group scored by the sum of its two best (DeepSeek-V3's).
+    const at::Tensor group_scores =
+        std::get<0>(grouped.topk(std::min<int64_t>(2, per_group), -1))
+            .sum(-1);  // (n, groups)
+    const at::Tensor best =
+        std::get<1>(group_scores.topk(args.topk_groups, -1));
+    const at::Tensor keep =
+        at::zeros({n, args.n_groups}, choice.options().dtype(at::kBool))
+            .scatter_(1, best, true)
+            .unsqueeze(-1)
+            .expand({n, args.n_groups, per_group})
+            .reshape({n, experts});
+    choice = choice.masked_fill(keep.logical_not(), -1e30);
+  }
+  r.experts = std::get<1>(choice.topk(args.top_k, -1));
+  r.weights = r.scores.gather(1, r.experts);
+  if (args.route_norm && args.top_k > 1) {
+    r.weights = r.weights / (r.weights.sum(-1, true) + 1e-20);
+  }
+  if (args.route_scale != 1.0) {
+    r.weights = r.weights * args.route_scale;
+  }
+  return r;
+}
+
+at::Tensor moe_aux_loss(
+    const Routing& routing, int64_t num_experts, int64_t sequences) {
+  const int64_t n = routing.experts.size(0);
+  const int64_t length = n / sequences;
+  const int64_t k = routing.experts.size(1);
+  // Per sequence: the share of its tokens' choices each expert got, and
+  // each expert's mean score over its tokens.
+  const at::Tensor counts =
+      at::zeros({sequences, num_experts}, routing.scores.options())
+          .scatter_add_(
+              1,
+              routing.experts.reshape({sequences, length * k}),
+              at::ones({sequences, length * k}, routing.scores.options()));
+  const at::Tensor share = counts / static_cast<double>(length);  // sums to k
+  const at::Tensor mean_score =
+      routing.scores.reshape({sequences, length, num_experts}).mean(1);
+  return (share * mean_score).sum(-1).mean() *
+         static_cast<double>(num_experts);
+}
+
+MoEImpl::MoEImpl(const ModelArgs& args) : args_(args.moe) {
+  const int64_t e = args_.num_experts;
+  const int64_t h = args_.expert_hidden;
+  if (e < 1 || args_.top_k < 1 || h < 1) {
+    throw std::invalid_argument("[MoE] needs experts, top_k and a hidden size");
+  }
+  // torchtitan's names: router.gate, experts.w1/w2/w3, shared_experts.
+  auto router = register_module("router", std::make_shared<torch::nn::Module>());
+  gate = router->register_module("gate", Linear(args.dim, e));
+  auto experts = register_module("experts", std::make_shared<torch::nn::Module>());
+  w1 = experts->register_parameter("w1", at::empty({e, h, args.dim}));
+  w2 = experts->register_parameter("w2", at::empty({e, args.dim, h}));
+  w3 = experts->register_parameter("w3", at::empty({e, h, args.dim}));
+  if (args_.shared_experts > 0) {
+    ModelArgs shared = args;
+    shared.ffn_hidden = args_.shared_experts * h;
+    shared_experts = register_module(
+        "shared_experts", std::make_shared<FeedForwardImpl>(shared));
+  }
+  if (args_.expert_bias) {
+    expert_bias = register_buffer("expert_bias", at::zeros({e}));
+  }
+  stats_.tokens_per_expert = at::zeros({e}, at::kDouble);
+}
+
+at::Tensor MoEImpl::experts_forward(
+    const at::Tensor& x, const Routing& routing) {
+  const int64_t n = x.size(0);
+  const int64_t k = args_.top_k;
+  const at::Tensor flat = routing.experts.flatten();  // (n k)
+  // Token-expert pairs sorted by expert (stable: a token's order kept).
+  const at::Tensor order =
+      std::get<1>(at::sort(flat, std::optional<bool>(true), /*dim=*/0));
+  const at::Tensor token = order.div(k, "floor");
+  const at::Tensor counts =
+      at::bincount(flat, /*weights=*/{}, args_.num_experts).cpu();
+  const at::Tensor xs = x.index_select(0, token);
+  // Unbound once: a select per expert would give each its own gradient of
+  // the whole tensor to add up (E^2 work); unbind's backward stacks them.
+  const std::vector<at::Tensor> a = compute_param(w1).unbind(0);
+  const std::vector<at::Tensor> b = compute_param(w3).unbind(0);
+  const std::vector<at::Tensor> c = compute_param(w2).unbind(0);
+  std::vector<at::Tensor> outs;
+  const auto* count = counts.data_ptr<int64_t>();
+  // Split once (its backward concatenates): a narrow per expert would give
+  // each a gradient the size of all the rows to add up.
+  const std::vector<at::Tensor> rows_of = xs.split_with_sizes(
+      c10::IntArrayRef(count, static_cast<size_t>(args_.num_experts)));
+  // One product per expert that has tokens (the grouped matmul's CPU form:
+  // measured against batched products in docs/PERFORMANCE.md). The rows
+  // are padded to a multiple of kRowBucket: oneDNN compiles a kernel per
+  // shape, and a new row count every step and expert made it compile all
+  // the time (half the step, and the kernels' memory).
+  constexpr int64_t kRowBucket = 64;
+  for (int64_t e = 0; e < args_.num_experts; ++e) {
+    if (count[e] == 0) {
+      continue;
+    }
+    at::Tensor rows = rows_of[e];
+    const int64_t pad = (kRowBucket - count[e] % kRowBucket) % kRowBucket;
+    if (pad > 0 && x.device().is_cpu()) {
+      rows = at::constant_pad_nd(rows, {0, 0, 0, pad});
+    }
+    const at::Tensor hidden =
+        swiglu(at::mm(rows, a[e].t()), at::mm(rows, b[e].t()));
+    outs.push_back(at::mm(hidden, c[e].t()).narrow(0, 0, count[e]));
+  }
+  const at::Tensor ys = outs.empty() ? xs.new_zeros({0, x.size(1)})
+                                     : at::cat(outs, 0);
+  const at::Tensor gates =
+      routing.weights.flatten().index_select(0, order).to(ys.dtype());
+  return at::zeros({n, x.size(1)}, ys.options())
+      .index_add(0, token, ys * gates.unsqueeze(1));
+}
+
+at::Tensor MoEImpl::forward(const at::Tensor& input) {
+  const at::Tensor in = hooks.in(input);
+  const auto shape = in.sizes().vec();
+  const at::Tensor x = in.reshape({-1, shape.back()});
+  // Routing in float32 at least: bf16 logits would tie and flip choices.
+  const at::Tensor logits =
+      gate(x).to(at::promote_types(x.scalar_type(), at::kFloat));
+  const Routing routing = route(logits, args_, expert_bias);
+  at::Tensor out = experts_forward(x, routing).to(x.dtype());
+  if (shared_experts) {
+    out = out + shared_experts->forward(x);
+  }
+  const ForwardState& state = forward_state();
+  const bool counts = !state.recomputing && !state.evaluating;
+  const bool aux_wanted = aux_loss_coeff > 0.0 && state.loss_scale > 0.0;
+  at::Tensor aux;
+  if (aux_wanted || counts) {
+    aux = moe_aux_loss(
+        routing, args_.num_experts, in.dim() == 3 ? in.size(0) : 1);
+  }
+  if (counts) {
+    torch::NoGradGuard no_grad;
+    stats_.tokens_per_expert += at::bincount(
+                                    routing.experts.flatten().cpu(),
+                                    /*weights=*/{},
+                                    args_.num_experts)
+                                    .to(at::kDouble);
+    stats_.tokens += x.size(0);
+    stats_.aux_loss_sum +=
+        aux.detach().item<double>() * static_cast<double>(x.size(0));
+  }
+  if (aux_wanted && aux.requires_grad()) {
+    // The objective's term: coeff x the layer's loss, weighted by this
+    // forward's share of the step's tokens (the cross-entropy's scale).
+    out = AddAuxiliaryLoss::apply(
+        out,
+        aux,
+        aux_loss_coeff * state.loss_scale * static_cast<double>(x.size(0)));
+  }
+  return hooks.out(out.reshape(shape));
+}
+
+MoeStats MoEImpl::take_stats() {
+  MoeStats out = stats_;
+  stats_ = MoeStats{};
+  stats_.tokens_per_expert = at::zeros({args_.num_experts}, at::kDouble);
+  return out;
+}
+
+}  // namespace baton::models

@@ -1,0 +1,117 @@
+#pragma once
+
+// A mixture-of-experts feed-forward (torchtitan's models/common/moe.py,
+// DeepSeek-V3's and Qwen3-MoE's routing): a router scores each token's
+// experts, the top-k of them run on it (SwiGLU experts stored grouped: one
+// tensor per weight, experts first), their outputs are summed with the
+// router's weights, and shared experts (DeepSeek's), where there are any,
+// run on every token. The routing statistics of a step (tokens per expert,
+// the auxiliary loss) accumulate in the module for the load balancing and
+// the metrics (trainer/moe_balance.h reads and resets them).
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+
+#include "models/linear.h"
+#include "models/model_args.h"
+#include "models/region.h"
+
+namespace baton::models {
+
+class FeedForwardImpl;
+
+/// Which experts each token goes to and with what weight.
+struct Routing {
+  /// (N, k) expert indices, int64.
+  at::Tensor experts;
+  /// (N, k) gate weights, float32 (renormalised and scaled as the router
+  /// says).
+  at::Tensor weights;
+  /// (N, E) float32: the router's scores (softmax or sigmoid of the
+  /// logits, without the bias): what the auxiliary loss reads.
+  at::Tensor scores;
+};
+
+/// The router: gate logits of x (N, dim) in float32, scored by softmax or
+/// sigmoid; the top-k chosen on the scores plus the routing bias (only
+/// where the group-limited routing keeps a token's group); the weights are
+/// the chosen scores without the bias, renormalised to sum 1 where
+/// args.route_norm, times args.route_scale. Shared by the module and the
+/// tests' reference.
+Routing route(
+    const at::Tensor& logits,
+    const MoeArgs& args,
+    const at::Tensor& expert_bias);
+
+/// One step's routing statistics of one MoE layer, summed over its
+/// forwards (a recomputation does not count twice).
+struct MoeStats {
+  /// (E) float64: tokens routed to each expert (each token counts k times).
+  at::Tensor tokens_per_expert;
+  /// Tokens the layer saw.
+  int64_t tokens = 0;
+  /// Sum over forwards of the auxiliary loss times the forward's tokens
+  /// (so stats.aux_loss_sum / stats.tokens is the token-weighted mean).
+  double aux_loss_sum = 0.0;
+  /// Token-expert pairs dropped past an expert's capacity.
+  int64_t dropped = 0;
+};
+
+/// The MoE feed-forward. Names (torchtitan's): router.gate.weight (E, dim),
+/// experts.w1 / experts.w3 (E, hidden, dim), experts.w2 (E, dim, hidden),
+/// shared_experts.w{1,2,3}.weight (a SwiGLU of shared_experts x hidden) and
+/// the buffer expert_bias (E), saved with the weights, where the routing
+/// has a bias.
+class MoEImpl : public torch::nn::Module {
+ public:
+  explicit MoEImpl(const ModelArgs& args);
+  /// x: (B, T, dim) -> (B, T, dim)
+  at::Tensor forward(const at::Tensor& x);
+
+  /// The statistics since the last take_stats(), and a fresh start.
+  MoeStats take_stats();
+  /// The statistics so far, unchanged.
+  const MoeStats& stats() const {
+    return stats_;
+  }
+  const MoeArgs& args() const {
+    return args_;
+  }
+
+  Linear gate{nullptr};
+  at::Tensor w1, w2, w3;
+  /// Where args.shared_experts > 0.
+  std::shared_ptr<FeedForwardImpl> shared_experts;
+  /// Where args.expert_bias: added to the scores for choosing experts only.
+  at::Tensor expert_bias;
+  /// Around the whole module, as FeedForwardImpl's.
+  RegionHooks hooks;
+  /// The auxiliary loss's coefficient in the objective (moe.aux_loss_coeff;
+  /// the builder sets it): coeff x the layer's loss, each forward weighted
+  /// by its share of the step's tokens (ForwardState::loss_scale). 0: the
+  /// loss is still measured, for the metrics, but adds nothing.
+  double aux_loss_coeff = 0.0;
+
+ private:
+  /// The routed experts' sum for x (N, dim) routed by `routing`.
+  at::Tensor experts_forward(const at::Tensor& x, const Routing& routing);
+
+  MoeArgs args_;
+  MoeStats stats_;
+};
+TORCH_MODULE(MoE);
+
+/// The switch-transformer auxiliary loss (transformers'
+/// load_balancing_loss_func for one layer and one sequence), per sequence
+/// and averaged over the `sequences` the routed rows are (in order): for
+/// each, E x sum_e f_e P_e, f_e the share of its tokens' choices expert e
+/// got (summing to k) and P_e e's mean score; k at perfect balance. Per
+/// sequence (DeepSeek-V3's sequence-wise form), so that it does not
+/// depend on how a step's sequences are split into batches, microbatches
+/// and data-parallel ranks: every layout trains the same objective.
+at::Tensor moe_aux_loss(
+    const Routing& routing, int64_t num_experts, int64_t sequences = 1);
+
+}  // namespace baton::models
