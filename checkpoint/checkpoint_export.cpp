@@ -239,6 +239,34 @@ void CheckpointManager::merge_export(
           "export: tensor '" + name + "' has no Hugging Face " +
           model->format->architecture + " name");
     }
+    if (hf && hf_per_expert(written)) {
+      // One tensor per expert, each a row of the grouped one, which is
+      // assembled once and let go after its last expert is written.
+      struct Shared {
+        std::vector<ExportPiece> list;
+        at::Tensor whole;
+        int64_t left = 0;
+      };
+      auto shared = std::make_shared<Shared>();
+      shared->list = list;
+      shared->left = first.global_shape.at(0);
+      const std::vector<int64_t> shape(
+          first.global_shape.begin() + 1, first.global_shape.end());
+      for (int64_t e = 0; e < first.global_shape[0]; ++e) {
+        const std::string one = hf_expert_name(written, e);
+        items_by_name[one] = {one, first.entry.dtype, shape, [shared, e] {
+                                if (!shared->whole.defined()) {
+                                  shared->whole = assemble(shared->list);
+                                }
+                                at::Tensor row = shared->whole[e].clone();
+                                if (--shared->left == 0) {
+                                  shared->whole = at::Tensor();
+                                }
+                                return row;
+                              }};
+      }
+      continue;
+    }
     items_by_name[written] = {
         written, first.entry.dtype, first.global_shape, [list = list, model] {
           const at::Tensor whole = assemble(list);

@@ -253,13 +253,19 @@ void read_hf_tensors(
           "tensor '" + fqn + "' has no Hugging Face " + format.architecture +
           " name");
     }
-    if (!map.files.contains(name)) {
-      fail(
-          map.listing + ": tensor '" + name + "' (Baton's '" + fqn +
-          "') is missing (the model has it; was the checkpoint saved from "
-          "another model?)");
+    // One per expert where HF stores them so.
+    const int64_t copies = hf_per_expert(name) ? args.moe.num_experts : 1;
+    for (int64_t e = 0; e < copies; ++e) {
+      const std::string one =
+          hf_per_expert(name) ? hf_expert_name(name, e) : name;
+      if (!map.files.contains(one)) {
+        fail(
+            map.listing + ": tensor '" + one + "' (Baton's '" + fqn +
+            "') is missing (the model has it; was the checkpoint saved from "
+            "another model?)");
+      }
+      expected.insert(one);
     }
-    expected.insert(name);
   }
   for (const auto& [name, file] : map.files) {
     if (!expected.contains(name) && !hf_folder::ignorable(name)) {
@@ -268,14 +274,32 @@ void read_hf_tensors(
           ") is not in the model");
     }
   }
-  std::map<std::string, std::vector<const WantedTensor*>> by_file;
+  // A rank reads the tensors (and, of one stored per expert, the experts)
+  // its slices overlap: (the wanted tensor, the expert or -1, the HF name).
+  struct Need {
+    const WantedTensor* wanted;
+    int64_t expert;
+    std::string name;
+  };
+  std::map<std::string, std::vector<Need>> by_file;
   for (const auto& w : wanted) {
-    by_file[map.files.at(format.name(w.fqn))].push_back(&w);
+    const std::string name = format.name(w.fqn);
+    tensors[w.fqn] = at::empty(w.shape, w.dtype);
+    if (!hf_per_expert(name)) {
+      by_file[map.files.at(name)].push_back({&w, -1, name});
+      continue;
+    }
+    // Experts first: this rank's rows of dim 0 are its experts.
+    for (int64_t e = w.offsets[0]; e < w.offsets[0] + w.shape[0]; ++e) {
+      const std::string one = hf_expert_name(name, e);
+      by_file[map.files.at(one)].push_back({&w, e, one});
+    }
   }
   for (const auto& [file, needs] : by_file) {
     const SafetensorsReader reader((dir / file).string());
-    for (const WantedTensor* w : needs) {
-      const std::string name = format.name(w->fqn);
+    for (const Need& need : needs) {
+      const WantedTensor* w = need.wanted;
+      const std::string& name = need.name;
       const SafetensorsEntry* e = reader.find(name);
       if (e == nullptr) {
         fail(
@@ -288,18 +312,33 @@ void read_hf_tensors(
             reader.path() + ": tensor '" + name + "' is " +
             safetensors_dtype(e->dtype) + "; allowed: F32, BF16, F16");
       }
-      if (e->shape != w->global_shape) {
+      const std::vector<int64_t> shape =
+          need.expert < 0 ? w->global_shape
+                          : std::vector<int64_t>(
+                                w->global_shape.begin() + 1,
+                                w->global_shape.end());
+      if (e->shape != shape) {
         fail(
             reader.path() + ": tensor '" + name + "' is " +
-            shape_string(e->shape) + ", but the model's '" + w->fqn + "' is " +
-            shape_string(w->global_shape));
+            shape_string(e->shape) + ", but the model's '" + w->fqn + "' " +
+            (need.expert < 0 ? "is " : "has experts of ") +
+            shape_string(shape));
+      }
+      if (need.expert >= 0) {
+        // One expert: row need.expert of the whole tensor.
+        at::Tensor one = reader.read(name).to(w->dtype).unsqueeze(0);
+        std::vector<int64_t> at(one.dim(), 0);
+        at[0] = need.expert;
+        copy_overlap(one, at, tensors.at(w->fqn), w->offsets);
+        continue;
       }
       const at::Tensor whole =
           format.convert(w->fqn, reader.read(name).to(w->dtype), args, false);
-      at::Tensor mine = at::empty(w->shape, w->dtype);
       copy_overlap(
-          whole, std::vector<int64_t>(whole.dim(), 0), mine, w->offsets);
-      tensors[w->fqn] = std::move(mine);
+          whole,
+          std::vector<int64_t>(whole.dim(), 0),
+          tensors.at(w->fqn),
+          w->offsets);
     }
   }
 }

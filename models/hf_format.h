@@ -34,6 +34,10 @@ struct HfFormat {
   std::function<nlohmann::json(const ModelArgs& args)> write_config;
   /// The HF name of a Baton FQN ("layers.3.feed_forward.w3.weight" ->
   /// "model.layers.3.mlp.up_proj.weight"); "" for a name it has none for.
+  /// A tensor HF stores one per expert (Baton's grouped experts, experts
+  /// first) has a name with kExpertIndex where the expert's index goes
+  /// ("model.layers.3.mlp.experts.{e}.gate_proj.weight"): expert e's is
+  /// hf_expert_name(name, e), the whole tensor's row e.
   std::function<std::string(const std::string& fqn)> name;
   /// `weight` (the whole tensor of `fqn`) from Baton's layout to HF's
   /// (`to_hf`) or back: RoPE's rows permuted per head; others as they are.
@@ -48,5 +52,20 @@ struct HfFormat {
     return static_cast<bool>(read_config);
   }
 };
+
+/// Where an expert's index goes in an HfFormat name.
+inline constexpr const char* kExpertIndex = "{e}";
+
+/// Whether `name` (an HfFormat name) is one per expert.
+inline bool hf_per_expert(const std::string& name) {
+  return name.find(kExpertIndex) != std::string::npos;
+}
+
+/// Expert `e`'s name of a per-expert `name`.
+inline std::string hf_expert_name(const std::string& name, int64_t e) {
+  std::string out = name;
+  out.replace(out.find(kExpertIndex), 3, std::to_string(e));
+  return out;
+}
 
 }  // namespace baton

@@ -78,7 +78,7 @@ Routing route(
   }
   r.experts = std::get<1>(choice.topk(args.top_k, -1));
   r.weights = r.scores.gather(1, r.experts);
-  if (args.route_norm && args.top_k > 1) {
+  if (args.route_norm) {
     r.weights = r.weights / (r.weights.sum(-1, true) + 1e-20);
   }
   if (args.route_scale != 1.0) {

@@ -205,8 +205,9 @@ std::vector<StepMetrics> Trainer::train() {
     if (step_ < steps && stop_agreed()) {
       // Every rank stops after this same step, and saves it.
       preempted_ = true;
-      LOG(WARNING) << "preemption: stopping after step " << step_ << " of "
-                   << steps;
+      // Every rank stops alike: said once.
+      LOG_IF(WARNING, log_facts())
+          << "preemption: stopping after step " << step_ << " of " << steps;
       if (c_.checkpointer) {
         c_.checkpointer->save_now(state());
       }

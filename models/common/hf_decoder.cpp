@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -31,6 +32,18 @@ const std::pair<const char*, const char*> kBlockNames[] = {
     {"attention_norm.weight", "input_layernorm.weight"},
     {"ffn_norm.weight", "post_attention_layernorm.weight"},
 };
+/// The same in an MoE block (transformers' Qwen3-MoE and DeepSeek-V3 names;
+/// kExpertIndex: one tensor per expert).
+const std::pair<const char*, const char*> kMoeNames[] = {
+    {"moe.router.gate.weight", "mlp.gate.weight"},
+    {"moe.expert_bias", "mlp.gate.e_score_correction_bias"},
+    {"moe.experts.w1", "mlp.experts.{e}.gate_proj.weight"},
+    {"moe.experts.w2", "mlp.experts.{e}.down_proj.weight"},
+    {"moe.experts.w3", "mlp.experts.{e}.up_proj.weight"},
+    {"moe.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"},
+    {"moe.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"},
+    {"moe.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"},
+};
 /// The same outside the blocks.
 const std::pair<const char*, const char*> kRootNames[] = {
     {"tok_embeddings.weight", "model.embed_tokens.weight"},
@@ -52,9 +65,12 @@ std::string hf_name(const std::string& fqn) {
     return "";
   }
   const std::string rest = fqn.substr(dot + 1);
-  for (const auto& [baton, hf] : kBlockNames) {
-    if (rest == baton) {
-      return "model." + fqn.substr(0, dot + 1) + hf;
+  using Names = std::span<const std::pair<const char*, const char*>>;
+  for (const Names names : {Names(kBlockNames), Names(kMoeNames)}) {
+    for (const auto& [baton, hf] : names) {
+      if (rest == baton) {
+        return "model." + fqn.substr(0, dot + 1) + hf;
+      }
     }
   }
   return "";
@@ -299,6 +315,39 @@ ModelArgs read_config(
         "head_dim " + std::to_string(*a.attention_head_dim) +
         " is odd; allowed: an even width (RoPE rotates pairs)");
   }
+  if (o.qwen_moe) {
+    MoeArgs& m = a.moe;
+    // The hub's config.json says num_experts; transformers 5 writes
+    // num_local_experts.
+    m.num_experts = f.has("num_experts")
+                        ? f.count("num_experts", std::nullopt)
+                        : f.count("num_local_experts", std::nullopt);
+    m.top_k = f.count("num_experts_per_tok", std::nullopt);
+    m.expert_hidden = f.count("moe_intermediate_size", std::nullopt);
+    m.score_func = "softmax";
+    m.route_norm = false;  // Qwen3MoeConfig's default
+    if (f.has("norm_topk_prob")) {
+      if (!c["norm_topk_prob"].is_boolean()) {
+        f.fail(
+            "norm_topk_prob is " + c["norm_topk_prob"].dump() +
+            "; allowed: true, false");
+      }
+      m.route_norm = c["norm_topk_prob"].get<bool>();
+    }
+    f.only("decoder_sparse_step", 1, "Baton's MoE models have experts in "
+                                     "every block");
+    if (f.has("mlp_only_layers") &&
+        !(c["mlp_only_layers"].is_array() && c["mlp_only_layers"].empty())) {
+      f.fail(
+          "mlp_only_layers is " + c["mlp_only_layers"].dump() +
+          "; allowed: [] (experts in every block)");
+    }
+    if (m.top_k > m.num_experts) {
+      f.fail(
+          "num_experts_per_tok " + std::to_string(m.top_k) +
+          " exceeds num_experts " + std::to_string(m.num_experts));
+    }
+  }
   return a;
 }
 
@@ -346,6 +395,14 @@ json write_config(const ModelArgs& a, const DecoderHfOptions& o) {
   if (o.sliding_window_field) {
     c["use_sliding_window"] = false;
     c["sliding_window"] = nullptr;
+  }
+  if (o.qwen_moe) {
+    c["num_experts"] = a.moe.num_experts;
+    c["num_experts_per_tok"] = a.moe.top_k;
+    c["moe_intermediate_size"] = a.moe.expert_hidden;
+    c["norm_topk_prob"] = a.moe.route_norm;
+    c["decoder_sparse_step"] = 1;
+    c["mlp_only_layers"] = json::array();
   }
   return c;
 }
@@ -415,6 +472,22 @@ std::optional<std::string> hf_shape_difference(
       return std::string(f.hf) + " is " + number_text(f.file) +
              ", but the model has " + f.baton + " " + number_text(f.model);
     }
+  }
+  const MoeArgs& fm = file.moe;
+  const MoeArgs& mm = model.moe;
+  if (fm.num_experts != mm.num_experts || fm.top_k != mm.top_k ||
+      fm.expert_hidden != mm.expert_hidden) {
+    return "the experts are " + std::to_string(fm.num_experts) + " (top " +
+           std::to_string(fm.top_k) + ", hidden " +
+           std::to_string(fm.expert_hidden) + "), but the model's are " +
+           std::to_string(mm.num_experts) + " (top " +
+           std::to_string(mm.top_k) + ", hidden " +
+           std::to_string(mm.expert_hidden) + ")";
+  }
+  if (fm.route_norm != mm.route_norm) {
+    return std::string("norm_topk_prob is ") +
+           (fm.route_norm ? "true" : "false") + ", but the model's is " +
+           (mm.route_norm ? "true" : "false");
   }
   if (file.tie_embeddings != model.tie_embeddings) {
     const auto text = [](bool b) { return b ? "true" : "false"; };

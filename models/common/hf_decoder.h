@@ -34,6 +34,10 @@ struct DecoderHfOptions {
   bool sliding_window_field = false;
   /// The family's config has mlp_bias (Llama's).
   bool mlp_bias_field = false;
+  /// Mixture of experts as Qwen3-MoE's config.json says it (num_experts,
+  /// num_experts_per_tok, moe_intermediate_size, norm_topk_prob) and its
+  /// tensors are named (mlp.gate, mlp.experts.E.{gate,up,down}_proj).
+  bool qwen_moe = false;
 };
 
 /// The HfFormat of a decoder family described by `options`.

@@ -83,6 +83,14 @@ ModelSpec moe_spec() {
   // Tensor parallel cuts the dense feed-forward; the experts are expert
   // parallel's (docs/ARCHITECTURE.md, "Mixture of experts").
   spec.tensor_parallel_plan.clear();
+  spec.hf = models::decoder_hf_format(
+      {.model_type = "qwen3_moe",
+       .architecture = "Qwen3MoeForCausalLM",
+       .default_head_dim = 128,
+       .default_max_position_embeddings = 32768,
+       .qk_norm = true,
+       .sliding_window_field = true,
+       .qwen_moe = true});
   return spec;
 }
 

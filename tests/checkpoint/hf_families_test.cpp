@@ -66,6 +66,8 @@ struct Case {
   const char* name;  // the folder under the suite's, hf_reference.py's case
   const char* family;
   bool bf16 = false;
+  /// Mixture of experts: no tensor parallel (it does not cut experts).
+  bool moe = false;
 };
 
 const Case kCases[] = {
@@ -74,6 +76,7 @@ const Case kCases[] = {
     {"qwen3", "qwen3"},
     {"qwen3_yarn", "qwen3"},
     {"qwen3_bfloat16", "qwen3", true},
+    {"qwen3_moe", "qwen3_moe", false, true},
 };
 
 class HfFamilies : public ::testing::Test {
@@ -87,7 +90,7 @@ class HfFamilies : public ::testing::Test {
     fs::create_directories(root_);
     const auto r = testing::run_command(reference_command(
         "make '" + root_.string() +
-        "' llama31 llama32_tied qwen3 qwen3_yarn qwen3:bfloat16"));
+        "' llama31 llama32_tied qwen3 qwen3_yarn qwen3:bfloat16 qwen3_moe"));
     made_ = r.code;
     output_ = r.output;
   }
@@ -112,6 +115,9 @@ class HfFamilies : public ::testing::Test {
     at::Tensor tokens;  // (4, 9)
     at::Tensor logits;  // (4, 8, vocab) float32, transformers'
     double loss = 0.0;
+    /// An MoE model's smallest gap between a token's k-th and (k+1)-th
+    /// routing probability (inf for a dense one).
+    double router_margin = 0.0;
   };
   static Loaded loaded(const Case& c) {
     Loaded l;
@@ -123,6 +129,7 @@ class HfFamilies : public ::testing::Test {
     l.tokens = ref.read("tokens");
     l.logits = ref.read("logits");
     l.loss = ref.read("loss").item<double>();
+    l.router_margin = ref.read("router_margin").item<double>();
     return l;
   }
 
@@ -178,6 +185,10 @@ TEST_F(HfFamilies, OneProcessLogitsEqualTransformersAndTheExportLoadsBack) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name);
     const Loaded l = loaded(c);
+    // Every layout routes transformers' tokens alike only where no choice
+    // is within float error of a tie: float32's error in a probability here
+    // is about 1e-7.
+    ASSERT_GT(l.router_margin, 1e-5);
     RunLayout one;
     one.rows = 4;
     one = layout_of(c, l, one);
@@ -238,13 +249,21 @@ TEST_F(HfFamilies, ShardedLayoutsTrainFromTransformersLoss) {
   fsdp2_tp2.dp_shard = 2;
   fsdp2_tp2.tp = 2;
   fsdp2_tp2.rows = 2;
+  // Experts: each rank loads its experts' rows of the per-expert tensors.
+  RunLayout pp2_fsdp2;
+  pp2_fsdp2.pp = 2;
+  pp2_fsdp2.dp_shard = 2;
+  pp2_fsdp2.rows = 2;
   for (const Case& c : kCases) {
     if (c.bf16) {
       continue;
     }
     SCOPED_TRACE(c.name);
     const Loaded l = loaded(c);
-    for (RunLayout layout : {pp2_tp2, fsdp2_tp2}) {
+    const std::vector<RunLayout> layouts =
+        c.moe ? std::vector<RunLayout>{pp2_fsdp2}
+              : std::vector<RunLayout>{pp2_tp2, fsdp2_tp2};
+    for (RunLayout layout : layouts) {
       layout = layout_of(c, l, layout);
       SCOPED_TRACE(layout.str());
       CheckpointConfig load;
@@ -457,6 +476,53 @@ TEST_F(HfFamilies, GenerationsLogitsEqualTransformersWithItsCache) {
       EXPECT_LE(relative(g.logits[i], logits[i], false), tolerance(false));
     }
   }
+}
+
+// The DeepSeek-V3 routing (sigmoid scores, group-limited top-k, the score
+// correction bias, renormalised and scaled weights, a shared expert):
+// Baton's MoE layer against transformers' DeepseekV3MoE on its weights
+// and inputs, the output and the input's gradient.
+TEST_F(HfFamilies, TheDeepSeekMoeBlockEqualsTransformers) {
+  const fs::path file = root_ / "deepseek_moe.safetensors";
+  const auto r =
+      testing::run_command(reference_command("deepseek_moe '" + file.string() + "'"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const SafetensorsReader ref(file.string());
+  ASSERT_GT(ref.read("margin").item<double>(), 1e-4);
+  ModelArgs args;
+  args.dim = 32;
+  args.n_heads = 4;
+  args.moe.num_experts = 8;
+  args.moe.top_k = 3;
+  args.moe.expert_hidden = 16;
+  args.moe.score_func = "sigmoid";
+  args.moe.n_groups = 4;
+  args.moe.topk_groups = 2;
+  args.moe.route_scale = 2.5;
+  args.moe.expert_bias = true;
+  args.moe.shared_experts = 1;
+  models::MoE moe(args);
+  {
+    torch::NoGradGuard no_grad;
+    moe->gate->weight.copy_(ref.read("gate.weight"));
+    moe->expert_bias.copy_(ref.read("gate.e_score_correction_bias"));
+    // transformers fuses gate and up: rows [0, hidden) gate, then up.
+    const at::Tensor gate_up = ref.read("experts.gate_up_proj");
+    moe->w1.copy_(gate_up.narrow(1, 0, 16));
+    moe->w3.copy_(gate_up.narrow(1, 16, 16));
+    moe->w2.copy_(ref.read("experts.down_proj"));
+    moe->shared_experts->w1->weight.copy_(
+        ref.read("shared_experts.gate_proj.weight"));
+    moe->shared_experts->w3->weight.copy_(
+        ref.read("shared_experts.up_proj.weight"));
+    moe->shared_experts->w2->weight.copy_(
+        ref.read("shared_experts.down_proj.weight"));
+  }
+  const at::Tensor x = ref.read("x").requires_grad_(true);
+  const at::Tensor out = moe->forward(x);
+  (out * ref.read("g")).sum().backward();
+  EXPECT_LE(relative(out.detach(), ref.read("out"), false), 1e-5);
+  EXPECT_LE(relative(x.grad(), ref.read("x_grad"), false), 1e-5);
 }
 
 // `baton generate` on a trained debug model prints transformers' greedy

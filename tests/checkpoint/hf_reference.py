@@ -21,6 +21,9 @@
       decodes the ids to (special tokens skipped, as Baton's decode skips
       them), as a JSON line.
 
+  hf_reference.py deepseek_moe FILE
+      transformers' DeepseekV3MoE block on random weights and inputs: its
+      weights, input, output and input gradient (deepseek_moe below).
   hf_reference.py generate N DIR...
       Greedy generation with transformers' KV cache from each DIR (a made case):
       N tokens after the first 5 of DIR's reference tokens, no EOS; writes
@@ -103,7 +106,42 @@ def config_of(case):
             ),
             max_position_embeddings=64,
         )
+    if case == "qwen3_moe":
+        # 8 experts of which a token uses 2, renormalised (as
+        # Qwen3-30B-A3B's config.json); every block sparse.
+        return transformers.Qwen3MoeConfig(
+            **SHAPE,
+            head_dim=16,
+            rope_theta=1e6,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=24,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+        )
     raise SystemExit(f"unknown case {case}")
+
+
+def router_margin(model, tokens):
+    """The smallest gap, over every MoE layer and token, between the k-th
+    and (k+1)-th routing probability: Baton routes the same tokens only
+    where float error cannot flip a choice. inf for a dense model."""
+    gaps = []
+
+    def hook(module, inputs, output):
+        probs = torch.softmax(output[0].double(), dim=-1)
+        top = probs.topk(module.top_k + 1, dim=-1).values
+        gaps.append((top[:, -2] - top[:, -1]).min().item())
+
+    handles = [
+        m.register_forward_hook(hook)
+        for m in model.modules()
+        if type(m).__name__.endswith("TopKRouter")
+    ]
+    forward(model, tokens)
+    for h in handles:
+        h.remove()
+    return min(gaps) if gaps else float("inf")
 
 
 def sharpen(model, scale):
@@ -137,12 +175,18 @@ def make(case, folder, dtype="float32"):
     model = model.to(getattr(torch, dtype)).eval()
     tokens = torch.randint(0, VOCAB, (4, 9), generator=torch.Generator().manual_seed(1))
     logits, loss = forward(model, tokens)
+    margin = router_margin(model, tokens)
     # Sharded where bf16, so both folder forms are read.
     model.save_pretrained(
         folder, max_shard_size="20KB" if dtype != "float32" else "1GB"
     )
     save_file(
-        {"tokens": tokens, "logits": logits.contiguous(), "loss": loss.reshape(1)},
+        {
+            "tokens": tokens,
+            "logits": logits.contiguous(),
+            "loss": loss.reshape(1),
+            "router_margin": torch.tensor([margin], dtype=torch.float64),
+        },
         os.path.join(folder, "reference.safetensors"),
     )
     print(json.dumps({"case": case, "loss": loss.item(), "architecture": type(model).__name__}))
@@ -226,6 +270,70 @@ def generate_text(export, text, n):
     )
 
 
+def deepseek_moe(path):
+    """transformers' DeepseekV3MoE (sigmoid scores, 4 groups of which a
+    token uses 2, a score correction bias, top 3, weights renormalised and
+    scaled by 2.5, one shared expert) on random weights and inputs: its
+    weights, the input, the output and the input's gradient for a random
+    output gradient, and the routing margin, into PATH (safetensors)."""
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MoE
+
+    config = transformers.DeepseekV3Config(
+        hidden_size=32,
+        moe_intermediate_size=16,
+        n_routed_experts=8,
+        num_experts_per_tok=3,
+        n_group=4,
+        topk_group=2,
+        routed_scaling_factor=2.5,
+        norm_topk_prob=True,
+        n_shared_experts=1,
+        hidden_act="silu",
+    )
+    torch.manual_seed(0)
+    moe = DeepseekV3MoE(config).float()
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in moe.parameters():
+            p.copy_(0.3 * torch.randn(p.shape, generator=gen))
+        moe.gate.e_score_correction_bias.copy_(
+            0.05 * torch.randn(8, generator=gen))
+    x = torch.randn(2, 12, 32, generator=gen, requires_grad=True)
+    g = torch.randn(2, 12, 32, generator=gen)
+    out = moe(x)
+    (out * g).sum().backward()
+    # The margins Baton needs to choose alike: the k-th and (k+1)-th group
+    # scores and, within the kept groups, expert choices.
+    with torch.no_grad():
+        scores = (x.reshape(-1, 32) @ moe.gate.weight.t()).sigmoid()
+        choice = scores + moe.gate.e_score_correction_bias
+        groups = choice.view(-1, 4, 2).topk(2, -1).values.sum(-1)
+        top_groups = groups.topk(3, -1).values
+        group_gap = (top_groups[:, 1] - top_groups[:, 2]).min()
+        kept = torch.zeros_like(groups).scatter_(1, groups.topk(2, -1).indices, 1)
+        masked = choice.masked_fill(
+            ~kept.bool().unsqueeze(-1).expand(-1, 4, 2).reshape(-1, 8), float("-inf"))
+        top = masked.topk(4, -1).values
+        choice_gap = (top[:, 2] - top[:, 3]).min()
+    save_file(
+        {
+            "gate.weight": moe.gate.weight.detach().contiguous(),
+            "gate.e_score_correction_bias": moe.gate.e_score_correction_bias.contiguous(),
+            "experts.gate_up_proj": moe.experts.gate_up_proj.detach().contiguous(),
+            "experts.down_proj": moe.experts.down_proj.detach().contiguous(),
+            "shared_experts.gate_proj.weight": moe.shared_experts.gate_proj.weight.detach().contiguous(),
+            "shared_experts.up_proj.weight": moe.shared_experts.up_proj.weight.detach().contiguous(),
+            "shared_experts.down_proj.weight": moe.shared_experts.down_proj.weight.detach().contiguous(),
+            "x": x.detach().contiguous(),
+            "g": g,
+            "out": out.detach().contiguous(),
+            "x_grad": x.grad.contiguous(),
+            "margin": torch.tensor([min(group_gap, choice_gap).item()], dtype=torch.float64),
+        },
+        path,
+    )
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "make":
         for spec in sys.argv[3:]:
@@ -241,6 +349,8 @@ if __name__ == "__main__":
             export, text_file = pair.split(":")
             with open(text_file, "rb") as f:
                 tokenize(export, f.read().decode("utf-8"))
+    elif len(sys.argv) == 3 and sys.argv[1] == "deepseek_moe":
+        deepseek_moe(sys.argv[2])
     elif len(sys.argv) > 2 and sys.argv[1] == "check":
         for pair in sys.argv[2:]:
             check(*pair.split(":"))

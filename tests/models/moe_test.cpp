@@ -135,7 +135,7 @@ at::Tensor reference(const MoEImpl& moe, const at::Tensor& x) {
       }
       return w;
     }());
-    if (a.route_norm && a.top_k > 1) {
+    if (a.route_norm) {
       weights = weights / weights.sum();
     }
     weights = weights * a.route_scale;
