@@ -232,7 +232,9 @@ TEST(Moe, TheAuxiliaryLossIsTransformersAndReachesTheRouter) {
       at::matmul(x[0], moe->gate->weight.t()).softmax(-1);
   const at::Tensor chosen = std::get<1>(probs.topk(args.moe.top_k, -1));
   const at::Tensor share =
-      at::one_hot(chosen, args.moe.num_experts).sum({0, 1}).to(torch::kFloat64) /
+      at::one_hot(chosen, args.moe.num_experts)
+          .sum(at::IntArrayRef{0, 1})
+          .to(torch::kFloat64) /
       32.0;
   const double want =
       (share * probs.mean(0)).sum().item<double>() * args.moe.num_experts;
