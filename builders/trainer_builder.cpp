@@ -26,6 +26,7 @@
 #include "parallel/dist/process_group.h"
 #include "parallel/mixed_precision.h"
 #include "parallel/parallelism.h"
+#include "trainer/moe_balance.h"
 
 namespace baton {
 
@@ -107,13 +108,9 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   c.model_parts = build_model(args);
   check_built(!c.model_parts.empty(), "build_model returned no parts");
   c.moe = args.moe.enabled();
-  c.model_parts.for_each([&](ModelPart& part) {
-    for (const auto& module : part.module().modules()) {
-      if (auto* moe = dynamic_cast<models::MoEImpl*>(module.get())) {
-        moe->aux_loss_coeff = config_.moe.aux_loss_coeff;
-      }
-    }
-  });
+  for (models::MoEImpl* moe : moe_layers(c.model_parts)) {
+    moe->aux_loss_coeff = config_.moe.aux_loss_coeff;
+  }
   parallelize(c.model_parts, build_appliers());
 
   c.optimizers = build_optimizers(c.model_parts);

@@ -206,14 +206,14 @@ at::Tensor MoEImpl::forward(const at::Tensor& input) {
   }
   if (counts) {
     torch::NoGradGuard no_grad;
-    stats_.tokens_per_expert += at::bincount(
-                                    routing.experts.flatten().cpu(),
-                                    /*weights=*/{},
-                                    args_.num_experts)
-                                    .to(at::kDouble);
+    const at::Tensor c =
+        at::bincount(routing.experts.flatten(), {}, args_.num_experts);
+    const at::Tensor a = aux.detach() * static_cast<double>(x.size(0));
+    stats_.pending_counts =
+        stats_.pending_counts.defined() ? stats_.pending_counts + c : c;
+    stats_.pending_aux =
+        stats_.pending_aux.defined() ? stats_.pending_aux + a : a;
     stats_.tokens += x.size(0);
-    stats_.aux_loss_sum +=
-        aux.detach().item<double>() * static_cast<double>(x.size(0));
   }
   if (aux_wanted && aux.requires_grad()) {
     // The objective's term: coeff x the layer's loss, weighted by this
@@ -226,8 +226,18 @@ at::Tensor MoEImpl::forward(const at::Tensor& input) {
   return hooks.out(out.reshape(shape));
 }
 
+const MoeStats& MoEImpl::stats() {
+  if (stats_.pending_counts.defined()) {
+    stats_.tokens_per_expert += stats_.pending_counts.cpu().to(at::kDouble);
+    stats_.aux_loss_sum += stats_.pending_aux.item<double>();
+    stats_.pending_counts = at::Tensor();
+    stats_.pending_aux = at::Tensor();
+  }
+  return stats_;
+}
+
 MoeStats MoEImpl::take_stats() {
-  MoeStats out = stats_;
+  MoeStats out = stats();
   stats_ = MoeStats{};
   stats_.tokens_per_expert = at::zeros({args_.num_experts}, at::kDouble);
   return out;

@@ -55,6 +55,10 @@ struct MoeStats {
   /// Sum over forwards of the auxiliary loss times the forward's tokens
   /// (so stats.aux_loss_sum / stats.tokens is the token-weighted mean).
   double aux_loss_sum = 0.0;
+  /// take_stats() turns these into the two fields above: the forwards add
+  /// on the model's device, without waiting on it.
+  at::Tensor pending_counts;
+  at::Tensor pending_aux;
   /// Token-expert pairs dropped past an expert's capacity.
   int64_t dropped = 0;
 };
@@ -72,10 +76,8 @@ class MoEImpl : public torch::nn::Module {
 
   /// The statistics since the last take_stats(), and a fresh start.
   MoeStats take_stats();
-  /// The statistics so far, unchanged.
-  const MoeStats& stats() const {
-    return stats_;
-  }
+  /// The statistics so far (what the forwards added, brought to the host).
+  const MoeStats& stats();
   const MoeArgs& args() const {
     return args_;
   }

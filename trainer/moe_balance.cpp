@@ -12,10 +12,7 @@
 
 namespace baton {
 
-namespace {
-
-/// Every MoE module of `parts`.
-std::vector<models::MoEImpl*> moe_layers(ModelParts& parts) {
+std::vector<models::MoEImpl*> moe_layers(const ModelParts& parts) {
   std::vector<models::MoEImpl*> out;
   parts.for_each([&](ModelPart& part) {
     for (const auto& module : part.module().modules(/*include_self=*/true)) {
@@ -26,8 +23,6 @@ std::vector<models::MoEImpl*> moe_layers(ModelParts& parts) {
   });
   return out;
 }
-
-}  // namespace
 
 MoeStepSummary balance_experts(
     ModelParts& parts,

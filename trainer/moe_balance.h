@@ -46,6 +46,13 @@ struct MoeStepSummary {
   }
 };
 
+namespace models {
+class MoEImpl;
+}
+
+/// Every mixture-of-experts layer of `parts`, in module order.
+std::vector<models::MoEImpl*> moe_layers(const ModelParts& parts);
+
 /// For every MoE layer of `parts`: its statistics since the last call, the
 /// tokens per expert summed over `group` (the ranks that train the same
 /// layers on other tokens; null: this rank alone), so every rank sees the
