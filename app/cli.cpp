@@ -122,7 +122,8 @@ class CommandOptions {
 
   /// --NAME VALUE or --NAME=VALUE; repeatable.
   void value(const std::string& name, Handler on) {
-    app_.add_option_function<std::string>("--" + name, std::move(on), help(name))
+    app_.add_option_function<std::string>(
+            "--" + name, std::move(on), help(name))
         ->trigger_on_parse()
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   }
@@ -135,7 +136,8 @@ class CommandOptions {
   /// --NAME (meaning `implicit`), --NAME=VALUE or --NAME VALUE.
   void optional_value(
       const std::string& name, const std::string& implicit, Handler on) {
-    app_.add_option_function<std::string>("--" + name, std::move(on), help(name))
+    app_.add_option_function<std::string>(
+            "--" + name, std::move(on), help(name))
         ->expected(0, 1)
         ->default_str(implicit)
         ->trigger_on_parse();
@@ -156,8 +158,7 @@ class CommandOptions {
   void check_complete() const {
     for (const std::string& name : option_names(command_)) {
       if (name != "help" &&
-          std::find(aliases_.begin(), aliases_.end(), name) ==
-              aliases_.end() &&
+          std::find(aliases_.begin(), aliases_.end(), name) == aliases_.end() &&
           app_.get_option_no_throw("--" + name) == nullptr) {
         throw std::logic_error(
             "[cli] baton " + command_ + " --" + name +
@@ -175,7 +176,8 @@ class CommandOptions {
       }
     }
     throw std::logic_error(
-        "[cli] baton " + command_ + " --" + name + " is not in its usage table");
+        "[cli] baton " + command_ + " --" + name +
+        " is not in its usage table");
   }
 
   CLI::App& app_;
@@ -262,7 +264,8 @@ void require(bool present, const std::string& command, const char* what) {
 /// `baton train`'s options into `out`.
 void train_options(CLI::App& app, TrainArgs& out, bool& cpu_bind_given) {
   CommandOptions o(app, "train");
-  o.value("config", [&](const std::string& v) { out.config_paths.push_back(v); });
+  o.value(
+      "config", [&](const std::string& v) { out.config_paths.push_back(v); });
   o.value("plugin", [&](const std::string& v) { out.plugins.push_back(v); });
   o.override_alias("builder");
   o.flag("print-config", [&] { out.print_config = true; });
@@ -348,7 +351,8 @@ double parse_percent(const std::string& flag, const std::string& value) {
 /// `baton plan`'s options into `out`.
 void plan_options(CLI::App& app, PlanArgs& out, bool& cpu_bind_given) {
   CommandOptions o(app, "plan");
-  o.value("config", [&](const std::string& v) { out.config_paths.push_back(v); });
+  o.value(
+      "config", [&](const std::string& v) { out.config_paths.push_back(v); });
   o.value("plugin", [&](const std::string& v) { out.plugins.push_back(v); });
   o.value("nproc", [&](const std::string& v) {
     out.nproc = parse_count("--nproc", v);
@@ -357,9 +361,8 @@ void plan_options(CLI::App& app, PlanArgs& out, bool& cpu_bind_given) {
     out.memory_per_rank_gib = parse_positive("--memory-per-rank", v);
   });
   o.value("costs", [&](const std::string& v) { out.costs_path = v; });
-  o.value("top", [&](const std::string& v) {
-    out.top = parse_count("--top", v);
-  });
+  o.value(
+      "top", [&](const std::string& v) { out.top = parse_count("--top", v); });
   o.value("synthesize", [&](const std::string& v) {
     out.synthesize = parse_count("--synthesize", v, 0);
   });
@@ -393,9 +396,8 @@ void plan_options(CLI::App& app, PlanArgs& out, bool& cpu_bind_given) {
     }
   });
   o.override_alias("log-level");
-  o.internal("profile-rank", [&](const std::string& v) {
-    out.profile_rank_path = v;
-  });
+  o.internal(
+      "profile-rank", [&](const std::string& v) { out.profile_rank_path = v; });
   o.internal("profile-compute-ranks", [&](const std::string& v) {
     out.profile_compute_ranks = parse_count("--profile-compute-ranks", v);
   });
@@ -547,9 +549,8 @@ void data_tokenize_options(CLI::App& app, DataTokenizeArgs& out) {
   CommandOptions o(app, "data tokenize");
   input_options(o, out);
   o.value("tokenizer", [&](const std::string& v) { out.tokenizer = v; });
-  o.value("tokenizer-path", [&](const std::string& v) {
-    out.tokenizer_path = v;
-  });
+  o.value(
+      "tokenizer-path", [&](const std::string& v) { out.tokenizer_path = v; });
   o.value("out", [&](const std::string& v) { out.out_dir = v; });
   o.value("tokens-per-shard", [&](const std::string& v) {
     out.tokens_per_shard = parse_count("--tokens-per-shard", v);
@@ -631,8 +632,7 @@ void generate_options(CLI::App& app, GenerateArgs& out) {
     out.top_k = parse_count("--top-k", v, 0);
   });
   o.value("top-p", [&](const std::string& v) {
-    out.top_p =
-        parse_number("--top-p", v, 1e-9, 1.0, "a number > 0 and <= 1");
+    out.top_p = parse_number("--top-p", v, 1e-9, 1.0, "a number > 0 and <= 1");
   });
   o.value("seed", [&](const std::string& v) {
     out.seed = static_cast<uint64_t>(parse_count("--seed", v, 0));
@@ -644,9 +644,8 @@ void generate_options(CLI::App& app, GenerateArgs& out) {
     out.dtype = one_of("--dtype", to_lower(v), {"float32", "bfloat16"});
   });
   o.value("tokenizer", [&](const std::string& v) { out.tokenizer = v; });
-  o.value("tokenizer-path", [&](const std::string& v) {
-    out.tokenizer_path = v;
-  });
+  o.value(
+      "tokenizer-path", [&](const std::string& v) { out.tokenizer_path = v; });
   o.check_complete();
 }
 

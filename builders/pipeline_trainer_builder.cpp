@@ -110,7 +110,7 @@ ModelParts PipelineTrainerBuilder::build_model(const ModelArgs& args) {
     }
     LOG_IF(INFO, mesh().leads({kPipelineAxis}))
         << "pipeline rank " << my_pp << " holds stage " << s << ": "
-              << pipeline::describe_chunk(chunks[s]);
+        << pipeline::describe_chunk(chunks[s]);
     parts.push_back(std::make_shared<ModelPart>(
         spec.build(args, chunks[s], config().training.seed), s));
   }

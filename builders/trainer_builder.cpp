@@ -14,8 +14,8 @@
 #include "builders/job_check.h"
 #include "checkpoint/checkpoint.h"
 #include "common/allocator.h"
-#include "common/logging.h"
 #include "common/blas.h"
+#include "common/logging.h"
 #include "common/text.h"
 #include "common/threads.h"
 #include "data/dataset.h"
@@ -153,15 +153,13 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
 double TrainerBuilder::peak_for_mfu(const ModelArgs& args) const {
   const std::string dtype = mixed_precision_name(mixed_precision_.param);
   if (config_.metrics.peak_tflops > 0.0) {
-    LOG_IF(INFO, log_facts())
-        << "mfu: against metrics.peak_tflops, "
-        << config_.metrics.peak_tflops << " TFLOP/s";
+    LOG_IF(INFO, log_facts()) << "mfu: against metrics.peak_tflops, "
+                              << config_.metrics.peak_tflops << " TFLOP/s";
     return config_.metrics.peak_tflops;
   }
   if (device_.is_cuda()) {
     const std::string name = cuda_device_name(device_.index());
-    if (const auto peak =
-            published_peak_tflops(name, mixed_precision_.param)) {
+    if (const auto peak = published_peak_tflops(name, mixed_precision_.param)) {
       LOG_IF(INFO, log_facts())
           << "mfu: against the " << name << "'s published dense " << dtype
           << " peak, " << *peak << " TFLOP/s per GPU";
@@ -216,8 +214,8 @@ double TrainerBuilder::measure_peak(const ModelArgs& args) const {
           << mixed_precision_name(mixed_precision_.param)
           << " matmul probe over the step's shapes and the 1024 square"
           << (device_.is_cuda() ? " and the 8192 square" : "")
-          << " (fastest: " << best.m << "x" << best.k << " by " << best.k
-          << "x" << best.n << ") on " << where.str();
+          << " (fastest: " << best.m << "x" << best.k << " by " << best.k << "x"
+          << best.n << ") on " << where.str();
   return peak;
 }
 
@@ -229,8 +227,7 @@ void TrainerBuilder::parallelize(ModelParts& parts, const ApplierChain& chain) {
   LOG_IF(INFO, log_facts())
       << "parallelize: " << join(chain.names(), " -> ") << " on "
       << parts.size() << (parts.size() == 1 ? " part" : " parts")
-      << (mesh().dims().degree(kPipelineAxis) > 1 ? " per pipeline rank"
-                                                  : "");
+      << (mesh().dims().degree(kPipelineAxis) > 1 ? " per pipeline rank" : "");
   if (chain.contains("activation_checkpoint") && log_facts()) {
     LOG(INFO) << "activation checkpoint: "
               << RecomputePlan::from(config_.activation_checkpoint).describe();
@@ -405,10 +402,10 @@ std::unique_ptr<DataLoader> TrainerBuilder::build_dataloader(
   options.prefetch = t.dataset_prefetch;
   LOG_IF(INFO, log_facts())
       << "data: " << t.dataset
-      << (options.dp_size > 1 ? ", a shard for each of the " +
-                                    std::to_string(options.dp_size) +
-                                    " data-parallel ranks"
-                              : std::string());
+      << (options.dp_size > 1
+              ? ", a shard for each of the " + std::to_string(options.dp_size) +
+                    " data-parallel ranks"
+              : std::string());
   return std::make_unique<DataLoader>(
       std::move(dataset), std::move(tokenizer), options);
 }
@@ -432,10 +429,10 @@ std::unique_ptr<DataLoader> TrainerBuilder::build_validation_dataloader(
   LOG_IF(INFO, log_facts())
       << "validation: " << v.dataset << " (" << v.dataset_path << "), "
       << v.steps << " batches every " << v.freq << " steps"
-      << (options.dp_size > 1 ? ", a shard for each of the " +
-                                    std::to_string(options.dp_size) +
-                                    " data-parallel ranks"
-                              : std::string());
+      << (options.dp_size > 1
+              ? ", a shard for each of the " + std::to_string(options.dp_size) +
+                    " data-parallel ranks"
+              : std::string());
   return std::make_unique<DataLoader>(
       std::move(dataset), std::move(tokenizer), options);
 }

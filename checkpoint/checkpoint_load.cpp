@@ -313,10 +313,10 @@ void read_hf_tensors(
             safetensors_dtype(e->dtype) + "; allowed: F32, BF16, F16");
       }
       const std::vector<int64_t> shape =
-          need.expert < 0 ? w->global_shape
-                          : std::vector<int64_t>(
-                                w->global_shape.begin() + 1,
-                                w->global_shape.end());
+          need.expert < 0
+              ? w->global_shape
+              : std::vector<int64_t>(
+                    w->global_shape.begin() + 1, w->global_shape.end());
       if (e->shape != shape) {
         fail(
             reader.path() + ": tensor '" + name + "' is " +

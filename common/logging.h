@@ -50,7 +50,8 @@ bool log_facts();
 
 /// Logs `line` as progress: shown at LogLevel::kProgress and below.
 void log_progress(const char* file, int line, const std::string& text);
-#define BATON_LOG_PROGRESS(text) ::baton::log_progress(__FILE__, __LINE__, (text))
+#define BATON_LOG_PROGRESS(text) \
+  ::baton::log_progress(__FILE__, __LINE__, (text))
 
 /// Redraws a status line in place on a terminal (the step line between
 /// logged steps); nothing where the console is not one. The next line

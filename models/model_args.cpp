@@ -136,12 +136,10 @@ void ModelArgs::validate() const {
             ") and topk_groups " + std::to_string(moe.topk_groups) +
             " be in [1, n_groups]");
     check(
-        moe.top_k <=
-            moe.num_experts / moe.n_groups * moe.topk_groups,
+        moe.top_k <= moe.num_experts / moe.n_groups * moe.topk_groups,
         "moe top_k " + std::to_string(moe.top_k) +
             " exceeds the experts of topk_groups groups");
-    check(
-        moe.first_dense_layers >= 0, "moe first_dense_layers must be >= 0");
+    check(moe.first_dense_layers >= 0, "moe first_dense_layers must be >= 0");
   }
 }
 

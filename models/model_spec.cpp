@@ -59,9 +59,7 @@ void register_builtin_models() {
     registry.add("llama3", llama3::spec(), "Llama 3 to 3.3 (Meta's)");
     registry.add("qwen3", qwen3::spec(), "Qwen3 dense (Alibaba's)");
     registry.add(
-        "qwen3_moe",
-        qwen3::moe_spec(),
-        "Qwen3 mixture of experts (Alibaba's)");
+        "qwen3_moe", qwen3::moe_spec(), "Qwen3 mixture of experts (Alibaba's)");
   });
 }
 

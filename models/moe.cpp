@@ -18,8 +18,7 @@ namespace {
 /// `weight` (DeepSeek's AddAuxiliaryLoss), so the auxiliary loss reaches
 /// the router wherever the block runs (a pipeline stage, a recomputation)
 /// without a path through the loss function.
-class AddAuxiliaryLoss
-    : public torch::autograd::Function<AddAuxiliaryLoss> {
+class AddAuxiliaryLoss : public torch::autograd::Function<AddAuxiliaryLoss> {
  public:
   static at::Tensor forward(
       torch::autograd::AutogradContext* ctx,
@@ -51,8 +50,8 @@ Routing route(
   const int64_t n = logits.size(0);
   const int64_t experts = args.num_experts;
   Routing r;
-  r.scores = args.score_func == "sigmoid" ? logits.sigmoid()
-                                          : logits.softmax(-1);
+  r.scores =
+      args.score_func == "sigmoid" ? logits.sigmoid() : logits.softmax(-1);
   // What the choice is made on: the scores plus the bias, masked outside
   // the token's best groups. No gradient flows through the choice.
   at::Tensor choice = r.scores.detach();
@@ -103,8 +102,7 @@ at::Tensor moe_aux_loss(
   const at::Tensor share = counts / static_cast<double>(length);  // sums to k
   const at::Tensor mean_score =
       routing.scores.reshape({sequences, length, num_experts}).mean(1);
-  return (share * mean_score).sum(-1).mean() *
-         static_cast<double>(num_experts);
+  return (share * mean_score).sum(-1).mean() * static_cast<double>(num_experts);
 }
 
 MoEImpl::MoEImpl(const ModelArgs& args) : args_(args.moe) {
@@ -114,9 +112,11 @@ MoEImpl::MoEImpl(const ModelArgs& args) : args_(args.moe) {
     throw std::invalid_argument("[MoE] needs experts, top_k and a hidden size");
   }
   // torchtitan's names: router.gate, experts.w1/w2/w3, shared_experts.
-  auto router = register_module("router", std::make_shared<torch::nn::Module>());
+  auto router =
+      register_module("router", std::make_shared<torch::nn::Module>());
   gate = router->register_module("gate", Linear(args.dim, e));
-  auto experts = register_module("experts", std::make_shared<torch::nn::Module>());
+  auto experts =
+      register_module("experts", std::make_shared<torch::nn::Module>());
   w1 = experts->register_parameter("w1", at::empty({e, h, args.dim}));
   w2 = experts->register_parameter("w2", at::empty({e, args.dim, h}));
   w3 = experts->register_parameter("w3", at::empty({e, h, args.dim}));
@@ -176,8 +176,8 @@ at::Tensor MoEImpl::experts_forward(
         swiglu(at::mm(rows, a[e].t()), at::mm(rows, b[e].t()));
     outs.push_back(at::mm(hidden, c[e].t()).narrow(0, 0, count[e]));
   }
-  const at::Tensor ys = outs.empty() ? xs.new_zeros({0, x.size(1)})
-                                     : at::cat(outs, 0);
+  const at::Tensor ys =
+      outs.empty() ? xs.new_zeros({0, x.size(1)}) : at::cat(outs, 0);
   const at::Tensor gates =
       routing.weights.flatten().index_select(0, order).to(ys.dtype());
   return at::zeros({n, x.size(1)}, ys.options())

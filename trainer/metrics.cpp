@@ -204,8 +204,8 @@ std::string MetricsLogger::step_line(const StepMetrics& m) {
        << std::setprecision(3) << m.grad_norm << "  lr " << std::scientific
        << std::setprecision(1) << m.lr << std::fixed << "  tok/s "
        << std::setprecision(0) << m.tokens_per_sec << "  mfu "
-       << std::setprecision(1) << m.mfu_pct << "%  mem "
-       << std::setprecision(0) << m.peak_rss_mib << " MiB";
+       << std::setprecision(1) << m.mfu_pct << "%  mem " << std::setprecision(0)
+       << m.peak_rss_mib << " MiB";
   if (!m.pipeline_bubble_pct.empty()) {
     line << "  bubble";
     for (size_t r = 0; r < m.pipeline_bubble_pct.size(); ++r) {
@@ -309,7 +309,8 @@ std::optional<double> published_peak_tflops(
     }
     const double peak = dtype == c10::kBFloat16 || dtype == c10::kHalf
                             ? row.bf16
-                            : dtype == c10::kFloat ? row.fp32 : 0.0;
+                        : dtype == c10::kFloat ? row.fp32
+                                               : 0.0;
     if (peak > 0.0) {
       return peak;
     }

@@ -47,10 +47,10 @@ void Trainer::log_memory() const {
   const auto mib = [](int64_t b) { return static_cast<double>(b) / (1 << 20); };
   // Once per pipeline stage: the stage's ranks hold as much.
   LOG_IF(INFO, c_.mesh->leads({kPipelineAxis}))
-      << "memory: this rank holds " << mib(params)
-            << " MiB of parameters, " << mib(grads) << " MiB of gradients and "
-            << mib(c_.optimizers->state_bytes())
-            << " MiB of optimizer state after the first step";
+      << "memory: this rank holds " << mib(params) << " MiB of parameters, "
+      << mib(grads) << " MiB of gradients and "
+      << mib(c_.optimizers->state_bytes())
+      << " MiB of optimizer state after the first step";
 }
 
 StepMetrics Trainer::optimizer_step() {
@@ -172,8 +172,8 @@ std::vector<StepMetrics> Trainer::train() {
     c_.metrics->start(step_);
   }
   const int64_t steps = config_.training.steps;
-  LOG_IF(INFO, log_facts()) << "training " << c_.model_parts.num_params() << " parameters for "
-            << steps - step_ << " steps";
+  LOG_IF(INFO, log_facts()) << "training " << c_.model_parts.num_params()
+                            << " parameters for " << steps - step_ << " steps";
   std::vector<StepMetrics> history;
   while (step_ < steps) {
     history.push_back(optimizer_step());

@@ -334,8 +334,11 @@ ModelArgs read_config(
       }
       m.route_norm = c["norm_topk_prob"].get<bool>();
     }
-    f.only("decoder_sparse_step", 1, "Baton's MoE models have experts in "
-                                     "every block");
+    f.only(
+        "decoder_sparse_step",
+        1,
+        "Baton's MoE models have experts in "
+        "every block");
     if (f.has("mlp_only_layers") &&
         !(c["mlp_only_layers"].is_array() && c["mlp_only_layers"].empty())) {
       f.fail(

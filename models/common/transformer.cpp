@@ -413,7 +413,8 @@ std::vector<ParamShape> parameter_shapes(
     if (args.moe.is_moe_layer(i)) {
       const MoeArgs& m = args.moe;
       const int64_t h = m.expert_hidden;
-      shapes.push_back({p + "moe.router.gate.weight", {m.num_experts, args.dim}});
+      shapes.push_back(
+          {p + "moe.router.gate.weight", {m.num_experts, args.dim}});
       shapes.push_back({p + "moe.experts.w1", {m.num_experts, h, args.dim}});
       shapes.push_back({p + "moe.experts.w2", {m.num_experts, args.dim, h}});
       shapes.push_back({p + "moe.experts.w3", {m.num_experts, h, args.dim}});

@@ -56,15 +56,15 @@ const std::map<std::string, ModelArgs>& flavors() {
 
 const std::map<std::string, ModelArgs>& moe_flavors() {
   static const std::map<std::string, ModelArgs> flavors = [] {
-    const auto moe = [](ModelArgs a, int64_t experts, int64_t top_k,
-                        int64_t expert_hidden) {
-      a.moe.num_experts = experts;
-      a.moe.top_k = top_k;
-      a.moe.expert_hidden = expert_hidden;
-      a.moe.score_func = "softmax";
-      a.moe.route_norm = true;
-      return a;
-    };
+    const auto moe =
+        [](ModelArgs a, int64_t experts, int64_t top_k, int64_t expert_hidden) {
+          a.moe.num_experts = experts;
+          a.moe.top_k = top_k;
+          a.moe.expert_hidden = expert_hidden;
+          a.moe.score_func = "softmax";
+          a.moe.route_norm = true;
+          return a;
+        };
     std::map<std::string, ModelArgs> f;
     // The dense debug model's shape with 8 experts of a third of its
     // hidden width, 2 a token: two thirds of its feed-forward FLOPs.

@@ -522,7 +522,7 @@ FullyShardedPart::~FullyShardedPart() {
   }
   // What communication the computation did not hide, for the benchmarks.
   VLOG(1) << "fully_shard: waited " << gathers << " s for gathers and "
-            << reduces << " s for reduce-scatters in all";
+          << reduces << " s for reduce-scatters in all";
 }
 
 void FullyShardedPart::prepare(bool sync) {
@@ -584,18 +584,17 @@ void FullyShardApplier::apply(ModelPart& part, const ParallelContext& context) {
   // Every shard of a stage holds as much: said once per stage.
   LOG_IF(INFO, context.mesh.leads({kPipelineAxis}))
       << "fully_shard: stage " << part.stage() << ": "
-            << sharded->units().size() << " units over dp_shard "
-            << groups.shard->size()
-            << (groups.replicate->size() > 1
-                    ? " x " + std::to_string(groups.replicate->size()) +
-                          " replicas"
-                    : std::string())
-            << "; this rank holds " << shard_bytes / (1 << 20)
-            << " MiB of parameters (+ as much for gradients, twice that of "
-               "AdamW state) of "
-            << whole_bytes / (1 << 20) << " MiB; gathers "
-            << c10::toString(context.mixed_precision.param) << ", reduces "
-            << c10::toString(context.mixed_precision.reduce);
+      << sharded->units().size() << " units over dp_shard "
+      << groups.shard->size()
+      << (groups.replicate->size() > 1
+              ? " x " + std::to_string(groups.replicate->size()) + " replicas"
+              : std::string())
+      << "; this rank holds " << shard_bytes / (1 << 20)
+      << " MiB of parameters (+ as much for gradients, twice that of "
+         "AdamW state) of "
+      << whole_bytes / (1 << 20) << " MiB; gathers "
+      << c10::toString(context.mixed_precision.param) << ", reduces "
+      << c10::toString(context.mixed_precision.reduce);
   // What the checkpoint saves of each: its rows of the whole tensor, within
   // any slice an earlier applier (tensor parallel) made.
   for (const auto& unit : sharded->units()) {

@@ -179,21 +179,20 @@ void log_layout(
   // Once per tp slice of each stage (data-parallel copies hold the same).
   LOG_IF(INFO, context.mesh.leads({kPipelineAxis, kAxis}))
       << "tensor_parallel: stage " << part.stage() << ": tp rank "
-            << group.rank() << " of " << n << " holds " << args.n_heads / n
-            << " of " << args.n_heads << " query heads, " << args.kv_heads() / n
-            << " of " << args.kv_heads() << " key/value heads, "
-            << args.ffn_hidden_dim() / n << " of " << args.ffn_hidden_dim()
-            << " hidden rows"
-            << (model.spec().embedding || model.spec().output
-                    ? ", vocabulary [" + std::to_string(vocab.begin) + ", " +
-                          std::to_string(vocab.end) + ") of " +
-                          std::to_string(args.vocab_size)
-                    : std::string())
-            << " (" << sharded_bytes / 1024
-            << " KiB of sliced weights); sequence parallel: activations "
-               "between blocks hold "
-            << context.config.training.seq_len / n << " of "
-            << context.config.training.seq_len << " positions";
+      << group.rank() << " of " << n << " holds " << args.n_heads / n << " of "
+      << args.n_heads << " query heads, " << args.kv_heads() / n << " of "
+      << args.kv_heads() << " key/value heads, " << args.ffn_hidden_dim() / n
+      << " of " << args.ffn_hidden_dim() << " hidden rows"
+      << (model.spec().embedding || model.spec().output
+              ? ", vocabulary [" + std::to_string(vocab.begin) + ", " +
+                    std::to_string(vocab.end) + ") of " +
+                    std::to_string(args.vocab_size)
+              : std::string())
+      << " (" << sharded_bytes / 1024
+      << " KiB of sliced weights); sequence parallel: activations "
+         "between blocks hold "
+      << context.config.training.seq_len / n << " of "
+      << context.config.training.seq_len << " positions";
 }
 
 }  // namespace

@@ -264,7 +264,8 @@ TEST(Cli, EveryFormOfAnOptionReadsTheSame) {
   EXPECT_EQ(
       a.train.overrides,
       (std::vector<std::string>{
-          "training.steps=3", "training.seq_len=64",
+          "training.steps=3",
+          "training.seq_len=64",
           "metrics.log_level=progress"}));
   EXPECT_EQ(
       parse_cli({"train", "--config", "a", "--dry-run"}).train.dry_run, "text");
@@ -290,8 +291,8 @@ TEST(Cli, EveryFormOfAnOptionReadsTheSame) {
       "unknown option '--tensor'; did you mean '--tensors'? (see 'baton "
       "checkpoint inspect --help')");
   EXPECT_EQ(
-      message({"generate", "--checkpoint", "c", "--prompt", "p", "--seed",
-               "-1"}),
+      message(
+          {"generate", "--checkpoint", "c", "--prompt", "p", "--seed", "-1"}),
       "--seed: '-1' is not allowed; allowed: an integer >= 0");
 }
 
@@ -546,8 +547,7 @@ TEST(Cli, TrainsTheDebugModelAndWritesEveryMetricsKey) {
   EXPECT_NE(r.output.find("blas: "), std::string::npos) << r.output;
   // Each step line says how far the run is and, from the second logged
   // line on, the time left.
-  EXPECT_NE(r.output.find("step  1/30  loss "), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("step  1/30  loss "), std::string::npos) << r.output;
   const size_t fifth = r.output.find("step  5/30  loss ");
   ASSERT_NE(fifth, std::string::npos) << r.output;
   const std::string line =

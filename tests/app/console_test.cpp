@@ -62,8 +62,7 @@ TEST(Console, OneFormatWithinAHundredAndTwentyColumns) {
   for (const auto& line : lines_of(r.output)) {
     EXPECT_LE(line.size(), 120u) << line;
     EXPECT_FALSE(std::regex_search(line, glog)) << line;
-    EXPECT_TRUE(
-        std::regex_match(line, first) || line.rfind("        ", 0) == 0)
+    EXPECT_TRUE(std::regex_match(line, first) || line.rfind("        ", 0) == 0)
         << line;
   }
   for (const std::string& step : {"step 1/3  loss", "step 3/3  loss"}) {
@@ -83,8 +82,8 @@ TEST(Console, TheLevelChoosesHowMuchIsShown) {
   EXPECT_EQ(r.output.find("mixed precision:"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("blas:"), std::string::npos) << r.output;
   // warning, through the config key: nothing on a clean run.
-  r = run_command(
-      train("console_warning", "--training.steps=1 --metrics.log_level=warning"));
+  r = run_command(train(
+      "console_warning", "--training.steps=1 --metrics.log_level=warning"));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.output, "") << r.output;
   // A level Baton does not have: exit 2 naming the key, before training.
@@ -105,12 +104,18 @@ TEST(Console, EachStartUpFactOncePerJobAndTheStatusLineOnATerminal) {
   // status line between the logged steps.
   const auto r = run_command_raw(
       "script -qfec '" +
-      train("console_tty", "--nproc 2 --training.steps=4 --metrics.log_freq=3") +
+      train(
+          "console_tty", "--nproc 2 --training.steps=4 --metrics.log_freq=3") +
       "' /dev/null");
   ASSERT_EQ(r.code, 0) << r.output;
   for (const std::string& fact :
-       {"blas: ", "mixed precision: ", "runtime: 2 ranks", "data: kjv",
-        "mfu: ", "fully_shard: stage 0", "memory: this rank holds",
+       {"blas: ",
+        "mixed precision: ",
+        "runtime: 2 ranks",
+        "data: kjv",
+        "mfu: ",
+        "fully_shard: stage 0",
+        "memory: this rank holds",
         "training "}) {
     EXPECT_EQ(count(r.output, fact), 1u) << fact << "\n" << r.output;
   }
@@ -119,8 +124,8 @@ TEST(Console, EachStartUpFactOncePerJobAndTheStatusLineOnATerminal) {
   // last are lines.
   EXPECT_NE(r.output.find("\r\033[K[rank0]: step 2/4  loss"), std::string::npos)
       << r.output;
-  for (const std::string& step : {"step 1/4  loss", "step 3/4  loss",
-                                  "step 4/4  loss"}) {
+  for (const std::string& step :
+       {"step 1/4  loss", "step 3/4  loss", "step 4/4  loss"}) {
     EXPECT_NE(r.output.find("trainer  " + step), std::string::npos)
         << step << "\n"
         << r.output;

@@ -237,8 +237,7 @@ TEST(PlanCli, WithoutACostFileProfilesThisMachineThenPlans) {
   }
   EXPECT_EQ(r.output.find("plan: profile 7/"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("[rank1]: "), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("fully_shard: stage"), std::string::npos)
-      << r.output;
+  EXPECT_EQ(r.output.find("fully_shard: stage"), std::string::npos) << r.output;
   const auto costs = nlohmann::json::parse(read(dir / "costs.json"));
   const std::string obtained = costs["obtained"].get<std::string>();
   EXPECT_NE(obtained.find("measured by baton plan"), std::string::npos);

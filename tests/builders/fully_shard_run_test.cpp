@@ -36,8 +36,8 @@ TEST(FullyShardRun, AnUnsetDegreeShardsOverTheRanksAndFollowsOneProcess) {
   const auto sharded = fresh_dir("fsdp_run_sharded");
   const auto r2 = run_command(
       baton_bin() + " train --nproc 2 --config " + config +
-      " --training.local_batch_size=4 --job.dump_folder=" +
-      sharded.string() + kRun);
+      " --training.local_batch_size=4 --job.dump_folder=" + sharded.string() +
+      kRun);
   ASSERT_EQ(r2.code, 0) << r2.output;
   EXPECT_NE(
       r2.output.find(

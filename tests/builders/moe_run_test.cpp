@@ -60,8 +60,12 @@ TEST(MoeRun, TrainsAndLogsItsRouting) {
   const auto metrics = read_metrics(dump);
   ASSERT_EQ(metrics.size(), 6u);
   for (const char* key :
-       {"moe_aux_loss", "moe_load_min", "moe_load_max", "moe_load_cv",
-        "moe_load_cv_max", "moe_dropped_tokens"}) {
+       {"moe_aux_loss",
+        "moe_load_min",
+        "moe_load_max",
+        "moe_load_cv",
+        "moe_load_cv_max",
+        "moe_dropped_tokens"}) {
     EXPECT_TRUE(metrics.back().contains(key)) << key;
   }
   // Top 2 of 8: the loss is about k = 2 near balance.
@@ -77,7 +81,8 @@ TEST(MoeRun, TrainsAndLogsItsRouting) {
 }
 
 TEST(MoeRun, FullActivationCheckpointingRecomputesTheSameRouting) {
-  const MoeRunResult plain = train("moe_run_plain", "--training.local_batch_size=4");
+  const MoeRunResult plain =
+      train("moe_run_plain", "--training.local_batch_size=4");
   const MoeRunResult ac = train(
       "moe_run_ac",
       "--training.local_batch_size=4 --activation_checkpoint.mode=full");
@@ -85,10 +90,11 @@ TEST(MoeRun, FullActivationCheckpointingRecomputesTheSameRouting) {
 }
 
 TEST(MoeRun, FsdpAndAPipelineFollowOneProcess) {
-  const MoeRunResult one = train("moe_run_one", "--training.local_batch_size=8");
+  const MoeRunResult one =
+      train("moe_run_one", "--training.local_batch_size=8");
   // The shard degree takes both ranks; each reads half the global batch.
-  const MoeRunResult sharded = train(
-      "moe_run_fsdp", "--nproc 2 --training.local_batch_size=4");
+  const MoeRunResult sharded =
+      train("moe_run_fsdp", "--nproc 2 --training.local_batch_size=4");
   expect_follows(sharded.losses, one.losses, 1e-4);
   // Two stages (1F1B), the MoE blocks and their auxiliary loss in both.
   const MoeRunResult piped = train(

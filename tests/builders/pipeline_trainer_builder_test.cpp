@@ -169,7 +169,9 @@ TEST(PipelineTrainerBuilder, PipelineWithDataParallel) {
       " --parallelism.data_parallel_replicate_degree=2");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("[rank0]: "), std::string::npos);
-  EXPECT_NE(r.output.find("data: kjv, a shard for each of the 2 data-parallel ranks"), std::string::npos)
+  EXPECT_NE(
+      r.output.find("data: kjv, a shard for each of the 2 data-parallel ranks"),
+      std::string::npos)
       << r.output;
   const auto l = read_losses(dump);
   ASSERT_EQ(l.size(), 6u);

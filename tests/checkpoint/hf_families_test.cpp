@@ -484,8 +484,8 @@ TEST_F(HfFamilies, GenerationsLogitsEqualTransformersWithItsCache) {
 // and inputs, the output and the input's gradient.
 TEST_F(HfFamilies, TheDeepSeekMoeBlockEqualsTransformers) {
   const fs::path file = root_ / "deepseek_moe.safetensors";
-  const auto r =
-      testing::run_command(reference_command("deepseek_moe '" + file.string() + "'"));
+  const auto r = testing::run_command(
+      reference_command("deepseek_moe '" + file.string() + "'"));
   ASSERT_EQ(r.code, 0) << r.output;
   const SafetensorsReader ref(file.string());
   ASSERT_GT(ref.read("margin").item<double>(), 1e-4);

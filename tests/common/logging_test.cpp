@@ -81,8 +81,7 @@ TEST(Logging, LevelsParseByNameAndRefuseOthers) {
   EXPECT_EQ(parse_log_level("progress"), LogLevel::kProgress);
   EXPECT_EQ(parse_log_level("warning"), LogLevel::kWarning);
   for (int i = 0; i < kLogLevelCount; ++i) {
-    EXPECT_EQ(
-        static_cast<int>(parse_log_level(log_level_names()[i])), i);
+    EXPECT_EQ(static_cast<int>(parse_log_level(log_level_names()[i])), i);
   }
   try {
     parse_log_level("loud");

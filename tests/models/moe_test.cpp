@@ -70,8 +70,9 @@ double routing_margin(const MoEImpl& moe, const at::Tensor& x) {
   if (a.n_groups > 1) {
     // Group scores must be apart too.
     const int64_t per = a.num_experts / a.n_groups;
-    const at::Tensor g = std::get<0>(
-        choice.view({x.size(0), a.n_groups, per}).topk(2, -1)).sum(-1);
+    const at::Tensor g =
+        std::get<0>(choice.view({x.size(0), a.n_groups, per}).topk(2, -1))
+            .sum(-1);
     const at::Tensor sorted = std::get<0>(g.sort(-1, /*descending=*/true));
     const double group_gap =
         (sorted.select(1, a.topk_groups - 1) - sorted.select(1, a.topk_groups))
@@ -80,8 +81,9 @@ double routing_margin(const MoEImpl& moe, const at::Tensor& x) {
     const at::Tensor kept = std::get<1>(g.topk(a.topk_groups, -1));
     at::Tensor mask = at::ones_like(g, at::kBool).scatter_(1, kept, false);
     choice = choice.masked_fill(
-        mask.unsqueeze(-1).expand({x.size(0), a.n_groups, per}).reshape(
-            {x.size(0), a.num_experts}),
+        mask.unsqueeze(-1)
+            .expand({x.size(0), a.n_groups, per})
+            .reshape({x.size(0), a.num_experts}),
         -1e30);
     const at::Tensor s = std::get<0>(choice.sort(-1, /*descending=*/true));
     return std::min(
@@ -107,16 +109,15 @@ at::Tensor reference(const MoEImpl& moe, const at::Tensor& x) {
     const int64_t per = a.num_experts / a.n_groups;
     std::vector<double> value(a.num_experts);
     for (int64_t e = 0; e < a.num_experts; ++e) {
-      value[e] = scores[t][e].item<double>() +
-                 (moe.expert_bias.defined()
-                      ? moe.expert_bias[e].item<double>()
-                      : 0.0);
+      value[e] =
+          scores[t][e].item<double>() +
+          (moe.expert_bias.defined() ? moe.expert_bias[e].item<double>() : 0.0);
     }
     // Groups by the sum of their two best.
     std::vector<std::pair<double, int64_t>> groups;
     for (int64_t g = 0; g < a.n_groups; ++g) {
-      std::vector<double> in(value.begin() + g * per,
-                             value.begin() + (g + 1) * per);
+      std::vector<double> in(
+          value.begin() + g * per, value.begin() + (g + 1) * per);
       std::sort(in.rbegin(), in.rend());
       groups.push_back({in[0] + (per > 1 ? in[1] : 0.0), g});
     }
@@ -142,8 +143,8 @@ at::Tensor reference(const MoEImpl& moe, const at::Tensor& x) {
     at::Tensor out = at::zeros({x.size(1)}, x.options());
     for (int64_t i = 0; i < a.top_k; ++i) {
       const int64_t e = choice[i].second;
-      const at::Tensor h = at::silu(at::matmul(moe.w1[e], x[t])) *
-                           at::matmul(moe.w3[e], x[t]);
+      const at::Tensor h =
+          at::silu(at::matmul(moe.w1[e], x[t])) * at::matmul(moe.w3[e], x[t]);
       out = out + weights[i] * at::matmul(moe.w2[e], h);
     }
     rows.push_back(out);
@@ -216,8 +217,7 @@ TEST(Moe, TheBiasChoosesExpertsButDoesNotWeighThem) {
   EXPECT_TRUE(is5.any(1).all().item<bool>());
   // ...with the weight its score gives it, not its bias.
   const at::Tensor w5 = (r.weights * is5.to(torch::kFloat64)).sum(1);
-  EXPECT_TRUE(
-      torch::allclose(w5, logits.sigmoid().select(1, 5), 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(w5, logits.sigmoid().select(1, 5), 1e-12, 1e-12));
 }
 
 TEST(Moe, TheAuxiliaryLossIsTransformersAndReachesTheRouter) {
@@ -228,14 +228,12 @@ TEST(Moe, TheAuxiliaryLossIsTransformersAndReachesTheRouter) {
   torch::manual_seed(6);
   const at::Tensor x = torch::randn({1, 32, args.dim}, torch::kFloat64);
   // transformers' load_balancing_loss_func for one layer.
-  const at::Tensor probs =
-      at::matmul(x[0], moe->gate->weight.t()).softmax(-1);
+  const at::Tensor probs = at::matmul(x[0], moe->gate->weight.t()).softmax(-1);
   const at::Tensor chosen = std::get<1>(probs.topk(args.moe.top_k, -1));
-  const at::Tensor share =
-      at::one_hot(chosen, args.moe.num_experts)
-          .sum(at::IntArrayRef{0, 1})
-          .to(torch::kFloat64) /
-      32.0;
+  const at::Tensor share = at::one_hot(chosen, args.moe.num_experts)
+                               .sum(at::IntArrayRef{0, 1})
+                               .to(torch::kFloat64) /
+                           32.0;
   const double want =
       (share * probs.mean(0)).sum().item<double>() * args.moe.num_experts;
 

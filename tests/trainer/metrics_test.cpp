@@ -34,13 +34,12 @@ TEST(Metrics, KnownGpusHaveTheirPublishedDensePeakPerDtype) {
   EXPECT_EQ(published_peak_tflops("NVIDIA L4", c10::kBFloat16), 121.0);
   EXPECT_EQ(published_peak_tflops("NVIDIA B200", c10::kBFloat16), 2250.0);
   // float32 runs on the CUDA cores (TF32 off): a much lower peak.
-  EXPECT_EQ(
-      published_peak_tflops("NVIDIA H100 80GB HBM3", c10::kFloat), 66.9);
-  EXPECT_EQ(
-      published_peak_tflops("NVIDIA A100-SXM4-40GB", c10::kFloat), 19.5);
+  EXPECT_EQ(published_peak_tflops("NVIDIA H100 80GB HBM3", c10::kFloat), 66.9);
+  EXPECT_EQ(published_peak_tflops("NVIDIA A100-SXM4-40GB", c10::kFloat), 19.5);
   // Not in the table, or no published figure for the dtype: the probe.
-  EXPECT_EQ(published_peak_tflops("NVIDIA GeForce GTX 1080", c10::kBFloat16),
-            std::nullopt);
+  EXPECT_EQ(
+      published_peak_tflops("NVIDIA GeForce GTX 1080", c10::kBFloat16),
+      std::nullopt);
   EXPECT_EQ(published_peak_tflops("NVIDIA A10G", c10::kBFloat16), std::nullopt);
   EXPECT_EQ(published_peak_tflops("NVIDIA B200", c10::kFloat), std::nullopt);
   EXPECT_EQ(published_peak_tflops("", c10::kBFloat16), std::nullopt);
