@@ -43,6 +43,30 @@ void check_listed_appliers(const JobConfig& config) {
   }
 }
 
+void check_hf_layout(const JobConfig& config, const ModelSpec& spec) {
+  // A family without a Hugging Face layout cannot be exported as one nor
+  // loaded from one: said now, not after the run's last step.
+  const auto& ck = config.checkpoint;
+  if (spec.hf.defined()) {
+    return;
+  }
+  if (ck.model_only_export && to_lower(ck.export_format) == "hf") {
+    throw_config_error(
+        config.origin("checkpoint.export_format"),
+        "checkpoint.export_format: hf for model '" + config.model.name +
+            "', whose family registers no Hugging Face layout; allowed: "
+            "baton (the checkpoint's own format), or a family with one");
+  }
+  if (!ck.initial_load_hf.empty()) {
+    throw_config_error(
+        config.origin("checkpoint.initial_load_hf"),
+        "checkpoint.initial_load_hf: a Hugging Face folder for model '" +
+            config.model.name +
+            "', whose family registers no Hugging Face layout; allowed: "
+            "empty, or a family with one");
+  }
+}
+
 CheckedJob check_job(
     const JobConfig& config,
     int64_t world_size,
@@ -64,6 +88,7 @@ CheckedJob check_job(
       throw_config_error(config.origin(problem->key), problem->message);
     }
   }
+  check_hf_layout(config, spec);
   check_listed_appliers(config);
   return job;
 }

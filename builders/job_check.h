@@ -11,6 +11,7 @@
 #include "config/job_config.h"
 #include "config/parallel_dims.h"
 #include "models/model_args.h"
+#include "models/model_spec.h"
 
 namespace baton {
 
@@ -41,6 +42,12 @@ CheckedJob check_job(
 /// plans clusters from anywhere), with where it came from.
 std::pair<int64_t, std::string> job_vocabulary(
     const JobConfig& config, const ModelArgs& flavor);
+
+/// The check of the checkpoint's Hugging Face keys against the family
+/// (check_job and the builders): an hf export or an initial_load_hf of a
+/// family that registers no Hugging Face layout is a ConfigError naming
+/// the key.
+void check_hf_layout(const JobConfig& config, const ModelSpec& spec);
 
 /// The check of parallelism.appliers (check_job and build_appliers): each
 /// name registered and none a step the builder places itself.

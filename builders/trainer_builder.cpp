@@ -105,6 +105,7 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   if (const auto problem = parallelism_problem(config_, dims_, args)) {
     throw_config_error(config_.origin(problem->key), problem->message);
   }
+  check_hf_layout(config_, spec);
   c.model_parts = build_model(args);
   check_built(!c.model_parts.empty(), "build_model returned no parts");
   c.moe = args.moe.enabled();

@@ -316,6 +316,13 @@ CheckpointManager::Snapshot CheckpointManager::snapshot(
         }
       }
     }
+    // Buffers saved with the weights (an MoE's routing bias): whole and the
+    // same on every rank of a stage, written by its first.
+    if (layout_.writes({})) {
+      for (const auto& item : parts_[i].module().named_buffers()) {
+        s.items.push_back(safetensors_item(item.key(), keep(item.value())));
+      }
+    }
   }
   s.meta = {
       {"rank", layout_.rank},

@@ -615,6 +615,17 @@ std::vector<CheckpointManager::Wanted> CheckpointManager::wanted_tensors(
         wanted.push_back(std::move(fw));
       }
     }
+    if (optimizer_state) {
+      // A checkpoint's buffers (an MoE's routing bias), whole; a Hugging
+      // Face folder's are read by the family's own names, where it has them.
+      for (const auto& item : part->module().named_buffers()) {
+        const at::Tensor& b = item.value();
+        Wanted w{item.key(), b.scalar_type(), b.sizes().vec(), {}, {}};
+        w.global_shape = w.shape;
+        w.offsets.assign(w.shape.size(), 0);
+        wanted.push_back(std::move(w));
+      }
+    }
     ++part_index;
   }
   return wanted;
@@ -732,6 +743,9 @@ void CheckpointManager::apply(Staged& staged) const {
         }
         auto st = codec.make(fields, p);
         states[compat::optimizer_state_key(p)] = std::move(st);
+      }
+      for (const auto& item : parts_[i].module().named_buffers()) {
+        item.value().copy_(staged.tensors.at(item.key()));
       }
     }
   }

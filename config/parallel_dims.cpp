@@ -22,6 +22,11 @@ std::vector<MeshAxisSpec>& axes() {
   return declared;
 }
 
+std::vector<DerivedAxisSpec>& derived_specs() {
+  static std::vector<DerivedAxisSpec> declared;
+  return declared;
+}
+
 bool same_spec(const MeshAxisSpec& a, const MeshAxisSpec& b) {
   return a.name == b.name && a.order == b.order &&
          a.degree_key == b.degree_key && a.joins == b.joins &&
@@ -56,6 +61,27 @@ void declare_mesh_axis(MeshAxisSpec spec) {
 std::vector<MeshAxisSpec> declared_mesh_axes() {
   std::lock_guard lock(axes_mutex());
   return axes();
+}
+
+void declare_derived_axis(DerivedAxisSpec spec) {
+  std::lock_guard lock(axes_mutex());
+  for (const auto& d : derived_specs()) {
+    if (d.name == spec.name) {
+      if (d.sources == spec.sources && d.degree_key == spec.degree_key &&
+          d.rest == spec.rest) {
+        return;
+      }
+      throw std::logic_error(
+          "[mesh] declare_derived_axis '" + spec.name +
+          "': declared already, otherwise");
+    }
+  }
+  derived_specs().push_back(std::move(spec));
+}
+
+std::vector<DerivedAxisSpec> declared_derived_axes() {
+  std::lock_guard lock(axes_mutex());
+  return derived_specs();
 }
 
 std::optional<ConfigProblem> degrees_problem(
@@ -166,10 +192,10 @@ ParallelDims ParallelDims::from_config(
       }
     }
   }
+  ParallelDims dims;
   try {
-    ParallelDims dims = resolve(std::move(requested), world_size);
+    dims = resolve(std::move(requested), world_size);
     dims.inferred = inferred;
-    return dims;
   } catch (const ConfigError& e) {
     // The degrees meet the world size only here: name where they were set.
     std::string where;
@@ -184,28 +210,51 @@ ParallelDims ParallelDims::from_config(
             (world_source.empty() ? "" : " (" + world_source + ")") +
             fitting_layout(config, world_size));
   }
+  for (const auto& spec : declared_derived_axes()) {
+    const auto degree = config.integer(spec.degree_key);
+    if (!degree) {
+      throw std::logic_error(
+          "[mesh] derived axis '" + spec.name + "': its degree key '" +
+          spec.degree_key + "' is not an integer key of the config");
+    }
+    try {
+      dims.add_derived(spec, *degree);
+    } catch (const ConfigError& e) {
+      throw_config_error(config.origin(spec.degree_key), e.what());
+    }
+  }
+  return dims;
 }
 
 ParallelDims ParallelDims::of(
     const std::map<std::string, int64_t>& degrees, int64_t world_size) {
   std::vector<std::pair<MeshAxisSpec, int64_t>> requested;
   size_t known = 0;
+  std::vector<std::string> names;
   for (const auto& spec : declared_mesh_axes()) {
     const auto it = degrees.find(spec.name);
     known += it != degrees.end();
     requested.emplace_back(spec, it == degrees.end() ? 1 : it->second);
+    names.push_back(spec.name);
+  }
+  const auto derived_axes = declared_derived_axes();
+  for (const auto& spec : derived_axes) {
+    known += degrees.count(spec.name);
+    names.push_back(spec.name);
   }
   if (known != degrees.size()) {
-    std::vector<std::string> names;
-    for (const auto& [spec, degree] : requested) {
-      names.push_back(spec.name);
-    }
     throw std::invalid_argument(
         "[ParallelDims] of: a degree for an axis that is not declared; "
         "allowed: " +
         join(names, ", "));
   }
-  return resolve(std::move(requested), world_size);
+  ParallelDims dims = resolve(std::move(requested), world_size);
+  for (const auto& spec : derived_axes) {
+    if (const auto it = degrees.find(spec.name); it != degrees.end()) {
+      dims.add_derived(spec, it->second);
+    }
+  }
+  return dims;
 }
 
 ParallelDims ParallelDims::resolve(
@@ -284,13 +333,46 @@ void ParallelDims::add_derived(DerivedAxis axis) {
     }
     product *= degree(source);
   }
-  if (axis.degree < 1 || product % axis.degree != 0) {
+  if (axis.degree < 1 || axis.stride < 1 ||
+      product % (axis.degree * axis.stride) != 0) {
     throw std::invalid_argument(
         "[ParallelDims] derived axis '" + axis.name + "': degree " +
-        std::to_string(axis.degree) + " does not divide " +
-        join(axis.sources, " x ") + " = " + std::to_string(product));
+        std::to_string(axis.degree) +
+        (axis.stride > 1 ? " x stride " + std::to_string(axis.stride) : "") +
+        " does not divide " + join(axis.sources, " x ") + " = " +
+        std::to_string(product));
   }
   derived.push_back(std::move(axis));
+}
+
+void ParallelDims::add_derived(const DerivedAxisSpec& spec, int64_t degree) {
+  if (degree < 1) {
+    throw ConfigError(
+        spec.degree_key + ": " + std::to_string(degree) +
+        " is out of range; allowed: an integer >= 1");
+  }
+  if (degree == 1) {
+    return;
+  }
+  int64_t product = 1;
+  for (const auto& source : spec.sources) {
+    product *= this->degree(source);
+  }
+  if (product % degree != 0) {
+    std::vector<std::string> sources;
+    for (const auto& source : spec.sources) {
+      sources.push_back(source + " " + std::to_string(this->degree(source)));
+    }
+    throw ConfigError(
+        spec.degree_key + ": " + std::to_string(degree) + " does not divide " +
+        join(sources, " x ") + " = " + std::to_string(product) + " (" +
+        to_string() + "); allowed: a divisor of " + std::to_string(product) +
+        ", the " + join(spec.sources, " x ") + " ranks it borrows");
+  }
+  add_derived(DerivedAxis{spec.name, spec.sources, degree, 1});
+  if (!spec.rest.empty()) {
+    add_derived(DerivedAxis{spec.rest, spec.sources, product / degree, degree});
+  }
 }
 
 int64_t ParallelDims::degree(const std::string& name) const {

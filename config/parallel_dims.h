@@ -54,15 +54,38 @@ struct MeshAxis {
   bool splits_model = false;
 };
 
-/// An axis that re-slices others rather than multiplying the world: its
-/// `degree` ranks are the innermost `degree` positions of the flattened
-/// `sources` (as expert parallel borrows its ranks from dp_shard x cp), so
-/// `degree` must divide the sources' product.
+/// An axis that re-slices others rather than multiplying the world: a
+/// rank's position on it is (flat / stride) % degree, flat its row-major
+/// position over the `sources` (as expert parallel borrows its ranks from
+/// dp_shard x cp: stride 1, the innermost `degree` positions; the rest of
+/// the sources, the ranks that hold the same experts, is the derived axis
+/// of stride `degree`), so stride x degree must divide the sources'
+/// product.
 struct DerivedAxis {
   std::string name;
   std::vector<std::string> sources;
   int64_t degree = 1;
+  int64_t stride = 1;
 };
+
+/// A derived axis as the parallelism that owns it declares it
+/// (declare_derived_axis): `name` of the degree `degree_key` sets (an
+/// integer key >= 1, not a mesh degree: it multiplies nothing), the
+/// innermost positions of `sources`; and, where `rest` is named, the rest
+/// of the sources as a derived axis of that name. Both are in a mesh whose
+/// degree is above 1.
+struct DerivedAxisSpec {
+  std::string name;
+  std::vector<std::string> sources;
+  std::string degree_key;
+  std::string rest;
+};
+
+/// Declares `spec` for every mesh from_config builds after it; the same
+/// spec again is a no-op, another under a declared name a programming error
+/// (std::logic_error).
+void declare_derived_axis(DerivedAxisSpec spec);
+std::vector<DerivedAxisSpec> declared_derived_axes();
 
 /// Checks the degrees alone, given as (config key, degree): each is >= 1 or
 /// -1, and at most one is -1 (it takes the rest of the world). The config
@@ -98,7 +121,8 @@ struct ParallelDims {
       int64_t world_size,
       const std::string& world_source = "");
   /// The declared axes with `degrees` by axis name (absent: 1; -1: the
-  /// rest); for tests, benchmarks and the planner's candidates.
+  /// rest), and the declared derived axes named there with theirs; for
+  /// tests, benchmarks and the planner's candidates.
   static ParallelDims of(
       const std::map<std::string, int64_t>& degrees, int64_t world_size);
   /// `axes` (each spec with its degree, -1 for at most one) in spec order:
@@ -107,8 +131,12 @@ struct ParallelDims {
       std::vector<std::pair<MeshAxisSpec, int64_t>> axes, int64_t world_size);
 
   /// Adds `axis`; throws std::invalid_argument when a source is not an axis
-  /// or its degree does not divide the sources' product.
+  /// or its stride x degree does not divide the sources' product.
   void add_derived(DerivedAxis axis);
+  /// Adds `spec`'s axis of `degree` and its rest (no-op for degree 1);
+  /// throws ConfigError naming the degree key when it does not divide the
+  /// sources' product.
+  void add_derived(const DerivedAxisSpec& spec, int64_t degree);
 
   /// The degree of the axis, flattened group or derived axis `name`; 1 when
   /// the mesh has none of that name.

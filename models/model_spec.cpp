@@ -1,6 +1,7 @@
 #include "models/model_spec.h"
 
 #include "models/common/transformer.h"
+#include "models/deepseek/deepseek.h"
 #include "models/llama3/llama3.h"
 #include "models/qwen3/qwen3.h"
 
@@ -60,6 +61,10 @@ void register_builtin_models() {
     registry.add("qwen3", qwen3::spec(), "Qwen3 dense (Alibaba's)");
     registry.add(
         "qwen3_moe", qwen3::moe_spec(), "Qwen3 mixture of experts (Alibaba's)");
+    registry.add(
+        "deepseek_moe",
+        deepseek::spec(),
+        "DeepSeek-V3's mixture of experts with grouped-query attention");
   });
 }
 

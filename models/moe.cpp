@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <stdexcept>
 
 #include "models/common/fused_ops.h"
@@ -75,7 +76,13 @@ Routing route(
             .reshape({n, experts});
     choice = choice.masked_fill(keep.logical_not(), -1e30);
   }
-  r.experts = std::get<1>(choice.topk(args.top_k, -1));
+  // One more than k: the margin between the last chosen and the next.
+  const int64_t k = args.top_k;
+  auto [best, index] = choice.topk(std::min(k + 1, experts), -1);
+  r.experts = index.narrow(1, 0, k).contiguous();
+  r.margin = k < experts
+                 ? (best.select(1, k - 1) - best.select(1, k)).to(at::kFloat)
+                 : at::full({n}, INFINITY, best.options().dtype(at::kFloat));
   r.weights = r.scores.gather(1, r.experts);
   if (args.route_norm) {
     r.weights = r.weights / (r.weights.sum(-1, true) + 1e-20);
@@ -130,6 +137,18 @@ MoEImpl::MoEImpl(const ModelArgs& args) : args_(args.moe) {
     expert_bias = register_buffer("expert_bias", at::zeros({e}));
   }
   stats_.tokens_per_expert = at::zeros({e}, at::kDouble);
+  stats_.min_margin = INFINITY;
+}
+
+bool is_routed_expert(const std::string& fqn) {
+  for (const char* w : {".experts.w1", ".experts.w2", ".experts.w3"}) {
+    const std::string suffix = w;
+    if (fqn.size() >= suffix.size() &&
+        fqn.compare(fqn.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      return true;
+    }
+  }
+  return false;
 }
 
 at::Tensor MoEImpl::experts_forward(
@@ -144,17 +163,43 @@ at::Tensor MoEImpl::experts_forward(
   const at::Tensor counts =
       at::bincount(flat, /*weights=*/{}, args_.num_experts).cpu();
   const at::Tensor xs = x.index_select(0, token);
+  at::Tensor ys;
+  if (dispatcher) {
+    ys = dispatcher->run(
+        xs,
+        counts,
+        [this](const at::Tensor& rows, const std::vector<int64_t>& c) {
+          return local_experts(rows, c);
+        });
+  } else {
+    const auto* count = counts.data_ptr<int64_t>();
+    ys = local_experts(
+        xs, std::vector<int64_t>(count, count + args_.num_experts));
+  }
+  const at::Tensor gates =
+      routing.weights.flatten().index_select(0, order).to(ys.dtype());
+  return at::zeros({n, x.size(1)}, ys.options())
+      .index_add(0, token, ys * gates.unsqueeze(1));
+}
+
+at::Tensor MoEImpl::local_experts(
+    const at::Tensor& xs, const std::vector<int64_t>& count) const {
+  const auto experts = static_cast<int64_t>(count.size());
+  TORCH_CHECK(
+      experts == w1.size(0),
+      "[MoE] rows for ",
+      experts,
+      " experts; this module holds ",
+      w1.size(0));
   // Unbound once: a select per expert would give each its own gradient of
   // the whole tensor to add up (E^2 work); unbind's backward stacks them.
   const std::vector<at::Tensor> a = compute_param(w1).unbind(0);
   const std::vector<at::Tensor> b = compute_param(w3).unbind(0);
   const std::vector<at::Tensor> c = compute_param(w2).unbind(0);
   std::vector<at::Tensor> outs;
-  const auto* count = counts.data_ptr<int64_t>();
   // Split once (its backward concatenates): a narrow per expert would give
   // each a gradient the size of all the rows to add up.
-  const std::vector<at::Tensor> rows_of = xs.split_with_sizes(
-      c10::IntArrayRef(count, static_cast<size_t>(args_.num_experts)));
+  const std::vector<at::Tensor> rows_of = xs.split_with_sizes(count);
   // One product per expert that has tokens: the grouped matmul's CPU
   // form, exactly the routed rows' FLOPs (a batched product would pad every
   // expert to the most loaded one's rows; the bench is to compare them).
@@ -163,25 +208,26 @@ at::Tensor MoEImpl::experts_forward(
   // compile all the time (half the debug model's step, and 1.4 GB of
   // kernels; padded, the step ran 1.5x faster).
   constexpr int64_t kRowBucket = 64;
-  for (int64_t e = 0; e < args_.num_experts; ++e) {
+  for (int64_t e = 0; e < experts; ++e) {
     if (count[e] == 0) {
       continue;
     }
     at::Tensor rows = rows_of[e];
     const int64_t pad = (kRowBucket - count[e] % kRowBucket) % kRowBucket;
-    if (pad > 0 && x.device().is_cpu()) {
+    if (pad > 0 && xs.device().is_cpu()) {
       rows = at::constant_pad_nd(rows, {0, 0, 0, pad});
     }
     const at::Tensor hidden =
         swiglu(at::mm(rows, a[e].t()), at::mm(rows, b[e].t()));
     outs.push_back(at::mm(hidden, c[e].t()).narrow(0, 0, count[e]));
   }
-  const at::Tensor ys =
-      outs.empty() ? xs.new_zeros({0, x.size(1)}) : at::cat(outs, 0);
-  const at::Tensor gates =
-      routing.weights.flatten().index_select(0, order).to(ys.dtype());
-  return at::zeros({n, x.size(1)}, ys.options())
-      .index_add(0, token, ys * gates.unsqueeze(1));
+  if (outs.empty()) {
+    // No rows (expert parallel: none came to this rank's experts): still
+    // a function of them, so that the backward runs the dispatch's
+    // all-to-all as every other rank's does.
+    return xs.mul(0.0);
+  }
+  return at::cat(outs, 0);
 }
 
 at::Tensor MoEImpl::forward(const at::Tensor& input) {
@@ -213,6 +259,10 @@ at::Tensor MoEImpl::forward(const at::Tensor& input) {
         stats_.pending_counts.defined() ? stats_.pending_counts + c : c;
     stats_.pending_aux =
         stats_.pending_aux.defined() ? stats_.pending_aux + a : a;
+    const at::Tensor m = routing.margin.min();
+    stats_.pending_margin = stats_.pending_margin.defined()
+                                ? at::minimum(stats_.pending_margin, m)
+                                : m;
     stats_.tokens += x.size(0);
   }
   if (aux_wanted && aux.requires_grad()) {
@@ -230,8 +280,11 @@ const MoeStats& MoEImpl::stats() {
   if (stats_.pending_counts.defined()) {
     stats_.tokens_per_expert += stats_.pending_counts.cpu().to(at::kDouble);
     stats_.aux_loss_sum += stats_.pending_aux.item<double>();
+    stats_.min_margin =
+        std::min(stats_.min_margin, stats_.pending_margin.item<double>());
     stats_.pending_counts = at::Tensor();
     stats_.pending_aux = at::Tensor();
+    stats_.pending_margin = at::Tensor();
   }
   return stats_;
 }
@@ -240,6 +293,7 @@ MoeStats MoEImpl::take_stats() {
   MoeStats out = stats();
   stats_ = MoeStats{};
   stats_.tokens_per_expert = at::zeros({args_.num_experts}, at::kDouble);
+  stats_.min_margin = INFINITY;
   return out;
 }
 

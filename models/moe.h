@@ -13,6 +13,10 @@
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "models/linear.h"
 #include "models/model_args.h"
@@ -32,6 +36,10 @@ struct Routing {
   /// (N, E) float32: the router's scores (softmax or sigmoid of the
   /// logits, without the bias): what the auxiliary loss reads.
   at::Tensor scores;
+  /// (N) float32: how far each token's k-th choice is above its (k+1)-th
+  /// (on what the choice is made on; +inf with k = E): below float error,
+  /// two layouts of the same model may route the token differently.
+  at::Tensor margin;
 };
 
 /// The router: gate logits of x (N, dim) in float32, scored by softmax or
@@ -61,10 +69,35 @@ struct MoeStats {
   at::Tensor pending_aux;
   /// Token-expert pairs dropped past an expert's capacity.
   int64_t dropped = 0;
+  /// The smallest routing margin (Routing::margin) of the forwards; +inf
+  /// before any. What the layout tests assert is far above float error.
+  double min_margin = 0.0;
+  at::Tensor pending_margin;
+};
+
+/// Computes this rank's experts on `rows` (R, dim), sorted by local expert
+/// with `counts` rows each (one count per local expert): (R, dim).
+using LocalExperts = std::function<at::Tensor(
+    const at::Tensor& rows, const std::vector<int64_t>& counts)>;
+
+/// Where the routed rows are computed: without one, every expert is this
+/// rank's; expert parallel (parallel/expert_parallel) sets one that sends
+/// each row to the rank holding its expert and brings the outputs back.
+class ExpertDispatcher {
+ public:
+  virtual ~ExpertDispatcher() = default;
+  /// rows: (M, dim) token-expert rows sorted by expert, `counts` (E, int64,
+  /// on the CPU) of each of the model's experts. Returns each row's output
+  /// in the same order, `experts` having computed this rank's.
+  virtual at::Tensor run(
+      const at::Tensor& rows,
+      const at::Tensor& counts,
+      const LocalExperts& experts) = 0;
 };
 
 /// The MoE feed-forward. Names (torchtitan's): router.gate.weight (E, dim),
-/// experts.w1 / experts.w3 (E, hidden, dim), experts.w2 (E, dim, hidden),
+/// experts.w1 / experts.w3 (E, hidden, dim), experts.w2 (E, dim, hidden)
+/// (under expert parallel, this rank's experts of those: the dispatcher's),
 /// shared_experts.w{1,2,3}.weight (a SwiGLU of shared_experts x hidden) and
 /// the buffer expert_bias (E), saved with the weights, where the routing
 /// has a bias.
@@ -95,15 +128,25 @@ class MoEImpl : public torch::nn::Module {
   /// by its share of the step's tokens (ForwardState::loss_scale). 0: the
   /// loss is still measured, for the metrics, but adds nothing.
   double aux_loss_coeff = 0.0;
+  /// Where the routed rows go (expert parallel's all-to-all); null: every
+  /// expert is in w1, w2, w3.
+  std::shared_ptr<ExpertDispatcher> dispatcher;
 
  private:
   /// The routed experts' sum for x (N, dim) routed by `routing`.
   at::Tensor experts_forward(const at::Tensor& x, const Routing& routing);
+  /// The local experts' SwiGLU on rows sorted by local expert.
+  at::Tensor local_experts(
+      const at::Tensor& rows, const std::vector<int64_t>& counts) const;
 
   MoeArgs args_;
   MoeStats stats_;
 };
 TORCH_MODULE(MoE);
+
+/// Whether `fqn` is a routed expert's weight (an MoE's experts.w1, w2, w3):
+/// what expert parallel splits by expert.
+bool is_routed_expert(const std::string& fqn);
 
 /// The switch-transformer auxiliary loss (transformers'
 /// load_balancing_loss_func for one layer and one sequence), per sequence

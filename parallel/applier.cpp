@@ -190,6 +190,11 @@ void CheckReplicasApplier::apply(
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
   for (const auto& item : part.module().named_parameters()) {
+    // Split across data ranks by an earlier applier, which checked them
+    // whole (expert parallel's experts).
+    if (part.shard_group(item.key()) != nullptr) {
+      continue;
+    }
     names.push_back(item.key());
     params.push_back(item.value());
   }

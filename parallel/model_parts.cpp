@@ -73,6 +73,21 @@ const ParamSlice* ModelPart::slice(const std::string& fqn) const {
   return it == slices_.end() ? nullptr : &it->second;
 }
 
+void ModelPart::set_shard_group(const std::string& fqn, std::string group) {
+  if (!module_->named_parameters().contains(fqn)) {
+    throw std::invalid_argument(
+        "[ModelPart] set_shard_group: '" + fqn +
+        "' is not a parameter of stage " + std::to_string(stage_) +
+        "; allowed: the FQN of one of its parameters");
+  }
+  shard_groups_[fqn] = std::move(group);
+}
+
+const std::string* ModelPart::shard_group(const std::string& fqn) const {
+  const auto it = shard_groups_.find(fqn);
+  return it == shard_groups_.end() ? nullptr : &it->second;
+}
+
 void ModelParts::push_back(std::shared_ptr<ModelPart> part) {
   if (!part) {
     throw std::invalid_argument("[ModelParts] push_back: null part");

@@ -65,6 +65,16 @@ class ModelPart {
   void set_slice(const std::string& fqn, ParamSlice slice);
   /// The slice `fqn` is, or null when this rank holds the whole tensor.
   const ParamSlice* slice(const std::string& fqn) const;
+  /// Declares that the ranks holding copies of the parameter `fqn` are the
+  /// data-parallel group `group` of the mesh rather than dp_shard: an
+  /// applier before data parallelism that splits it across some of the
+  /// data ranks (expert parallel's experts, split over ep, copies over
+  /// dp_shard_mod_ep) says so, and fully_shard shards and reduces it over
+  /// that group (with the replicas). check_replicas leaves it to that
+  /// applier, which checks the whole tensors before it splits them.
+  void set_shard_group(const std::string& fqn, std::string group);
+  /// The group set_shard_group named, or null (dp_shard's).
+  const std::string* shard_group(const std::string& fqn) const;
   /// Declares the parameter `fqn` a copy of one that another stage holds
   /// (a tied embedding's on the last stage), kept equal to it: the grad
   /// norm and the checkpoint count the other one only.
@@ -79,6 +89,7 @@ class ModelPart {
   GradientSyncChain grad_sync_;
   std::map<std::string, std::vector<std::string>> grad_split_;
   std::map<std::string, ParamSlice> slices_;
+  std::map<std::string, std::string> shard_groups_;
   std::set<std::string> tied_copies_;
 };
 

@@ -8,6 +8,7 @@
 #include "parallel/applier.h"
 #include "parallel/data_parallel/replicate.h"
 #include "parallel/dist/mesh.h"
+#include "parallel/expert_parallel/expert_parallel.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/pipeline/split.h"
 #include "parallel/tensor_parallel/tensor_parallel.h"
@@ -26,7 +27,8 @@ bool is_enabled(
   if (p.enabled) {
     return p.enabled(config, dims);
   }
-  return p.axis && dims.degree(p.axis->name) > 1;
+  return (p.axis && dims.degree(p.axis->name) > 1) ||
+         (p.derived_axis && dims.degree(p.derived_axis->name) > 1);
 }
 
 }  // namespace
@@ -49,6 +51,9 @@ void register_parallelism(Parallelism parallelism) {
   if (parallelism.axis) {
     declare_mesh_axis(*parallelism.axis);
   }
+  if (parallelism.derived_axis) {
+    declare_derived_axis(*parallelism.derived_axis);
+  }
   for (const auto& applier : parallelism.owned_appliers) {
     applier_registry().add(applier.name, applier.create, applier.help);
   }
@@ -66,6 +71,7 @@ void register_builtin_parallelisms() {
     register_parallelism(replicate_parallelism());
     register_parallelism(fsdp::fully_shard_parallelism());
     register_parallelism(tensor_parallel::tensor_parallel_parallelism());
+    register_parallelism(expert_parallel::expert_parallel_parallelism());
   });
 }
 

@@ -70,13 +70,16 @@ struct Parallelism {
   /// Its mesh axis, declared when it is registered; none for a parallelism
   /// that only borrows others' axes.
   std::optional<MeshAxisSpec> axis;
+  /// Its derived axis, for a parallelism that re-slices others' ranks
+  /// (expert parallel's ep of dp_shard), declared when it is registered.
+  std::optional<DerivedAxisSpec> derived_axis;
   /// Its own config section and keys (register_config_section), when it has
   /// some: decoded, checked, printed by --print-config like the built-ins.
   std::string section;
   std::vector<SectionField> fields;
 
   /// Whether it is on in a run laid out as `dims`; empty: when its axis's
-  /// degree is above 1.
+  /// (or derived axis's) degree is above 1.
   std::function<bool(const JobConfig&, const ParallelDims&)> enabled;
   /// What makes `config` unusable for it on a model shaped `args` over
   /// `dims`, naming the config key to change; run by the builders before
@@ -138,8 +141,9 @@ void register_parallelism(Parallelism parallelism);
 /// The registered parallelisms, in registration order.
 const std::vector<Parallelism>& registered_parallelisms();
 /// Registers the built-in parallelisms: pipeline (pp), replicate
-/// (dp_replicate), fully_shard (dp_shard, HSDP with replicas) and
-/// tensor_parallel (tp). Safe to call more than once.
+/// (dp_replicate), fully_shard (dp_shard, HSDP with replicas),
+/// tensor_parallel (tp) and expert_parallel (ep of dp_shard). Safe to call
+/// more than once.
 void register_builtin_parallelisms();
 
 /// The registered parallelisms on in a run laid out as `dims`, in

@@ -293,6 +293,9 @@ DryRunSetup describe_model(
   report.flavor = config.model.flavor;
   report.vocab_size = setup.args.vocab_size;
   report.model_parameters = setup.spec->num_params(setup.args);
+  report.active_parameters =
+      report.model_parameters -
+      (setup.args.num_params() - setup.args.active_params());
   if (const auto problem = parallelism_problem(config, dims, setup.args)) {
     throw_config_error(config.origin(problem->key), problem->message);
   }
@@ -350,6 +353,24 @@ void place_stages(
     throw_config_error(config.origin(problem->key), problem->message);
   }
   report.microbatch_tokens = setup.rows * config.training.seq_len;
+  if (setup.args.moe.enabled()) {
+    const auto& moe = setup.args.moe;
+    DryRunReport::Experts e;
+    e.experts = moe.num_experts;
+    e.top_k = moe.top_k;
+    e.moe_layers = std::max<int64_t>(
+        0,
+        setup.args.n_layers -
+            std::min(setup.args.n_layers, moe.first_dense_layers));
+    e.ep = report.dims.degree(kExpertAxis);
+    if (e.ep > 1) {
+      const int64_t rows = report.microbatch_tokens * moe.top_k;
+      e.all_to_all_bytes_per_layer =
+          4 * (e.ep - 1) * rows / e.ep * setup.args.dim * setup.dtype_bytes +
+          (e.ep - 1) * (moe.num_experts / e.ep) * 8;
+    }
+    report.experts = e;
+  }
   setup.recompute = RecomputePlan::from(config.activation_checkpoint);
   // fully_shard frees a unit's gathered parameters after its forward unless
   // it keeps them (pipeline stages by default).
@@ -634,6 +655,7 @@ std::string format_json(const DryRunReport& report) {
       {"model", report.model},
       {"flavor", report.flavor},
       {"model_parameters", report.model_parameters},
+      {"active_parameters", report.active_parameters},
       {"vocab_size", report.vocab_size},
       {"vocab_source", report.vocab_source},
       {"world_size", d.world_size},
@@ -649,6 +671,17 @@ std::string format_json(const DryRunReport& report) {
   for (const auto& axis : d.axes) {
     out[axis.name] = axis.degree;
   }
+  if (report.experts) {
+    const auto& e = *report.experts;
+    out["experts"] = {
+        {"experts", e.experts},
+        {"top_k", e.top_k},
+        {"moe_layers", e.moe_layers},
+        {"ep", e.ep},
+        {"experts_per_rank", e.experts / e.ep},
+        {"all_to_all_bytes_per_layer_and_microbatch",
+         e.all_to_all_bytes_per_layer}};
+  }
   return out.dump(1) + "\n";
 }
 
@@ -656,9 +689,28 @@ std::string format_text(const DryRunReport& report) {
   std::ostringstream out;
   const auto& d = report.dims;
   out << "dry run: " << report.model << " " << report.flavor << ", "
-      << human_count(report.model_parameters) << " parameters, vocabulary "
-      << report.vocab_size << " (" << report.vocab_source << ")\n"
+      << human_count(report.model_parameters) << " parameters"
+      << (report.active_parameters != report.model_parameters
+              ? " (" + human_count(report.active_parameters) +
+                    " active per token)"
+              : std::string())
+      << ", vocabulary " << report.vocab_size << " (" << report.vocab_source
+      << ")\n"
       << "layout: " << d.to_string() << "\n";
+  if (report.experts) {
+    const auto& e = *report.experts;
+    out << "experts: " << e.moe_layers << " MoE layers of " << e.experts
+        << " experts, top " << e.top_k;
+    if (e.ep > 1) {
+      out << "; ep " << e.ep << ": each rank holds " << e.experts / e.ep
+          << " of each layer's experts (sharded over dp_shard_mod_ep "
+          << d.degree(kExpertRestAxis) << "), the all-to-alls move "
+          << human_bytes(e.all_to_all_bytes_per_layer)
+          << " per rank, MoE layer and microbatch at balance (dispatch and "
+             "combine, forward and backward)";
+    }
+    out << "\n";
+  }
   if (!report.schedule.empty()) {
     out << "pipeline: " << report.schedule << ", " << report.num_stages
         << " stages, " << report.microbatches << " microbatches of "

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,8 +79,23 @@ struct DryRunRank {
 struct DryRunReport {
   std::string model;
   std::string flavor;
-  /// Parameters of the whole model.
+  /// Parameters of the whole model, and of them those one token uses (all
+  /// but the experts it is not routed to; the same without experts).
   int64_t model_parameters = 0;
+  int64_t active_parameters = 0;
+  /// A model with experts: each MoE layer's experts, how many a token uses,
+  /// the MoE layers, the ep degree, and the bytes each ep rank hands to the
+  /// all-to-alls per MoE layer and microbatch at perfect balance: 4 (ep -
+  /// 1) / ep x tokens x top_k x dim x the compute dtype's bytes (dispatch
+  /// and combine, forward and backward), plus the counts' exchange.
+  struct Experts {
+    int64_t experts = 0;
+    int64_t top_k = 0;
+    int64_t moe_layers = 0;
+    int64_t ep = 1;
+    int64_t all_to_all_bytes_per_layer = 0;
+  };
+  std::optional<Experts> experts;
   int64_t vocab_size = 0;
   /// Where the vocabulary size came from ("tokenizer bytes", "the flavor's:
   /// ...").

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include "common/text.h"
 #include "parallel/dist/process_group.h"
@@ -146,7 +147,7 @@ int64_t mesh_index(
   const auto axes = group_axes(d, name);
   const int64_t flat = flat_index(d, c, axes);
   if (const DerivedAxis* derived = find_derived(d, name)) {
-    return flat % derived->degree;
+    return flat / derived->stride % derived->degree;
   }
   return flat;
 }
@@ -156,8 +157,15 @@ std::vector<int64_t> mesh_group(
   const auto axes = group_axes(d, name);
   const DerivedAxis* derived = find_derived(d, name);
   const MeshCoord me = mesh_coord(d, rank);
+  // A derived axis's members share the sources' positions off it: the
+  // inner ones (below its stride) and the outer ones.
   const auto outer = [&](const MeshCoord& c) {
-    return derived ? flat_index(d, c, axes) / derived->degree : 0;
+    if (!derived) {
+      return std::pair<int64_t, int64_t>{0, 0};
+    }
+    const int64_t flat = flat_index(d, c, axes);
+    return std::pair<int64_t, int64_t>{
+        flat % derived->stride, flat / (derived->stride * derived->degree)};
   };
   std::vector<int64_t> ranks;
   for (int64_t r = 0; r < d.world_size; ++r) {

@@ -34,15 +34,15 @@ MeshCoord mesh_coord(const ParallelDims& dims, int64_t rank);
 int64_t mesh_rank(const ParallelDims& dims, const MeshCoord& coord);
 /// The index of `coord` along `name`: its position on an axis; on a
 /// flattened group, its position among the group's members (row-major over
-/// the group's axes); on a derived axis, the innermost `degree` positions of
-/// its flattened sources. Throws std::invalid_argument for a name the mesh
-/// does not have.
+/// the group's axes); on a derived axis, (flat / stride) % degree of its
+/// flattened sources' position. Throws std::invalid_argument for a name the
+/// mesh does not have.
 int64_t mesh_index(
     const ParallelDims& dims, const MeshCoord& coord, const std::string& name);
 /// The ascending global ranks of `rank`'s group along `name` (an axis, a
 /// flattened group or a derived axis): the ranks whose coordinates off that
-/// group's axes equal `rank`'s (for a derived axis, also the outer part of
-/// its sources).
+/// group's axes equal `rank`'s (for a derived axis, also the sources'
+/// positions off it).
 std::vector<int64_t> mesh_group(
     const ParallelDims& dims, int64_t rank, const std::string& name);
 

@@ -333,6 +333,68 @@ Work ProcessGroup::reduce_scatter_async(
   return all_to_all_reduce_scatter(*impl_, output, input, op);
 }
 
+Work ProcessGroup::all_to_all_async(
+    at::Tensor& output,
+    const at::Tensor& input,
+    const std::vector<int64_t>& output_splits,
+    const std::vector<int64_t>& input_splits) {
+  const auto rows_of = [&](const std::vector<int64_t>& splits,
+                           const at::Tensor& t,
+                           const char* what) {
+    if (splits.empty()) {
+      if (t.dim() == 0 || t.size(0) % size() != 0) {
+        throw std::invalid_argument(
+            "[ProcessGroup " + name() + "] all_to_all " + what +
+            ": equal splits of " + (t.dim() ? std::to_string(t.size(0)) : "0") +
+            " rows; allowed: a multiple of the group's " +
+            std::to_string(size()));
+      }
+      return;
+    }
+    int64_t sum = 0;
+    for (const auto n : splits) {
+      sum += n < 0 ? t.size(0) + 1 : n;  // a negative count never matches
+    }
+    if (static_cast<int64_t>(splits.size()) != size() || t.dim() == 0 ||
+        sum != t.size(0)) {
+      throw std::invalid_argument(
+          "[ProcessGroup " + name() + "] all_to_all " + what +
+          " splits: " + std::to_string(splits.size()) + " counts summing to " +
+          std::to_string(sum) + " for " +
+          (t.dim() ? std::to_string(t.size(0)) : "0") +
+          " rows; allowed: one count >= 0 per member (" +
+          std::to_string(size()) + "), summing to the rows");
+    }
+  };
+  rows_of(input_splits, input, "input");
+  rows_of(output_splits, output, "output");
+  if (!output.is_contiguous()) {
+    throw std::invalid_argument(
+        "[ProcessGroup " + name() + "] all_to_all output: not contiguous");
+  }
+  if (impl_->local()) {
+    output.copy_(input);
+    return Work();
+  }
+  at::Tensor in = input.contiguous();
+  const uint64_t id = impl_->record("all_to_all", in);
+  auto work = impl_->start("all_to_all", id, [&] {
+    std::vector<int64_t> out_splits = output_splits;
+    std::vector<int64_t> in_splits = input_splits;
+    c10d::AllToAllOptions opts;
+    return impl_->pg->alltoall_base(output, in, out_splits, in_splits, opts);
+  });
+  return impl_->make_work("all_to_all", std::move(work), [keep = in] {});
+}
+
+void ProcessGroup::all_to_all(
+    at::Tensor& output,
+    const at::Tensor& input,
+    const std::vector<int64_t>& output_splits,
+    const std::vector<int64_t>& input_splits) {
+  all_to_all_async(output, input, output_splits, input_splits).wait();
+}
+
 Work ProcessGroup::isend(const at::Tensor& tensor, int64_t dst, int64_t tag) {
   impl_->check_peer(dst, "send destination");
   TORCH_CHECK(

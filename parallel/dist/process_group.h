@@ -100,6 +100,25 @@ class ProcessGroup {
       at::Tensor& output,
       const at::Tensor& input,
       ReduceOp op = ReduceOp::kSum);
+  /// All-to-all with uneven splits along dim 0: the rows of `input`, split
+  /// as `input_splits` (one count per member, summing to its rows), go to
+  /// the members in order, and member r's rows for this one arrive in
+  /// `output` (contiguous) at its `output_splits[r]` rows, in member order.
+  /// The counts must agree (this rank's output_splits[r] is member r's
+  /// input_splits for it): the caller exchanges them first (expert
+  /// parallel's dispatch, an equal-split all_to_all of the counts). Empty
+  /// splits: equal ones. Returns at once; `output` holds the rows after
+  /// wait().
+  Work all_to_all_async(
+      at::Tensor& output,
+      const at::Tensor& input,
+      const std::vector<int64_t>& output_splits,
+      const std::vector<int64_t>& input_splits);
+  void all_to_all(
+      at::Tensor& output,
+      const at::Tensor& input,
+      const std::vector<int64_t>& output_splits,
+      const std::vector<int64_t>& input_splits);
   /// Point to point, matched by (peer, tag). The tensors must be contiguous.
   void send(const at::Tensor& tensor, int64_t dst, int64_t tag = 0);
   void recv(at::Tensor& tensor, int64_t src, int64_t tag = 0);

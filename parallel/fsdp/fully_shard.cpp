@@ -9,12 +9,14 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 
 #include "common/error.h"
 #include "common/torch_compat.h"
 #include "config/job_config.h"
+#include "models/moe.h"
 #include "parallel/axes.h"
 #include "parallel/dist/flight_recorder.h"
 #include "parallel/dist/mesh.h"
@@ -289,10 +291,43 @@ void Unit::to_sharded() {
 /// Autograd runs one device's hooks on one thread, so the units' states
 /// change on one thread at a time; the mutex guards the counters the
 /// gradient hooks and finish() share.
+/// The units of one wrapped module, which gather, free and reduce
+/// together: its parameters' unit, and where some of them are sharded over
+/// another group (expert parallel's experts, over dp_shard_mod_ep) theirs.
+struct UnitSet {
+  std::vector<Unit*> units;
+
+  void unshard() {
+    for (auto* u : units) {
+      u->unshard();
+    }
+  }
+  void wait_for_unshard() {
+    for (auto* u : units) {
+      u->wait_for_unshard();
+    }
+  }
+  void reshard() {
+    for (auto* u : units) {
+      u->reshard();
+    }
+  }
+  void reduce_grads() {
+    for (auto* u : units) {
+      u->reduce_grads();
+    }
+  }
+  void to_sharded() {
+    for (auto* u : units) {
+      u->to_sharded();
+    }
+  }
+};
+
 struct FullyShardedPart::State {
   /// Units in the order the forward runs them: the root (whose forward
   /// encloses the blocks') first, then the blocks.
-  std::vector<Unit*> order;
+  std::vector<UnitSet> order;
   /// Whether order[0] is the root (a part without embedding and output,
   /// a middle pipeline stage, has none).
   bool has_root = false;
@@ -306,15 +341,15 @@ struct FullyShardedPart::State {
   std::vector<bool> done;         // post-backward ran this backward
 
   void before_forward(int64_t i) {
-    order[i]->wait_for_unshard();
+    order[i].wait_for_unshard();
     if (i + 1 < static_cast<int64_t>(order.size())) {
-      order[i + 1]->unshard();  // forward prefetch
+      order[i + 1].unshard();  // forward prefetch
     }
   }
 
   void after_forward(int64_t i) {
     if (reshard_after_forward[i]) {
-      order[i]->reshard();
+      order[i].reshard();
     }
   }
 
@@ -324,14 +359,14 @@ struct FullyShardedPart::State {
       pending[i] = expected[i];
       done[i] = false;
     }
-    order[i]->wait_for_unshard();
+    order[i].wait_for_unshard();
     // Backward runs the units in reverse: the root's output first (it is
     // still whole), then the last block, ..., the first block, and the
     // root's embedding last.
     const int64_t last = static_cast<int64_t>(order.size()) - 1;
     const int64_t next = is_root(i) ? last : i - 1;
     if (next >= 0 && next != i && !is_root(next)) {
-      order[next]->unshard();  // backward prefetch
+      order[next].unshard();  // backward prefetch
     }
   }
 
@@ -342,7 +377,7 @@ struct FullyShardedPart::State {
   /// After the unit's backward (all its gradients accumulated).
   void post_backward(int64_t i) {
     done[i] = true;
-    order[i]->reshard();
+    order[i].reshard();
     if (sync) {
       reduce(i);
     }
@@ -352,18 +387,18 @@ struct FullyShardedPart::State {
   /// when kReducing are: each holds buffers of twice the unit's size.
   void reduce(int64_t i) {
     while (static_cast<int64_t>(reducing.size()) >= kReducing) {
-      order[reducing.front()]->to_sharded();
+      order[reducing.front()].to_sharded();
       reducing.pop_front();
     }
-    order[i]->reduce_grads();
+    order[i].reduce_grads();
     reducing.push_back(i);
   }
 
   /// Finishes every reduce-scatter and returns every unit to its shards.
   void finish_all() {
     reducing.clear();
-    for (auto* unit : order) {
-      unit->to_sharded();
+    for (auto& unit : order) {
+      unit.to_sharded();
     }
   }
 
@@ -445,7 +480,8 @@ FullyShardedPart::FullyShardedPart(
     ShardGroups groups,
     ReshardAfterForward policy,
     bool pipelined,
-    MixedPrecision dtypes)
+    MixedPrecision dtypes,
+    const std::map<std::string, ShardGroups>& other_groups)
     : state_(std::make_shared<State>()) {
   auto& module = part.module();
   auto names = module.unit_names();
@@ -468,6 +504,7 @@ FullyShardedPart::FullyShardedPart(
     }
   }
   for (auto& [name, params] : units) {
+    const auto index = static_cast<int64_t>(s.order.size());
     // Each gradient accumulator is made (and held) while its parameter is
     // whole: it checks incoming gradients against the shape it was made
     // with, and gradients arrive whole.
@@ -479,7 +516,6 @@ FullyShardedPart::FullyShardedPart(
             ": not a leaf that accumulates gradients; allowed: the module's "
             "own parameters");
       }
-      const auto index = static_cast<int64_t>(units_.size());
       if (!pipelined) {
         std::weak_ptr<State> weak = state_;
         acc->add_post_hook(
@@ -494,22 +530,46 @@ FullyShardedPart::FullyShardedPart(
                 }));
       }
       accumulators_.push_back(std::move(acc));
+      // Split over dp_shard: a parameter an earlier applier split over part
+      // of it (experts over ep) is sharded over the rest, so that each
+      // dp_shard rank still holds a piece of its own.
       part.mark_grad_split(fqn, kShardAxis);
     }
     const auto expected = static_cast<int64_t>(params.size());
-    units_.push_back(
-        std::make_unique<Unit>(name, std::move(params), groups, dtypes));
-    s.order.push_back(units_.back().get());
+    // By the group that shards them: dp_shard's first, then each other.
+    std::map<std::string, std::vector<std::pair<std::string, at::Tensor>>>
+        by_group;
+    for (auto& [fqn, p] : params) {
+      const std::string* group = part.shard_group(fqn);
+      by_group[group ? *group : std::string()].emplace_back(fqn, p);
+    }
+    UnitSet set;
+    for (auto& [group, members] : by_group) {
+      ShardGroups shard_groups = groups;
+      if (!group.empty()) {
+        const auto it = other_groups.find(group);
+        if (it == other_groups.end()) {
+          throw std::invalid_argument(
+              "[fsdp] " + members.front().first + ": sharded over '" + group +
+              "', a group fully_shard was not given");
+        }
+        shard_groups = it->second;
+      }
+      units_.push_back(std::make_unique<Unit>(
+          group.empty() ? name : name + " (" + group + ")",
+          std::move(members),
+          shard_groups,
+          dtypes));
+      set.units.push_back(units_.back().get());
+    }
+    s.order.push_back(std::move(set));
     s.has_root = s.has_root || name.empty();
     // The root's parameters would be gathered again at once for backward.
     s.reshard_after_forward.push_back(free_after_forward && !name.empty());
     s.expected.push_back(expected);
     s.pending.push_back(0);
     s.done.push_back(false);
-    module.wrap_unit(
-        name,
-        std::make_shared<GatherAround>(
-            state_, static_cast<int64_t>(units_.size()) - 1));
+    module.wrap_unit(name, std::make_shared<GatherAround>(state_, index));
   }
 }
 
@@ -567,12 +627,22 @@ void FullyShardApplier::apply(ModelPart& part, const ParallelContext& context) {
   const auto& p = context.config.parallelism;
   ShardGroups groups{
       context.mesh.group(kShardAxis), context.mesh.group(kReplicateAxis)};
+  std::map<std::string, ShardGroups> other_groups;
+  for (const auto& item : part.module().named_parameters()) {
+    if (const std::string* group = part.shard_group(item.key())) {
+      other_groups.emplace(
+          *group,
+          ShardGroups{
+              context.mesh.group(*group), context.mesh.group(kReplicateAxis)});
+    }
+  }
   auto sharded = std::make_shared<FullyShardedPart>(
       part,
       groups,
       parse_reshard_after_forward(p.fsdp_reshard_after_forward),
       context.pipelined,
-      context.mixed_precision);
+      context.mixed_precision,
+      other_groups);
   int64_t shard_bytes = 0;
   int64_t whole_bytes = 0;
   for (const auto& unit : sharded->units()) {
@@ -629,17 +699,24 @@ Parallelism fully_shard_parallelism() {
        "reduce-scattered"}};
   p.place = ChainPlace::kData;
   p.steps = {"check_replicas", "fully_shard"};
-  // ceil(rows / n) rows each, the last ranks fewer or none (Unit's split).
+  // ceil(rows / n) rows each, the last ranks fewer or none (Unit's split);
+  // expert parallel's experts over the rest of dp_shard.
   p.stored_shape = [](const JobConfig&,
                       const ModelArgs&,
-                      const std::string&,
+                      const std::string& fqn,
                       const dist::MeshCoord& coord,
                       const ParallelDims& dims,
                       std::vector<int64_t>& shape) {
-    const int64_t n = dims.degree(kShardAxis);
+    const char* group =
+        models::is_routed_expert(fqn) && dims.has(kExpertRestAxis)
+            ? kExpertRestAxis
+            : kShardAxis;
+    const int64_t n = dims.degree(group);
     const int64_t per_rank = (shape[0] + n - 1) / n;
     shape[0] = std::clamp<int64_t>(
-        shape[0] - coord.at(kShardAxis) * per_rank, 0, per_rank);
+        shape[0] - dist::mesh_index(dims, coord, group) * per_rank,
+        0,
+        per_rank);
   };
   p.appliers = [](const JobConfig&, const ParallelDims&) {
     return std::vector<std::string>{"check_replicas", "fully_shard"};

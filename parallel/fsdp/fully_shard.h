@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -166,12 +167,16 @@ struct Unit::Param {
 /// the gradient sync (reduce-scatter) of all of them.
 class FullyShardedPart final : public GradientSync {
  public:
+  /// `other_groups`: the groups of the parameters the part shards over
+  /// another group than dp_shard (ModelPart::shard_group), by its name;
+  /// their unit is a separate one that gathers and reduces with theirs.
   FullyShardedPart(
       ModelPart& part,
       ShardGroups groups,
       ReshardAfterForward policy,
       bool pipelined,
-      MixedPrecision dtypes = {});
+      MixedPrecision dtypes = {},
+      const std::map<std::string, ShardGroups>& other_groups = {});
   ~FullyShardedPart() override;
 
   void prepare(bool sync) override;
@@ -196,10 +201,10 @@ class FullyShardedPart final : public GradientSync {
 
 /// The `fully_shard` applier (FSDP; HSDP when data_parallel_replicate_degree
 /// is above 1 too): shards every parameter of the part across the dp_shard
-/// group, wraps each unit to gather its parameters, marks the gradients
-/// split along dp_shard and attaches the reduce-scatter as the part's
-/// gradient sync; gathers and reduces in the context's mixed-precision
-/// dtypes.
+/// group (or the group ModelPart::shard_group names), wraps each unit to gather
+/// its parameters, marks the gradients split along dp_shard and attaches the
+/// reduce-scatter as the part's gradient sync; gathers and reduces in the
+/// context's mixed-precision dtypes.
 class FullyShardApplier final : public Applier {
  public:
   void apply(ModelPart& part, const ParallelContext& context) override;

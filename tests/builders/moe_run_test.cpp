@@ -1,11 +1,13 @@
 // `baton train --config configs/debug_moe.yaml` end to end: it trains and
 // logs its routing; full activation checkpointing recomputes the same
-// routing; FSDP over two ranks and a two-stage pipeline follow one process
-// on the same global batch (float32, the auxiliary loss on).
+// routing; FSDP over two ranks, expert parallel over them and a two-stage
+// pipeline follow one process on the same global batch (float32, the
+// auxiliary loss on); expert parallel degrees that cannot split exit 2.
 
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/baton_binary.h"
@@ -89,13 +91,25 @@ TEST(MoeRun, FullActivationCheckpointingRecomputesTheSameRouting) {
   expect_follows(ac.losses, plain.losses, 1e-6);
 }
 
-TEST(MoeRun, FsdpAndAPipelineFollowOneProcess) {
+TEST(MoeRun, FsdpExpertParallelAndAPipelineFollowOneProcess) {
   const MoeRunResult one =
       train("moe_run_one", "--training.local_batch_size=8");
   // The shard degree takes both ranks; each reads half the global batch.
   const MoeRunResult sharded =
       train("moe_run_fsdp", "--nproc 2 --training.local_batch_size=4");
   expect_follows(sharded.losses, one.losses, 1e-4);
+  // Expert parallel: dp_shard 2 (inferred), its two ranks the ep group;
+  // each holds 4 of the 8 experts and dispatches its half of the batch by
+  // all-to-all.
+  const MoeRunResult ep = train(
+      "moe_run_ep",
+      "--nproc 2 --training.local_batch_size=4"
+      " --parallelism.expert_parallel_degree=2");
+  EXPECT_NE(ep.output.find("ep=2 (of dp_shard)"), std::string::npos)
+      << ep.output;
+  EXPECT_NE(ep.output.find("this rank holds experts [0, 4)"), std::string::npos)
+      << ep.output;
+  expect_follows(ep.losses, one.losses, 1e-4);
   // Two stages (1F1B), the MoE blocks and their auxiliary loss in both.
   const MoeRunResult piped = train(
       "moe_run_pp",
@@ -104,6 +118,53 @@ TEST(MoeRun, FsdpAndAPipelineFollowOneProcess) {
       " --parallelism.data_parallel_shard_degree=1"
       " --parallelism.pipeline_parallel_microbatch_size=2");
   expect_follows(piped.losses, one.losses, 1e-4);
+}
+
+TEST(MoeRun, TheDeepSeekStyleFamilyTrainsWithExpertParallel) {
+  // Sigmoid scores in groups, a shared expert, a dense first block and the
+  // routing bias moved each step (1e-3: the default).
+  const std::string family =
+      " --model.name=deepseek_moe --checkpoint.export_format=baton";
+  const MoeRunResult one =
+      train("moe_run_ds_one", "--training.local_batch_size=8" + family);
+  const MoeRunResult ep = train(
+      "moe_run_ds_ep",
+      "--nproc 2 --training.local_batch_size=4"
+      " --parallelism.expert_parallel_degree=2" +
+          family);
+  expect_follows(ep.losses, one.losses, 1e-4);
+  EXPECT_LT(one.losses.back(), one.losses.front() - 1.0);
+  // Its attention is not DeepSeek's: no Hugging Face layout to export to,
+  // said before the first step.
+  const auto r = run_command(
+      baton_bin() + " train --config " + source_path("configs/debug_moe.yaml") +
+      " --model.name=deepseek_moe --training.steps=1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("checkpoint.export_format"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("step 1/1"), std::string::npos) << r.output;
+}
+
+TEST(MoeRun, ExpertParallelRefusesWhatCannotSplitNamingTheKey) {
+  const std::string moe = source_path("configs/debug_moe.yaml");
+  const std::string dense = source_path("configs/debug_model.yaml");
+  for (const auto& [config, args] :
+       std::vector<std::pair<std::string, std::string>>{
+           // 8 experts do not split 3 ways.
+           {moe, "--nproc 3 --parallelism.expert_parallel_degree=3"},
+           // ep borrows dp_shard's ranks: 4 of 2.
+           {moe, "--nproc 2 --parallelism.expert_parallel_degree=4"},
+           // A model without experts.
+           {dense, "--nproc 2 --parallelism.expert_parallel_degree=2"},
+           {moe, "--parallelism.expert_parallel_degree=0"}}) {
+    const auto r = run_command(
+        baton_bin() + " train --config " + config + " " + args +
+        " --training.steps=1");
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
+    EXPECT_NE(
+        r.output.find("parallelism.expert_parallel_degree"), std::string::npos)
+        << r.output;
+  }
 }
 
 TEST(MoeRun, TensorParallelRefusesTheExpertsNamingTheKey) {

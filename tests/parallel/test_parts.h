@@ -13,6 +13,7 @@
 #include "parallel/activation_checkpoint.h"
 #include "parallel/applier.h"
 #include "parallel/axes.h"
+#include "parallel/expert_parallel/expert_parallel.h"
 #include "parallel/mixed_precision.h"
 #include "parallel/model_parts.h"
 #include "parallel/parallelism.h"
@@ -34,13 +35,19 @@ inline ModelParts parts_of(
 /// The built-in parallelisms' layout with these degrees, as the builders
 /// resolve it from the config's four degrees.
 inline ParallelDims builtin_dims(
-    int64_t replicate, int64_t shard, int64_t tp, int64_t pp, int64_t world) {
+    int64_t replicate,
+    int64_t shard,
+    int64_t tp,
+    int64_t pp,
+    int64_t world,
+    int64_t ep = 1) {
   register_builtin_appliers();
   return ParallelDims::of(
       {{kReplicateAxis, replicate},
        {kShardAxis, shard},
        {tensor_parallel::kAxis, tp},
-       {kPipelineAxis, pp}},
+       {kPipelineAxis, pp},
+       {kExpertAxis, ep}},
       world);
 }
 
@@ -90,6 +97,18 @@ inline ApplierChain with_tensor_parallel(ApplierChain chain, int64_t tp) {
   return chain;
 }
 
+/// `chain` with the expert_parallel step after to_device and
+/// tensor_parallel, as the builders place it, when `ep` is above 1.
+inline ApplierChain with_expert_parallel(ApplierChain chain, int64_t ep) {
+  if (ep > 1) {
+    chain.insert_after(
+        chain.contains("tensor_parallel") ? "tensor_parallel" : "to_device",
+        "expert_parallel",
+        std::make_unique<expert_parallel::ExpertParallelApplier>());
+  }
+  return chain;
+}
+
 /// `chain` with the mixed_precision step where the builders place it (after
 /// to_device, tensor_parallel and activation_checkpoint) when `mp` casts the
 /// weights.
@@ -131,6 +150,10 @@ inline void collect_whole(
         view = view.narrow(d, slice->offsets[d], p.size(d));
       }
       view.copy_(p);
+    }
+    // Buffers (an MoE's routing bias) are whole on every rank.
+    for (const auto& item : part.module().named_buffers()) {
+      whole[item.key()] = item.value().detach().clone();
     }
   });
 }

@@ -22,6 +22,7 @@
 
 #include "config/job_config.h"
 #include "models/common/transformer.h"
+#include "models/moe.h"
 #include "optim/lr_schedulers.h"
 #include "optim/optimizers.h"
 #include "parallel/applier.h"
@@ -37,19 +38,27 @@
 #include "tests/parallel/multi_rank.h"
 #include "tests/parallel/test_parts.h"
 #include "tests/trainer/step_batches.h"
+#include "trainer/moe_balance.h"
 #include "trainer/pipeline_train_step.h"
 #include "trainer/train_step.h"
 
 namespace baton::testing {
 
 /// A layout of the layout runs: pp with a schedule (pp 1: the local step),
-/// dp_shard and tp.
+/// dp_shard, tp, and ep of dp_shard.
 struct RunLayout {
   int64_t pp = 1;
   std::string schedule = "1F1B";
   int64_t stages_per_rank = 1;
   int64_t dp_shard = 1;
   int64_t tp = 1;
+  /// Expert parallel: ep of the dp_shard ranks (a model with experts).
+  int64_t ep = 1;
+  /// The MoE layers' auxiliary-loss coefficient (moe.aux_loss_coeff) and
+  /// routing-bias step (moe.bias_update_rate; the trainer's balance_experts
+  /// before each optimizer step).
+  double aux_loss_coeff = 0.0;
+  double bias_update_rate = 0.0;
   /// activation_checkpoint.mode, and with selective its kind.
   std::string ac = "none";
   std::string ac_selective = "layer";
@@ -61,6 +70,9 @@ struct RunLayout {
   /// The model: its family (model.name) and shape; unset: layout_run_args().
   std::string model = "llama3";
   std::optional<ModelArgs> args;
+  /// Run on each whole chunk after its seeded init, before the appliers
+  /// (the same on every rank).
+  std::function<void(ModelChunk&)> after_init;
   /// Step s's global batch (rows x dp rows of kLayoutRunSeq); unset:
   /// global_batch's.
   std::function<Batch(int64_t step)> batch;
@@ -73,12 +85,19 @@ struct RunLayout {
     RunLayout one;
     one.rows = rows * dp_shard;
     one.bf16 = bf16;
+    one.model = model;
+    one.args = args;
+    one.batch = batch;
+    one.aux_loss_coeff = aux_loss_coeff;
+    one.bias_update_rate = bias_update_rate;
+    one.after_init = after_init;
     return one;
   }
   std::string str() const {
     return "pp " + std::to_string(pp) +
            (pp > 1 ? " (" + schedule + ")" : std::string()) + " x dp_shard " +
            std::to_string(dp_shard) + " x tp " + std::to_string(tp) +
+           (ep > 1 ? " (ep " + std::to_string(ep) + ")" : std::string()) +
            (ac == "none"
                 ? std::string()
                 : ", activation checkpoint " + ac + " " + ac_selective) +
@@ -118,6 +137,9 @@ struct LayoutRunResult {
   std::vector<double> losses;
   std::vector<double> grad_norms;
   std::map<std::string, at::Tensor> params;
+  /// The smallest routing margin of any MoE layer's forwards on any rank
+  /// (MoeStats::min_margin; +inf without experts).
+  double min_margin = INFINITY;
 };
 
 /// Called on every rank after it is built, before it trains; returns the
@@ -142,13 +164,14 @@ inline void run_layout_rank(
     std::mutex& mutex) {
   const ModelArgs args = layout.args.value_or(layout_run_args());
   const auto dims = baton::testing::builtin_dims(
-      1, layout.dp_shard, layout.tp, layout.pp, layout.world());
+      1, layout.dp_shard, layout.tp, layout.pp, layout.world(), layout.ep);
   const dist::ParallelMesh mesh(
       dims, rank, rt ? rt->shared_from_this() : nullptr);
   JobConfig config;
   config.model.name = layout.model;
   config.parallelism.data_parallel_shard_degree = layout.dp_shard;
   config.set_integer("parallelism.tensor_parallel_degree", layout.tp);
+  config.set_integer("parallelism.expert_parallel_degree", layout.ep);
   config.parallelism.pipeline_parallel_degree = layout.pp;
   config.training.seq_len = kLayoutRunSeq;
   config.activation_checkpoint.mode = layout.ac;
@@ -164,8 +187,10 @@ inline void run_layout_rank(
                                 : MixedPrecision{};
   const ApplierChain chain = with_mixed_precision(
       with_activation_checkpoint(
-          with_tensor_parallel(
-              data_parallel_chain(1, layout.dp_shard), layout.tp),
+          with_expert_parallel(
+              with_tensor_parallel(
+                  data_parallel_chain(1, layout.dp_shard), layout.tp),
+              layout.ep),
           config),
       mp);
   const bool pipelined = layout.pp > 1;
@@ -188,8 +213,16 @@ inline void run_layout_rank(
     }
     auto chunk = std::make_shared<models::TransformerImpl>(args, chunks[s]);
     chunk->init_weights(5);
+    if (layout.after_init) {
+      layout.after_init(*chunk);
+    }
     auto part = std::make_shared<ModelPart>(chunk, s);
     chain.apply(*part, ParallelContext{config, mesh, at::kCPU, pipelined, mp});
+    for (const auto& m : chunk->modules()) {
+      if (auto* moe = m->as<models::MoEImpl>()) {
+        moe->aux_loss_coeff = layout.aux_loss_coeff;
+      }
+    }
     stages.emplace_back(s, chunk);
     me.parts.push_back(part);
   }
@@ -244,6 +277,7 @@ inline void run_layout_rank(
       !pipelined || schedule.stage_to_rank[0] == mesh.coord().at("pp");
   std::vector<double> losses;
   std::vector<double> norms;
+  double margin = INFINITY;
   for (int64_t s = first; s < last; ++s) {
     std::vector<Batch> batches;
     if (reads_data) {
@@ -259,6 +293,10 @@ inline void run_layout_rank(
     losses.push_back(step->run(me.parts, batches).loss);
     // Over the groups each gradient is split along, as the trainer's clip.
     norms.push_back(grad_norm(me.parts, mesh));
+    for (models::MoEImpl* moe : moe_layers(me.parts)) {
+      margin = std::min(margin, moe->stats().min_margin);
+    }
+    balance_experts(me.parts, mesh.loss(), layout.bias_update_rate);
     me.optimizers->step();
     me.schedulers->step();
   }
@@ -266,6 +304,7 @@ inline void run_layout_rank(
     after(me, last);
   }
   std::lock_guard<std::mutex> lock(mutex);
+  result.min_margin = std::min(result.min_margin, margin);
   if (rank == 0) {
     result.losses = losses;
     result.grad_norms = norms;
