@@ -18,6 +18,7 @@ Usage: report.py RESULTS_DIR DOCS_DIR
 
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -852,6 +853,124 @@ def tp_traffic_section(doc, targets):
     return lines + [""]
 
 
+def experts_section(doc, machine, targets):
+    """Expert parallel against plain FSDP, its all-to-all bytes against the
+    formula, and the experts' products against a dense one of the same
+    FLOPs (expert_parallel_bench)."""
+    runs = gbench_medians(doc)
+    if not runs:
+        return []
+    m = machine or {}
+    steps = {int(n.split("ep:")[1].split("/")[0]): e
+             for n, e in runs.items() if n.startswith("BM_MoeStep")}
+    products = {n.split("/")[1]: e for n, e in runs.items()
+                if n.startswith("BM_ExpertProducts")}
+    lines = ["## Mixture of experts: expert parallel and the experts' products",
+             "",
+             f"`expert_parallel_bench` ({doc.get('context', {}).get('date', 'n/a')}; "
+             f"{m.get('cpu', 'the machine above')}, {m.get('blas', 'its BLAS')}, "
+             "float32, one ATen thread per rank, medians of 3 repetitions): "
+             "the debug Qwen3-MoE (dim 256, 6 "
+             "layers, 8 experts of hidden 256, top 2) on 2 ranks as threads over "
+             "Gloo, dp_shard 2, 2 x 256 tokens per rank and step. At ep 1 every "
+             "rank holds every expert (fully_shard gathers them); at ep 2 each "
+             "holds 4 and the tokens travel by all-to-all. The bytes are what "
+             "each rank hands to the all-to-alls per step "
+             "(`parallel/expert_parallel/expert_parallel.h`), against the "
+             "formula from the step's own routing: the rows a rank's routers "
+             "sent to the other rank's experts x dim x 4 bytes, four times "
+             "(dispatch and combine, forward and backward), plus the counts' "
+             "exchange ((n - 1) / n x E x 8 bytes per layer); \"balanced\" is "
+             "that formula at perfect balance ((n - 1) / n of k rows per token).",
+             "", "| layout | step | tokens/s | all-to-all per rank and step "
+             "| formula | at balance | exchanges per step |",
+             "|---|---|---|---|---|---|---|"]
+    worst = 0.0
+    for degree, e in sorted(steps.items()):
+        name = "dp_shard 2 (every rank all experts)" if degree == 1 else \
+            f"dp_shard 2, ep {degree}"
+        if degree > 1:
+            traffic = (f"{e['a2a_mib']:.2f} MiB | {e['a2a_formula_mib']:.2f} MiB | "
+                       f"{e['a2a_balanced_mib']:.2f} MiB | {e['a2a_per_step']:.0f}")
+            worst = max(worst, abs(e["a2a_mib"] / e["a2a_formula_mib"] - 1.0))
+        else:
+            traffic = "- | - | - | -"
+        lines.append(f"| {name} | {e['step_s'] * 1e3:.0f} ms | "
+                     f"{e['tokens_per_sec']:,.0f} | {traffic} |")
+    if 1 in steps and 2 in steps:
+        targets["ep_speed"] = steps[2]["tokens_per_sec"] / steps[1]["tokens_per_sec"]
+        targets["ep_traffic"] = worst
+    if "grouped" in products and "dense" in products:
+        g, d = products["grouped"], products["dense"]
+        lines += ["", "One MoE layer's forward and backward on 2048 tokens, one "
+                  "thread: the router, the rows sorted by expert and one product "
+                  "per expert (rows padded to 64), against a dense SwiGLU of hidden "
+                  "top_k x 256 = 512, the same multiply-adds per token "
+                  "(GFLOP/s counts the expert products' only).", "",
+                  "| layer | time | tokens/s | GFLOP/s |", "|---|---|---|---|"]
+        for label, e in (("MoE, 8 experts, top 2 (grouped loop)", g),
+                         ("dense SwiGLU, hidden 512", d)):
+            lines.append(f"| {label} | {ms(e):.1f} ms | {e['tokens_per_sec']:,.0f} | "
+                         f"{e['gflops']:.1f} |")
+        targets["grouped_vs_dense"] = g["tokens_per_sec"] / d["tokens_per_sec"]
+        lines.append("")
+        lines.append(f"The grouped products run at {targets['grouped_vs_dense']:.2f}x "
+                     "the dense layer's tokens/s.")
+    return lines + [""]
+
+
+def experts_target_rows(t, verdict):
+    rows = []
+    if t.get("ep_traffic") is not None:
+        rows.append("| experts (#48): all-to-all bytes per step equal the formula "
+                    f"| worst difference {100 * t['ep_traffic']:.2f} % | "
+                    f"{'yes' if t['ep_traffic'] <= 0.01 else 'no'} |")
+    if t.get("ep_speed") is not None:
+        rows.append("| experts (#48): tokens/s of ep 2 against dp_shard 2 alone, "
+                    f"debug MoE, two CPU cores | {t['ep_speed']:.2f}x | measured |")
+    if t.get("grouped_vs_dense") is not None:
+        rows.append("| experts (#48): grouped expert products against a dense "
+                    "product of the same FLOPs | "
+                    f"{t['grouped_vs_dense']:.2f}x | measured |")
+    return rows
+
+
+def splice_experts(path, docs):
+    """One run of expert_parallel_bench into the page: its section and its
+    rows of the targets."""
+    targets = {}
+    page = open(os.path.join(docs, "PERFORMANCE.md")).read()
+    # Measured here just now: the section names this machine, not the one
+    # of the page's last full run.
+    machine = {"cpu": "unknown", "blas": "no MKL"}
+    for line in open("/proc/cpuinfo"):
+        if line.split(":")[0].strip() == "model name":
+            machine["cpu"] = line.split(":", 1)[1].strip()
+            break
+    try:
+        import torch
+        found = re.search(r"Math Kernel Library Version [^\n]*",
+                          torch.__config__.show())
+        machine["blas"] = found.group(0) if found else "no MKL"
+    except ImportError:
+        pass
+    section = experts_section(json.load(open(path)), machine, targets)
+    heading = section[0]
+    if heading not in page:
+        # First time: the section before activation checkpointing's, the
+        # rows after tensor parallel's in the targets.
+        anchor = "## Activation checkpointing (process runs)"
+        page = page.replace(anchor, heading + "\n\n" + anchor, 1)
+        lines = page.split("\n")
+        last = max(i for i, line in enumerate(lines)
+                   if line.startswith("| tensor parallel (#18)"))
+        lines.insert(last + 1, "| experts (#48)")
+        with open(os.path.join(docs, "PERFORMANCE.md"), "w") as f:
+            f.write("\n".join(lines))
+    splice(docs, heading, section, "| experts (#48)",
+           experts_target_rows(targets, lambda ok: "yes" if ok else "no"))
+
+
 def memory_section(mem, targets):
     """Activation checkpointing against none, process runs."""
     if not mem:
@@ -1126,7 +1245,7 @@ def busy_fraction(results):
 
 
 def targets_section(t):
-    lines = ["## Targets (issues #8, #17, #18, #19, #21 and #44)", ""]
+    lines = ["## Targets (issues #8, #17, #18, #19, #21, #44 and #48)", ""]
     if t.get("busy", 0.0) > 0.25:
         lines += [
             f"Other builds ran beside this run for {100 * t['busy']:.0f} % of it "
@@ -1183,6 +1302,7 @@ def targets_section(t):
                      "equal the formula | worst difference "
                      f"{100 * t['tp_traffic']:.2f} % | "
                      f"{'yes' if t['tp_traffic'] <= 0.01 else 'no'} |")
+    lines += experts_target_rows(t, verdict)
     if t.get("tp_speed") is not None:
         lines.append("| tensor parallel (#18): tokens/s of tp 2 against dp_replicate 2, "
                      f"small flavor, two CPU cores | {t['tp_speed']:.2f}x | measured "
@@ -1369,6 +1489,9 @@ def main():
     if sys.argv[1] == "--scaling":
         splice_scaling(sys.argv[2], sys.argv[3])
         return
+    if sys.argv[1] == "--experts":
+        splice_experts(sys.argv[2], sys.argv[3])
+        return
     results, docs = sys.argv[1], sys.argv[2]
     machine = load(results, "machine.json")
     step_runs = gbench_rounds(results, "train_step_")
@@ -1392,6 +1515,7 @@ def main():
     body += fsdp_section(load(results, "fsdp_runs.json"), targets)
     body += scaling_section(load(results, "scaling_runs.json"), targets)
     body += tp_traffic_section(load(results, "tensor_parallel.json"), targets)
+    body += experts_section(load(results, "expert_parallel.json"), machine, targets)
     body += plan_section(load(results, "plan_runs.json"), targets)
     body += plan_path_section(load(results, "plan_path.json"), targets)
     body += memory_section(load(results, "memory_runs.json"), targets)

@@ -130,6 +130,7 @@ gbench pipeline_bench pipeline
 "$python" bench/plan_runs.py "$build_dir" "$out/plan_runs.json"
 "$python" bench/plan_path.py "$build_dir" "$out/plan_path.json"
 gbench tensor_parallel_bench tensor_parallel
+gbench expert_parallel_bench expert_parallel "${repeat3[@]}"
 "$python" bench/memory_runs.py "$build_dir" "$out/memory_runs.json"
 "$python" bench/precision_runs.py "$build_dir" "$out/precision_runs.json"
 
