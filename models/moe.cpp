@@ -94,21 +94,32 @@ Routing route(
 }
 
 at::Tensor moe_aux_loss(
-    const Routing& routing, int64_t num_experts, int64_t sequences) {
+    const Routing& routing,
+    int64_t num_experts,
+    int64_t sequences,
+    const SequenceSum& over_shards,
+    int64_t shards) {
   const int64_t n = routing.experts.size(0);
   const int64_t length = n / sequences;
   const int64_t k = routing.experts.size(1);
   // Per sequence: the share of its tokens' choices each expert got, and
-  // each expert's mean score over its tokens.
-  const at::Tensor counts =
+  // each expert's mean score over its tokens (summed over the sequence's
+  // shards where other ranks hold the rest of it).
+  at::Tensor counts =
       at::zeros({sequences, num_experts}, routing.scores.options())
           .scatter_add_(
               1,
               routing.experts.reshape({sequences, length * k}),
               at::ones({sequences, length * k}, routing.scores.options()));
-  const at::Tensor share = counts / static_cast<double>(length);  // sums to k
-  const at::Tensor mean_score =
-      routing.scores.reshape({sequences, length, num_experts}).mean(1);
+  at::Tensor score_sums =
+      routing.scores.reshape({sequences, length, num_experts}).sum(1);
+  if (over_shards) {
+    counts = over_shards(counts);
+    score_sums = over_shards(score_sums);
+  }
+  const double whole = static_cast<double>(length * shards);
+  const at::Tensor share = counts / whole;  // sums to k
+  const at::Tensor mean_score = score_sums / whole;
   return (share * mean_score).sum(-1).mean() * static_cast<double>(num_experts);
 }
 
@@ -223,9 +234,12 @@ at::Tensor MoEImpl::local_experts(
   }
   if (outs.empty()) {
     // No rows (expert parallel: none came to this rank's experts): still
-    // a function of them, so that the backward runs the dispatch's
-    // all-to-all as every other rank's does.
-    return xs.mul(0.0);
+    // a function of them and of the weights, so that the backward runs the
+    // dispatch's all-to-all and the weights' gradient hooks (tensor
+    // parallel's sums) as every other rank's does.
+    return xs.mul(0.0) + (compute_param(w1).sum() + compute_param(w2).sum() +
+                          compute_param(w3).sum()) *
+                             0.0;
   }
   return at::cat(outs, 0);
 }
@@ -248,7 +262,11 @@ at::Tensor MoEImpl::forward(const at::Tensor& input) {
   at::Tensor aux;
   if (aux_wanted || counts) {
     aux = moe_aux_loss(
-        routing, args_.num_experts, in.dim() == 3 ? in.size(0) : 1);
+        routing,
+        args_.num_experts,
+        in.dim() == 3 ? in.size(0) : 1,
+        sum_over_sequence,
+        sequence_shards);
   }
   if (counts) {
     torch::NoGradGuard no_grad;
@@ -271,7 +289,8 @@ at::Tensor MoEImpl::forward(const at::Tensor& input) {
     out = AddAuxiliaryLoss::apply(
         out,
         aux,
-        aux_loss_coeff * state.loss_scale * static_cast<double>(x.size(0)));
+        aux_loss_coeff * state.loss_scale *
+            static_cast<double>(x.size(0) * sequence_shards));
   }
   return hooks.out(out.reshape(shape));
 }

@@ -75,6 +75,12 @@ struct MoeStats {
   at::Tensor pending_margin;
 };
 
+/// Sums a per-sequence statistic over the ranks that hold the other shards
+/// of the same sequences (tensor parallel's sequence parallel): forward an
+/// all-reduce, backward the identity (each of those ranks backpropagates
+/// the same replicated loss into its own shard).
+using SequenceSum = std::function<at::Tensor(const at::Tensor&)>;
+
 /// Computes this rank's experts on `rows` (R, dim), sorted by local expert
 /// with `counts` rows each (one count per local expert): (R, dim).
 using LocalExperts = std::function<at::Tensor(
@@ -131,6 +137,13 @@ class MoEImpl : public torch::nn::Module {
   /// Where the routed rows go (expert parallel's all-to-all); null: every
   /// expert is in w1, w2, w3.
   std::shared_ptr<ExpertDispatcher> dispatcher;
+  /// Under sequence parallel (tensor parallel sets both): the input is 1 /
+  /// sequence_shards of each sequence, and sum_over_sequence sums the
+  /// auxiliary loss's per-sequence statistics, and the step's routing
+  /// counts (balance_experts), over the other shards' ranks. The layer
+  /// routes its own tokens; its weights are whole on every shard's rank.
+  int64_t sequence_shards = 1;
+  SequenceSum sum_over_sequence;
 
  private:
   /// The routed experts' sum for x (N, dim) routed by `routing`.
@@ -156,7 +169,14 @@ bool is_routed_expert(const std::string& fqn);
 /// sequence (DeepSeek-V3's sequence-wise form), so that it does not
 /// depend on how a step's sequences are split into batches, microbatches
 /// and data-parallel ranks: every layout trains the same objective.
+/// `over_shards` (with `shards`): the routed rows are one of `shards` shards
+/// of each sequence, whose per-sequence sums it adds up over the ranks
+/// holding the others (MoEImpl::sum_over_sequence).
 at::Tensor moe_aux_loss(
-    const Routing& routing, int64_t num_experts, int64_t sequences = 1);
+    const Routing& routing,
+    int64_t num_experts,
+    int64_t sequences = 1,
+    const SequenceSum& over_shards = nullptr,
+    int64_t shards = 1);
 
 }  // namespace baton::models

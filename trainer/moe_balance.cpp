@@ -53,6 +53,12 @@ MoeStepSummary balance_experts(
   if (group && group->size() > 1) {
     group->all_reduce(all);
   }
+  // Under sequence parallel each rank routed a shard of its sequences: the
+  // other shards' ranks (the same for every layer of the part) add theirs.
+  if (const auto& over_shards = layers.front()->sum_over_sequence) {
+    torch::NoGradGuard no_grad;
+    all = over_shards(all);
+  }
   summary.load_min = std::numeric_limits<double>::infinity();
   for (size_t l = 0; l < layers.size(); ++l) {
     const at::Tensor counts = all[l].narrow(0, 0, experts);

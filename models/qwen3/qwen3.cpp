@@ -80,9 +80,10 @@ const std::map<std::string, ModelArgs>& moe_flavors() {
 ModelSpec moe_spec() {
   ModelSpec spec = decoder_model_spec();
   spec.flavors = moe_flavors();
-  // Tensor parallel cuts the dense feed-forward; the experts are expert
-  // parallel's (docs/ARCHITECTURE.md, "Mixture of experts").
-  spec.tensor_parallel_plan.clear();
+  // The decoder's tensor-parallel plan cuts the attention and the dense
+  // blocks' feed-forward; the MoE blocks keep their weights whole over tp
+  // (expert parallel splits the experts; docs/ARCHITECTURE.md, "Mixture of
+  // experts").
   spec.hf = models::decoder_hf_format(
       {.model_type = "qwen3_moe",
        .architecture = "Qwen3MoeForCausalLM",

@@ -154,6 +154,40 @@ at::Tensor all_reduce_gradient(const at::Tensor& grad, const Region& region) {
   });
 }
 
+namespace {
+
+/// Forward: the sum over the region's ranks; backward: the gradient as it
+/// is (each rank backpropagates the same replicated loss into its own
+/// addend).
+class SumOverRanks : public torch::autograd::Function<SumOverRanks> {
+ public:
+  static at::Tensor forward(
+      torch::autograd::AutogradContext*,
+      const at::Tensor& x,
+      int64_t region_ptr) {
+    const Region& region = *reinterpret_cast<const Region*>(region_ptr);
+    return named(region, "sum", [&] {
+      const int64_t n = region.group->size();
+      at::Tensor sum = x.contiguous().clone();
+      count(
+          region.name + " sum",
+          2 * (n - 1) * sum.numel() * sum.element_size() / n);
+      region.group->all_reduce(sum);
+      return sum;
+    });
+  }
+  static torch::autograd::variable_list backward(
+      torch::autograd::AutogradContext*, torch::autograd::variable_list grads) {
+    return {grads[0], at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor sum_over_ranks(const at::Tensor& x, const Region& region) {
+  return SumOverRanks::apply(x, reinterpret_cast<int64_t>(&region));
+}
+
 std::map<std::string, Traffic> traffic() {
   std::lock_guard<std::mutex> lock(traffic_mutex());
   return traffic_table();

@@ -39,6 +39,12 @@ at::Tensor reduce_scatter_sequence(const at::Tensor& x, const Region& region);
 /// weights under sequence parallel.
 at::Tensor all_reduce_gradient(const at::Tensor& grad, const Region& region);
 
+/// The sum of `x` over the tp ranks, every rank's; its backward passes the
+/// gradient through unchanged: for a statistic of the sequence that each
+/// rank computes a shard's part of (the MoE auxiliary loss's per-sequence
+/// counts and scores), whose replicated loss each rank backpropagates.
+at::Tensor sum_over_ranks(const at::Tensor& x, const Region& region);
+
 /// What this process handed to tensor-parallel collectives: per region and
 /// direction ("layers.0.attention enter forward"), the calls and the bytes a
 /// rank sends (an all-gather or reduce-scatter of n shards of S bytes

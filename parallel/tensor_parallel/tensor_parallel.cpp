@@ -80,17 +80,6 @@ std::optional<ConfigProblem> tensor_parallel_problem(
             "); allowed: a divisor of n_heads, n_kv_heads, the feed-forward "
             "hidden size and training.seq_len"};
   };
-  if (args.moe.enabled() && tp > 1) {
-    // The experts' own split (expert parallel) is the next step of the
-    // MoE work; until then the combination is refused before anything runs.
-    return ConfigProblem{
-        kDegreeKey,
-        std::string(kDegreeKey) + ": " + std::to_string(tp) +
-            " with a mixture-of-experts model (" +
-            std::to_string(args.moe.num_experts) +
-            " experts): tensor parallel does not cut the experts yet; "
-            "allowed: 1"};
-  }
   if (args.n_heads % tp != 0) {
     return problem("model's n_heads", args.n_heads);
   }
@@ -246,8 +235,20 @@ void TensorParallelApplier::apply(
     auto& block = *item.second->as<models::TransformerBlockImpl>();
     add_sequence_parallel_hooks(
         block.attention->hooks, region(context, prefix + "attention"));
-    add_sequence_parallel_hooks(
-        block.feed_forward->hooks, region(context, prefix + "feed_forward"));
+    if (block.feed_forward) {
+      add_sequence_parallel_hooks(
+          block.feed_forward->hooks, region(context, prefix + "feed_forward"));
+    } else if (block.moe) {
+      // The experts route this rank's positions of each sequence, with
+      // whole weights (their gradients summed over tp, above; expert
+      // parallel splits them, not tp): no gather on entry. The auxiliary
+      // loss and the routing counts add up the sequences' other shards.
+      const auto r = region(context, prefix + "moe");
+      block.moe->sequence_shards = n;
+      block.moe->sum_over_sequence = [r](const at::Tensor& x) {
+        return sum_over_ranks(x, *r);
+      };
+    }
   }
   const VocabRange vocab = VocabRange::of(args.vocab_size, group->rank(), n);
   if (model->spec().embedding) {

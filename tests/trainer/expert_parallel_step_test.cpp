@@ -1,5 +1,6 @@
-// Expert parallel's whole training runs: a small MoE model in every layout
-// the issue names against one process on the same global batches (losses
+// Expert parallel's whole training runs (and tensor parallel's with
+// experts): a small MoE model in every layout the issue names against one
+// process on the same global batches (losses
 // within 1e-5, weights rtol 1e-4 after 3 AdamW steps, float32), ranks as
 // threads over real Gloo, on inputs whose routing margin is asserted far
 // above float error.
@@ -90,6 +91,18 @@ TEST(ExpertParallel, Ep2WithFullActivationCheckpointingFollowsOneProcess) {
   auto layout = moe_layout(2, 2, /*deepseek=*/true);
   layout.ac = "full";
   expect_follows_one_process(layout);
+}
+
+TEST(ExpertParallel, TensorParallelWithExpertsFollowsOneProcess) {
+  // tp 2 alone: attention and the dense first block cut, the MoE blocks
+  // routing each rank's half of every sequence with whole experts; then
+  // tp 2 x ep 2 on 4 ranks (dp_shard 2, its ranks the ep group).
+  for (const int64_t ep : {1, 2}) {
+    auto layout = moe_layout(ep, ep, /*deepseek=*/true);
+    layout.tp = 2;
+    SCOPED_TRACE(layout.str());
+    expect_follows_one_process(layout);
+  }
 }
 
 TEST(ExpertParallel, PipelineTimesEpFollowsOneProcess) {
