@@ -26,34 +26,18 @@ constexpr int64_t kSteps = 4;
 /// The global batch's rows: every layout below trains on the same ones.
 constexpr int64_t kRows = 8;
 
-/// The layout runs' model with DeepSeek-style experts: 8 of hidden 16, top
-/// 2 of sigmoid scores in 2 groups, a shared expert, a routing bias moved
-/// 0.01 per step (far above the default, so that it changes the routing),
-/// the first block dense; routers scaled so no token sits near a tie.
+/// The layout runs' model with DeepSeek-style experts (layout_moe_args),
+/// routers spread so no token sits near a tie.
 RunLayout moe(int64_t dp_shard, int64_t ep, int64_t pp = 1) {
   RunLayout l;
   l.model = "qwen3_moe";
-  ModelArgs args = testing::layout_run_args();
-  args.moe.num_experts = 8;
-  args.moe.top_k = 2;
-  args.moe.expert_hidden = 16;
-  args.moe.score_func = "sigmoid";
-  args.moe.n_groups = 2;
-  args.moe.topk_groups = 1;
-  args.moe.shared_experts = 1;
-  args.moe.expert_bias = true;
-  args.moe.first_dense_layers = 1;
-  l.args = args;
+  // DeepSeek-style: the routing bias moved 0.01 per step (far above the
+  // default, so that it changes the routing) is part of what resumes.
+  l.args = testing::layout_moe_args(/*deepseek=*/true);
+  l.args->moe.route_scale = 1.0;
   l.aux_loss_coeff = 0.01;
   l.bias_update_rate = 0.01;
-  l.after_init = [](ModelChunk& chunk) {
-    torch::NoGradGuard no_grad;
-    for (auto& item : chunk.named_parameters()) {
-      if (item.key().find("router.gate.weight") != std::string::npos) {
-        item.value().mul_(30.0);
-      }
-    }
-  };
+  l.after_init = testing::spread_routers;
   l.dp_shard = dp_shard;
   l.ep = ep;
   l.pp = pp;

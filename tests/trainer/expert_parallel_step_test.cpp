@@ -18,44 +18,15 @@ namespace {
 
 constexpr int64_t kSteps = 3;
 
-/// A small MoE on the layout runs' model: 8 experts of hidden 16, top 2.
-/// `deepseek`: sigmoid scores in 2 groups (the best 1 kept), a shared
-/// expert, a routing bias, the first block dense, scaled 2.5.
-ModelArgs moe_args(bool deepseek) {
-  ModelArgs args = testing::layout_run_args();
-  args.moe.num_experts = 8;
-  args.moe.top_k = 2;
-  args.moe.expert_hidden = 16;
-  if (deepseek) {
-    args.moe.score_func = "sigmoid";
-    args.moe.n_groups = 2;
-    args.moe.topk_groups = 1;
-    args.moe.shared_experts = 1;
-    args.moe.expert_bias = true;
-    args.moe.first_dense_layers = 1;
-    args.moe.route_scale = 2.5;
-  }
-  return args;
-}
-
 testing::RunLayout moe_layout(int64_t dp_shard, int64_t ep, bool deepseek) {
   testing::RunLayout l;
   l.model = "qwen3_moe";
-  l.args = moe_args(deepseek);
+  l.args = testing::layout_moe_args(deepseek);
   l.dp_shard = dp_shard;
   l.ep = ep;
   l.aux_loss_coeff = 0.01;
   l.rows = 8 / dp_shard;
-  // Routers 30 times their init: scores far apart, so that no token sits
-  // near a tie between its k-th and (k+1)-th expert.
-  l.after_init = [](ModelChunk& chunk) {
-    torch::NoGradGuard no_grad;
-    for (auto& item : chunk.named_parameters()) {
-      if (item.key().find("router.gate.weight") != std::string::npos) {
-        item.value().mul_(30.0);
-      }
-    }
-  };
+  l.after_init = testing::spread_routers;
   return l;
 }
 

@@ -118,6 +118,39 @@ inline ModelArgs layout_run_args() {
   return args;
 }
 
+/// layout_run_args with experts in every block: 8 of hidden 16, top 2 of
+/// softmax scores (Qwen3-MoE's routing); `deepseek`: sigmoid scores in 2
+/// groups (the best 1 kept), a shared expert, a routing bias, the first
+/// block dense, scaled 2.5 (DeepSeek-V3's).
+inline ModelArgs layout_moe_args(bool deepseek) {
+  ModelArgs args = layout_run_args();
+  args.moe.num_experts = 8;
+  args.moe.top_k = 2;
+  args.moe.expert_hidden = 16;
+  if (deepseek) {
+    args.moe.score_func = "sigmoid";
+    args.moe.n_groups = 2;
+    args.moe.topk_groups = 1;
+    args.moe.shared_experts = 1;
+    args.moe.expert_bias = true;
+    args.moe.first_dense_layers = 1;
+    args.moe.route_scale = 2.5;
+  }
+  return args;
+}
+
+/// An after_init that multiplies the routers' weights by 30: scores far
+/// apart, so that no token sits near a tie between its k-th and (k+1)-th
+/// expert and every layout routes alike (the runs assert the margin).
+inline void spread_routers(ModelChunk& chunk) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : chunk.named_parameters()) {
+    if (item.key().find("router.gate.weight") != std::string::npos) {
+      item.value().mul_(30.0);
+    }
+  }
+}
+
 /// The sequence length of global_batch.
 constexpr int64_t kLayoutRunSeq = 8;
 
