@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,7 +72,7 @@ struct MoeStats {
   int64_t dropped = 0;
   /// The smallest routing margin (Routing::margin) of the forwards; +inf
   /// before any. What the layout tests assert is far above float error.
-  double min_margin = 0.0;
+  double min_margin = std::numeric_limits<double>::infinity();
   at::Tensor pending_margin;
 };
 

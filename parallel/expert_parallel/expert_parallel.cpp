@@ -250,7 +250,7 @@ std::optional<ConfigProblem> expert_parallel_problem(
         kDegreeKey,
         std::string(kDegreeKey) + ": " + std::to_string(ep) +
             " for a model without experts; allowed: 1, or a mixture-of-"
-            "experts model (model.name: qwen3_moe)"};
+            "experts model (model.name: qwen3_moe or deepseek_moe)"};
   }
   if (args.moe.num_experts % ep != 0) {
     return ConfigProblem{

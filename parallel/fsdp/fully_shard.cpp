@@ -286,11 +286,6 @@ void Unit::to_sharded() {
 
 // --- FullyShardedPart --------------------------------------------------------
 
-/// What the unit wrappers and the gradient hooks share; they hold it weakly
-/// or by shared pointer, so it outlives the part's modules' use of it.
-/// Autograd runs one device's hooks on one thread, so the units' states
-/// change on one thread at a time; the mutex guards the counters the
-/// gradient hooks and finish() share.
 /// The units of one wrapped module, which gather, free and reduce
 /// together: its parameters' unit, and where some of them are sharded over
 /// another group (expert parallel's experts, over dp_shard_mod_ep) theirs.
@@ -324,6 +319,11 @@ struct UnitSet {
   }
 };
 
+/// What the unit wrappers and the gradient hooks share; they hold it weakly
+/// or by shared pointer, so it outlives the part's modules' use of it.
+/// Autograd runs one device's hooks on one thread, so the units' states
+/// change on one thread at a time; the mutex guards the counters the
+/// gradient hooks and finish() share.
 struct FullyShardedPart::State {
   /// Units in the order the forward runs them: the root (whose forward
   /// encloses the blocks') first, then the blocks.
