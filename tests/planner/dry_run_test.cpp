@@ -49,6 +49,37 @@ JobConfig debug_config(const std::vector<std::string>& overrides) {
   return load_job_config(source_path("configs/debug_model.yaml"), all);
 }
 
+TEST(DryRun, ExpertParallelHoldsItsExpertsAndCountsTheAllToAll) {
+  register_builtin_builders();
+  const JobConfig config = load_job_config(
+      source_path("configs/debug_moe.yaml"),
+      {"training.mixed_precision_param=float32",
+       "parallelism.expert_parallel_degree=2"});
+  const auto report = cpu_dry_run(config, 2);
+  // 6 MoE blocks of 8 experts (3 x 256 x 256 each), a token using 2.
+  const int64_t expert = 3 * 256 * 256;
+  EXPECT_EQ(report.model_parameters - report.active_parameters, 6 * 6 * expert);
+  ASSERT_TRUE(report.experts.has_value());
+  EXPECT_EQ(report.experts->ep, 2);
+  EXPECT_EQ(report.experts->moe_layers, 6);
+  // 8 x 256 tokens / 2 ranks x top 2 rows of 256 float32s, half of them
+  // to the other rank, four times; and the counts' exchange.
+  EXPECT_EQ(
+      report.experts->all_to_all_bytes_per_layer,
+      4 * (2048 * 2 / 2) * 256 * 4 + 4 * 8);
+  // Each rank holds 4 experts per layer and half the rest (fully_shard):
+  // the same elements as dp_shard 2 alone, all told.
+  ASSERT_EQ(report.ranks.size(), 2u);
+  EXPECT_EQ(
+      report.ranks[0].parameters + report.ranks[1].parameters,
+      report.model_parameters);
+  const std::string text = format_dry_run(report, "text");
+  EXPECT_NE(text.find("active per token"), std::string::npos) << text;
+  EXPECT_NE(
+      text.find("each rank holds 4 of each layer's experts"), std::string::npos)
+      << text;
+}
+
 TEST(DryRun, OneProcessHoldsTheWholeDebugModel) {
   const auto report = cpu_dry_run(debug_config({}), 1);
   ASSERT_EQ(report.ranks.size(), 1u);
