@@ -14,6 +14,11 @@ Usage: report.py RESULTS_DIR DOCS_DIR
        run: its section and targets row)
        report.py --scaling SCALING_RUNS_JSON DOCS_DIR   (one
        bench/scaling_runs.py run: its section and targets rows)
+       report.py --experts EXPERT_PARALLEL_JSON DOCS_DIR   (one
+       expert_parallel_bench run: its section and targets rows)
+       report.py --context CONTEXT_PARALLEL_JSON CP_RUNS_JSON DOCS_DIR   (one
+       context_parallel_bench and bench/context_parallel_runs.py run: their
+       section and targets rows)
 """
 
 import json
@@ -935,13 +940,9 @@ def experts_target_rows(t, verdict):
     return rows
 
 
-def splice_experts(path, docs):
-    """One run of expert_parallel_bench into the page: its section and its
-    rows of the targets."""
-    targets = {}
-    page = open(os.path.join(docs, "PERFORMANCE.md")).read()
-    # Measured here just now: the section names this machine, not the one
-    # of the page's last full run.
+def this_machine():
+    """This machine's CPU and BLAS, for a section measured here just now
+    (not on the machine of the page's last full run)."""
     machine = {"cpu": "unknown", "blas": "no MKL"}
     for line in open("/proc/cpuinfo"):
         if line.split(":")[0].strip() == "model name":
@@ -954,7 +955,15 @@ def splice_experts(path, docs):
         machine["blas"] = found.group(0) if found else "no MKL"
     except ImportError:
         pass
-    section = experts_section(json.load(open(path)), machine, targets)
+    return machine
+
+
+def splice_experts(path, docs):
+    """One run of expert_parallel_bench into the page: its section and its
+    rows of the targets."""
+    targets = {}
+    page = open(os.path.join(docs, "PERFORMANCE.md")).read()
+    section = experts_section(json.load(open(path)), this_machine(), targets)
     heading = section[0]
     if heading not in page:
         # First time: the section before activation checkpointing's, the
@@ -969,6 +978,124 @@ def splice_experts(path, docs):
             f.write("\n".join(lines))
     splice(docs, heading, section, "| experts (#48)",
            experts_target_rows(targets, lambda ok: "yes" if ok else "no"))
+
+
+def context_section(bench, runs, machine, targets):
+    """Context parallel against one process: the whole model as real
+    processes (context_parallel_runs.py) and one attention layer's traffic
+    and overlap (context_parallel_bench)."""
+    if not bench and not runs:
+        return []
+    m = machine or {}
+    lines = ["## Context parallel (process runs and the attention alone)", ""]
+    if runs:
+        by = {r["name"]: r for r in runs["runs"]}
+        lines += [f"`bench/context_parallel_runs.py` ({runs['cpu']}, "
+                  f"{runs['runs'][0]['blas']}): the debug model in float32, one "
+                  "ATen thread per rank, one sequence per data-parallel rank and "
+                  f"step, medians of steps 3..{runs['steps']}; the ranks share "
+                  "the machine's cores. The activation peak is rank 0's "
+                  "(`activation_peak_mib`: the most CPU tensor memory a step "
+                  "held beyond what it began with); at seq 16384 every layout "
+                  "checkpoints every block (one process does not fit otherwise: "
+                  "its attention's probabilities alone would be 48 GiB).", "",
+                  "| seq | layout | ranks | step | tokens/s | activation peak per rank "
+                  "| against one process | peak RSS per rank |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in runs["runs"]:
+            one = by.get(f"one_{r['seq_len']}" +
+                         ("_ac" if r["activation_checkpoint"] == "full" else ""))
+            ratio = (r["activation_peak_mib"] / one["activation_peak_mib"]
+                     if one else None)
+            layout = ("one process" if r["cp"] == 1 else f"cp {r['cp']}" +
+                      (f" x dp_shard {r['dp_shard']}" if r["dp_shard"] > 1 else ""))
+            if r["activation_checkpoint"] == "full":
+                layout += ", full AC"
+            lines.append(
+                f"| {r['seq_len']} | {layout} | {r['ranks']} | {r['step_s']:.1f} s | "
+                f"{r['tokens_per_sec']:,.0f} | {r['activation_peak_mib']:,.0f} MiB | "
+                f"{fmt(ratio, 3, 'x')} | {max(r['peak_rss_mib']):,.0f} MiB |")
+            if r["cp"] > 1 and r["dp_shard"] == 1 and ratio is not None:
+                key = f"cp_peak_{r['seq_len']}"
+                targets[key] = ratio
+        lines.append("")
+    runs_b = gbench_medians(bench)
+    layers = {int(n.split("/")[1]): e for n, e in runs_b.items()
+              if n.startswith("BM_GatheredKvAttention")}
+    whole = {int(n.split("/")[1]): e for n, e in runs_b.items()
+             if n.startswith("BM_OneProcessAttention")}
+    if layers:
+        date = bench.get("context", {}).get("date", "n/a")
+        lines += [f"`context_parallel_bench` ({date}; "
+                  f"{m.get('cpu', 'the machine above')}, {m.get('blas', 'its BLAS')}, "
+                  "float32, one ATen thread per rank): one attention layer of the "
+                  "debug model's shape (16 heads of 16), forward and backward, one "
+                  "sequence split over cp 2 as rank threads over Gloo. The bytes "
+                  "are what each rank's attention sent (its counters), against "
+                  "the formula (cp - 1) x 2 x seq / cp x kv width x 4 bytes each "
+                  "way (the keys and values all-gathered forward, their gradients "
+                  "reduce-scattered backward). \"Waited\" is the time a rank still "
+                  "waited for the two exchanges after computing its own chunks' "
+                  "diagonal blocks meanwhile; \"alone\" the same two collectives "
+                  "with nothing to compute; hidden = 1 - waited / alone. The one "
+                  "process row is the whole sequence's causal attention in the "
+                  "CPU kernel (models/common).", "",
+                  "| seq | cp 2 layer | one process layer | bytes per rank | formula "
+                  "| waited | alone | hidden |",
+                  "|---|---|---|---|---|---|---|---|"]
+        worst = 0.0
+        for seq, e in sorted(layers.items()):
+            one = whole.get(seq)
+            worst = max(worst, abs(e["bytes_per_rank"] / e["formula_bytes"] - 1.0))
+            lines.append(
+                f"| {seq} | {e['layer_ms']:.0f} ms | "
+                f"{fmt(ms(one) if one else None, 0, ' ms')} | "
+                f"{e['bytes_per_rank'] / 2**20:.2f} MiB | "
+                f"{e['formula_bytes'] / 2**20:.2f} MiB | {e['wait_ms']:.1f} ms | "
+                f"{e['alone_ms']:.1f} ms | {100 * e['hidden_fraction']:.0f} % |")
+        targets["cp_traffic"] = worst
+        lines.append("")
+    return lines
+
+
+def context_target_rows(t, verdict):
+    rows = []
+    for seq in (8192, 16384):
+        if t.get(f"cp_peak_{seq}") is not None:
+            ac = " (full AC both)" if seq == 16384 else ""
+            rows.append(f"| context parallel (#49): activation peak per rank at "
+                        f"cp 2 <= 0.55x of one process's, seq {seq}{ac} | "
+                        f"{t[f'cp_peak_{seq}']:.3f}x | "
+                        f"{verdict(t[f'cp_peak_{seq}'] <= 0.55)} |")
+    if t.get("cp_traffic") is not None:
+        rows.append("| context parallel (#49): attention bytes per rank equal the "
+                    f"formula | worst difference {100 * t['cp_traffic']:.2f} % | "
+                    f"{verdict(t['cp_traffic'] <= 0.01)} |")
+    return rows
+
+
+def splice_context(bench_path, runs_path, docs):
+    """One run of context_parallel_bench and context_parallel_runs.py into
+    the page: its section and its rows of the targets."""
+    targets = {}
+    page = open(os.path.join(docs, "PERFORMANCE.md")).read()
+    machine = this_machine()
+    section = context_section(
+        json.load(open(bench_path)), json.load(open(runs_path)), machine, targets)
+    heading = section[0]
+    if heading not in page:
+        # First time: the section before activation checkpointing's, the
+        # rows after the experts' in the targets.
+        anchor = "## Activation checkpointing (process runs)"
+        page = page.replace(anchor, heading + "\n\n" + anchor, 1)
+        lines = page.split("\n")
+        last = max(i for i, line in enumerate(lines)
+                   if line.startswith("| experts (#48)"))
+        lines.insert(last + 1, "| context parallel (#49)")
+        with open(os.path.join(docs, "PERFORMANCE.md"), "w") as f:
+            f.write("\n".join(lines))
+    splice(docs, heading, section, "| context parallel (#49)",
+           context_target_rows(targets, lambda ok: "yes" if ok else "no"))
 
 
 def memory_section(mem, targets):
@@ -1303,6 +1430,7 @@ def targets_section(t):
                      f"{100 * t['tp_traffic']:.2f} % | "
                      f"{'yes' if t['tp_traffic'] <= 0.01 else 'no'} |")
     lines += experts_target_rows(t, verdict)
+    lines += context_target_rows(t, verdict)
     if t.get("tp_speed") is not None:
         lines.append("| tensor parallel (#18): tokens/s of tp 2 against dp_replicate 2, "
                      f"small flavor, two CPU cores | {t['tp_speed']:.2f}x | measured "
@@ -1492,6 +1620,9 @@ def main():
     if sys.argv[1] == "--experts":
         splice_experts(sys.argv[2], sys.argv[3])
         return
+    if sys.argv[1] == "--context":
+        splice_context(sys.argv[2], sys.argv[3], sys.argv[4])
+        return
     results, docs = sys.argv[1], sys.argv[2]
     machine = load(results, "machine.json")
     step_runs = gbench_rounds(results, "train_step_")
@@ -1516,6 +1647,9 @@ def main():
     body += scaling_section(load(results, "scaling_runs.json"), targets)
     body += tp_traffic_section(load(results, "tensor_parallel.json"), targets)
     body += experts_section(load(results, "expert_parallel.json"), machine, targets)
+    body += context_section(load(results, "context_parallel.json"),
+                            load(results, "context_parallel_runs.json"),
+                            machine, targets)
     body += plan_section(load(results, "plan_runs.json"), targets)
     body += plan_path_section(load(results, "plan_path.json"), targets)
     body += memory_section(load(results, "memory_runs.json"), targets)

@@ -142,7 +142,9 @@ std::unique_ptr<TrainStep> PipelineTrainerBuilder::build_train_step(
   pipeline::ExecutorShapes shapes;
   shapes.microbatches = schedule_.microbatches;
   shapes.microbatch_size = p.pipeline_parallel_microbatch_size;
-  shapes.seq_len = config().training.seq_len;
+  // This rank's positions of each sequence (context parallel splits them).
+  shapes.seq_len = config().training.seq_len /
+                   parallel_sequence_split(config(), mesh()).shards;
   shapes.dim = model_args().dim;
   shapes.sequence_shards = parallel_sequence_shards(config(), parallel_dims());
   shapes.device = device();
@@ -154,8 +156,12 @@ std::unique_ptr<TrainStep> PipelineTrainerBuilder::build_train_step(
       mesh().group(kPipelineAxis),
       std::move(loss),
       shapes);
-  const int64_t tokens =
-      config().training.local_batch_size * config().training.seq_len;
+  // This rank's tokens of a micro-step (its positions of each sequence
+  // where context parallel splits them); the loss and the token count sum
+  // over the loss group (dp x cp).
+  const int64_t tokens = config().training.local_batch_size *
+                         config().training.seq_len /
+                         parallel_sequence_split(config(), mesh()).shards;
   // pipeline_parallel_trace: "" or false = off, true = <dump_folder>/
   // pipeline_trace, else the prefix itself.
   std::string trace = p.pipeline_parallel_trace;
@@ -171,7 +177,7 @@ std::unique_ptr<TrainStep> PipelineTrainerBuilder::build_train_step(
   return std::make_unique<PipelinedTrainStep>(
       std::move(executor),
       mesh().group(kPipelineAxis),
-      mesh().dp(),
+      mesh().loss(),
       config().training.gradient_accumulation_steps,
       tokens,
       trace);

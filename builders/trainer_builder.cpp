@@ -398,6 +398,7 @@ std::unique_ptr<DataLoader> TrainerBuilder::build_dataloader(
   DataLoaderOptions options(t.local_batch_size, t.seq_len);
   options.dp_rank = mesh().index("dp");
   options.dp_size = dims_.dp();
+  options.sequence_split = parallel_sequence_split(config_, mesh());
   options.shuffle = t.dataset_shuffle;
   options.seed = static_cast<uint64_t>(t.seed);
   options.prefetch = t.dataset_prefetch;
@@ -426,6 +427,7 @@ std::unique_ptr<DataLoader> TrainerBuilder::build_validation_dataloader(
   DataLoaderOptions options(t.local_batch_size, t.seq_len);
   options.dp_rank = mesh().index("dp");
   options.dp_size = dims_.dp();
+  options.sequence_split = parallel_sequence_split(config_, mesh());
   options.prefetch = 0;
   LOG_IF(INFO, log_facts())
       << "validation: " << v.dataset << " (" << v.dataset_path << "), "

@@ -115,6 +115,17 @@ DataLoader::DataLoader(
       options_.dp_rank);
   check_option(
       options_.prefetch >= 0, "prefetch must be >= 0", options_.prefetch);
+  const SequenceSplit& split = options_.sequence_split;
+  check_option(
+      split.shards >= 1 && split.index >= 0 && split.index < split.shards,
+      "sequence_split.index must be in [0, shards=" +
+          std::to_string(split.shards) + ")",
+      split.index);
+  check_option(
+      options_.seq_len % (split.shards > 1 ? 2 * split.shards : 1) == 0,
+      "seq_len must be a multiple of 2 x sequence_split.shards=" +
+          std::to_string(split.shards),
+      options_.seq_len);
   const int64_t total = dataset_->size();
   if (total == 0) {
     throw std::runtime_error(
@@ -243,6 +254,12 @@ Batch DataLoader::produce() {
       std::copy(window.begin(), window.end() - 1, inputs + b * T);
       std::copy(window.begin() + 1, window.end(), labels + b * T);
     }
+  }
+  // A split sequence: this rank's positions of each row.
+  const SequenceSplit& split = options_.sequence_split;
+  if (split.split()) {
+    batch.inputs = split.take(batch.inputs, 1);
+    batch.labels = split.take(batch.labels, 1);
   }
   return batch;
 }

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/sequence_split.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 
@@ -37,6 +38,11 @@ struct DataLoaderOptions {
   /// Number of data-parallel ranks: each next() moves the global stream by
   /// dp_size x batch_size rows.
   int64_t dp_size = 1;
+  /// Where the sequence is split across ranks (context parallel): every
+  /// rank of the split reads the same rows and keeps its SequenceSplit
+  /// positions of each, seq_len / shards (seq_len a multiple of 2 x
+  /// shards).
+  SequenceSplit sequence_split;
   /// Shuffle the corpus's documents anew each epoch (seeded by seed,
   /// epoch).
   bool shuffle = false;
@@ -99,7 +105,7 @@ class DataLoader {
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  /// The next (batch_size, seq_len) batch.
+  /// The next (batch_size, seq_len / sequence_split.shards) batch.
   Batch next();
   /// Completed passes over the corpus.
   int64_t epoch() const {

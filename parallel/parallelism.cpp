@@ -6,6 +6,7 @@
 
 #include "common/text.h"
 #include "parallel/applier.h"
+#include "parallel/context_parallel/context_parallel.h"
 #include "parallel/data_parallel/replicate.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/expert_parallel/expert_parallel.h"
@@ -71,6 +72,7 @@ void register_builtin_parallelisms() {
     register_parallelism(replicate_parallelism());
     register_parallelism(fsdp::fully_shard_parallelism());
     register_parallelism(tensor_parallel::tensor_parallel_parallelism());
+    register_parallelism(context_parallel::context_parallel_parallelism());
     register_parallelism(expert_parallel::expert_parallel_parallelism());
   });
 }
@@ -158,6 +160,32 @@ int64_t parallel_sequence_shards(
     }
   }
   return shards;
+}
+
+SequenceSplit parallel_sequence_split(
+    const JobConfig& config, const dist::ParallelMesh& mesh) {
+  return parallel_sequence_split(config, mesh.dims(), mesh.coord());
+}
+
+SequenceSplit parallel_sequence_split(
+    const JobConfig& config,
+    const ParallelDims& dims,
+    const dist::MeshCoord& coord) {
+  const Parallelism* owner = nullptr;
+  SequenceSplit split;
+  for (const Parallelism* p : enabled_parallelisms(config, dims)) {
+    if (!p->sequence_split) {
+      continue;
+    }
+    if (owner != nullptr) {
+      throw std::logic_error(
+          "[parallelism] both '" + owner->name + "' and '" + p->name +
+          "' split the sequence; at most one enabled parallelism may");
+    }
+    owner = p;
+    split = p->sequence_split(dims, coord);
+  }
+  return split;
 }
 
 int64_t parallel_hidden_shards(

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/sequence_split.h"
 #include "config/job_config.h"
 #include "config/parallel_dims.h"
 #include "models/loss.h"
@@ -113,6 +114,12 @@ struct Parallelism {
   /// pipeline stages (1: not at all); the shards of all enabled
   /// parallelisms multiply.
   std::function<int64_t(const ParallelDims&)> sequence_shards;
+  /// How it splits every sequence across ranks for the whole model
+  /// (context parallel): the SequenceSplit of the rank at `coord`, which
+  /// the data loader cuts its rows by and the dry run counts; at most one
+  /// enabled parallelism may.
+  std::function<SequenceSplit(const ParallelDims&, const dist::MeshCoord&)>
+      sequence_split;
   /// How many ways it splits each block's activations the way Megatron's
   /// tensor and sequence parallel do (the attention heads, the
   /// feed-forward's hidden units, the sequence between the blocks'
@@ -142,8 +149,8 @@ void register_parallelism(Parallelism parallelism);
 const std::vector<Parallelism>& registered_parallelisms();
 /// Registers the built-in parallelisms: pipeline (pp), replicate
 /// (dp_replicate), fully_shard (dp_shard, HSDP with replicas),
-/// tensor_parallel (tp) and expert_parallel (ep of dp_shard). Safe to call
-/// more than once.
+/// tensor_parallel (tp), context_parallel (cp) and expert_parallel (ep of
+/// dp_shard x cp). Safe to call more than once.
 void register_builtin_parallelisms();
 
 /// The registered parallelisms on in a run laid out as `dims`, in
@@ -177,6 +184,16 @@ std::vector<int64_t> parallel_stored_shape(
 /// The product of the enabled parallelisms' sequence_shards.
 int64_t parallel_sequence_shards(
     const JobConfig& config, const ParallelDims& dims);
+/// The split of each sequence of the rank at `coord`: the one enabled
+/// parallelism's sequence_split, else the whole sequence. Throws
+/// std::logic_error naming them when two split it.
+SequenceSplit parallel_sequence_split(
+    const JobConfig& config,
+    const ParallelDims& dims,
+    const dist::MeshCoord& coord);
+/// The same for this rank of `mesh`.
+SequenceSplit parallel_sequence_split(
+    const JobConfig& config, const dist::ParallelMesh& mesh);
 /// The product of the enabled parallelisms' hidden_shards.
 int64_t parallel_hidden_shards(
     const JobConfig& config, const ParallelDims& dims);

@@ -46,11 +46,12 @@ int64_t numel(const std::vector<int64_t>& shape) {
 /// (k and v expanded to the query heads when grouped), attention's output and
 /// its copy laid out for wo, and the feed-forward's w1, w3 (swiglu's) and their
 /// product (w2's input; this rank's hidden rows); with per-head q/k norms,
-/// their inputs too.
-int64_t block_elements(const ModelArgs& a, int64_t t) {
+/// their inputs too. `kv_expanded`: attention takes k and v expanded to the
+/// query heads (context parallel's takes them grouped).
+int64_t block_elements(const ModelArgs& a, int64_t t, bool kv_expanded) {
   const int64_t q = a.n_heads * a.head_dim();
   const int64_t kv = a.kv_heads() * a.head_dim();
-  const int64_t kv_saved = a.kv_heads() < a.n_heads ? q : kv;
+  const int64_t kv_saved = kv_expanded && a.kv_heads() < a.n_heads ? q : kv;
   const int64_t qk_norm_inputs = a.qk_norm ? (q + kv) / t : 0;
   return 2 * a.dim / t + 2 * a.dim + (q + 2 * kv_saved) / t + 2 * q / t +
          3 * a.ffn_hidden_dim() / t + qk_norm_inputs;
@@ -78,14 +79,23 @@ struct StageActivations {
 /// beyond q, k, v and its output, split `t` ways (parallel_hidden_shards: a
 /// slice of the heads each): on the CPU the probabilities of the unmasked half
 /// (causal_attention's, in the compute dtype); on CUDA
-/// scaled_dot_product_attention's float32 log-sum-exp per row.
+/// scaled_dot_product_attention's float32 log-sum-exp per row. Where
+/// context parallel splits the sequence `context_shards` ways, its gathered
+/// attention's: the whole sequence's keys and values (this rank's slice of
+/// the key/value heads) and a float32 log-sum-exp per row of its shard.
 int64_t attention_bytes(
     const ModelArgs& a,
     int64_t seq_len,
     int64_t t,
     bool cuda,
-    int64_t dtype_bytes) {
+    int64_t dtype_bytes,
+    int64_t context_shards) {
   const int64_t heads = a.n_heads / t;
+  if (context_shards > 1) {
+    const int64_t kv_heads = std::max<int64_t>(a.kv_heads() / t, 1);
+    return 2 * kv_heads * a.head_dim() * seq_len * dtype_bytes +
+           heads * (seq_len / context_shards) * 4;
+  }
   if (cuda) {
     return heads * seq_len * 4;
   }
@@ -107,8 +117,9 @@ StageActivations stage_activations(
     int64_t tokens,
     int64_t attention,
     int64_t t,
-    int64_t dtype_bytes) {
-  const int64_t full = block_elements(args, t);
+    int64_t dtype_bytes,
+    bool kv_expanded) {
+  const int64_t full = block_elements(args, t, kv_expanded);
   const int64_t input = args.dim / t;
   const int64_t end = chunk.end_layer < 0 ? args.n_layers : chunk.end_layer;
   int64_t kept = 0;
@@ -261,6 +272,9 @@ struct DryRunSetup {
   int64_t dtype_bytes = 4;
   /// The ways the enabled parallelisms split each block's activations.
   int64_t hidden_shards = 1;
+  /// The ways context parallel splits each sequence (every rank holds
+  /// seq_len / context_shards positions).
+  int64_t context_shards = 1;
   int64_t pp_degree = 1;
   int64_t shard_degree = 1;
   /// Sequences per microbatch (the local batch without pipelining).
@@ -305,8 +319,13 @@ DryRunSetup describe_model(
   std::tie(setup.dtype_bytes, dtype) = compute_dtype(config, setup.cuda);
   report.compute_dtype = dtype;
   report.device = setup.cuda ? "cuda" : "cpu";
+  setup.context_shards =
+      parallel_sequence_split(config, dims, dist::mesh_coord(dims, 0)).shards;
   report.attention_saved =
-      setup.cuda
+      setup.context_shards > 1
+          ? "the whole sequence's keys and values and a float32 log-sum-exp "
+            "per row (context parallel's gathered attention)"
+      : setup.cuda
           ? "its float32 log-sum-exp per row (scaled_dot_product_attention)"
       : setup.dtype_bytes == 4
           ? "the probabilities of the unmasked half (the CPU kernel's layout)"
@@ -315,7 +334,7 @@ DryRunSetup describe_model(
   report.activation_checkpoint = describe_ac(config.activation_checkpoint);
   setup.hidden_shards = parallel_hidden_shards(config, dims);
   setup.pp_degree = dims.degree(kPipelineAxis);
-  setup.shard_degree = dims.degree(kShardAxis);
+  setup.shard_degree = dims.degree(kShardContextGroup);
   return setup;
 }
 
@@ -352,7 +371,21 @@ void place_stages(
       const auto problem = config.activation_checkpoint.stages_problem(1)) {
     throw_config_error(config.origin(problem->key), problem->message);
   }
-  report.microbatch_tokens = setup.rows * config.training.seq_len;
+  report.microbatch_tokens =
+      setup.rows * config.training.seq_len / setup.context_shards;
+  if (setup.context_shards > 1) {
+    // Each rank sends its keys and values to the cp - 1 others (the
+    // all-gather) and as many gradient bytes back (the reduce-scatter).
+    const int64_t cp = setup.context_shards;
+    const int64_t t = setup.hidden_shards;
+    const int64_t kv_heads = std::max<int64_t>(setup.args.kv_heads() / t, 1);
+    DryRunReport::Context c;
+    c.cp = cp;
+    c.chunk_len = config.training.seq_len / (2 * cp);
+    c.bytes_per_layer = 2 * (cp - 1) * 2 * report.microbatch_tokens *
+                        kv_heads * setup.args.head_dim() * setup.dtype_bytes;
+    report.context = c;
+  }
   if (setup.args.moe.enabled()) {
     const auto& moe = setup.args.moe;
     DryRunReport::Experts e;
@@ -507,7 +540,8 @@ DryRunRank rank_figures(
                                              config.training.seq_len,
                                              setup.hidden_shards,
                                              setup.cuda,
-                                             setup.dtype_bytes);
+                                             setup.dtype_bytes,
+                                             setup.context_shards);
   for (size_t s = 0; s < setup.chunks.size(); ++s) {
     if (setup.stage_to_rank[s] != r.pp) {
       continue;
@@ -538,7 +572,8 @@ DryRunRank rank_figures(
         report.microbatch_tokens,
         attention,
         setup.hidden_shards,
-        setup.dtype_bytes);
+        setup.dtype_bytes,
+        /*kv_expanded=*/setup.context_shards == 1);
     stage.activation_bytes = activations.saved;
     stage.recompute_bytes = activations.recompute;
     r.recompute_bytes = std::max(r.recompute_bytes, activations.recompute);
@@ -682,6 +717,13 @@ std::string format_json(const DryRunReport& report) {
         {"all_to_all_bytes_per_layer_and_microbatch",
          e.all_to_all_bytes_per_layer}};
   }
+  if (report.context) {
+    const auto& c = *report.context;
+    out["context"] = {
+        {"cp", c.cp},
+        {"chunk_len", c.chunk_len},
+        {"kv_bytes_per_layer_and_microbatch", c.bytes_per_layer}};
+  }
   return out.dump(1) + "\n";
 }
 
@@ -710,6 +752,14 @@ std::string format_text(const DryRunReport& report) {
              "combine, forward and backward)";
     }
     out << "\n";
+  }
+  if (report.context) {
+    const auto& c = *report.context;
+    out << "context: cp " << c.cp << ": each rank holds 2 chunks of "
+        << c.chunk_len << " positions of every sequence (head and tail); "
+        << "attention moves " << human_bytes(c.bytes_per_layer)
+        << " per rank, layer and microbatch (keys and values all-gathered "
+           "forward, their gradients reduce-scattered backward)\n";
   }
   if (!report.schedule.empty()) {
     out << "pipeline: " << report.schedule << ", " << report.num_stages

@@ -96,6 +96,17 @@ struct DryRunReport {
     int64_t all_to_all_bytes_per_layer = 0;
   };
   std::optional<Experts> experts;
+  /// Context parallel: its degree, the positions of each chunk (every rank
+  /// holds two), and the bytes each rank sends per attention layer and
+  /// microbatch: its keys and values to the cp - 1 others forward and their
+  /// gradients backward, 2 x 2 (cp - 1) x tokens x kv width x the compute
+  /// dtype's bytes, tokens this rank's.
+  struct Context {
+    int64_t cp = 1;
+    int64_t chunk_len = 0;
+    int64_t bytes_per_layer = 0;
+  };
+  std::optional<Context> context;
   int64_t vocab_size = 0;
   /// Where the vocabulary size came from ("tokenizer bytes", "the flavor's:
   /// ...").
@@ -105,7 +116,7 @@ struct DryRunReport {
   std::string schedule;
   int64_t num_stages = 1;
   int64_t microbatches = 1;
-  /// Tokens of one microbatch (batch rows x seq_len).
+  /// This rank's tokens of one microbatch (batch rows x seq_len / cp).
   int64_t microbatch_tokens = 0;
   /// "float32" or "bfloat16", and why when auto chose it.
   std::string compute_dtype;

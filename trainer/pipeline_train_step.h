@@ -13,8 +13,11 @@ namespace baton {
 /// gradient-accumulation micro-step, with the loss of each microbatch scaled
 /// by the global step's token count so the gradients equal the
 /// non-pipelined ones. Only the rank holding stage 0 gets batches. The loss
-/// is summed over the pipeline group (only the last stage has it) and the
-/// data-parallel group, so every rank returns the global loss. On the last
+/// is summed over the pipeline group (only the last stage has it) and
+/// `dp_group`, the ranks whose tokens make the global batch (the mesh's
+/// loss group: data parallel's, and context parallel's, whose ranks each
+/// hold part of every sequence), so every rank returns the global loss.
+/// `tokens_per_micro_step`: this rank's. On the last
 /// micro-step each REDUCE_GRAD of the schedule synchronises that stage's
 /// part through its grad_sync(), and a part the schedule has no REDUCE_GRAD
 /// for (a custom CSV schedule's) is synchronised after it.

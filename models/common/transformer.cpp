@@ -96,9 +96,13 @@ at::Tensor AttentionImpl::forward(
   // On the CPU, blocked attention skips the masked half of the scores and
   // takes q with the 1 / sqrt(D) factor folded into its rotation.
   const bool blocked = x.device().is_cpu();
-  const double q_scale =
-      blocked ? 1.0 / std::sqrt(static_cast<double>(head_dim_)) : 1.0;
-  auto [q, k, v] = heads_first(x, rope, q_scale);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  auto [q, k, v] = heads_first(x, rope, blocked || split_attention ? scale : 1.0);
+  if (split_attention) {
+    // The sequence is split across ranks: this rank's rows over all of it.
+    const at::Tensor out = split_attention->attend(q, k, v);
+    return hooks.out(wo(out.transpose(1, 2).reshape({B, T, -1})));
+  }
   const int64_t heads = q.size(1);
   k = expand_kv(k, heads);
   v = expand_kv(v, heads);
@@ -280,26 +284,36 @@ at::Tensor rope_inv_freq(const ModelArgs& args) {
 }
 
 RopeTables rope_tables(
-    const ModelArgs& args,
-    int64_t first_position,
-    int64_t seq_len,
-    const at::Device& device) {
+    const ModelArgs& args, const at::Tensor& positions, const at::Device& device) {
   const at::Tensor inv_freq = rope_inv_freq(args);  // (D/2)
-  const auto positions = torch::arange(
-      first_position, first_position + seq_len, torch::kFloat64);  // (T)
-  const auto angles = torch::outer(positions, inv_freq);           // (T, D/2)
+  const auto angles =
+      torch::outer(positions.to(torch::kFloat64), inv_freq);  // (T, D/2)
   const double scale = args.rope_scaling.attention_scale();
   return {
       (angles.cos() * scale).to(device, torch::kFloat32),
       (angles.sin() * scale).to(device, torch::kFloat32),
-      first_position};
+      positions.numel() > 0 ? positions[0].item<int64_t>() : 0};
+}
+
+RopeTables rope_tables(
+    const ModelArgs& args,
+    int64_t first_position,
+    int64_t seq_len,
+    const at::Device& device) {
+  return rope_tables(
+      args,
+      torch::arange(first_position, first_position + seq_len, torch::kLong),
+      device);
 }
 
 const RopeTables& TransformerImpl::rope_for(
     int64_t seq_len, const at::Device& device) {
-  if (!rope_.cos.defined() || rope_.cos.size(0) != seq_len ||
-      rope_.first_position != position_offset || rope_.cos.device() != device) {
-    rope_ = rope_tables(args_, position_offset, seq_len, device);
+  const RopeKey key{position_offset, sequence_split.shards, sequence_split.index};
+  if (!rope_.cos.defined() || rope_.cos.size(0) != seq_len || rope_key_ != key ||
+      rope_.cos.device() != device) {
+    rope_ = rope_tables(
+        args_, sequence_split.positions(seq_len) + position_offset, device);
+    rope_key_ = key;
   }
   return rope_;
 }

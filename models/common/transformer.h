@@ -5,9 +5,11 @@
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/pimpl.h>
 
+#include <memory>
 #include <tuple>
 #include <vector>
 
+#include "common/sequence_split.h"
 #include "models/linear.h"
 #include "models/model_args.h"
 #include "models/model_spec.h"
@@ -53,6 +55,11 @@ RopeTables rope_tables(
     int64_t seq_len,
     const at::Device& device);
 
+/// The same for the positions `positions` ((T) int64, in any order: a
+/// rank's shard of a split sequence).
+RopeTables rope_tables(
+    const ModelArgs& args, const at::Tensor& positions, const at::Device& device);
+
 /// Rotates the pairs (x[2i], x[2i+1]) of each head, Meta's layout.
 /// x: (B, T, H, head_dim) -> (B, T, H, head_dim)
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& rope);
@@ -66,6 +73,20 @@ struct KvCache {
   int64_t capacity() const {
     return k.empty() ? 0 : k.front().size(2);
   }
+};
+
+/// Attention over a sequence whose positions are split across ranks
+/// (context parallel sets one on each attention module): each rank holds
+/// its SequenceSplit rows of q, k and v and gets its rows' causal attention
+/// over the whole sequence.
+class SplitSequenceAttention {
+ public:
+  virtual ~SplitSequenceAttention() = default;
+  /// q: (B, H, T_local, D), already multiplied by 1 / sqrt(D); k, v:
+  /// (B, KV, T_local, D), KV dividing H (query head h reads key/value head
+  /// h / (H / KV)). Returns (B, H, T_local, D).
+  virtual at::Tensor attend(
+      const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) = 0;
 };
 
 /// Causal grouped-query attention: n_heads query heads share n_kv_heads
@@ -95,6 +116,9 @@ class AttentionImpl : public torch::nn::Module {
   /// Around the whole module: the enter hooks before wq, wk and wv read the
   /// input, the leave hooks after wo.
   RegionHooks hooks;
+  /// Set where the sequence is split across ranks: the attention its rows
+  /// get (unset: the whole sequence is here).
+  std::shared_ptr<SplitSequenceAttention> split_attention;
 
  private:
   /// q, k rotated (q times `q_scale`) and v, each (B, heads, T, D), of x
@@ -203,10 +227,11 @@ class TransformerImpl final : public ModelChunk {
   /// positions their attention sees (a sequence-parallel layout's shard;
   /// its enter hooks gather the rest), so RoPE's tables cover that many.
   int64_t sequence_shards = 1;
-  /// The position of this rank's first token in the whole sequence: a
-  /// layout that gives each rank a run of the sequence (context parallel)
-  /// sets where its run starts; RoPE rotates by the whole sequence's
-  /// positions.
+  /// Which rows of each sequence this rank holds where a layout splits the
+  /// sequence across ranks (context parallel): RoPE rotates each row by its
+  /// position in the whole sequence.
+  SequenceSplit sequence_split;
+  /// Added to every position (a sequence that continues an earlier one).
   int64_t position_offset = 0;
 
  private:
@@ -218,6 +243,9 @@ class TransformerImpl final : public ModelChunk {
 
   ModelArgs args_;
   ChunkSpec chunk_;
+  /// What rope_ was built for: the offset and the split.
+  using RopeKey = std::tuple<int64_t, int64_t, int64_t>;
+  RopeKey rope_key_;
   std::vector<TransformerBlock> blocks_;  // the entries of `layers`, in order
   /// Wrappers per block (same order as blocks_), and the root's.
   std::vector<std::vector<std::shared_ptr<UnitWrapper>>> block_wrappers_;

@@ -261,7 +261,8 @@ Parallelism replicate_parallelism() {
   p.place = ChainPlace::kData;
   p.steps = {"check_replicas", "replicate"};
   p.appliers = [](const JobConfig&, const ParallelDims& dims) {
-    return dims.degree(kShardAxis) > 1
+    // fully_shard reduces over dp_replicate itself (HSDP) where it runs.
+    return dims.degree(kShardContextGroup) > 1
                ? std::vector<std::string>{}
                : std::vector<std::string>{"check_replicas", "replicate"};
   };

@@ -1,20 +1,18 @@
 #include "parallel/expert_parallel/expert_parallel.h"
 
-#include <ATen/record_function.h>
 #include <glog/logging.h>
 #include <torch/torch.h>
 
 #include <c10/util/accumulate.h>
 
-#include <mutex>
 #include <numeric>
 
 #include "config/job_config.h"
 #include "parallel/axes.h"
 #include "parallel/data_parallel/replicate.h"
-#include "parallel/dist/flight_recorder.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
+#include "parallel/dist/traffic.h"
 #include "parallel/model_parts.h"
 #include "parallel/parallelism.h"
 
@@ -22,21 +20,13 @@ namespace baton::expert_parallel {
 
 namespace {
 
-std::mutex& traffic_mutex() {
-  static std::mutex m;
-  return m;
-}
-
-std::map<std::string, Traffic>& traffic_table() {
-  static std::map<std::string, Traffic> t;
-  return t;
+dist::TrafficLog& traffic_log() {
+  static dist::TrafficLog log;
+  return log;
 }
 
 void count(const std::string& key, int64_t bytes) {
-  std::lock_guard<std::mutex> lock(traffic_mutex());
-  auto& t = traffic_table()[key];
-  t.calls += 1;
-  t.bytes += bytes;
+  traffic_log().count(key, bytes);
 }
 
 /// Runs `op` under the layer's name: a profiler range, the flight
@@ -44,15 +34,7 @@ void count(const std::string& key, int64_t bytes) {
 /// failed.
 template <class Op>
 void named(const AllToAllDispatcher& d, const std::string& what, const Op& op) {
-  const std::string label = "expert_parallel " + d.name() + " " + what;
-  RECORD_FUNCTION(label, std::vector<c10::IValue>());
-  const dist::FlightLabel flight_label(label);
-  try {
-    op();
-  } catch (const dist::CommError& e) {
-    throw dist::CommError(
-        "[expert_parallel] " + d.name() + ": " + what + ": " + e.what());
-  }
+  dist::run_labelled("expert_parallel", d.name(), what, op);
 }
 
 int64_t sum(const std::vector<int64_t>& v) {
@@ -144,13 +126,11 @@ class AllToAll : public torch::autograd::Function<AllToAll> {
 }  // namespace
 
 std::map<std::string, Traffic> traffic() {
-  std::lock_guard<std::mutex> lock(traffic_mutex());
-  return traffic_table();
+  return traffic_log().snapshot();
 }
 
 void reset_traffic() {
-  std::lock_guard<std::mutex> lock(traffic_mutex());
-  traffic_table().clear();
+  traffic_log().reset();
 }
 
 AllToAllDispatcher::AllToAllDispatcher(
@@ -307,9 +287,12 @@ void ExpertParallelApplier::apply(
       bytes += w.nbytes();
       part.set_slice(names[i], std::move(slice));
       // The ep ranks hold different experts and fully_shard splits each
-      // rank's over the rest of dp_shard: every dp_shard rank a piece of
-      // its own.
+      // rank's over the rest of dp_shard x cp: every rank of those a piece
+      // of its own.
       part.mark_grad_split(names[i], kShardAxis);
+      if (context.mesh.dims().degree(kContextAxis) > 1) {
+        part.mark_grad_split(names[i], kContextAxis);
+      }
       part.set_shard_group(names[i], kRestAxis);
     }
     moe->dispatcher =
@@ -328,15 +311,18 @@ void ExpertParallelApplier::apply(
 Parallelism expert_parallel_parallelism() {
   Parallelism p;
   p.name = "expert_parallel";
-  p.derived_axis = DerivedAxisSpec{kAxis, {kShardAxis}, kDegreeKey, kRestAxis};
+  // Borrowed from dp_shard x cp (torchtitan's): cp's ranks route their own
+  // positions' tokens as dp_shard's route their own rows'.
+  p.derived_axis = DerivedAxisSpec{
+      kAxis, {kShardAxis, kContextAxis}, kDegreeKey, kRestAxis};
   p.section = "parallelism";
   p.fields = {
       {"expert_parallel_degree",
        int64_t{1},
        FieldSpec(
            "expert parallel ranks: the MoE layers' experts split over this "
-           "many of dp_shard's ranks (it divides "
-           "data_parallel_shard_degree)")
+           "many of dp_shard x cp's ranks (it divides "
+           "data_parallel_shard_degree x context_parallel_degree)")
            .at_least(1)}};
   p.owned_appliers = {
       {"expert_parallel",

@@ -27,10 +27,7 @@
 #include "models/moe.h"
 #include "parallel/applier.h"
 #include "parallel/axes.h"
-
-namespace baton::dist {
-class ProcessGroup;
-}
+#include "parallel/dist/traffic.h"
 
 namespace baton {
 struct Parallelism;
@@ -87,10 +84,7 @@ class AllToAllDispatcher final : public models::ExpertDispatcher {
 /// kept on this rank are not counted; the counts' exchange is, under
 /// "counts"). Ranks run as threads of one process add up. For the bench
 /// that checks the bytes against the formula.
-struct Traffic {
-  int64_t calls = 0;
-  int64_t bytes = 0;
-};
+using Traffic = dist::Traffic;
 std::map<std::string, Traffic> traffic();
 void reset_traffic();
 

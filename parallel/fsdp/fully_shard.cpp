@@ -532,7 +532,8 @@ FullyShardedPart::FullyShardedPart(
       accumulators_.push_back(std::move(acc));
       // Split over dp_shard: a parameter an earlier applier split over part
       // of it (experts over ep) is sharded over the rest, so that each
-      // dp_shard rank still holds a piece of its own.
+      // dp_shard rank still holds a piece of its own (the applier adds cp
+      // where the shard group spans it).
       part.mark_grad_split(fqn, kShardAxis);
     }
     const auto expected = static_cast<int64_t>(params.size());
@@ -626,7 +627,8 @@ void FullyShardedPart::after_eval() {
 void FullyShardApplier::apply(ModelPart& part, const ParallelContext& context) {
   const auto& p = context.config.parallelism;
   ShardGroups groups{
-      context.mesh.group(kShardAxis), context.mesh.group(kReplicateAxis)};
+      context.mesh.group(kShardContextGroup),
+      context.mesh.group(kReplicateAxis)};
   std::map<std::string, ShardGroups> other_groups;
   for (const auto& item : part.module().named_parameters()) {
     if (const std::string* group = part.shard_group(item.key())) {
@@ -654,7 +656,9 @@ void FullyShardApplier::apply(ModelPart& part, const ParallelContext& context) {
   // Every shard of a stage holds as much: said once per stage.
   LOG_IF(INFO, context.mesh.leads({kPipelineAxis}))
       << "fully_shard: stage " << part.stage() << ": "
-      << sharded->units().size() << " units over dp_shard "
+      << sharded->units().size() << " units over "
+      << (context.mesh.dims().degree(kContextAxis) > 1 ? "dp_shard x cp "
+                                                        : "dp_shard ")
       << groups.shard->size()
       << (groups.replicate->size() > 1
               ? " x " + std::to_string(groups.replicate->size()) + " replicas"
@@ -666,9 +670,14 @@ void FullyShardApplier::apply(ModelPart& part, const ParallelContext& context) {
       << c10::toString(context.mixed_precision.param) << ", reduces "
       << c10::toString(context.mixed_precision.reduce);
   // What the checkpoint saves of each: its rows of the whole tensor, within
-  // any slice an earlier applier (tensor parallel) made.
+  // any slice an earlier applier (tensor parallel) made. The gradients are
+  // split over cp too where the shards span it.
+  const bool over_cp = context.mesh.dims().degree(kContextAxis) > 1;
   for (const auto& unit : sharded->units()) {
     for (const auto& param : unit->params()) {
+      if (over_cp) {
+        part.mark_grad_split(param.fqn, kContextAxis);
+      }
       ParamSlice slice;
       if (const ParamSlice* before = part.slice(param.fqn)) {
         slice = *before;
@@ -690,12 +699,19 @@ Parallelism fully_shard_parallelism() {
       kShardAxis,
       200,
       "parallelism.data_parallel_shard_degree",
-      {"dp", "loss"}};
+      {"dp", "loss", kShardContextGroup}};
+  // Over dp_shard x cp: context parallel's ranks hold the same weights and
+  // see different tokens, so they shard them too (torchtitan's choice: the
+  // weights, their gradients and AdamW's state take 1 / cp as much memory
+  // there, and the gradients' reduce-scatter sums over cp as it must).
+  p.enabled = [](const JobConfig&, const ParallelDims& dims) {
+    return dims.degree(kShardContextGroup) > 1;
+  };
   p.owned_appliers = {
       {"fully_shard",
        [] { return std::make_unique<FullyShardApplier>(); },
        "fully sharded data parallel (FSDP, HSDP with replicas): parameters "
-       "sharded over dp_shard, gathered per unit, gradients "
+       "sharded over dp_shard (x cp), gathered per unit, gradients "
        "reduce-scattered"}};
   p.place = ChainPlace::kData;
   p.steps = {"check_replicas", "fully_shard"};
@@ -710,7 +726,7 @@ Parallelism fully_shard_parallelism() {
     const char* group =
         models::is_routed_expert(fqn) && dims.has(kExpertRestAxis)
             ? kExpertRestAxis
-            : kShardAxis;
+            : kShardContextGroup;
     const int64_t n = dims.degree(group);
     const int64_t per_rank = (shape[0] + n - 1) / n;
     shape[0] = std::clamp<int64_t>(

@@ -50,7 +50,8 @@ struct ExecutorRun {
 struct ExecutorShapes {
   int64_t microbatches = 1;
   int64_t microbatch_size = 1;
-  /// Positions of the inputs and labels.
+  /// Positions of the inputs and labels this rank holds of each sequence
+  /// (seq_len / cp where context parallel splits it).
   int64_t seq_len = 1;
   /// Hidden size of the activations between stages.
   int64_t dim = 1;

@@ -1,47 +1,28 @@
 #include "parallel/tensor_parallel/regions.h"
 
-#include <ATen/record_function.h>
 #include <torch/torch.h>
 
-#include <mutex>
-
-#include "parallel/dist/flight_recorder.h"
 #include "parallel/dist/process_group.h"
+#include "parallel/dist/traffic.h"
 
 namespace baton::tensor_parallel {
 
 namespace {
 
-std::mutex& traffic_mutex() {
-  static std::mutex m;
-  return m;
-}
-
-std::map<std::string, Traffic>& traffic_table() {
-  static std::map<std::string, Traffic> t;
-  return t;
+dist::TrafficLog& traffic_log() {
+  static dist::TrafficLog log;
+  return log;
 }
 
 void count(const std::string& key, int64_t bytes) {
-  std::lock_guard<std::mutex> lock(traffic_mutex());
-  auto& t = traffic_table()[key];
-  t.calls += 1;
-  t.bytes += bytes;
+  traffic_log().count(key, bytes);
 }
 
 /// Runs `op` under the region's name: a profiler range, and a CommError
 /// that says which region and collective failed.
 template <class Op>
 at::Tensor named(const Region& region, const std::string& what, const Op& op) {
-  const std::string label = "tensor_parallel " + region.name + " " + what;
-  RECORD_FUNCTION(label, std::vector<c10::IValue>());
-  const dist::FlightLabel flight_label(label);
-  try {
-    return op();
-  } catch (const dist::CommError& e) {
-    throw dist::CommError(
-        "[tensor_parallel] " + region.name + ": " + what + ": " + e.what());
-  }
+  return dist::run_labelled("tensor_parallel", region.name, what, op);
 }
 
 /// The all-gather along the sequence: (B, T / n, ...) -> (B, T, ...).
@@ -189,13 +170,11 @@ at::Tensor sum_over_ranks(const at::Tensor& x, const Region& region) {
 }
 
 std::map<std::string, Traffic> traffic() {
-  std::lock_guard<std::mutex> lock(traffic_mutex());
-  return traffic_table();
+  return traffic_log().snapshot();
 }
 
 void reset_traffic() {
-  std::lock_guard<std::mutex> lock(traffic_mutex());
-  traffic_table().clear();
+  traffic_log().reset();
 }
 
 }  // namespace baton::tensor_parallel

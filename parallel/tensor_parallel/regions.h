@@ -7,9 +7,7 @@
 #include <memory>
 #include <string>
 
-namespace baton::dist {
-class ProcessGroup;
-}
+#include "parallel/dist/traffic.h"
 
 namespace baton::tensor_parallel {
 
@@ -51,10 +49,7 @@ at::Tensor sum_over_ranks(const at::Tensor& x, const Region& region);
 /// sends (n - 1) S, a ring all-reduce of S bytes 2 (n - 1) S / n). Ranks run
 /// as threads of one process add up. For the benchmark that checks the
 /// traffic against the formula.
-struct Traffic {
-  int64_t calls = 0;
-  int64_t bytes = 0;
-};
+using Traffic = dist::Traffic;
 std::map<std::string, Traffic> traffic();
 void reset_traffic();
 

@@ -139,13 +139,13 @@ TEST(DryRunCli, TextGroupsTheRanks) {
       source_path("configs/llama3_405b.yaml") + " --dry-run");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(
-      r.output.find("layout: pp=8 dp_replicate=1 dp_shard=8 tp=8 "
+      r.output.find("layout: pp=8 dp_replicate=1 dp_shard=8 cp=1 tp=8 "
                     "(world 512)"),
       std::string::npos)
       << r.output;
   // One row per pipeline rank: 64 ranks each.
   EXPECT_NE(
-      r.output.find("\n448-511 | 7 0 0-7 0-7 | 7 (layers.56-63); 15 "
+      r.output.find("\n448-511 | 7 0 0-7 0 0-7 | 7 (layers.56-63); 15 "
                     "(layers.119-125, norm, output) |"),
       std::string::npos)
       << r.output;

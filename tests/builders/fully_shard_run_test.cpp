@@ -41,7 +41,8 @@ TEST(FullyShardRun, AnUnsetDegreeShardsOverTheRanksAndFollowsOneProcess) {
   ASSERT_EQ(r2.code, 0) << r2.output;
   EXPECT_NE(
       r2.output.find(
-          "dp_shard=2 tp=1 (world 2), parallelism.data_parallel_shard_degree "
+          "dp_shard=2 cp=1 tp=1 (world 2), "
+          "parallelism.data_parallel_shard_degree "
           "unset: 2, what the other degrees leave of the world of 2"),
       std::string::npos)
       << r2.output;

@@ -106,7 +106,7 @@ TEST(MoeRun, FsdpExpertTensorAndPipelineParallelFollowOneProcess) {
       "moe_run_ep",
       "--nproc 2 --training.local_batch_size=4"
       " --parallelism.expert_parallel_degree=2");
-  EXPECT_NE(ep.output.find("ep=2 (of dp_shard)"), std::string::npos)
+  EXPECT_NE(ep.output.find("ep=2 (of dp_shard x cp)"), std::string::npos)
       << ep.output;
   EXPECT_NE(ep.output.find("this rank holds experts [0, 4)"), std::string::npos)
       << ep.output;

@@ -291,6 +291,39 @@ TEST(DataLoaderTest, DataParallelRanksSplitOneGlobalBatch) {
   }
 }
 
+TEST(DataLoaderTest, ContextParallelRanksKeepTheirChunksOfEveryRow) {
+  // cp 3 over seq 12: chunks of 2; rank r keeps chunks r and 5 - r of the
+  // rows every rank of its data-parallel group reads, and the loader's
+  // state does not depend on the split.
+  const std::vector<std::string> all = numbered(17);
+  DataLoader whole(docs(all), bytes(), options(2, 12, 0));
+  std::vector<std::unique_ptr<DataLoader>> ranks;
+  for (int64_t r = 0; r < 3; ++r) {
+    auto o = options(2, 12, /*prefetch=*/2);
+    o.sequence_split = SequenceSplit{3, r};
+    ranks.push_back(std::make_unique<DataLoader>(docs(all), bytes(), o));
+  }
+  for (int step = 0; step < 4; ++step) {
+    const Batch want = whole.next();
+    for (int64_t r = 0; r < 3; ++r) {
+      const Batch got = ranks[r]->next();
+      ASSERT_EQ(got.inputs.sizes(), (std::vector<int64_t>{2, 4}));
+      const auto columns = SequenceSplit{3, r}.positions(4);
+      EXPECT_TRUE(at::equal(got.inputs, want.inputs.index_select(1, columns)))
+          << "step " << step << ", rank " << r;
+      EXPECT_TRUE(at::equal(got.labels, want.labels.index_select(1, columns)));
+      EXPECT_EQ(ranks[r]->state(), whole.state());
+    }
+  }
+  auto bad = options(1, 10, 0);
+  bad.sequence_split = SequenceSplit{3, 0};
+  EXPECT_EQ(
+      thrown_message<std::invalid_argument>(
+          [&] { DataLoader loader(docs(all), bytes(), bad); }),
+      "[DataLoader] seq_len must be a multiple of 2 x "
+      "sequence_split.shards=3, got 10");
+}
+
 TEST(DataLoaderTest, EveryEpochReadsEachDocumentOnce) {
   // 23 documents, shuffled: each epoch is a permutation of the corpus, a new
   // one each epoch.

@@ -115,8 +115,8 @@ TEST(ApplierChain, BadNamesAreRefusedListingTheSteps) {
     EXPECT_EQ(
         std::string(e.what()),
         "cfg.yaml:4: unknown applier 'replicat'; known: "
-        "activation_checkpoint, check_replicas, expert_parallel, fully_shard, "
-        "mixed_precision, replicate, tensor_parallel, to_device; did you mean "
+        "activation_checkpoint, check_replicas, context_parallel, "
+        "expert_parallel, fully_shard, mixed_precision, replicate, tensor_parallel, to_device; did you mean "
         "'replicate'?");
   }
   chain.append("to_device");

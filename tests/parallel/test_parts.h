@@ -13,6 +13,7 @@
 #include "parallel/activation_checkpoint.h"
 #include "parallel/applier.h"
 #include "parallel/axes.h"
+#include "parallel/context_parallel/context_parallel.h"
 #include "parallel/expert_parallel/expert_parallel.h"
 #include "parallel/mixed_precision.h"
 #include "parallel/model_parts.h"
@@ -40,11 +41,13 @@ inline ParallelDims builtin_dims(
     int64_t tp,
     int64_t pp,
     int64_t world,
-    int64_t ep = 1) {
+    int64_t ep = 1,
+    int64_t cp = 1) {
   register_builtin_appliers();
   return ParallelDims::of(
       {{kReplicateAxis, replicate},
        {kShardAxis, shard},
+       {kContextAxis, cp},
        {tensor_parallel::kAxis, tp},
        {kPipelineAxis, pp},
        {kExpertAxis, ep}},
@@ -53,8 +56,10 @@ inline ParallelDims builtin_dims(
 
 /// The chain the builders give data parallel of these degrees: to_device,
 /// then the data-parallel parallelisms' steps (each step once).
-inline ApplierChain data_parallel_chain(int64_t replicate, int64_t shard) {
-  const auto dims = builtin_dims(replicate, shard, 1, 1, replicate * shard);
+inline ApplierChain data_parallel_chain(
+    int64_t replicate, int64_t shard, int64_t cp = 1) {
+  const auto dims = builtin_dims(
+      replicate, shard, 1, 1, replicate * shard * cp, /*ep=*/1, cp);
   ApplierChain chain;
   chain.append("to_device");
   const JobConfig config;
@@ -77,8 +82,15 @@ inline ApplierChain data_parallel_chain(int64_t replicate, int64_t shard) {
 inline ApplierChain with_activation_checkpoint(
     ApplierChain chain, const JobConfig& config) {
   if (config.activation_checkpoint.mode != "none") {
+    std::string after = "to_device";
+    for (const char* step :
+         {"tensor_parallel", "context_parallel", "expert_parallel"}) {
+      if (chain.contains(step)) {
+        after = step;
+      }
+    }
     chain.insert_after(
-        chain.contains("tensor_parallel") ? "tensor_parallel" : "to_device",
+        after,
         "activation_checkpoint",
         std::make_unique<ActivationCheckpointApplier>());
   }
@@ -97,12 +109,30 @@ inline ApplierChain with_tensor_parallel(ApplierChain chain, int64_t tp) {
   return chain;
 }
 
+/// `chain` with the context_parallel step after to_device and
+/// tensor_parallel, as the builders place it, when `cp` is above 1.
+inline ApplierChain with_context_parallel(ApplierChain chain, int64_t cp) {
+  if (cp > 1) {
+    chain.insert_after(
+        chain.contains("tensor_parallel") ? "tensor_parallel" : "to_device",
+        "context_parallel",
+        std::make_unique<context_parallel::ContextParallelApplier>());
+  }
+  return chain;
+}
+
 /// `chain` with the expert_parallel step after to_device and
 /// tensor_parallel, as the builders place it, when `ep` is above 1.
 inline ApplierChain with_expert_parallel(ApplierChain chain, int64_t ep) {
   if (ep > 1) {
+    std::string after = "to_device";
+    for (const char* step : {"tensor_parallel", "context_parallel"}) {
+      if (chain.contains(step)) {
+        after = step;
+      }
+    }
     chain.insert_after(
-        chain.contains("tensor_parallel") ? "tensor_parallel" : "to_device",
+        after,
         "expert_parallel",
         std::make_unique<expert_parallel::ExpertParallelApplier>());
   }
@@ -116,7 +146,11 @@ inline ApplierChain with_mixed_precision(
     ApplierChain chain, const MixedPrecision& mp) {
   if (mp.param_cast()) {
     std::string after = "to_device";
-    for (const char* step : {"tensor_parallel", "activation_checkpoint"}) {
+    for (const char* step :
+         {"tensor_parallel",
+          "context_parallel",
+          "expert_parallel",
+          "activation_checkpoint"}) {
       if (chain.contains(step)) {
         after = step;
       }

@@ -436,7 +436,7 @@ TEST(DryRun, TextGroupsRanksWithEqualFigures) {
   const std::string text = format_dry_run(report, "text");
   // Four replicas hold the same: one row for ranks 0-3.
   EXPECT_NE(
-      text.find("\n0-3 | 0 0-3 0 0 | 0 (tok_embeddings, layers.0-5, "
+      text.find("\n0-3 | 0 0-3 0 0 0 | 0 (tok_embeddings, layers.0-5, "
                 "norm, output) | 5.25M |"),
       std::string::npos)
       << text;

@@ -1,7 +1,7 @@
 #pragma once
 
 // Trains the same small Llama under any layout of pp (a named schedule),
-// dp_shard and tp, ranks as threads over real Gloo, with the builders'
+// dp_shard, cp and tp, ranks as threads over real Gloo, with the builders'
 // chain of appliers, AdamW and its LR schedule, on global batches every
 // layout cuts the same way: what the tensor-parallel tests compare with one
 // process, and the checkpoint tests save and resume.
@@ -51,6 +51,9 @@ struct RunLayout {
   std::string schedule = "1F1B";
   int64_t stages_per_rank = 1;
   int64_t dp_shard = 1;
+  /// Context parallel: each sequence split over cp ranks (kLayoutRunSeq a
+  /// multiple of 2 x cp, x tp).
+  int64_t cp = 1;
   int64_t tp = 1;
   /// Expert parallel: ep of the dp_shard ranks (a model with experts).
   int64_t ep = 1;
@@ -78,7 +81,7 @@ struct RunLayout {
   std::function<Batch(int64_t step)> batch;
 
   int64_t world() const {
-    return pp * dp_shard * tp;
+    return pp * dp_shard * cp * tp;
   }
   /// The one-process run of the same global batches.
   RunLayout one_process() const {
@@ -96,7 +99,9 @@ struct RunLayout {
   std::string str() const {
     return "pp " + std::to_string(pp) +
            (pp > 1 ? " (" + schedule + ")" : std::string()) + " x dp_shard " +
-           std::to_string(dp_shard) + " x tp " + std::to_string(tp) +
+           std::to_string(dp_shard) +
+           (cp > 1 ? " x cp " + std::to_string(cp) : std::string()) +
+           " x tp " + std::to_string(tp) +
            (ep > 1 ? " (ep " + std::to_string(ep) + ")" : std::string()) +
            (ac == "none"
                 ? std::string()
@@ -197,7 +202,13 @@ inline void run_layout_rank(
     std::mutex& mutex) {
   const ModelArgs args = layout.args.value_or(layout_run_args());
   const auto dims = baton::testing::builtin_dims(
-      1, layout.dp_shard, layout.tp, layout.pp, layout.world(), layout.ep);
+      1,
+      layout.dp_shard,
+      layout.tp,
+      layout.pp,
+      layout.world(),
+      layout.ep,
+      layout.cp);
   const dist::ParallelMesh mesh(
       dims, rank, rt ? rt->shared_from_this() : nullptr);
   JobConfig config;
@@ -205,6 +216,7 @@ inline void run_layout_rank(
   config.parallelism.data_parallel_shard_degree = layout.dp_shard;
   config.set_integer("parallelism.tensor_parallel_degree", layout.tp);
   config.set_integer("parallelism.expert_parallel_degree", layout.ep);
+  config.set_integer("parallelism.context_parallel_degree", layout.cp);
   config.parallelism.pipeline_parallel_degree = layout.pp;
   config.training.seq_len = kLayoutRunSeq;
   config.activation_checkpoint.mode = layout.ac;
@@ -221,8 +233,11 @@ inline void run_layout_rank(
   const ApplierChain chain = with_mixed_precision(
       with_activation_checkpoint(
           with_expert_parallel(
-              with_tensor_parallel(
-                  data_parallel_chain(1, layout.dp_shard), layout.tp),
+              with_context_parallel(
+                  with_tensor_parallel(
+                      data_parallel_chain(1, layout.dp_shard, layout.cp),
+                      layout.tp),
+                  layout.cp),
               layout.ep),
           config),
       mp);
@@ -286,7 +301,7 @@ inline void run_layout_rank(
   if (pipelined) {
     pipeline::ExecutorShapes shapes;
     shapes.microbatches = layout.rows;
-    shapes.seq_len = kLayoutRunSeq;
+    shapes.seq_len = kLayoutRunSeq / layout.cp;
     shapes.dim = args.dim;
     shapes.sequence_shards = layout.tp;
     shapes.dtype = mp.param;
@@ -298,9 +313,9 @@ inline void run_layout_rank(
             loss,
             shapes),
         mesh.group("pp"),
-        mesh.dp(),
+        mesh.loss(),
         /*accumulation=*/1,
-        layout.rows * kLayoutRunSeq);
+        layout.rows * kLayoutRunSeq / layout.cp);
   } else {
     step = std::make_unique<LocalTrainStep>(loss, mesh.loss());
   }
@@ -321,6 +336,12 @@ inline void run_layout_rank(
           dp_rank,
           layout.rows,
           1);
+      // Context parallel: this rank's positions of each row.
+      const SequenceSplit split{layout.cp, mesh.index(kContextAxis)};
+      for (Batch& b : batches) {
+        b.inputs = split.take(b.inputs, 1);
+        b.labels = split.take(b.labels, 1);
+      }
     }
     me.optimizers->zero_grad();
     losses.push_back(step->run(me.parts, batches).loss);

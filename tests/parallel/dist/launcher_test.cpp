@@ -308,7 +308,7 @@ TEST(BatonNproc, AConfigSettingNoDegreeTrainsAsOneProcessWithItsBatch) {
       " --training.local_batch_size=2 --job.dump_folder=" + two_dump.string());
   ASSERT_EQ(two.code, 0) << two.output;
   EXPECT_NE(
-      two.output.find("dp_shard=2 tp=1 (world 2), "
+      two.output.find("dp_shard=2 cp=1 tp=1 (world 2), "
                       "parallelism.data_parallel_shard_degree unset: 2"),
       std::string::npos)
       << two.output;
