@@ -962,22 +962,28 @@ def splice_experts(path, docs):
     """One run of expert_parallel_bench into the page: its section and its
     rows of the targets."""
     targets = {}
-    page = open(os.path.join(docs, "PERFORMANCE.md")).read()
     section = experts_section(json.load(open(path)), this_machine(), targets)
+    splice_new(docs, section, "| tensor parallel (#18)", "| experts (#48)",
+               experts_target_rows(targets, lambda ok: "yes" if ok else "no"))
+
+
+def splice_new(docs, section, rows_after, prefix, rows):
+    """splice() for a section that may not be on the page yet: the first
+    time it goes before activation checkpointing's section, and its target
+    rows (starting with `prefix`) after the last row starting with
+    `rows_after`."""
     heading = section[0]
+    page = open(os.path.join(docs, "PERFORMANCE.md")).read()
     if heading not in page:
-        # First time: the section before activation checkpointing's, the
-        # rows after tensor parallel's in the targets.
         anchor = "## Activation checkpointing (process runs)"
         page = page.replace(anchor, heading + "\n\n" + anchor, 1)
         lines = page.split("\n")
         last = max(i for i, line in enumerate(lines)
-                   if line.startswith("| tensor parallel (#18)"))
-        lines.insert(last + 1, "| experts (#48)")
+                   if line.startswith(rows_after))
+        lines.insert(last + 1, prefix)
         with open(os.path.join(docs, "PERFORMANCE.md"), "w") as f:
             f.write("\n".join(lines))
-    splice(docs, heading, section, "| experts (#48)",
-           experts_target_rows(targets, lambda ok: "yes" if ok else "no"))
+    splice(docs, heading, section, prefix, rows)
 
 
 def context_section(bench, runs, machine, targets):
@@ -1048,7 +1054,7 @@ def context_section(bench, runs, machine, targets):
             one = whole.get(seq)
             worst = max(worst, abs(e["bytes_per_rank"] / e["formula_bytes"] - 1.0))
             lines.append(
-                f"| {seq} | {e['layer_ms']:.0f} ms | "
+                f"| {seq} | {e['layer_ms']:,.0f} ms | "
                 f"{fmt(ms(one) if one else None, 0, ' ms')} | "
                 f"{e['bytes_per_rank'] / 2**20:.2f} MiB | "
                 f"{e['formula_bytes'] / 2**20:.2f} MiB | {e['wait_ms']:.1f} ms | "
@@ -1078,24 +1084,10 @@ def splice_context(bench_path, runs_path, docs):
     """One run of context_parallel_bench and context_parallel_runs.py into
     the page: its section and its rows of the targets."""
     targets = {}
-    page = open(os.path.join(docs, "PERFORMANCE.md")).read()
-    machine = this_machine()
-    section = context_section(
-        json.load(open(bench_path)), json.load(open(runs_path)), machine, targets)
-    heading = section[0]
-    if heading not in page:
-        # First time: the section before activation checkpointing's, the
-        # rows after the experts' in the targets.
-        anchor = "## Activation checkpointing (process runs)"
-        page = page.replace(anchor, heading + "\n\n" + anchor, 1)
-        lines = page.split("\n")
-        last = max(i for i, line in enumerate(lines)
-                   if line.startswith("| experts (#48)"))
-        lines.insert(last + 1, "| context parallel (#49)")
-        with open(os.path.join(docs, "PERFORMANCE.md"), "w") as f:
-            f.write("\n".join(lines))
-    splice(docs, heading, section, "| context parallel (#49)",
-           context_target_rows(targets, lambda ok: "yes" if ok else "no"))
+    section = context_section(json.load(open(bench_path)),
+                              json.load(open(runs_path)), this_machine(), targets)
+    splice_new(docs, section, "| experts (#48)", "| context parallel (#49)",
+               context_target_rows(targets, lambda ok: "yes" if ok else "no"))
 
 
 def memory_section(mem, targets):

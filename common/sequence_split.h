@@ -5,10 +5,11 @@
 // the sequence is cut into 2 x shards chunks of equal length, and shard i
 // holds chunk i followed by chunk 2 shards - 1 - i. Under a causal mask the
 // early chunks' queries see few keys and the late ones many; pairing the
-// i-th from the head with the i-th from the tail gives every shard
-// 2 shards + 1 chunk-pairs of work. The data loader cuts its rows this way,
-// the model's RoPE rotates by the positions it names, and the attention
-// puts the shards' keys back in sequence order.
+// i-th from the head with the i-th from the tail gives every shard the same
+// work, 2 x shards chunk-by-chunk blocks (a diagonal block counted as half).
+// The data loader cuts its rows this way, the model's RoPE rotates by the
+// positions it names, and the attention puts the shards' keys back in
+// sequence order.
 
 #include <ATen/core/Tensor.h>
 

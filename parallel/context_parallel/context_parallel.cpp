@@ -52,15 +52,15 @@ void for_each_tile(
   const auto qp = q_positions.accessor<int64_t, 1>();
   const auto kp = k_positions.accessor<int64_t, 1>();
   const int64_t tq = q_positions.size(0), tk = k_positions.size(0);
-  for (int64_t r0 = 0; r0 < tq; r0 += kTile) {
-    const int64_t rows = std::min(kTile, tq - r0);
+  for (int64_t r0 = 0; r0 < tq; r0 += kTileRows) {
+    const int64_t rows = std::min(kTileRows, tq - r0);
     int64_t q_min = qp[r0], q_max = qp[r0];
     for (int64_t i = r0; i < r0 + rows; ++i) {
       q_min = std::min(q_min, qp[i]);
       q_max = std::max(q_max, qp[i]);
     }
-    for (int64_t k0 = 0; k0 < tk; k0 += kTile) {
-      const int64_t keys = std::min(kTile, tk - k0);
+    for (int64_t k0 = 0; k0 < tk; k0 += kTileKeys) {
+      const int64_t keys = std::min(kTileKeys, tk - k0);
       int64_t k_min = kp[k0], k_max = kp[k0];
       for (int64_t j = k0; j < k0 + keys; ++j) {
         k_min = std::min(k_min, kp[j]);

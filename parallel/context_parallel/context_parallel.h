@@ -92,9 +92,10 @@ class GatheredKvAttention final : public models::SplitSequenceAttention {
   std::string name_;
 };
 
-/// Rows and keys per tile of the block computations (scores of one tile:
-/// B x H x kTile x kTile floats).
-inline constexpr int64_t kTile = 256;
+/// Query rows and keys per tile of the block computations (the scores of
+/// one tile: B x H x kTileRows x kTileKeys floats).
+inline constexpr int64_t kTileRows = 128;
+inline constexpr int64_t kTileKeys = 128;
 
 /// q's causal attention over keys at the positions `k_positions`, the rows
 /// at `q_positions` (each (T) int64): softmax(q k^T + mask) v with the

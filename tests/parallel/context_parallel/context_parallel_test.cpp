@@ -60,7 +60,9 @@ Inputs random_inputs(
 TEST(ContextParallel, TilesMatchThePlainFormulaWithAnyPositions) {
   // Rows and keys in no order, more than one tile each way, G = 2 query
   // heads per key/value head, and a row that sees no key at all.
-  const int64_t B = 2, KV = 2, G = 2, Tq = 300, Tk = 280, D = 8;
+  const int64_t B = 2, KV = 2, G = 2, D = 8;
+  const int64_t Tq = context_parallel::kTileRows + 44;
+  const int64_t Tk = context_parallel::kTileKeys + 24;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
   const auto f = at::TensorOptions().dtype(at::kDouble);
   const auto q = at::randn({B, KV, G, Tq, D}, gen, f);
