@@ -39,8 +39,7 @@ constexpr int64_t kHeadDim = 16;
 constexpr int kTimed = 3;
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now() - start)
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
 }
 
@@ -57,10 +56,12 @@ void BM_GatheredKvAttention(benchmark::State& state) {
           at::set_num_threads(1);
           const baton::SequenceSplit split{kRanks, rank};
           at::manual_seed(rank);
-          const auto q = (at::randn({1, kHeads, local, kHeadDim}) * 0.25)
-                             .requires_grad_();
-          const auto k = at::randn({1, kHeads, local, kHeadDim}).requires_grad_();
-          const auto v = at::randn({1, kHeads, local, kHeadDim}).requires_grad_();
+          const auto q =
+              (at::randn({1, kHeads, local, kHeadDim}) * 0.25).requires_grad_();
+          const auto k =
+              at::randn({1, kHeads, local, kHeadDim}).requires_grad_();
+          const auto v =
+              at::randn({1, kHeads, local, kHeadDim}).requires_grad_();
           const auto grad = at::randn({1, kHeads, local, kHeadDim});
           cp::GatheredKvAttention attention(
               rt.world(), split, "layers.0.attention");

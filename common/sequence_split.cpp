@@ -13,8 +13,8 @@ namespace {
 void check_divides(int64_t len, int64_t shards, const char* what) {
   if (shards < 1 || len % (2 * shards) != 0) {
     throw std::invalid_argument(
-        std::string("[sequence_split] ") + what + " of " +
-        std::to_string(len) + " rows over " + std::to_string(shards) +
+        std::string("[sequence_split] ") + what + " of " + std::to_string(len) +
+        " rows over " + std::to_string(shards) +
         " shards; allowed: a multiple of 2 x shards");
   }
 }

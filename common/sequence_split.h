@@ -34,9 +34,9 @@ struct SequenceSplit {
   /// The shard that holds chunk `chunk` and where in its rows (0: first
   /// half, 1: second).
   std::pair<int64_t, int64_t> holder(int64_t chunk) const {
-    return chunk < shards ? std::pair<int64_t, int64_t>{chunk, 0}
-                          : std::pair<int64_t, int64_t>{
-                                2 * shards - 1 - chunk, 1};
+    return chunk < shards
+               ? std::pair<int64_t, int64_t>{chunk, 0}
+               : std::pair<int64_t, int64_t>{2 * shards - 1 - chunk, 1};
   }
   /// The position in the whole sequence of this shard's row `row` of
   /// `local_len` (= seq_len / shards).

@@ -382,8 +382,8 @@ void place_stages(
     DryRunReport::Context c;
     c.cp = cp;
     c.chunk_len = config.training.seq_len / (2 * cp);
-    c.bytes_per_layer = 2 * (cp - 1) * 2 * report.microbatch_tokens *
-                        kv_heads * setup.args.head_dim() * setup.dtype_bytes;
+    c.bytes_per_layer = 2 * (cp - 1) * 2 * report.microbatch_tokens * kv_heads *
+                        setup.args.head_dim() * setup.dtype_bytes;
     report.context = c;
   }
   if (setup.args.moe.enabled()) {

@@ -97,7 +97,8 @@ at::Tensor AttentionImpl::forward(
   // takes q with the 1 / sqrt(D) factor folded into its rotation.
   const bool blocked = x.device().is_cpu();
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
-  auto [q, k, v] = heads_first(x, rope, blocked || split_attention ? scale : 1.0);
+  auto [q, k, v] =
+      heads_first(x, rope, blocked || split_attention ? scale : 1.0);
   if (split_attention) {
     // The sequence is split across ranks: this rank's rows over all of it.
     const at::Tensor out = split_attention->attend(q, k, v);
@@ -284,7 +285,9 @@ at::Tensor rope_inv_freq(const ModelArgs& args) {
 }
 
 RopeTables rope_tables(
-    const ModelArgs& args, const at::Tensor& positions, const at::Device& device) {
+    const ModelArgs& args,
+    const at::Tensor& positions,
+    const at::Device& device) {
   const at::Tensor inv_freq = rope_inv_freq(args);  // (D/2)
   const auto angles =
       torch::outer(positions.to(torch::kFloat64), inv_freq);  // (T, D/2)
@@ -308,9 +311,10 @@ RopeTables rope_tables(
 
 const RopeTables& TransformerImpl::rope_for(
     int64_t seq_len, const at::Device& device) {
-  const RopeKey key{position_offset, sequence_split.shards, sequence_split.index};
-  if (!rope_.cos.defined() || rope_.cos.size(0) != seq_len || rope_key_ != key ||
-      rope_.cos.device() != device) {
+  const RopeKey key{
+      position_offset, sequence_split.shards, sequence_split.index};
+  if (!rope_.cos.defined() || rope_.cos.size(0) != seq_len ||
+      rope_key_ != key || rope_.cos.device() != device) {
     rope_ = rope_tables(
         args_, sequence_split.positions(seq_len) + position_offset, device);
     rope_key_ = key;

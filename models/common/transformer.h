@@ -58,7 +58,9 @@ RopeTables rope_tables(
 /// The same for the positions `positions` ((T) int64, in any order: a
 /// rank's shard of a split sequence).
 RopeTables rope_tables(
-    const ModelArgs& args, const at::Tensor& positions, const at::Device& device);
+    const ModelArgs& args,
+    const at::Tensor& positions,
+    const at::Device& device);
 
 /// Rotates the pairs (x[2i], x[2i+1]) of each head, Meta's layout.
 /// x: (B, T, H, head_dim) -> (B, T, H, head_dim)

@@ -84,7 +84,8 @@ void for_each_tile(
 std::pair<at::Tensor, at::Tensor> tile_scores(
     const at::Tensor& q, const at::Tensor& k, const Tile& t) {
   const int64_t B = q.size(0), KV = q.size(1), G = q.size(2), D = q.size(4);
-  const at::Tensor qt = q.narrow(3, t.r0, t.rows).reshape({B, KV, G * t.rows, D});
+  const at::Tensor qt =
+      q.narrow(3, t.r0, t.rows).reshape({B, KV, G * t.rows, D});
   const at::Tensor kt = k.narrow(2, t.k0, t.keys);
   at::Tensor scores = at::matmul(qt, kt.transpose(-1, -2))
                           .to(accumulation(q))
@@ -102,7 +103,10 @@ at::Tensor finite_or_zero(const at::Tensor& lse) {
 
 /// Merges a tile's (out, lse) into the running ones, in place.
 void merge(
-    at::Tensor out, at::Tensor lse, const at::Tensor& tile_out, const at::Tensor& tile_lse) {
+    at::Tensor out,
+    at::Tensor lse,
+    const at::Tensor& tile_out,
+    const at::Tensor& tile_lse) {
   const at::Tensor m = finite_or_zero(at::maximum(lse, tile_lse));
   const at::Tensor wa = at::exp(lse - m);
   const at::Tensor wb = at::exp(tile_lse - m);
@@ -128,7 +132,8 @@ void accumulate(
   for_each_tile(q_positions, k_positions, [&](const Tile& t) {
     const auto [scores, qt] = tile_scores(q, k, t);
     const at::Tensor tile_lse = at::logsumexp(scores, -1);  // (B, KV, G, rows)
-    const at::Tensor p = at::exp(scores - finite_or_zero(tile_lse).unsqueeze(-1));
+    const at::Tensor p =
+        at::exp(scores - finite_or_zero(tile_lse).unsqueeze(-1));
     const at::Tensor vt = v.narrow(2, t.k0, t.keys);
     const at::Tensor tile_out =
         at::matmul(p.view({B, KV, G * t.rows, t.keys}).to(vt.scalar_type()), vt)
@@ -168,7 +173,8 @@ void accumulate_backward(
         dout.narrow(3, t.r0, t.rows).reshape({B, KV, G * t.rows, D});
     const at::Tensor kt = k.narrow(2, t.k0, t.keys);
     const at::Tensor vt = v.narrow(2, t.k0, t.keys);
-    dv.narrow(2, t.k0, t.keys).add_(at::matmul(p2.transpose(-1, -2), dot).to(dv.scalar_type()));
+    dv.narrow(2, t.k0, t.keys)
+        .add_(at::matmul(p2.transpose(-1, -2), dot).to(dv.scalar_type()));
     const at::Tensor dp = at::matmul(dot, vt.transpose(-1, -2))
                               .to(dv.scalar_type())
                               .view({B, KV, G, t.rows, t.keys});
@@ -177,14 +183,19 @@ void accumulate_backward(
             .view({B, KV, G * t.rows, t.keys})
             .to(dtype);
     dq.narrow(3, t.r0, t.rows)
-        .add_(at::matmul(ds, kt).to(dq.scalar_type()).view({B, KV, G, t.rows, D}));
-    dk.narrow(2, t.k0, t.keys).add_(at::matmul(ds.transpose(-1, -2), qt).to(dk.scalar_type()));
+        .add_(at::matmul(ds, kt)
+                  .to(dq.scalar_type())
+                  .view({B, KV, G, t.rows, D}));
+    dk.narrow(2, t.k0, t.keys)
+        .add_(at::matmul(ds.transpose(-1, -2), qt).to(dk.scalar_type()));
   });
 }
 
 /// Waits for `work` under its name, counting the time it still took.
 void wait_for(
-    dist::Work& work, const GatheredKvAttention& self, const std::string& what) {
+    dist::Work& work,
+    const GatheredKvAttention& self,
+    const std::string& what) {
   const auto start = std::chrono::steady_clock::now();
   dist::run_labelled(
       "context_parallel", self.name(), what, [&] { work.wait(); });
@@ -378,7 +389,9 @@ std::pair<at::Tensor, at::Tensor> attention_with_lse(
 }
 
 GatheredKvAttention::GatheredKvAttention(
-    std::shared_ptr<dist::ProcessGroup> group, SequenceSplit split, std::string name)
+    std::shared_ptr<dist::ProcessGroup> group,
+    SequenceSplit split,
+    std::string name)
     : group_(std::move(group)), split_(split), name_(std::move(name)) {}
 
 at::Tensor GatheredKvAttention::attend(
@@ -386,8 +399,8 @@ at::Tensor GatheredKvAttention::attend(
   TORCH_CHECK(
       q.dim() == 4 && k.dim() == 4 && k.sizes() == v.sizes() &&
           q.size(0) == k.size(0) && q.size(2) == k.size(2) &&
-          q.size(3) == k.size(3) && k.size(1) > 0 && q.size(1) % k.size(1) == 0 &&
-          q.size(2) % 2 == 0,
+          q.size(3) == k.size(3) && k.size(1) > 0 &&
+          q.size(1) % k.size(1) == 0 && q.size(2) % 2 == 0,
       "[context_parallel] ",
       name_,
       ": q (B, H, T, D) and k, v (B, KV, T, D) with KV dividing H and an even "
@@ -421,8 +434,9 @@ std::optional<ConfigProblem> context_parallel_problem(
         "training.seq_len: " + std::to_string(seq_len) +
             " positions do not split over " + kDegreeKey + " " +
             std::to_string(cp) +
-            (tp > 1 ? " x parallelism.tensor_parallel_degree " + std::to_string(tp)
-                    : std::string()) +
+            (tp > 1
+                 ? " x parallelism.tensor_parallel_degree " + std::to_string(tp)
+                 : std::string()) +
             " (each cp rank holds two chunks of seq_len / (2 x cp)" +
             (tp > 1 ? ", split again over tp" : "") +
             "); allowed: a multiple of " + std::to_string(multiple)};
@@ -503,13 +517,13 @@ Parallelism context_parallel_parallelism() {
         config, args, dims.degree(kAxis), dims.degree("tp"));
   };
   // Each rank multiplies seq_len / cp tokens of each sequence.
-  p.step_shape =
-      [](const JobConfig&, const ParallelDims& dims, StepShape& shape) {
-        shape.tokens /= dims.degree(kAxis);
-      };
+  p.step_shape = [](const JobConfig&,
+                    const ParallelDims& dims,
+                    StepShape& shape) { shape.tokens /= dims.degree(kAxis); };
   // The token ids are split too (the loader's rows), so stages hand over
   // the rank's positions without a sequence_shards of their own.
-  p.sequence_split = [](const ParallelDims& dims, const dist::MeshCoord& coord) {
+  p.sequence_split = [](const ParallelDims& dims,
+                        const dist::MeshCoord& coord) {
     return SequenceSplit{dims.degree(kAxis), coord.at(kAxis)};
   };
   return p;

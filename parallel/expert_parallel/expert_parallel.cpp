@@ -313,8 +313,8 @@ Parallelism expert_parallel_parallelism() {
   p.name = "expert_parallel";
   // Borrowed from dp_shard x cp (torchtitan's): cp's ranks route their own
   // positions' tokens as dp_shard's route their own rows'.
-  p.derived_axis = DerivedAxisSpec{
-      kAxis, {kShardAxis, kContextAxis}, kDegreeKey, kRestAxis};
+  p.derived_axis =
+      DerivedAxisSpec{kAxis, {kShardAxis, kContextAxis}, kDegreeKey, kRestAxis};
   p.section = "parallelism";
   p.fields = {
       {"expert_parallel_degree",

@@ -658,7 +658,7 @@ void FullyShardApplier::apply(ModelPart& part, const ParallelContext& context) {
       << "fully_shard: stage " << part.stage() << ": "
       << sharded->units().size() << " units over "
       << (context.mesh.dims().degree(kContextAxis) > 1 ? "dp_shard x cp "
-                                                        : "dp_shard ")
+                                                       : "dp_shard ")
       << groups.shard->size()
       << (groups.replicate->size() > 1
               ? " x " + std::to_string(groups.replicate->size()) + " replicas"

@@ -30,7 +30,8 @@ const std::string kRun =
 std::vector<double> train(const std::string& name, const std::string& args) {
   const auto dump = fresh_dir(name);
   const auto r = run_command(
-      baton_bin() + " train --config " + source_path("configs/debug_model.yaml") +
+      baton_bin() + " train --config " +
+      source_path("configs/debug_model.yaml") +
       " --job.dump_folder=" + dump.string() + kRun + " " + args);
   EXPECT_EQ(r.code, 0) << r.output;
   return read_losses(dump);
@@ -38,8 +39,8 @@ std::vector<double> train(const std::string& name, const std::string& args) {
 
 TEST(ContextParallelRun, TwoRanksHoldingHalfOfEverySequenceFollowOneProcess) {
   const auto one = train("cp_run_one", "");
-  const auto cp = train(
-      "cp_run_cp2", "--nproc 2 --parallelism.context_parallel_degree=2");
+  const auto cp =
+      train("cp_run_cp2", "--nproc 2 --parallelism.context_parallel_degree=2");
   ASSERT_EQ(one.size(), 6u);
   ASSERT_EQ(cp.size(), 6u);
   for (size_t i = 0; i < one.size(); ++i) {
@@ -50,15 +51,18 @@ TEST(ContextParallelRun, TwoRanksHoldingHalfOfEverySequenceFollowOneProcess) {
 
 TEST(ContextParallelRun, TheDryRunShowsEachRanksShareAndTraffic) {
   const auto r = run_command(
-      baton_bin() + " train --config " + source_path("configs/debug_model.yaml") +
+      baton_bin() + " train --config " +
+      source_path("configs/debug_model.yaml") +
       " --nproc 2 --parallelism.context_parallel_degree=2"
       " --training.seq_len=8192 --training.local_batch_size=1 --dry-run");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(
-      r.output.find("context: cp 2: each rank holds 2 chunks of 2048 positions"),
+      r.output.find(
+          "context: cp 2: each rank holds 2 chunks of 2048 positions"),
       std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("micro-step: 4096 tokens per rank"), std::string::npos)
+  EXPECT_NE(
+      r.output.find("micro-step: 4096 tokens per rank"), std::string::npos)
       << r.output;
 }
 

@@ -26,7 +26,8 @@ TEST(SequenceSplit, HeadAndTailChunksRoundTrip) {
   }
   EXPECT_TRUE(at::equal(one.restore(at::stack(shards), 1), x));
   EXPECT_THROW(one.take(at::zeros({2, 10}), 1), std::invalid_argument);
-  EXPECT_THROW(one.restore(at::stack(shards).narrow(0, 0, 2), 1), std::invalid_argument);
+  EXPECT_THROW(
+      one.restore(at::stack(shards).narrow(0, 0, 2), 1), std::invalid_argument);
   // Unsplit: every row in order.
   EXPECT_TRUE(at::equal(SequenceSplit{}.take(x, 1), x));
 }

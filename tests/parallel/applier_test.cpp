@@ -116,7 +116,8 @@ TEST(ApplierChain, BadNamesAreRefusedListingTheSteps) {
         std::string(e.what()),
         "cfg.yaml:4: unknown applier 'replicat'; known: "
         "activation_checkpoint, check_replicas, context_parallel, "
-        "expert_parallel, fully_shard, mixed_precision, replicate, tensor_parallel, to_device; did you mean "
+        "expert_parallel, fully_shard, mixed_precision, replicate, "
+        "tensor_parallel, to_device; did you mean "
         "'replicate'?");
   }
   chain.append("to_device");

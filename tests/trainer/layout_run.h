@@ -100,8 +100,8 @@ struct RunLayout {
     return "pp " + std::to_string(pp) +
            (pp > 1 ? " (" + schedule + ")" : std::string()) + " x dp_shard " +
            std::to_string(dp_shard) +
-           (cp > 1 ? " x cp " + std::to_string(cp) : std::string()) +
-           " x tp " + std::to_string(tp) +
+           (cp > 1 ? " x cp " + std::to_string(cp) : std::string()) + " x tp " +
+           std::to_string(tp) +
            (ep > 1 ? " (ep " + std::to_string(ep) + ")" : std::string()) +
            (ac == "none"
                 ? std::string()

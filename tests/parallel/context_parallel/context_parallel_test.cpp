@@ -46,8 +46,13 @@ struct Inputs {
 
 /// Random q (scaled), k, v and an output gradient of `grad_scale`.
 Inputs random_inputs(
-    int64_t B, int64_t H, int64_t KV, int64_t T, int64_t D,
-    at::ScalarType dtype, double grad_scale) {
+    int64_t B,
+    int64_t H,
+    int64_t KV,
+    int64_t T,
+    int64_t D,
+    at::ScalarType dtype,
+    double grad_scale) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
   const auto f = at::TensorOptions().dtype(dtype);
   return {
@@ -73,8 +78,8 @@ TEST(ContextParallel, TilesMatchThePlainFormulaWithAnyPositions) {
   const auto k_pos = at::randperm(Tk, gen, at::kLong) + 1;
   const auto [out, lse] =
       context_parallel::attention_with_lse(q, k, v, q_pos, k_pos);
-  const auto want = reference_attention(
-      q.reshape({B, KV * G, Tq, D}), k, v, q_pos, k_pos);
+  const auto want =
+      reference_attention(q.reshape({B, KV * G, Tq, D}), k, v, q_pos, k_pos);
   auto got = out.to(at::kDouble).reshape({B, KV * G, Tq, D});
   // The row that sees nothing: zeros and -inf, where the formula gives NaN.
   EXPECT_TRUE(at::all(got.select(2, 5) == 0).item<bool>());
@@ -112,7 +117,8 @@ void check_against_one_process(
     const auto out = attention.attend(lq, lk, lv);
     EXPECT_EQ(out.scalar_type(), dtype);
     (out * split.take(in.grad, 2)).sum().backward();
-    const auto check = [&](const at::Tensor& got, const at::Tensor& whole,
+    const auto check = [&](const at::Tensor& got,
+                           const at::Tensor& whole,
                            const char* what) {
       const auto expect = split.take(whole, 2);
       EXPECT_LT((got.to(at::kDouble) - expect).abs().max().item<double>(), atol)
@@ -128,7 +134,8 @@ void check_against_one_process(
   const int64_t kv_bytes =
       2 * B * KV * (T / cp) * D * static_cast<int64_t>(c10::elementSize(dtype));
   const auto counted = context_parallel::traffic();
-  EXPECT_EQ(counted.at("kv all_gather forward").bytes, cp * (cp - 1) * kv_bytes);
+  EXPECT_EQ(
+      counted.at("kv all_gather forward").bytes, cp * (cp - 1) * kv_bytes);
   EXPECT_EQ(
       counted.at("kv reduce_scatter backward").bytes, cp * (cp - 1) * kv_bytes);
 }
@@ -145,9 +152,8 @@ TEST(ContextParallel, GatheredKeysEqualFullAttentionAtCp4) {
 }
 TEST(ContextParallel, ARankThatFailsIsNamedByLayerAndExchange) {
   // Rank 1 never joins: rank 0's gather times out naming the layer.
-  const auto errors = testing::run_rank_threads(
-      2,
-      [](int64_t rank, dist::Runtime& rt) {
+  const auto errors =
+      testing::run_rank_threads(2, [](int64_t rank, dist::Runtime& rt) {
         rt.set_timeout(std::chrono::milliseconds(1500));
         if (rank == 1) {
           return;
