@@ -66,7 +66,7 @@ void BM_GatheredKvAttention(benchmark::State& state) {
           cp::GatheredKvAttention attention(
               rt.world(), split, "layers.0.attention");
           const auto layer = [&] {
-            (attention.attend(q, k, v) * grad).sum().backward();
+            (attention.attend(q, k, v, at::Tensor()) * grad).sum().backward();
           };
           layer();  // warm-up
           rt.world()->barrier();

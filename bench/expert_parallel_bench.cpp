@@ -98,7 +98,7 @@ void BM_MoeStep(benchmark::State& state) {
           const auto tokens =
               torch::randint(0, kVocab, {kBatch, kSeqLen + 1}, torch::kLong);
           const baton::Batch batch{
-              tokens.slice(1, 0, kSeqLen), tokens.slice(1, 1, kSeqLen + 1)};
+              tokens.slice(1, 0, kSeqLen), tokens.slice(1, 1, kSeqLen + 1), {}};
           const auto run_step = [&] {
             opt->zero_grad();
             step.run(parts, {batch});

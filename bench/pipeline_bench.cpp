@@ -207,7 +207,8 @@ void BM_PipelineStep(
           o->zero_grad();
         }
         const auto run_start = std::chrono::steady_clock::now();
-        auto run = executor.run(inputs, labels, 1.0 / (kBatch * kSeqLen));
+        auto run = executor.run(
+            inputs, labels, at::Tensor(), 1.0 / (kBatch * kSeqLen));
         const auto run_end = std::chrono::steady_clock::now();
         for (auto& o : optimizers) {
           o->step();

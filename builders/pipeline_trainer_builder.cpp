@@ -147,6 +147,10 @@ std::unique_ptr<TrainStep> PipelineTrainerBuilder::build_train_step(
                    parallel_sequence_split(config(), mesh()).shards;
   shapes.dim = model_args().dim;
   shapes.sequence_shards = parallel_sequence_shards(config(), parallel_dims());
+  // Document masking: every stage's attention reads the whole rows'
+  // documents.
+  shapes.documents_len =
+      config().training.document_mask ? config().training.seq_len : 0;
   shapes.device = device();
   // Stages hand over activations in the compute dtype.
   shapes.dtype = mixed_precision().param;

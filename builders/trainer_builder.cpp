@@ -399,6 +399,7 @@ std::unique_ptr<DataLoader> TrainerBuilder::build_dataloader(
   options.dp_rank = mesh().index("dp");
   options.dp_size = dims_.dp();
   options.sequence_split = parallel_sequence_split(config_, mesh());
+  options.documents = t.document_mask;
   options.shuffle = t.dataset_shuffle;
   options.seed = static_cast<uint64_t>(t.seed);
   options.prefetch = t.dataset_prefetch;
@@ -428,6 +429,7 @@ std::unique_ptr<DataLoader> TrainerBuilder::build_validation_dataloader(
   options.dp_rank = mesh().index("dp");
   options.dp_size = dims_.dp();
   options.sequence_split = parallel_sequence_split(config_, mesh());
+  options.documents = t.document_mask;
   options.prefetch = 0;
   LOG_IF(INFO, log_facts())
       << "validation: " << v.dataset << " (" << v.dataset_path << "), "

@@ -263,6 +263,9 @@ struct TrainingConfig {
   int64_t dataset_prefetch = 2;
   int64_t local_batch_size = 8;
   int64_t seq_len = 2048;
+  /// Document masking: packed documents attend only within themselves
+  /// (block-causal; Batch::documents, models/common/block_attention.h).
+  bool document_mask = false;
   int64_t steps = 10000;
   /// Gradient clipping threshold on the global grad norm; 0 disables it.
   double max_norm = 1.0;
@@ -302,6 +305,10 @@ struct TrainingConfig {
       local_batch_size,
       FieldSpec("sequences per rank per micro-step").at_least(1));
     v("seq_len", seq_len, FieldSpec("tokens per sequence").at_least(1));
+    v("document_mask",
+      document_mask,
+      FieldSpec("packed documents attend only within themselves "
+                "(block-causal attention) instead of across a sequence"));
     v("steps", steps, FieldSpec("optimizer steps to train").at_least(1));
     v("max_norm",
       max_norm,

@@ -242,20 +242,34 @@ Batch DataLoader::produce() {
   batch.labels = at::empty({B, T}, at::kLong);  // (B, T)
   int64_t* inputs = batch.inputs.data_ptr<int64_t>();
   int64_t* labels = batch.labels.data_ptr<int64_t>();
+  int64_t* documents = nullptr;
+  if (options_.documents) {
+    batch.documents = at::empty({B, T}, at::kLong);
+    documents = batch.documents.data_ptr<int64_t>();
+  }
   // Each row consumes T + 1 tokens: labels are the inputs shifted by one.
   std::vector<int64_t> window(static_cast<size_t>(T) + 1);
+  std::vector<int64_t> window_documents(
+      options_.documents ? static_cast<size_t>(T) + 1 : 0);
   for (int64_t rank = 0; rank < options_.dp_size; ++rank) {
     for (int64_t b = 0; b < B; ++b) {
       if (rank != options_.dp_rank) {
         take_window(nullptr);
         continue;
       }
-      take_window(window.data());
+      take_window(window.data(), documents ? window_documents.data() : nullptr);
       std::copy(window.begin(), window.end() - 1, inputs + b * T);
       std::copy(window.begin() + 1, window.end(), labels + b * T);
+      if (documents != nullptr) {
+        std::copy(
+            window_documents.begin(),
+            window_documents.end() - 1,
+            documents + b * T);
+      }
     }
   }
-  // A split sequence: this rank's positions of each row.
+  // A split sequence: this rank's positions of each row (the documents
+  // stay whole).
   const SequenceSplit& split = options_.sequence_split;
   if (split.split()) {
     batch.inputs = split.take(batch.inputs, 1);
@@ -264,9 +278,10 @@ Batch DataLoader::produce() {
   return batch;
 }
 
-void DataLoader::take_window(int64_t* window) {
+void DataLoader::take_window(int64_t* window, int64_t* documents) {
   const int64_t size = options_.seq_len + 1;
   int64_t filled = 0;
+  int64_t document = 0;  // within the window
   while (filled < size) {
     if (!document_loaded_) {
       load_document();
@@ -282,12 +297,18 @@ void DataLoader::take_window(int64_t* window) {
         position_.document = 0;
         ++position_.epoch;
       }
+      if (filled > 0) {
+        ++document;  // the window goes on in the next document
+      }
       continue;
     }
     const int64_t n = std::min(available, size - filled);
     if (window != nullptr) {
       const int32_t* from = document_tokens_.data() + position_.token;
       std::copy(from, from + n, window + filled);
+    }
+    if (documents != nullptr) {
+      std::fill(documents + filled, documents + filled + n, document);
     }
     filled += n;
     position_.token += n;

@@ -22,6 +22,12 @@ namespace baton {
 struct Batch {
   at::Tensor inputs;  // (B, T) int64
   at::Tensor labels;  // (B, T) int64
+  /// Under document masking (DataLoaderOptions::documents): each input
+  /// position's document within its row, counted from 0 at the row's first
+  /// token, (B, seq_len) int64 for the whole row even where a sequence split
+  /// leaves this rank T = seq_len / shards of its positions (the keys of
+  /// the split attention span the whole row). Undefined otherwise.
+  at::Tensor documents;
 };
 
 /// How a DataLoader cuts its batches.
@@ -43,6 +49,9 @@ struct DataLoaderOptions {
   /// positions of each, seq_len / shards (seq_len a multiple of 2 x
   /// shards).
   SequenceSplit sequence_split;
+  /// Give each batch its documents (Batch::documents), for attention that
+  /// keeps packed documents apart (training.document_mask).
+  bool documents = false;
   /// Shuffle the corpus's documents anew each epoch (seeded by seed,
   /// epoch).
   bool shuffle = false;
@@ -133,8 +142,9 @@ class DataLoader {
   /// whole global batch.
   Batch produce();
   /// Consumes the next window of seq_len + 1 tokens, copying it into
-  /// `window` unless null (another rank's row).
-  void take_window(int64_t* window);
+  /// `window` unless null (another rank's row), and each token's document
+  /// within the window (from 0) into `documents` unless null.
+  void take_window(int64_t* window, int64_t* documents = nullptr);
   /// Tokens of the document at the producer's position, BOS and EOS added.
   void load_document();
   /// Dataset index of position `document` in `epoch`'s order.

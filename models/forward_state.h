@@ -6,6 +6,8 @@
 // it back while it recomputes that forward during backward, so a recomputed
 // unit behaves as it did the first time.
 
+#include <ATen/core/Tensor.h>
+
 namespace baton {
 
 struct WeightGradSlot;  // models/linear.h
@@ -31,6 +33,11 @@ struct ForwardState {
   /// adds to the objective itself (MoE's auxiliary loss) takes the same
   /// scale.
   double loss_scale = 0.0;
+  /// Document masking (training.document_mask): each position's document
+  /// within its row, (B, seq_len) int64 for the whole row (Batch::documents),
+  /// so that attention keeps packed documents apart; undefined: every row
+  /// one document. The train steps set it around each microbatch's forward.
+  at::Tensor documents;
 };
 
 /// This thread's state (read and written in place by the guards).

@@ -83,20 +83,23 @@ struct StageActivations {
 /// context parallel splits the sequence `context_shards` ways, its gathered
 /// attention's: the whole sequence's keys and values (this rank's slice of
 /// the key/value heads) and a float32 log-sum-exp per row of its shard.
+/// Under document masking in one process (`documents`), the block engine's
+/// float32 log-sum-exp per row.
 int64_t attention_bytes(
     const ModelArgs& a,
     int64_t seq_len,
     int64_t t,
     bool cuda,
     int64_t dtype_bytes,
-    int64_t context_shards) {
+    int64_t context_shards,
+    bool documents) {
   const int64_t heads = a.n_heads / t;
   if (context_shards > 1) {
     const int64_t kv_heads = std::max<int64_t>(a.kv_heads() / t, 1);
     return 2 * kv_heads * a.head_dim() * seq_len * dtype_bytes +
            heads * (seq_len / context_shards) * 4;
   }
-  if (cuda) {
+  if (cuda || documents) {
     return heads * seq_len * 4;
   }
   const bool kernel = dtype_bytes == 4;
@@ -325,6 +328,8 @@ DryRunSetup describe_model(
       setup.context_shards > 1
           ? "the whole sequence's keys and values and a float32 log-sum-exp "
             "per row (context parallel's gathered attention)"
+      : config.training.document_mask
+          ? "its float32 log-sum-exp per row (document masking's tiles)"
       : setup.cuda
           ? "its float32 log-sum-exp per row (scaled_dot_product_attention)"
       : setup.dtype_bytes == 4
@@ -541,7 +546,8 @@ DryRunRank rank_figures(
                                              setup.hidden_shards,
                                              setup.cuda,
                                              setup.dtype_bytes,
-                                             setup.context_shards);
+                                             setup.context_shards,
+                                             config.training.document_mask);
   for (size_t s = 0; s < setup.chunks.size(); ++s) {
     if (setup.stage_to_rank[s] != r.pp) {
       continue;
@@ -573,7 +579,8 @@ DryRunRank rank_figures(
         attention,
         setup.hidden_shards,
         setup.dtype_bytes,
-        /*kv_expanded=*/setup.context_shards == 1);
+        /*kv_expanded=*/setup.context_shards == 1 &&
+            !config.training.document_mask);
     stage.activation_bytes = activations.saved;
     stage.recompute_bytes = activations.recompute;
     r.recompute_bytes = std::max(r.recompute_bytes, activations.recompute);

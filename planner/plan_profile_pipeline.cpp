@@ -262,8 +262,8 @@ std::vector<ProbeSamples> run_probe(
   for (int64_t k = 0; k < 1 + options.pipeline_runs(); ++k) {
     for (ProbeRun& run : runs) {
       ranks.line_up();
-      const pipeline::ExecutorRun done =
-          run.executor->run(run.inputs, run.labels, run.loss_scale);
+      const pipeline::ExecutorRun done = run.executor->run(
+          run.inputs, run.labels, at::Tensor(), run.loss_scale);
       if (k > 0 && comparable) {
         MessageTimes messages(shape.num_stages, shape.microbatches);
         messages.add(done);

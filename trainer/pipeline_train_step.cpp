@@ -57,12 +57,13 @@ EvalOutput PipelinedTrainStep::evaluate(
   const bool has_data = first == executor_->pp_rank();
   double loss_sum = 0.0;
   for (int64_t i = 0; i < n; ++i) {
-    at::Tensor inputs, labels;
+    at::Tensor inputs, labels, documents;
     if (has_data) {
       inputs = batches[i].inputs;
       labels = batches[i].labels;
+      documents = batches[i].documents;
     }
-    loss_sum += executor_->evaluate(inputs, labels).loss_sum;
+    loss_sum += executor_->evaluate(inputs, labels, documents).loss_sum;
   }
   parts.for_each([](ModelPart& part) { part.grad_sync().after_eval(); });
   const int64_t tokens = tokens_per_micro_step_ * n * dp_group_->size();
@@ -92,10 +93,11 @@ StepOutput PipelinedTrainStep::run(
   last_actions_.clear();
   for (int64_t i = 0; i < accumulation_steps_; ++i) {
     const bool last = i + 1 == accumulation_steps_;
-    at::Tensor inputs, labels;
+    at::Tensor inputs, labels, documents;
     if (has_data) {
       inputs = batches[i].inputs;
       labels = batches[i].labels;
+      documents = batches[i].documents;
     }
     // Gradients are synchronised once, when the last micro-step's schedule
     // says a stage's are complete.
@@ -109,7 +111,11 @@ StepOutput PipelinedTrainStep::run(
       };
     }
     auto run = executor_->run(
-        inputs, labels, 1.0 / static_cast<double>(tokens), reduce_grad);
+        inputs,
+        labels,
+        documents,
+        1.0 / static_cast<double>(tokens),
+        reduce_grad);
     loss_sum += run.loss_sum;
     wall += run.wall_s;
     compute += run.compute_s;

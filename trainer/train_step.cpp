@@ -46,6 +46,7 @@ StepOutput LocalTrainStep::run(
     // takes the loss's scale.
     ForwardState scaled = forward_state();
     scaled.loss_scale = 1.0 / static_cast<double>(tokens);
+    scaled.documents = batch.documents;
     const ForwardStateGuard scale(scaled);
     const auto logits = model.forward(batch.inputs.to(device));  // (B, T, V)
     const auto loss = loss_(logits, batch.labels.to(device));
@@ -74,6 +75,9 @@ EvalOutput LocalTrainStep::evaluate(
     evaluating.evaluating = true;
     const ForwardStateGuard guard(evaluating);
     for (const auto& batch : batches) {
+      ForwardState documents = forward_state();
+      documents.documents = batch.documents;
+      const ForwardStateGuard keep_apart(documents);
       const auto logits = model.forward(batch.inputs.to(device));
       loss_sum += loss_(logits, batch.labels.to(device)).item<double>();
       tokens += batch.labels.numel();

@@ -8,7 +8,9 @@
 #include <tuple>
 
 #include "common/text.h"
+#include "models/common/block_attention.h"
 #include "models/common/fused_ops.h"
+#include "models/forward_state.h"
 #include "models/param_cast.h"
 
 namespace baton::models {
@@ -94,25 +96,33 @@ at::Tensor AttentionImpl::forward(
   // Head counts come from the projections this module holds, so a tensor
   // parallel applier can give it a slice of the heads (and kv heads).
   // On the CPU, blocked attention skips the masked half of the scores and
-  // takes q with the 1 / sqrt(D) factor folded into its rotation.
+  // takes q with the 1 / sqrt(D) factor folded into its rotation, as do
+  // the split and document attentions everywhere.
+  const at::Tensor& documents = forward_state().documents;
   const bool blocked = x.device().is_cpu();
+  const bool scaled = blocked || split_attention || documents.defined();
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
-  auto [q, k, v] =
-      heads_first(x, rope, blocked || split_attention ? scale : 1.0);
+  auto [q, k, v] = heads_first(x, rope, scaled ? scale : 1.0);
+  at::Tensor out;  // (B, H, T, D)
   if (split_attention) {
     // The sequence is split across ranks: this rank's rows over all of it.
-    const at::Tensor out = split_attention->attend(q, k, v);
-    return hooks.out(wo(out.transpose(1, 2).reshape({B, T, -1})));
-  }
-  const int64_t heads = q.size(1);
-  k = expand_kv(k, heads);
-  v = expand_kv(v, heads);
-  at::Tensor out;  // (B, H, T, D)
-  if (blocked) {
-    out = causal_attention(q, k, v, /*q_scaled=*/true);
+    out = split_attention->attend(q, k, v, documents);
+  } else if (documents.defined()) {
+    // Packed documents kept apart, in the block engine's tiles (k and v
+    // unexpanded).
+    out = document_attention(q, k, v, documents);
   } else {
-    out = at::scaled_dot_product_attention(
-        q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+    const int64_t heads = q.size(1);
+    k = expand_kv(k, heads);
+    v = expand_kv(v, heads);
+    out = blocked ? causal_attention(q, k, v, /*q_scaled=*/true)
+                  : at::scaled_dot_product_attention(
+                        q,
+                        k,
+                        v,
+                        /*attn_mask=*/{},
+                        /*dropout_p=*/0.0,
+                        /*is_causal=*/true);
   }
   // (B, H, T, D) -> (B, T, H * D)
   return hooks.out(wo(out.transpose(1, 2).reshape({B, T, -1})));

@@ -86,16 +86,24 @@ class SplitSequenceAttention {
   virtual ~SplitSequenceAttention() = default;
   /// q: (B, H, T_local, D), already multiplied by 1 / sqrt(D); k, v:
   /// (B, KV, T_local, D), KV dividing H (query head h reads key/value head
-  /// h / (H / KV)). Returns (B, H, T_local, D).
+  /// h / (H / KV)). `documents`: under document masking each position's
+  /// document, (B, T_whole) for the whole sequence (a row sees only its own
+  /// document's keys); undefined: one document. Returns (B, H, T_local, D).
   virtual at::Tensor attend(
-      const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) = 0;
+      const at::Tensor& q,
+      const at::Tensor& k,
+      const at::Tensor& v,
+      const at::Tensor& documents) = 0;
 };
 
 /// Causal grouped-query attention: n_heads query heads share n_kv_heads
 /// key/value heads, each query and key head RMS-normed before RoPE where
 /// args.qk_norm (q_norm, k_norm: one weight of head_dim, shared by the
 /// heads). The forward reads the head counts from the rows of wq and wk
-/// (head_dim each), so the module may hold a slice of the heads.
+/// (head_dim each), so the module may hold a slice of the heads. Where the
+/// forward state carries documents (ForwardState::documents, document
+/// masking), a position attends only to its own document's earlier ones
+/// (block_attention.h's document_attention, or the split attention's).
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelArgs& args);

@@ -4,10 +4,12 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <limits>
 
 #include "config/job_config.h"
+#include "models/common/block_attention.h"
 #include "models/recompute.h"
 #include "parallel/dist/mesh.h"
 #include "parallel/dist/process_group.h"
@@ -29,168 +31,6 @@ dist::TrafficLog& traffic_log() {
   return log;
 }
 
-/// The dtype the block computations accumulate in: float32 for bf16 and
-/// float32 inputs, float64 for float64 ones.
-at::ScalarType accumulation(const at::Tensor& x) {
-  return at::promote_types(x.scalar_type(), at::kFloat);
-}
-
-/// One tile of the block computations: query rows [r0, r0 + rows) against
-/// keys [k0, k0 + keys); `mask` (rows, keys) bool where a row may see a
-/// key, undefined where it sees them all.
-struct Tile {
-  int64_t r0, rows, k0, keys;
-  at::Tensor mask;
-};
-
-/// Calls `fn` for each tile of q_positions x k_positions in which some row
-/// sees some key (causally: key position <= row position), with the mask
-/// where some row does not see every key.
-template <class Fn>
-void for_each_tile(
-    const at::Tensor& q_positions, const at::Tensor& k_positions, Fn fn) {
-  const auto qp = q_positions.accessor<int64_t, 1>();
-  const auto kp = k_positions.accessor<int64_t, 1>();
-  const int64_t tq = q_positions.size(0), tk = k_positions.size(0);
-  for (int64_t r0 = 0; r0 < tq; r0 += kTileRows) {
-    const int64_t rows = std::min(kTileRows, tq - r0);
-    int64_t q_min = qp[r0], q_max = qp[r0];
-    for (int64_t i = r0; i < r0 + rows; ++i) {
-      q_min = std::min(q_min, qp[i]);
-      q_max = std::max(q_max, qp[i]);
-    }
-    for (int64_t k0 = 0; k0 < tk; k0 += kTileKeys) {
-      const int64_t keys = std::min(kTileKeys, tk - k0);
-      int64_t k_min = kp[k0], k_max = kp[k0];
-      for (int64_t j = k0; j < k0 + keys; ++j) {
-        k_min = std::min(k_min, kp[j]);
-        k_max = std::max(k_max, kp[j]);
-      }
-      if (k_min > q_max) {
-        continue;  // no row sees any key
-      }
-      Tile tile{r0, rows, k0, keys, at::Tensor()};
-      if (k_max > q_min) {
-        tile.mask = k_positions.narrow(0, k0, keys).unsqueeze(0) <=
-                    q_positions.narrow(0, r0, rows).unsqueeze(1);
-      }
-      fn(tile);
-    }
-  }
-}
-
-/// The tile's scores (B, KV, G, rows, keys), float32, masked with -inf, and
-/// q's tile as (B, KV, G * rows, D).
-std::pair<at::Tensor, at::Tensor> tile_scores(
-    const at::Tensor& q, const at::Tensor& k, const Tile& t) {
-  const int64_t B = q.size(0), KV = q.size(1), G = q.size(2), D = q.size(4);
-  const at::Tensor qt =
-      q.narrow(3, t.r0, t.rows).reshape({B, KV, G * t.rows, D});
-  const at::Tensor kt = k.narrow(2, t.k0, t.keys);
-  at::Tensor scores = at::matmul(qt, kt.transpose(-1, -2))
-                          .to(accumulation(q))
-                          .view({B, KV, G, t.rows, t.keys});
-  if (t.mask.defined()) {
-    scores.masked_fill_(t.mask.to(scores.device()).logical_not(), kNegInf);
-  }
-  return {scores, qt};
-}
-
-/// -inf (a row that has seen no key) as 0, so exp(score - lse) is 0 there.
-at::Tensor finite_or_zero(const at::Tensor& lse) {
-  return at::where(lse == kNegInf, at::zeros_like(lse), lse);
-}
-
-/// Merges a tile's (out, lse) into the running ones, in place.
-void merge(
-    at::Tensor out,
-    at::Tensor lse,
-    const at::Tensor& tile_out,
-    const at::Tensor& tile_lse) {
-  const at::Tensor m = finite_or_zero(at::maximum(lse, tile_lse));
-  const at::Tensor wa = at::exp(lse - m);
-  const at::Tensor wb = at::exp(tile_lse - m);
-  const at::Tensor total = wa + wb;
-  const at::Tensor safe = at::where(total == 0, at::ones_like(total), total);
-  out.copy_(
-      (out * wa.unsqueeze(-1) + tile_out * wb.unsqueeze(-1)) /
-      safe.unsqueeze(-1));
-  lse.copy_(m + at::log(total));
-}
-
-/// Adds q's attention over (k, v) into the running (out, lse), tile by
-/// tile; shapes as attention_with_lse's.
-void accumulate(
-    const at::Tensor& q,
-    const at::Tensor& k,
-    const at::Tensor& v,
-    const at::Tensor& q_positions,
-    const at::Tensor& k_positions,
-    at::Tensor& out,
-    at::Tensor& lse) {
-  const int64_t B = q.size(0), KV = q.size(1), G = q.size(2), D = q.size(4);
-  for_each_tile(q_positions, k_positions, [&](const Tile& t) {
-    const auto [scores, qt] = tile_scores(q, k, t);
-    const at::Tensor tile_lse = at::logsumexp(scores, -1);  // (B, KV, G, rows)
-    const at::Tensor p =
-        at::exp(scores - finite_or_zero(tile_lse).unsqueeze(-1));
-    const at::Tensor vt = v.narrow(2, t.k0, t.keys);
-    const at::Tensor tile_out =
-        at::matmul(p.view({B, KV, G * t.rows, t.keys}).to(vt.scalar_type()), vt)
-            .to(out.scalar_type())
-            .view({B, KV, G, t.rows, D});
-    merge(
-        out.narrow(3, t.r0, t.rows),
-        lse.narrow(3, t.r0, t.rows),
-        tile_out,
-        tile_lse);
-  });
-}
-
-/// The gradients of q's attention over (k, v) given the final (all keys')
-/// lse, the output's gradient `dout` and delta = rowsum(dout * out), added
-/// into dq (B, KV, G, Tq, D), dk and dv (B, KV, Tk, D), float32.
-void accumulate_backward(
-    const at::Tensor& q,
-    const at::Tensor& k,
-    const at::Tensor& v,
-    const at::Tensor& q_positions,
-    const at::Tensor& k_positions,
-    const at::Tensor& lse,
-    const at::Tensor& dout,
-    const at::Tensor& delta,
-    at::Tensor dq,
-    at::Tensor dk,
-    at::Tensor dv) {
-  const int64_t B = q.size(0), KV = q.size(1), G = q.size(2), D = q.size(4);
-  const auto dtype = q.scalar_type();
-  for_each_tile(q_positions, k_positions, [&](const Tile& t) {
-    const auto [scores, qt] = tile_scores(q, k, t);
-    const at::Tensor p = at::exp(
-        scores - finite_or_zero(lse.narrow(3, t.r0, t.rows)).unsqueeze(-1));
-    const at::Tensor p2 = p.view({B, KV, G * t.rows, t.keys}).to(dtype);
-    const at::Tensor dot =
-        dout.narrow(3, t.r0, t.rows).reshape({B, KV, G * t.rows, D});
-    const at::Tensor kt = k.narrow(2, t.k0, t.keys);
-    const at::Tensor vt = v.narrow(2, t.k0, t.keys);
-    dv.narrow(2, t.k0, t.keys)
-        .add_(at::matmul(p2.transpose(-1, -2), dot).to(dv.scalar_type()));
-    const at::Tensor dp = at::matmul(dot, vt.transpose(-1, -2))
-                              .to(dv.scalar_type())
-                              .view({B, KV, G, t.rows, t.keys});
-    const at::Tensor ds =
-        (p * (dp - delta.narrow(3, t.r0, t.rows).unsqueeze(-1)))
-            .view({B, KV, G * t.rows, t.keys})
-            .to(dtype);
-    dq.narrow(3, t.r0, t.rows)
-        .add_(at::matmul(ds, kt)
-                  .to(dq.scalar_type())
-                  .view({B, KV, G, t.rows, D}));
-    dk.narrow(2, t.k0, t.keys)
-        .add_(at::matmul(ds.transpose(-1, -2), qt).to(dk.scalar_type()));
-  });
-}
-
 /// Waits for `work` under its name, counting the time it still took.
 void wait_for(
     dist::Work& work,
@@ -210,8 +50,41 @@ GatheredKvAttention& of(int64_t attention) {
   return *reinterpret_cast<GatheredKvAttention*>(attention);
 }
 
+/// One of this rank's two chunks: its rows [start, start + length) of the
+/// rank's T, where they sit (positions, documents), and the keys of the
+/// whole sequence before it (positions [0, before)), the earlier chunks'.
+struct Chunk {
+  int64_t start = 0, length = 0;
+  models::BlockSpan rows;
+  int64_t before = 0;
+  models::BlockSpan earlier;
+};
+
+/// This rank's two chunks for a rank-local length T; `documents`: the
+/// whole row's (B, shards x T), or undefined.
+std::array<Chunk, 2> chunks_of(
+    const SequenceSplit& split, int64_t T, const at::Tensor& documents) {
+  const int64_t L = T / 2;
+  const models::BlockSpan local{
+      split.positions(T),
+      documents.defined() ? split.take(documents, /*dim=*/1) : at::Tensor()};
+  std::array<Chunk, 2> chunks;
+  for (int64_t h = 0; h < 2; ++h) {
+    Chunk& c = chunks[h];
+    c.start = h * L;
+    c.length = L;
+    c.rows = local.narrow(h * L, L);
+    c.before = split.chunks()[h] * L;
+    c.earlier = models::BlockSpan{
+        at::arange(c.before, at::kLong),
+        documents.defined() ? documents.narrow(1, 0, c.before) : at::Tensor()};
+  }
+  return chunks;
+}
+
 /// The gathered-keys attention as one autograd node over this rank's q, k
-/// and v (see the header for the order of the work).
+/// and v (see the header for the order of the work); `documents`: the whole
+/// row's, under document masking, else undefined.
 class GatheredKv : public torch::autograd::Function<GatheredKv> {
  public:
   static at::Tensor forward(
@@ -219,16 +92,19 @@ class GatheredKv : public torch::autograd::Function<GatheredKv> {
       const at::Tensor& q_in,
       const at::Tensor& k_in,
       const at::Tensor& v_in,
+      const std::optional<at::Tensor>& maybe_documents,
       int64_t attention) {
     GatheredKvAttention& self = of(attention);
     const SequenceSplit& split = self.split();
     const int64_t B = q_in.size(0), H = q_in.size(1), T = q_in.size(2),
                   D = q_in.size(3), KV = k_in.size(1);
-    const int64_t L = T / 2, n = split.shards;
+    const int64_t n = split.shards;
     const at::Tensor q = q_in.contiguous().view({B, KV, H / KV, T, D});
     const at::Tensor k = k_in.contiguous();
     const at::Tensor v = v_in.contiguous();
+    const at::Tensor documents = maybe_documents.value_or(at::Tensor());
     ctx->saved_data["attention"] = attention;
+    ctx->saved_data["documents"] = documents;
     SavedOps* ops = saved_ops();
     if (ops != nullptr && ops->mode() == SavedOps::Mode::kReplay) {
       // An op-selective checkpoint's recomputation: what the first forward
@@ -245,20 +121,20 @@ class GatheredKv : public torch::autograd::Function<GatheredKv> {
           return self.group().all_gather_into_async(gathered, kv);
         });
     // The diagonal blocks, from this rank's keys, while the gather runs.
-    const at::Tensor positions = split.positions(T);
-    at::Tensor out =
-        at::zeros({B, KV, H / KV, T, D}, q.options().dtype(accumulation(q)));
+    const auto chunks = chunks_of(split, T, documents);
+    at::Tensor out = at::zeros(
+        {B, KV, H / KV, T, D},
+        q.options().dtype(models::block_accumulation(q)));
     at::Tensor lse = at::full({B, KV, H / KV, T}, kNegInf, out.options());
-    for (int64_t h = 0; h < 2; ++h) {
-      auto rows_out = out.narrow(3, h * L, L);
-      auto rows_lse = lse.narrow(3, h * L, L);
-      const auto pos = positions.narrow(0, h * L, L);
-      accumulate(
-          q.narrow(3, h * L, L),
-          k.narrow(2, h * L, L),
-          v.narrow(2, h * L, L),
-          pos,
-          pos,
+    for (const Chunk& c : chunks) {
+      auto rows_out = out.narrow(3, c.start, c.length);
+      auto rows_lse = lse.narrow(3, c.start, c.length);
+      models::accumulate_attention(
+          q.narrow(3, c.start, c.length),
+          k.narrow(2, c.start, c.length),
+          v.narrow(2, c.start, c.length),
+          c.rows,
+          c.rows,
           rows_out,
           rows_lse);
     }
@@ -266,19 +142,18 @@ class GatheredKv : public torch::autograd::Function<GatheredKv> {
     // (2, B, KV, n T, D): the whole sequence's keys and values, in order.
     const at::Tensor whole =
         split.restore(gathered.view({n, 2, B, KV, T, D}), /*dim=*/3);
-    for (int64_t h = 0; h < 2; ++h) {
-      const int64_t before = split.chunks()[h] * L;  // keys of earlier chunks
-      if (before == 0) {
+    for (const Chunk& c : chunks) {
+      if (c.before == 0) {
         continue;
       }
-      auto rows_out = out.narrow(3, h * L, L);
-      auto rows_lse = lse.narrow(3, h * L, L);
-      accumulate(
-          q.narrow(3, h * L, L),
-          whole.select(0, 0).narrow(2, 0, before),
-          whole.select(0, 1).narrow(2, 0, before),
-          positions.narrow(0, h * L, L),
-          at::arange(before, at::kLong),
+      auto rows_out = out.narrow(3, c.start, c.length);
+      auto rows_lse = lse.narrow(3, c.start, c.length);
+      models::accumulate_attention(
+          q.narrow(3, c.start, c.length),
+          whole.select(0, 0).narrow(2, 0, c.before),
+          whole.select(0, 1).narrow(2, 0, c.before),
+          c.rows,
+          c.earlier,
           rows_out,
           rows_lse);
     }
@@ -302,32 +177,37 @@ class GatheredKv : public torch::autograd::Function<GatheredKv> {
     const at::Tensor& lse = saved[5];    // (B, KV, G, T)
     const int64_t B = q.size(0), KV = q.size(1), G = q.size(2), T = q.size(3),
                   D = q.size(4);
-    const int64_t L = T / 2, n = split.shards;
+    const int64_t n = split.shards;
     const at::Tensor dout = grads[0].contiguous().view({B, KV, G, T, D});
-    const auto acc = accumulation(q);
+    const auto acc = models::block_accumulation(q);
     const at::Tensor delta =
         (dout.to(acc) * out.view({B, KV, G, T, D}).to(acc)).sum(-1);
-    const at::Tensor positions = split.positions(T);
+    const c10::IValue& documents = ctx->saved_data["documents"];
+    const auto chunks = chunks_of(
+        split, T, documents.isTensor() ? documents.toTensor() : at::Tensor());
     at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(acc));
+    // The chunk's rows of a (B, KV, G, T, ...) tensor.
+    auto rows = [](const at::Tensor& x, const Chunk& c) {
+      return x.narrow(3, c.start, c.length);
+    };
     // The earlier chunks' keys first: their gradients go to other ranks.
     at::Tensor d_whole = at::zeros(whole.sizes(), dq.options());
-    for (int64_t h = 0; h < 2; ++h) {
-      const int64_t before = split.chunks()[h] * L;
-      if (before == 0) {
+    for (const Chunk& c : chunks) {
+      if (c.before == 0) {
         continue;
       }
-      accumulate_backward(
-          q.narrow(3, h * L, L),
-          whole.select(0, 0).narrow(2, 0, before),
-          whole.select(0, 1).narrow(2, 0, before),
-          positions.narrow(0, h * L, L),
-          at::arange(before, at::kLong),
-          lse.narrow(3, h * L, L),
-          dout.narrow(3, h * L, L),
-          delta.narrow(3, h * L, L),
-          dq.narrow(3, h * L, L),
-          d_whole.select(0, 0).narrow(2, 0, before),
-          d_whole.select(0, 1).narrow(2, 0, before));
+      models::accumulate_attention_backward(
+          rows(q, c),
+          whole.select(0, 0).narrow(2, 0, c.before),
+          whole.select(0, 1).narrow(2, 0, c.before),
+          c.rows,
+          c.earlier,
+          rows(lse, c),
+          rows(dout, c),
+          rows(delta, c),
+          rows(dq, c),
+          d_whole.select(0, 0).narrow(2, 0, c.before),
+          d_whole.select(0, 1).narrow(2, 0, c.before));
     }
     // Each rank's rows of the gradient, in rank order, summed over the
     // ranks into this one's.
@@ -347,20 +227,19 @@ class GatheredKv : public torch::autograd::Function<GatheredKv> {
     // The diagonal blocks' gradients while the reduce-scatter runs.
     at::Tensor dk = at::zeros(k.sizes(), dq.options());
     at::Tensor dv = at::zeros(v.sizes(), dq.options());
-    for (int64_t h = 0; h < 2; ++h) {
-      const auto pos = positions.narrow(0, h * L, L);
-      accumulate_backward(
-          q.narrow(3, h * L, L),
-          k.narrow(2, h * L, L),
-          v.narrow(2, h * L, L),
-          pos,
-          pos,
-          lse.narrow(3, h * L, L),
-          dout.narrow(3, h * L, L),
-          delta.narrow(3, h * L, L),
-          dq.narrow(3, h * L, L),
-          dk.narrow(2, h * L, L),
-          dv.narrow(2, h * L, L));
+    for (const Chunk& c : chunks) {
+      models::accumulate_attention_backward(
+          rows(q, c),
+          k.narrow(2, c.start, c.length),
+          v.narrow(2, c.start, c.length),
+          c.rows,
+          c.rows,
+          rows(lse, c),
+          rows(dout, c),
+          rows(delta, c),
+          rows(dq, c),
+          dk.narrow(2, c.start, c.length),
+          dv.narrow(2, c.start, c.length));
     }
     wait_for(work, self, "kv reduce_scatter backward");
     dk.add_(received.select(0, 0));
@@ -369,24 +248,12 @@ class GatheredKv : public torch::autograd::Function<GatheredKv> {
         dq.to(q.scalar_type()).view({B, KV * G, T, D}),
         dk.to(k.scalar_type()),
         dv.to(v.scalar_type()),
+        at::Tensor(),
         at::Tensor()};
   }
 };
 
 }  // namespace
-
-std::pair<at::Tensor, at::Tensor> attention_with_lse(
-    const at::Tensor& q,
-    const at::Tensor& k,
-    const at::Tensor& v,
-    const at::Tensor& q_positions,
-    const at::Tensor& k_positions) {
-  const auto sizes = q.sizes();
-  at::Tensor out = at::zeros(sizes, q.options().dtype(accumulation(q)));
-  at::Tensor lse = at::full(sizes.slice(0, 4), kNegInf, out.options());
-  accumulate(q, k, v, q_positions, k_positions, out, lse);
-  return {out, lse};
-}
 
 GatheredKvAttention::GatheredKvAttention(
     std::shared_ptr<dist::ProcessGroup> group,
@@ -395,7 +262,10 @@ GatheredKvAttention::GatheredKvAttention(
     : group_(std::move(group)), split_(split), name_(std::move(name)) {}
 
 at::Tensor GatheredKvAttention::attend(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    const at::Tensor& q,
+    const at::Tensor& k,
+    const at::Tensor& v,
+    const at::Tensor& documents) {
   TORCH_CHECK(
       q.dim() == 4 && k.dim() == 4 && k.sizes() == v.sizes() &&
           q.size(0) == k.size(0) && q.size(2) == k.size(2) &&
@@ -410,7 +280,24 @@ at::Tensor GatheredKvAttention::attend(
       k.sizes(),
       ", v ",
       v.sizes());
-  return GatheredKv::apply(q, k, v, reinterpret_cast<int64_t>(this));
+  TORCH_CHECK(
+      !documents.defined() ||
+          (documents.dim() == 2 && documents.size(0) == q.size(0) &&
+           documents.size(1) == split_.shards * q.size(2)),
+      "[context_parallel] ",
+      name_,
+      ": documents of the whole rows, (B, cp x T) = ",
+      at::IntArrayRef{q.size(0), split_.shards * q.size(2)},
+      "; got ",
+      documents.sizes());
+  return GatheredKv::apply(
+      q,
+      k,
+      v,
+      documents.defined() ? std::optional<at::Tensor>(
+                                documents.to(at::kCPU, at::kLong).contiguous())
+                          : std::nullopt,
+      reinterpret_cast<int64_t>(this));
 }
 
 std::map<std::string, Traffic> traffic() {

@@ -18,9 +18,12 @@
 // its chunks' diagonal (causal) blocks from its own keys while the gather
 // runs, and in the backward the diagonal blocks' gradients while the
 // reduce-scatter of the earlier chunks' key and value gradients runs. The
-// blocks are merged by their log-sum-exp, and the backward recomputes each
-// block's probabilities from the saved log-sum-exp (FlashAttention's), so
-// nothing of (T, T) is saved.
+// blocks run in models/common/block_attention.h's tiles, merged by their
+// log-sum-exp, and the backward recomputes each block's probabilities from
+// the saved log-sum-exp (FlashAttention's), so nothing of (T, T) is saved.
+// Under document masking every rank holds the whole rows' documents (a few
+// bytes per position), so a row sees only its own document's keys, wherever
+// they sit, with no exchange of its own.
 //
 // Where it sits in the mesh (torchtitan's): cp between dp_shard and tp. Its
 // ranks hold the same weights and see different tokens, so fully_shard
@@ -74,7 +77,10 @@ class GatheredKvAttention final : public models::SplitSequenceAttention {
       std::string name);
 
   at::Tensor attend(
-      const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) override;
+      const at::Tensor& q,
+      const at::Tensor& k,
+      const at::Tensor& v,
+      const at::Tensor& documents) override;
 
   const std::string& name() const {
     return name_;
@@ -91,26 +97,6 @@ class GatheredKvAttention final : public models::SplitSequenceAttention {
   SequenceSplit split_;
   std::string name_;
 };
-
-/// Query rows and keys per tile of the block computations (the scores of
-/// one tile: B x H x kTileRows x kTileKeys floats).
-inline constexpr int64_t kTileRows = 128;
-inline constexpr int64_t kTileKeys = 128;
-
-/// q's causal attention over keys at the positions `k_positions`, the rows
-/// at `q_positions` (each (T) int64): softmax(q k^T + mask) v with the
-/// mask letting row i see key j where k_positions[j] <= q_positions[i], in
-/// tiles, with the log-sum-exp of each row. q: (B, KV, G, Tq, D) (G query
-/// heads per key/value head, q already scaled), k, v: (B, KV, Tk, D).
-/// Returns out (B, KV, G, Tq, D) and lse (B, KV, G, Tq), in float32 (float64
-/// for float64 inputs); a row that sees no key has lse -inf and out 0. For
-/// the tests, which check it against the plain formula.
-std::pair<at::Tensor, at::Tensor> attention_with_lse(
-    const at::Tensor& q,
-    const at::Tensor& k,
-    const at::Tensor& v,
-    const at::Tensor& q_positions,
-    const at::Tensor& k_positions);
 
 /// What this process's cp attention sent to other ranks, per direction
 /// ("kv all_gather forward", "kv reduce_scatter backward"): calls, bytes,

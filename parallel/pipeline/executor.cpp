@@ -56,6 +56,8 @@ struct PipelineExecutor::State {
   std::vector<dist::Work> sends;
   at::Tensor inputs;
   at::Tensor labels;
+  /// Under document masking, every rank's (from the first stage's rank).
+  at::Tensor documents;
   double loss_scale = 1.0;
   double loss_sum = 0.0;
   /// evaluate(): forwards alone, without gradients.
@@ -118,6 +120,7 @@ struct PipelineExecutor::State {
     ForwardState scaled = forward_state();
     scaled.loss_scale = forward_only ? 0.0 : loss_scale;
     scaled.evaluating = forward_only;
+    scaled.documents = documents.defined() ? rows(documents, mb) : at::Tensor();
     const ForwardStateGuard scale(scaled);
     WeightGradSlotGuard guard(&c.slot);
     at::Tensor out = stages.at(s)->forward(c.input);
@@ -287,6 +290,26 @@ struct PipelineExecutor::State {
       group->recv(labels, first_rank, kLabelsTag);
     }
   }
+
+  /// Documents, from the rank with the data to every rank (once per run):
+  /// each stage's attention keeps them apart.
+  void share_documents() {
+    const int64_t first_rank = rank_of(0);
+    const std::vector<int64_t> shape{
+        shapes.microbatches * shapes.microbatch_size, shapes.documents_len};
+    if (rank == first_rank) {
+      if (!documents.defined() || documents.sizes().vec() != shape) {
+        throw std::invalid_argument(
+            "[PipelineExecutor] the first stage needs documents of shape " +
+            c10::str(at::IntArrayRef(shape)) +
+            " (microbatches x microbatch_size, the whole sequence)");
+      }
+      documents = documents.to(at::kLong).contiguous();
+    } else {
+      documents = at::empty(shape, at::kLong);
+    }
+    group->broadcast(documents, first_rank);
+  }
 };
 
 PipelineExecutor::PipelineExecutor(
@@ -346,18 +369,21 @@ const Schedule& PipelineExecutor::schedule() const {
 ExecutorRun PipelineExecutor::run(
     const at::Tensor& inputs,
     const at::Tensor& labels,
+    const at::Tensor& documents,
     double loss_scale,
     const std::function<void(int64_t stage)>& reduce_grad) {
   state_->forward_only = false;
-  return run_schedule(inputs, labels, loss_scale, reduce_grad);
+  return run_schedule(inputs, labels, documents, loss_scale, reduce_grad);
 }
 
 ExecutorRun PipelineExecutor::evaluate(
-    const at::Tensor& inputs, const at::Tensor& labels) {
+    const at::Tensor& inputs,
+    const at::Tensor& labels,
+    const at::Tensor& documents) {
   at::NoGradGuard no_grad;
   state_->forward_only = true;
   try {
-    ExecutorRun out = run_schedule(inputs, labels, 1.0, nullptr);
+    ExecutorRun out = run_schedule(inputs, labels, documents, 1.0, nullptr);
     state_->forward_only = false;
     return out;
   } catch (...) {
@@ -369,6 +395,7 @@ ExecutorRun PipelineExecutor::evaluate(
 ExecutorRun PipelineExecutor::run_schedule(
     const at::Tensor& inputs,
     const at::Tensor& labels,
+    const at::Tensor& documents,
     double loss_scale,
     const std::function<void(int64_t stage)>& reduce_grad) {
   auto& st = *state_;
@@ -382,6 +409,7 @@ ExecutorRun PipelineExecutor::run_schedule(
   st.loss_scale = loss_scale;
   st.inputs = inputs;
   st.labels = labels;
+  st.documents = documents;
   ExecutorRun out;
   const auto start = Clock::now();
   auto us = [&](Clock::time_point t) {
@@ -391,6 +419,11 @@ ExecutorRun PipelineExecutor::run_schedule(
   {
     dist::FlightLabel label(kLabels);
     st.exchange_labels();
+  }
+  if (sh.documents_len > 0) {
+    static const std::string kDocuments = "documents";
+    dist::FlightLabel label(kDocuments);
+    st.share_documents();
   }
   auto& recorder = dist::FlightRecorder::process();
 
@@ -446,6 +479,7 @@ ExecutorRun PipelineExecutor::run_schedule(
   st.cells.clear();
   st.inputs = at::Tensor();
   st.labels = at::Tensor();
+  st.documents = at::Tensor();
   return out;
 }
 

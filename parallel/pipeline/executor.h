@@ -61,6 +61,9 @@ struct ExecutorShapes {
   int64_t sequence_shards = 1;
   at::ScalarType dtype = at::kFloat;
   at::Device device = at::kCPU;
+  /// Under document masking: positions of each row's documents, the whole
+  /// sequence's (seq_len x cp, Batch::documents); 0: no documents.
+  int64_t documents_len = 0;
 
   /// Positions of the activations between stages.
   int64_t hidden_seq_len() const {
@@ -73,7 +76,9 @@ struct ExecutorShapes {
 /// on the same rank hand tensors over locally), REDUCE_GRAD through the
 /// caller's callback (the train step reaches each part's gradient
 /// synchroniser through the part). Labels travel from the rank of stage 0 to
-/// the rank of the last stage once per run. I runs the backward with the
+/// the rank of the last stage once per run, and documents (document
+/// masking) to every rank, whose stages' attention reads them. I runs the
+/// backward with the
 /// stage's linear layers deferring their weight gradients (models/linear.h); W
 /// runs what they queued.
 class PipelineExecutor {
@@ -91,7 +96,9 @@ class PipelineExecutor {
 
   /// Runs the schedule once. `inputs` / `labels` are (microbatches *
   /// microbatch_size, seq_len) int64 on the rank that holds stage 0 and
-  /// undefined elsewhere. Each microbatch's loss is scaled by `loss_scale`
+  /// undefined elsewhere; `documents` there too, (microbatches *
+  /// microbatch_size, documents_len) int64 where shapes.documents_len > 0,
+  /// else undefined. Each microbatch's loss is scaled by `loss_scale`
   /// before its backward. Each REDUCE_GRAD action calls `reduce_grad(stage)`
   /// once that stage's gradients are complete; without one (gradient
   /// accumulation before the last micro-step) they do nothing.
@@ -99,6 +106,7 @@ class PipelineExecutor {
   ExecutorRun run(
       const at::Tensor& inputs,
       const at::Tensor& labels,
+      const at::Tensor& documents,
       double loss_scale,
       const std::function<void(int64_t stage)>& reduce_grad = nullptr);
 
@@ -107,16 +115,21 @@ class PipelineExecutor {
   /// in the schedule's order, which removing the backwards cannot
   /// deadlock. The loss of every microbatch is summed on the last stage's
   /// rank (loss_sum); nothing is scaled, no gradient is touched.
-  ExecutorRun evaluate(const at::Tensor& inputs, const at::Tensor& labels);
+  ExecutorRun evaluate(
+      const at::Tensor& inputs,
+      const at::Tensor& labels,
+      const at::Tensor& documents);
 
   int64_t pp_rank() const;
   const Schedule& schedule() const;
 
  private:
-  /// run() and evaluate(): the labels' exchange, then this rank's actions.
+  /// run() and evaluate(): the labels' and documents' exchange, then this
+  /// rank's actions.
   ExecutorRun run_schedule(
       const at::Tensor& inputs,
       const at::Tensor& labels,
+      const at::Tensor& documents,
       double loss_scale,
       const std::function<void(int64_t stage)>& reduce_grad);
 

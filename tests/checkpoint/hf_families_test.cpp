@@ -141,7 +141,7 @@ class HfFamilies : public ::testing::Test {
     layout.bf16 = c.bf16;
     const at::Tensor tokens = l.tokens;
     layout.batch = [tokens](int64_t) {
-      return Batch{tokens.slice(1, 0, 8), tokens.slice(1, 1, 9)};
+      return Batch{tokens.slice(1, 0, 8), tokens.slice(1, 1, 9), {}};
     };
     return layout;
   }

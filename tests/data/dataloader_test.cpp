@@ -324,6 +324,59 @@ TEST(DataLoaderTest, ContextParallelRanksKeepTheirChunksOfEveryRow) {
       "sequence_split.shards=3, got 10");
 }
 
+TEST(DataLoaderTest, DocumentsNumberEachRowsDocuments) {
+  // The stream of PacksDocumentsIntoShiftedWindows: [B a b E] [B c d e E]
+  // [B E] [B f E]; each input position's document within its row.
+  auto o = options(2, 3, /*prefetch=*/2);
+  o.documents = true;
+  DataLoader loader(docs({"ab", "cde", "", "f"}), bytes(), o);
+  const std::vector<std::vector<std::vector<int64_t>>> want = {
+      {{0, 0, 0}, {0, 0, 0}},  // [B a b], [B c d]
+      {{0, 1, 1}, {0, 0, 1}},  // [E B E], [f E B]
+      {{0, 0, 1}, {0, 0, 0}},  // [b E B], [d e E]
+  };
+  for (size_t step = 0; step < want.size(); ++step) {
+    const Batch batch = loader.next();
+    ASSERT_EQ(batch.documents.sizes(), (std::vector<int64_t>{2, 3}));
+    for (int64_t b = 0; b < 2; ++b) {
+      EXPECT_EQ(row(batch.documents, b), want[step][b])
+          << "step " << step << ", row " << b;
+    }
+  }
+  // Without the option there are none.
+  DataLoader plain(docs({"ab"}), bytes(), options(1, 3, 0));
+  EXPECT_FALSE(plain.next().documents.defined());
+}
+
+TEST(DataLoaderTest, DocumentsStayWholeUnderASplitAndStartAtEachBos) {
+  // cp 2 over seq 12: each rank keeps its chunks of the inputs but the
+  // whole rows' documents, which count up exactly where a BOS starts a
+  // document (after the row's first position).
+  const std::vector<std::string> all = numbered(17);
+  auto whole_options = options(2, 12, 0);
+  whole_options.documents = true;
+  DataLoader whole(docs(all), bytes(), whole_options);
+  auto split_options = options(2, 12, 0);
+  split_options.documents = true;
+  split_options.sequence_split = SequenceSplit{2, 1};
+  DataLoader rank(docs(all), bytes(), split_options);
+  for (int step = 0; step < 5; ++step) {
+    const Batch want = whole.next();
+    const Batch got = rank.next();
+    ASSERT_EQ(got.inputs.sizes(), (std::vector<int64_t>{2, 6}));
+    EXPECT_TRUE(at::equal(got.documents, want.documents)) << "step " << step;
+    for (int64_t b = 0; b < 2; ++b) {
+      const auto ids = row(want.documents, b);
+      const auto tokens = row(want.inputs, b);
+      EXPECT_EQ(ids[0], 0);
+      for (size_t t = 1; t < ids.size(); ++t) {
+        EXPECT_EQ(ids[t] - ids[t - 1], tokens[t] == kBos ? 1 : 0)
+            << "step " << step << ", row " << b << ", position " << t;
+      }
+    }
+  }
+}
+
 TEST(DataLoaderTest, EveryEpochReadsEachDocumentOnce) {
   // 23 documents, shuffled: each epoch is a permutation of the corpus, a new
   // one each epoch.

@@ -409,6 +409,16 @@ TEST(DryRun, AttentionKeepsWhatItsDevicesPathKeeps) {
       6 * 8 * (kAttentionBytes - 16 * 256 * 4));
   EXPECT_NE(cpu.attention_saved.find("probabilities"), std::string::npos);
   EXPECT_NE(cuda.attention_saved.find("log-sum-exp"), std::string::npos);
+  // Document masking's tiles keep the log-sum-exp too (the debug model has
+  // no grouped heads, so the unexpanded keys and values change nothing).
+  const auto documents =
+      cpu_dry_run(debug_config({"training.document_mask=true"}), 1);
+  EXPECT_EQ(
+      documents.ranks[0].activation_bytes_per_microbatch,
+      cuda.ranks[0].activation_bytes_per_microbatch);
+  EXPECT_NE(
+      documents.attention_saved.find("log-sum-exp per row (document masking"),
+      std::string::npos);
   // The op-selective checkpoint keeps attention's output only, and its
   // backward recomputes the probabilities head by head: none counted.
   const auto op = [](const std::string& device) {

@@ -2,7 +2,8 @@
 // with every sequence split over cp ranks, in every layout the issue names,
 // against one process on the same global batches (losses within 1e-5,
 // weights rtol 1e-4 after 3 AdamW steps, float32), ranks as threads over
-// real Gloo. The attention alone against full attention:
+// real Gloo, with and without document masking. The attention alone
+// against full attention:
 // tests/parallel/context_parallel/context_parallel_test.cpp.
 
 #include <gtest/gtest.h>
@@ -73,6 +74,44 @@ TEST(ContextParallel, Pp2TimesCp2FollowsOneProcess) {
   layout.pp = 2;
   layout.schedule = "1F1B";
   expect_follows_one_process(layout);
+}
+
+TEST(ContextParallel, Cp2KeepsDocumentsApartAsOneProcess) {
+  // Document masking across the shards: each rank's rows see only their
+  // own documents' keys, some of them on the other rank.
+  auto layout = cp_layout(2);
+  layout.documents = true;
+  const auto reference = testing::run_layout(layout.one_process(), kSteps);
+  // The mask matters: without it the first loss is another.
+  auto unmasked = layout.one_process();
+  unmasked.documents = false;
+  EXPECT_GT(
+      std::abs(
+          testing::run_layout(unmasked, 1).losses.at(0) -
+          reference.losses.at(0)),
+      1e-4);
+  const auto run = testing::run_layout(layout, kSteps);
+  EXPECT_TRUE(testing::same_run(run, reference)) << layout.str();
+}
+
+TEST(ContextParallel, Pp2TimesCp2KeepsDocumentsApart) {
+  // The first stage's rank sends every stage's rank the documents.
+  auto layout = cp_layout(2);
+  layout.pp = 2;
+  layout.documents = true;
+  expect_follows_one_process(layout);
+}
+
+TEST(ContextParallel, DocumentsUnderOpSelectiveCheckpointing) {
+  // The recomputation takes the kept output and log-sum-exp back, in one
+  // process and at cp 2.
+  for (const int64_t cp : {1, 2}) {
+    auto layout = cp_layout(cp);
+    layout.documents = true;
+    layout.ac = "selective";
+    layout.ac_selective = "op";
+    expect_follows_one_process(layout);
+  }
 }
 
 TEST(ContextParallel, Cp2TimesEp2RoutesEachShardsTokens) {

@@ -35,6 +35,7 @@
 #include "parallel/pipeline/split.h"
 #include "parallel/pipeline/tied_weights.h"
 #include "parallel/tensor_parallel/tensor_parallel.h"
+#include "tests/models/reference_attention.h"
 #include "tests/parallel/multi_rank.h"
 #include "tests/parallel/test_parts.h"
 #include "tests/trainer/step_batches.h"
@@ -67,6 +68,9 @@ struct RunLayout {
   std::string ac_selective = "layer";
   /// bf16 compute (training.mixed_precision_param), float32 reductions.
   bool bf16 = false;
+  /// Document masking: every row of the global batches cut into documents
+  /// at 2 places (seeded by the step), attention kept within them.
+  bool documents = false;
   /// Rows of the global batch each data-parallel rank trains on per step
   /// (a pipeline's microbatches, of one row each).
   int64_t rows = 2;
@@ -88,6 +92,7 @@ struct RunLayout {
     RunLayout one;
     one.rows = rows * dp_shard;
     one.bf16 = bf16;
+    one.documents = documents;
     one.model = model;
     one.args = args;
     one.batch = batch;
@@ -106,7 +111,7 @@ struct RunLayout {
            (ac == "none"
                 ? std::string()
                 : ", activation checkpoint " + ac + " " + ac_selective) +
-           (bf16 ? ", bf16" : "");
+           (bf16 ? ", bf16" : "") + (documents ? ", documents" : "");
   }
 };
 
@@ -305,6 +310,7 @@ inline void run_layout_rank(
     shapes.dim = args.dim;
     shapes.sequence_shards = layout.tp;
     shapes.dtype = mp.param;
+    shapes.documents_len = layout.documents ? kLayoutRunSeq : 0;
     step = std::make_unique<PipelinedTrainStep>(
         std::make_unique<pipeline::PipelineExecutor>(
             pipeline::lower_schedule(schedule),
@@ -329,13 +335,17 @@ inline void run_layout_rank(
   for (int64_t s = first; s < last; ++s) {
     std::vector<Batch> batches;
     if (reads_data) {
-      batches = micro_batches(
+      Batch global =
           layout.batch
               ? layout.batch(s)
-              : global_batch(s, layout.rows * dims.dp(), args.vocab_size, 3000),
-          dp_rank,
-          layout.rows,
-          1);
+              : global_batch(s, layout.rows * dims.dp(), args.vocab_size, 3000);
+      if (layout.documents) {
+        global.documents = random_documents(
+            std::vector<int64_t>(global.inputs.size(0), 2),
+            kLayoutRunSeq,
+            static_cast<uint64_t>(100 + s));
+      }
+      batches = micro_batches(global, dp_rank, layout.rows, 1);
       // Context parallel: this rank's positions of each row.
       const SequenceSplit split{layout.cp, mesh.index(kContextAxis)};
       for (Batch& b : batches) {

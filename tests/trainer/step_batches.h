@@ -17,14 +17,16 @@ inline Batch global_batch(
     int64_t step, int64_t rows, int64_t vocab, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + step);
   const auto tokens = at::randint(0, vocab, {rows, 9}, gen, at::kLong);
-  return {tokens.slice(1, 0, 8), tokens.slice(1, 1, 9)};
+  return {tokens.slice(1, 0, 8), tokens.slice(1, 1, 9), {}};
 }
 
-/// Rows [begin, begin + count) of `b`.
+/// Rows [begin, begin + count) of `b` (and of its documents, if any).
 inline Batch rows_of(const Batch& b, int64_t begin, int64_t count) {
   return {
       b.inputs.slice(0, begin, begin + count),
-      b.labels.slice(0, begin, begin + count)};
+      b.labels.slice(0, begin, begin + count),
+      b.documents.defined() ? b.documents.slice(0, begin, begin + count)
+                            : at::Tensor()};
 }
 
 /// Data-parallel rank `dp_rank`'s `local_rows` rows of `global`, cut into

@@ -1,9 +1,10 @@
 // Context parallel's attention over real Gloo, ranks as threads: each rank's
 // rows of the gathered-keys attention against full causal attention of the
 // whole sequence in one process (values and the gradients of q, k and v,
-// grouped-query heads, float32 within 1e-6), its tiles against the plain
-// formula, its traffic against the formula, and its errors named. Whole
-// training runs: tests/trainer/context_parallel_step_test.cpp.
+// grouped-query heads, float32 within 1e-6, with and without document
+// masking), its traffic against the formula, and its errors named. The
+// tiles alone: tests/models/block_attention_test.cpp. Whole training runs:
+// tests/trainer/context_parallel_step_test.cpp.
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include "common/sequence_split.h"
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/dist/process_group.h"
+#include "tests/models/reference_attention.h"
 #include "tests/parallel/multi_rank.h"
 
 namespace baton {
@@ -22,23 +24,8 @@ namespace {
 
 using context_parallel::GatheredKvAttention;
 
-/// softmax(q k^T + mask) v in plain ATen ops, q (B, H, T, D) scaled, k, v
-/// (B, KV, T, D): row i sees key j where k_pos[j] <= q_pos[i].
-at::Tensor reference_attention(
-    const at::Tensor& q,
-    const at::Tensor& k,
-    const at::Tensor& v,
-    const at::Tensor& q_pos,
-    const at::Tensor& k_pos) {
-  const int64_t repeats = q.size(1) / k.size(1);
-  const auto kk = k.repeat_interleave(repeats, 1);
-  const auto vv = v.repeat_interleave(repeats, 1);
-  auto scores = at::matmul(q, kk.transpose(-1, -2));
-  const auto allowed = k_pos.unsqueeze(0) <= q_pos.unsqueeze(1);
-  scores = scores.masked_fill(
-      allowed.logical_not(), -std::numeric_limits<double>::infinity());
-  return at::matmul(at::softmax(scores, -1), vv);
-}
+using testing::random_documents;
+using testing::reference_attention;
 
 struct Inputs {
   at::Tensor q, k, v, grad;  // whole sequence; grad: of the output
@@ -62,41 +49,17 @@ Inputs random_inputs(
       at::randn({B, H, T, D}, gen, f) * grad_scale};
 }
 
-TEST(ContextParallel, TilesMatchThePlainFormulaWithAnyPositions) {
-  // Rows and keys in no order, more than one tile each way, G = 2 query
-  // heads per key/value head, and a row that sees no key at all.
-  const int64_t B = 2, KV = 2, G = 2, D = 8;
-  const int64_t Tq = context_parallel::kTileRows + 44;
-  const int64_t Tk = context_parallel::kTileKeys + 24;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
-  const auto f = at::TensorOptions().dtype(at::kDouble);
-  const auto q = at::randn({B, KV, G, Tq, D}, gen, f);
-  const auto k = at::randn({B, KV, Tk, D}, gen, f);
-  const auto v = at::randn({B, KV, Tk, D}, gen, f);
-  auto q_pos = at::randperm(Tq, gen, at::kLong) + 20;
-  q_pos[5] = 0;  // below every key: sees none
-  const auto k_pos = at::randperm(Tk, gen, at::kLong) + 1;
-  const auto [out, lse] =
-      context_parallel::attention_with_lse(q, k, v, q_pos, k_pos);
-  const auto want =
-      reference_attention(q.reshape({B, KV * G, Tq, D}), k, v, q_pos, k_pos);
-  auto got = out.to(at::kDouble).reshape({B, KV * G, Tq, D});
-  // The row that sees nothing: zeros and -inf, where the formula gives NaN.
-  EXPECT_TRUE(at::all(got.select(2, 5) == 0).item<bool>());
-  EXPECT_TRUE(at::all(lse.select(3, 5) == -INFINITY).item<bool>());
-  const auto keep = at::arange(Tq, at::kLong) != 5;
-  EXPECT_TRUE(at::allclose(
-      got.index({at::indexing::Slice(), at::indexing::Slice(), keep}),
-      want.index({at::indexing::Slice(), at::indexing::Slice(), keep}),
-      0,
-      1e-12));
-}
-
 /// Each of `cp` ranks' rows of the gathered-keys attention, and its
 /// gradients, against the whole sequence's in one process (the plain
-/// formula in float64), within `atol`.
+/// formula in float64), within `atol`; with `documents` ((2, T) ids, T =
+/// 40 cp), a row sees only its own document's keys.
 void check_against_one_process(
-    int64_t cp, int64_t H, int64_t KV, at::ScalarType dtype, double atol) {
+    int64_t cp,
+    int64_t H,
+    int64_t KV,
+    at::ScalarType dtype,
+    double atol,
+    const at::Tensor& documents = at::Tensor()) {
   const int64_t B = 2, T = 8 * cp * 5, D = 16;  // chunks of 20 rows
   // Outputs of unit size; gradients of q, k and v within a few units.
   const Inputs in = random_inputs(B, H, KV, T, D, dtype, 0.1);
@@ -105,7 +68,8 @@ void check_against_one_process(
   const auto q = in.q.to(at::kDouble).clone().requires_grad_();
   const auto k = in.k.to(at::kDouble).clone().requires_grad_();
   const auto v = in.v.to(at::kDouble).clone().requires_grad_();
-  const auto want = reference_attention(q, k, v, positions, positions);
+  const auto want =
+      reference_attention(q, k, v, positions, positions, documents, documents);
   (want * in.grad.to(at::kDouble)).sum().backward();
   context_parallel::reset_traffic();
   testing::run_ranks(cp, [&](int64_t rank, dist::Runtime& rt) {
@@ -114,7 +78,7 @@ void check_against_one_process(
     const auto lk = split.take(in.k, 2).requires_grad_();
     const auto lv = split.take(in.v, 2).requires_grad_();
     GatheredKvAttention attention(rt.world(), split, "layers.0.attention");
-    const auto out = attention.attend(lq, lk, lv);
+    const auto out = attention.attend(lq, lk, lv, documents);
     EXPECT_EQ(out.scalar_type(), dtype);
     (out * split.take(in.grad, 2)).sum().backward();
     const auto check = [&](const at::Tensor& got,
@@ -150,6 +114,16 @@ TEST(ContextParallel, GatheredKeysEqualFullAttentionAtCp4) {
   check_against_one_process(4, /*H=*/4, /*KV=*/1, at::kDouble, 1e-12);
   check_against_one_process(4, /*H=*/4, /*KV=*/1, at::kFloat, 1e-6);
 }
+
+TEST(ContextParallel, GatheredKeysKeepDocumentsApart) {
+  // Document masking across the shards: one row of 5 documents, one of 12
+  // (some shorter than a chunk, some spanning several ranks' chunks).
+  for (const int64_t cp : {2, 4}) {
+    const auto documents = random_documents({4, 11}, 40 * cp, 21 + cp);
+    check_against_one_process(cp, 4, 2, at::kDouble, 1e-12, documents);
+    check_against_one_process(cp, 4, 2, at::kFloat, 1e-6, documents);
+  }
+}
 TEST(ContextParallel, ARankThatFailsIsNamedByLayerAndExchange) {
   // Rank 1 never joins: rank 0's gather times out naming the layer.
   const auto errors =
@@ -161,7 +135,7 @@ TEST(ContextParallel, ARankThatFailsIsNamedByLayerAndExchange) {
         const SequenceSplit split{2, 0};
         GatheredKvAttention attention(rt.world(), split, "layers.3.attention");
         const auto x = at::randn({1, 2, 8, 4});
-        attention.attend(x, x, x);
+        attention.attend(x, x, x, at::Tensor());
       });
   EXPECT_NE(
       errors[0].find("[context_parallel] layers.3.attention: kv all_gather "
