@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,10 +46,10 @@ enum class ChainPlace {
 
 /// How `baton plan` searches a parallelism whose axis splits every
 /// transformer block's work across its ranks, with collectives inside the
-/// blocks (tensor parallel). The planner tries each degree from 2 to
-/// `max_degree` that divides the world and that the parallelism's `check`
-/// accepts for the model; such axes lie inside the data axes (their order
-/// is above dp_shard's).
+/// blocks (tensor parallel's heads, context parallel's positions). The
+/// planner tries each degree from 2 to `max_degree` that divides the world
+/// and that the parallelism's `check` accepts for the model; such axes lie
+/// inside the data axes (their order is above dp_shard's).
 struct PlanSearch {
   int64_t max_degree = 8;
   /// Where the cost file holds no costs measured at a degree (the list
@@ -58,6 +59,13 @@ struct PlanSearch {
   /// block's (rows, seq_len, dim) activations along the axis.
   int64_t block_all_gathers = 0;
   int64_t block_reduce_scatters = 0;
+  /// The share of those activations each collective moves, given the
+  /// model and the candidate's degrees by axis; empty: the rank's
+  /// sequence shard's (1 / the split where a parallelism splits the
+  /// sequence, context parallel).
+  std::function<double(
+      const ModelArgs&, const std::map<std::string, int64_t>& splits)>
+      collective_share;
 };
 
 /// One parallelism, registered once (register_parallelism): its mesh axis,

@@ -431,7 +431,7 @@ bool plan_simplicity_less(const PlanCandidate& a, const PlanCandidate& b) {
         c.pp * c.stages_per_rank,
         c.synthesized != nullptr,
         c.split_ranks(),
-        c.dp_shard > 1,
+        c.shard_ranks() > 1,
         c.microbatches,
         checkpointed_stages(c));
   };

@@ -241,6 +241,12 @@ struct PlanCandidate {
   int64_t split(const std::string& axis) const;
   /// The product of `splits`: the ranks that share each block.
   int64_t split_ranks() const;
+  /// fully_shard's ranks: dp_shard x cp (the dp_shard_cp group: cp's ranks
+  /// hold the same weights, so their gradients are reduce-scattered there
+  /// too); fully_shard is on where it is above 1.
+  int64_t shard_ranks() const;
+  /// The distance between those ranks: the split axes inside cp (tp).
+  int64_t shard_stride() const;
 };
 
 /// The search's outcome.

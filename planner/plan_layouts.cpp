@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "parallel/axes.h"
 #include "parallel/parallelism.h"
 #include "parallel/pipeline/schedules.h"
 
@@ -217,9 +218,10 @@ void add_candidates(
     }
   }
   // fully_shard's default is one of always (unpipelined) and never
-  // (pipelined): both are searched, by name.
+  // (pipelined): both are searched, by name, where it is on (dp_shard x cp
+  // above 1).
   const auto push = [&out](PlanCandidate c) {
-    if (c.dp_shard == 1) {
+    if (c.shard_ranks() == 1) {
       out.push_back(std::move(c));
       return;
     }
@@ -290,6 +292,14 @@ int64_t PlanCandidate::split_ranks() const {
     k *= degree;
   }
   return k;
+}
+
+int64_t PlanCandidate::shard_ranks() const {
+  return dp_shard * split(kContextAxis);
+}
+
+int64_t PlanCandidate::shard_stride() const {
+  return split_ranks() / split(kContextAxis);
 }
 
 bool PlanCandidate::checkpoints_stage(int64_t stage) const {

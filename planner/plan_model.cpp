@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "models/model_spec.h"
+#include "parallel/dist/mesh.h"
 #include "parallel/pipeline/lowering.h"
 
 namespace baton {
@@ -270,24 +271,31 @@ const std::vector<MicrobatchCosts>* CostModel::measured_split(
 
 double CostModel::split_collectives_s(
     const PlanCandidate& c, double act) const {
+  const ParallelDims dims = ParallelDims::of(c.splits, c.split_ranks());
+  const auto positions = static_cast<double>(
+      parallel_sequence_split(base, dims, dist::mesh_coord(dims, 0)).shards);
   double seconds = 0.0;
   int64_t stride = 1;
   for (auto p = searched.rbegin(); p != searched.rend(); ++p) {
     const int64_t n = c.split((*p)->axis->name);
     const PlanSearch& search = *(*p)->plan;
+    const double bytes =
+        act * (search.collective_share ? search.collective_share(args, c.splits)
+                                       : 1.0 / positions);
     seconds +=
         static_cast<double>(search.block_all_gathers) *
-            collective_s(costs.all_gather, costs, n, stride, act, 1.0) +
+            collective_s(costs.all_gather, costs, n, stride, bytes, 1.0) +
         static_cast<double>(search.block_reduce_scatters) *
-            collective_s(costs.reduce_scatter, costs, n, stride, act, 1.0);
+            collective_s(costs.reduce_scatter, costs, n, stride, bytes, 1.0);
     stride *= n;
   }
   return seconds;
 }
 
 int64_t CostModel::sequence_shards(const PlanCandidate& c) const {
-  return parallel_sequence_shards(
-      base, ParallelDims::of(c.splits, c.split_ranks()));
+  const ParallelDims dims = ParallelDims::of(c.splits, c.split_ranks());
+  return parallel_sequence_shards(base, dims) *
+         parallel_sequence_split(base, dims, dist::mesh_coord(dims, 0)).shards;
 }
 
 StageTimes CostModel::stage(
@@ -359,16 +367,17 @@ double CostModel::dp_sync_s(
     const PlanCandidate& c, int64_t stored, int64_t units) const {
   const double n = static_cast<double>(stored);
   const int64_t k = c.split_ranks();
-  if (c.dp_shard == 1) {
+  const int64_t shard = c.shard_ranks();
+  if (shard == 1) {
     return collective_s(
         costs.all_reduce, costs, c.dp_replicate, k, n * reduce_bytes, 2.0);
   }
   return unit_collectives_s(
              costs.reduce_scatter,
              costs,
-             c.dp_shard,
-             k,
-             n * c.dp_shard * reduce_bytes,
+             shard,
+             c.shard_stride(),
+             n * shard * reduce_bytes,
              1.0,
              units) +
          unit_collectives_s(
@@ -388,16 +397,16 @@ double CostModel::fsdp_gather_s(
     int64_t root,
     int64_t block_gathers) const {
   const auto gather = [&](int64_t elements, int64_t units) {
-    return elements == 0
-               ? 0.0
-               : unit_collectives_s(
-                     costs.all_gather,
-                     costs,
-                     c.dp_shard,
-                     c.split_ranks(),
-                     static_cast<double>(elements) * c.dp_shard * dtype_bytes,
-                     1.0,
-                     units);
+    return elements == 0 ? 0.0
+                         : unit_collectives_s(
+                               costs.all_gather,
+                               costs,
+                               c.shard_ranks(),
+                               c.shard_stride(),
+                               static_cast<double>(elements) * c.shard_ranks() *
+                                   dtype_bytes,
+                               1.0,
+                               units);
   };
   return static_cast<double>(block_gathers) * gather(blocks, block_units) +
          gather(root, 1);
@@ -411,7 +420,8 @@ CostModel cost_model(
       base.training.seq_len,
       args.dim,
       compute_dtype_bytes(base, &costs),
-      base.training.mixed_precision_reduce == "bfloat16" ? 2 : 4};
+      base.training.mixed_precision_reduce == "bfloat16" ? 2 : 4,
+      args};
 }
 
 std::vector<int64_t> freed_block_gathers(const pipeline::Schedule& lowered) {
@@ -521,7 +531,7 @@ double rank_sync_s(
     double sync = std::max(0.0, *measured) *
                       static_cast<double>(c.layers_per_stage.at(0)) +
                   model.dp_sync_s(c, root, 1);
-    if (c.dp_shard > 1) {
+    if (c.shard_ranks() > 1) {
       sync += model.fsdp_gather_s(c, 0, 0, root, 0);
     }
     return sync;
@@ -536,7 +546,7 @@ double rank_sync_s(
     units += stage_blocks(stage.stage) + (stage.root_parameters > 0 ? 1 : 0);
   }
   double sync = model.dp_sync_s(c, r.parameters, std::max<int64_t>(units, 1));
-  if (c.dp_shard > 1) {
+  if (c.shard_ranks() > 1) {
     for (const auto& stage : r.stages) {
       const int64_t block_gathers =
           c.fsdp_reshard == "never" ? 1

@@ -45,6 +45,8 @@ struct CostModel {
   int64_t dim = 0;
   int64_t dtype_bytes = 2;
   int64_t reduce_bytes = 4;
+  /// The model's shape (PlanSearch::collective_share reads it).
+  ModelArgs args;
   /// The parallelisms whose axes split the blocks, innermost last.
   std::vector<const Parallelism*> searched = searched_parallelisms();
   /// The dry runs' stage figures, shared by every candidate of the search.
@@ -63,7 +65,8 @@ struct CostModel {
   double split_collectives_s(const PlanCandidate& c, double act) const;
 
   /// The ways `c`'s split cuts the activations between pipeline stages
-  /// (parallel_sequence_shards over its split axes).
+  /// (parallel_sequence_shards over its split axes, times the sequence
+  /// split's shards where context parallel holds seq_len / cp positions).
   int64_t sequence_shards(const PlanCandidate& c) const;
 
   /// Seconds of one stage's passes at `rows`, with `layers` blocks; `index`

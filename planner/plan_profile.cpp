@@ -94,6 +94,7 @@ Chunk make_chunk(
       model.build(args, spec, config.training.seed), /*stage=*/0);
   apply_placed(config, context, ChainPlace::kModel, *chunk.part);
   chunk.loss = parallel_loss(config, context.mesh, args);
+  chunk.positions_shards = parallel_sequence_split(config, context.mesh).shards;
   chunk.sequence_shards = parallel_sequence_shards(config, context.mesh.dims());
   MixedPrecisionApplier().apply(*chunk.part, context);
   chunk.takes_ids = spec.embedding;
@@ -139,19 +140,19 @@ const Parallelism* searched_parallelism(const std::string& name) {
 /// that takes them, else hidden states of its sequence shard; the labels
 /// of a loss and its scale, as a step's.
 struct ChunkInputs {
-  at::Tensor ids;     // (rows, T)
-  at::Tensor hidden;  // (rows, T / sequence_shards, dim)
-  at::Tensor labels;  // (rows, T)
+  at::Tensor ids;     // (rows, T / positions_shards)
+  at::Tensor hidden;  // (rows, T / (positions_shards x sequence_shards), dim)
+  at::Tensor labels;  // (rows, T / positions_shards)
   double loss_scale = 1.0;
 };
 
 ChunkInputs chunk_inputs(
     const Chunk& chunk, const ModelArgs& args, int64_t rows, int64_t seq_len) {
   ChunkInputs in;
-  in.ids = at::randint(args.vocab_size, {rows, seq_len}, at::kLong);
-  in.hidden =
-      at::randn({rows, seq_len / chunk.sequence_shards, args.dim}) * 0.5;
-  in.labels = at::randint(args.vocab_size, {rows, seq_len}, at::kLong);
+  const int64_t T = seq_len / chunk.positions_shards;
+  in.ids = at::randint(args.vocab_size, {rows, T}, at::kLong);
+  in.hidden = at::randn({rows, T / chunk.sequence_shards, args.dim}) * 0.5;
+  in.labels = at::randint(args.vocab_size, {rows, T}, at::kLong);
   in.loss_scale = 1.0 / static_cast<double>(rows * seq_len);
   return in;
 }
@@ -784,7 +785,11 @@ PlanCosts profile_plan_costs(
                   config, block, single, ranks, setup.computes(), options)},
               setup.compute_ranks)
           .front();
-  say("the splits of the searched parallelisms (tensor parallel)");
+  std::string searched;
+  for (const Parallelism* p : searched_parallelisms()) {
+    searched += (searched.empty() ? "" : ", ") + p->name;
+  }
+  say("the splits of the searched parallelisms (" + searched + ")");
   const std::string splits = time_splits(setup, costs);
   say("data parallelism: replicate and fully_shard");
   costs.data_parallel = plan_detail::time_data_parallel(

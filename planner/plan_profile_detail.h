@@ -92,7 +92,10 @@ struct Chunk {
   /// The loss of a chunk that ends in it (parallel_loss: tensor parallel's
   /// vocabulary-parallel one under tp).
   LossFn loss = cross_entropy_sum;
-  /// The hidden states between blocks hold T / sequence_shards positions.
+  /// The rank's positions of each sequence, T / positions_shards (context
+  /// parallel's split: its token ids and labels too); the hidden states
+  /// between blocks hold T / (positions_shards x sequence_shards).
+  int64_t positions_shards = 1;
   int64_t sequence_shards = 1;
 };
 

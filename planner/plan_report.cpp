@@ -64,7 +64,7 @@ std::string describe_layout(const PlanCandidate& c) {
         << c.microbatches << " of " << c.microbatch_size;
   }
   out << ", ac " << describe_ac(c);
-  if (c.dp_shard > 1) {
+  if (c.shard_ranks() > 1) {
     out << ", reshard " << c.fsdp_reshard;
   }
   return out.str();
@@ -169,7 +169,7 @@ std::string plan_table_row(int64_t rank, const PlanCandidate& c) {
       "%.4g (%.4g + %.4g + %.4g) | %.4g | %.4g | %.1f | %s\n",
       static_cast<long long>(rank),
       degrees.c_str(),
-      c.dp_shard > 1 ? c.fsdp_reshard.c_str() : "-",
+      c.shard_ranks() > 1 ? c.fsdp_reshard.c_str() : "-",
       c.pp > 1 ? schedule_label(c).c_str() : "-",
       static_cast<long long>(c.stages_per_rank),
       static_cast<long long>(c.microbatch_size),

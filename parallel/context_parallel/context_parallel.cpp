@@ -407,6 +407,23 @@ Parallelism context_parallel_parallelism() {
   p.step_shape = [](const JobConfig&,
                     const ParallelDims& dims,
                     StepShape& shape) { shape.tokens /= dims.degree(kAxis); };
+  // The planner searches cp as it does tp: each rank does 1 / cp of every
+  // block's work (the head-tail split balances the causal attention), and
+  // each attention layer all-gathers the whole sequence's keys and values
+  // of the rank's heads forward and reduce-scatters their gradients
+  // backward (modelled as a gather each way; the diagonal blocks hide most
+  // of it, docs/PERFORMANCE.md, which the model leaves out).
+  p.plan = PlanSearch{
+      8,
+      1,
+      0,
+      [](const ModelArgs& args, const std::map<std::string, int64_t>& splits) {
+        const auto tp = splits.find("tp");
+        const double t = tp == splits.end() ? 1.0 : tp->second;
+        return 2.0 * static_cast<double>(args.kv_heads()) *
+               static_cast<double>(args.head_dim()) /
+               (static_cast<double>(args.dim) * t);
+      }};
   // The token ids are split too (the loader's rows), so stages hand over
   // the rank's positions without a sequence_shards of their own.
   p.sequence_split = [](const ParallelDims& dims,

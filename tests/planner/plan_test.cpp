@@ -321,6 +321,62 @@ TEST(Plan, HsdpOnFourRanksPaysTheReplicasAllReduceOfTheShard) {
   EXPECT_GT(never->peak_bytes, always->peak_bytes);
 }
 
+TEST(Plan, ContextParallelSplitsTheBlocksAndShardsTheWeightsOverCp) {
+  // The debug model (dim 256, 6 blocks, no grouped heads) on 4 ranks, a
+  // global batch of 32 sequences of 256: 16 a data-parallel rank at dp 2,
+  // one microbatch of (16, 256, 256) float32 activations.
+  const PlanResult result = plan_layouts(debug_config(), 4, hand_costs());
+  const double act = 16.0 * 256 * 256 * 4;
+  const auto gather = [](double bytes) { return 1000.0 + 0.5 * bytes / 1e9; };
+  const auto at = [&](int64_t cp, int64_t tp, int64_t shard) {
+    return find_if(result, [=](const PlanCandidate& c) {
+      return c.pp == 1 && c.split("cp") == cp && c.split("tp") == tp &&
+             c.dp_shard == shard && c.dp_replicate * shard * cp * tp == 4 &&
+             c.fsdp_reshard == "never" && c.activation_checkpoint == "none";
+    });
+  };
+  // cp 2 x dp_shard 2: each block's passes halved (F 16 / 2, B 32 / 2) and
+  // one gather of the whole sequence's keys and values each way (twice the
+  // activations' width: k and v of 16 heads of 16).
+  const PlanCandidate* cp2 = at(2, 1, 2);
+  ASSERT_NE(cp2, nullptr);
+  EXPECT_NEAR(
+      cp2->compute_s,
+      6 * (8 + gather(2 * act)) + 6 * (16 + gather(2 * act)),
+      1e-9);
+  // cp 2 x tp 2 (no data parallel: all 32 sequences, twice the
+  // activations): a quarter of each pass; tp's two gathers and two
+  // reduce-scatters a pass move the cp shard's activations, cp's gather
+  // the keys and values of the tp rank's heads.
+  const PlanCandidate* cp2tp2 = at(2, 2, 1);
+  ASSERT_NE(cp2tp2, nullptr);
+  ASSERT_EQ(cp2tp2->local_batch, 32);
+  const double per_pass = 4 * gather(2 * act / 2) + gather(2 * act);
+  EXPECT_NEAR(
+      cp2tp2->compute_s, 6 * (8 + per_pass) + 6 * (16 + per_pass), 1e-9);
+  // fully_shard shards over dp_shard x cp: cp 2 x dp_shard 2 syncs as
+  // dp_shard 4 does (the same 4-rank group, the same quarter of the
+  // weights), cp 4 too, and cp 2 with 2 replicas as HSDP 2 x 2.
+  const PlanCandidate* shard4 = at(1, 1, 4);
+  ASSERT_NE(shard4, nullptr);
+  EXPECT_NEAR(cp2->dp_sync_s, shard4->dp_sync_s, 1e-9);
+  ASSERT_NE(at(4, 1, 1), nullptr);
+  EXPECT_NEAR(at(4, 1, 1)->dp_sync_s, shard4->dp_sync_s, 1e-9);
+  const PlanCandidate* cp2_replicated = find_if(result, [](const auto& c) {
+    return c.pp == 1 && c.split("cp") == 2 && c.split("tp") == 1 &&
+           c.dp_replicate == 2 && c.fsdp_reshard == "never" &&
+           c.activation_checkpoint == "none";
+  });
+  const PlanCandidate* hsdp = find_if(result, [](const auto& c) {
+    return c.pp == 1 && c.split_ranks() == 1 && c.dp_replicate == 2 &&
+           c.dp_shard == 2 && c.fsdp_reshard == "never" &&
+           c.activation_checkpoint == "none";
+  });
+  ASSERT_NE(cp2_replicated, nullptr);
+  ASSERT_NE(hsdp, nullptr);
+  EXPECT_NEAR(cp2_replicated->dp_sync_s, hsdp->dp_sync_s, 1e-9);
+}
+
 TEST(Plan, ReshardingAPipelineStageGathersItsBlocksPerMicrobatch) {
   const PlanResult result = plan_layouts(debug_config(), 4, hand_costs());
   const auto staged = [&](const std::string& reshard) {
