@@ -1054,9 +1054,12 @@ def context_section(bench, runs, machine, targets):
                   "reduce-scattered backward). \"Waited\" is the time a rank still "
                   "waited for the two exchanges after computing its own chunks' "
                   "diagonal blocks meanwhile; \"alone\" the same two collectives "
-                  "with nothing to compute; hidden = 1 - waited / alone. The one "
-                  "process row is the whole sequence's causal attention in the "
-                  "CPU kernel (models/common).", "",
+                  "with nothing to compute; hidden = 1 - waited / alone. Each "
+                  "block runs whole in ATen's CPU flash-attention kernel with its "
+                  "log-sum-exp (models/common/block_attention.h; 128 x 128 tiles "
+                  "before, 2,603 ms a layer at 8192). The one process row is the "
+                  "whole sequence's causal attention in Baton's CPU kernel "
+                  "(models/common). Medians of 3 runs.", "",
                   "| seq | cp 2 layer | one process layer | bytes per rank | formula "
                   "| waited | alone | hidden |",
                   "|---|---|---|---|---|---|---|---|"]

@@ -131,7 +131,7 @@ gbench pipeline_bench pipeline
 "$python" bench/plan_path.py "$build_dir" "$out/plan_path.json"
 gbench tensor_parallel_bench tensor_parallel
 gbench expert_parallel_bench expert_parallel "${repeat3[@]}"
-gbench context_parallel_bench context_parallel
+gbench context_parallel_bench context_parallel "${repeat3[@]}"
 "$python" bench/context_parallel_runs.py "$build_dir" "$out/context_parallel_runs.json"
 "$python" bench/memory_runs.py "$build_dir" "$out/memory_runs.json"
 "$python" bench/precision_runs.py "$build_dir" "$out/precision_runs.json"

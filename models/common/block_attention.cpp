@@ -185,6 +185,116 @@ void merge(
   lse.copy_(m + at::log(total));
 }
 
+/// How a block runs: in tiles, or whole in ATen's CPU flash-attention
+/// kernel (with its log-sum-exp), causal (rows and keys the same run of
+/// positions: a diagonal block) or full (every key at or before every row).
+enum class BlockKind { kTiles, kCausal, kFull };
+
+/// Whether `p` is the run first, first + 1, ... of positions.
+bool consecutive(const at::Tensor& p) {
+  const auto a = p.accessor<int64_t, 1>();
+  for (int64_t i = 1; i < p.size(0); ++i) {
+    if (a[i] != a[0] + i) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/// The kernel serves float32 and float64 blocks on the CPU without
+/// documents (its outputs are in the input dtype, so bfloat16's partial
+/// outputs would be rounded before their merge: those stay in tiles).
+BlockKind block_kind(
+    const at::Tensor& q, const BlockSpan& rows, const BlockSpan& keys) {
+  if (!q.device().is_cpu() || rows.documents.defined() ||
+      (q.scalar_type() != at::kFloat && q.scalar_type() != at::kDouble) ||
+      rows.positions.size(0) == 0 || keys.positions.size(0) == 0) {
+    return BlockKind::kTiles;
+  }
+  const auto r = rows.positions.accessor<int64_t, 1>();
+  const auto k = keys.positions.accessor<int64_t, 1>();
+  const int64_t nr = rows.positions.size(0), nk = keys.positions.size(0);
+  if (!consecutive(rows.positions) || !consecutive(keys.positions)) {
+    return BlockKind::kTiles;
+  }
+  if (k[nk - 1] <= r[0]) {
+    return BlockKind::kFull;
+  }
+  if (nr == nk && r[0] == k[0]) {
+    return BlockKind::kCausal;
+  }
+  return BlockKind::kTiles;
+}
+
+/// (B, KV, Tk, D) -> (B, KV G, Tk, D), each key/value head repeated for
+/// its G query heads, contiguous.
+at::Tensor repeat_heads(const at::Tensor& x, int64_t G) {
+  const auto s = x.sizes();
+  return x.unsqueeze(2)
+      .expand({s[0], s[1], G, s[2], s[3]})
+      .reshape({s[0], s[1] * G, s[2], s[3]});
+}
+
+/// One block in the kernel, merged into the running (out, lse).
+void flash_block(
+    const at::Tensor& q,
+    const at::Tensor& k,
+    const at::Tensor& v,
+    bool causal,
+    at::Tensor& out,
+    at::Tensor& lse) {
+  const int64_t B = q.size(0), KV = q.size(1), G = q.size(2), Tq = q.size(3),
+                D = q.size(4);
+  const auto [block_out, block_lse] =
+      at::_scaled_dot_product_flash_attention_for_cpu(
+          q.reshape({B, KV * G, Tq, D}),
+          repeat_heads(k, G),
+          repeat_heads(v, G),
+          /*dropout_p=*/0.0,
+          causal,
+          /*attn_mask=*/std::nullopt,
+          /*scale=*/1.0);
+  merge(
+      out,
+      lse,
+      block_out.view({B, KV, G, Tq, D}).to(out.scalar_type()),
+      block_lse.view({B, KV, G, Tq}).to(lse.scalar_type()));
+}
+
+/// The kernel's gradients of one block given the final out and lse, added
+/// into dq, dk and dv (each key/value head's summed over its G query
+/// heads).
+void flash_block_backward(
+    const at::Tensor& q,
+    const at::Tensor& k,
+    const at::Tensor& v,
+    bool causal,
+    const at::Tensor& out,
+    const at::Tensor& lse,
+    const at::Tensor& dout,
+    at::Tensor& dq,
+    at::Tensor& dk,
+    at::Tensor& dv) {
+  const int64_t B = q.size(0), KV = q.size(1), G = q.size(2), Tq = q.size(3),
+                D = q.size(4), Tk = k.size(2);
+  const auto dtype = q.scalar_type();
+  const auto [gq, gk, gv] =
+      at::_scaled_dot_product_flash_attention_for_cpu_backward(
+          dout.to(dtype).reshape({B, KV * G, Tq, D}),
+          q.reshape({B, KV * G, Tq, D}),
+          repeat_heads(k, G),
+          repeat_heads(v, G),
+          out.to(dtype).reshape({B, KV * G, Tq, D}),
+          lse.reshape({B, KV * G, Tq}),
+          /*dropout_p=*/0.0,
+          causal,
+          /*attn_mask=*/std::nullopt,
+          /*scale=*/1.0);
+  dq.add_(gq.view({B, KV, G, Tq, D}).to(dq.scalar_type()));
+  dk.add_(gk.view({B, KV, G, Tk, D}).sum(2).to(dk.scalar_type()));
+  dv.add_(gv.view({B, KV, G, Tk, D}).sum(2).to(dv.scalar_type()));
+}
+
 /// The one-sequence document attention as an autograd node.
 class DocumentAttention : public torch::autograd::Function<DocumentAttention> {
  public:
@@ -229,15 +339,13 @@ class DocumentAttention : public torch::autograd::Function<DocumentAttention> {
                   D = q.size(4);
     const auto acc = block_accumulation(q);
     const at::Tensor dout = grads[0].contiguous().view({B, KV, G, T, D});
-    const at::Tensor delta =
-        (dout.to(acc) * out.view({B, KV, G, T, D}).to(acc)).sum(-1);
     const BlockSpan span{
         at::arange(T, at::kLong), ctx->saved_data["documents"].toTensor()};
     at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(acc));
     at::Tensor dk = at::zeros(k.sizes(), dq.options());
     at::Tensor dv = at::zeros(v.sizes(), dq.options());
     accumulate_attention_backward(
-        q, k, v, span, span, lse, dout, delta, dq, dk, dv);
+        q, k, v, span, span, out.view({B, KV, G, T, D}), lse, dout, dq, dk, dv);
     return {
         dq.to(q.scalar_type()).view({B, KV * G, T, D}),
         dk.to(k.scalar_type()),
@@ -266,6 +374,11 @@ void accumulate_attention(
     const BlockSpan& keys,
     at::Tensor& out,
     at::Tensor& lse) {
+  const BlockKind kind = block_kind(q, rows, keys);
+  if (kind != BlockKind::kTiles) {
+    flash_block(q, k, v, kind == BlockKind::kCausal, out, lse);
+    return;
+  }
   const int64_t B = q.size(0), KV = q.size(1), G = q.size(2), D = q.size(4);
   for_each_tile(rows, keys, [&](const Tile& t) {
     const auto [scores, qt] = tile_scores(q, k, t);
@@ -291,14 +404,22 @@ void accumulate_attention_backward(
     const at::Tensor& v,
     const BlockSpan& rows,
     const BlockSpan& keys,
+    const at::Tensor& out,
     const at::Tensor& lse,
     const at::Tensor& dout,
-    const at::Tensor& delta,
     at::Tensor dq,
     at::Tensor dk,
     at::Tensor dv) {
+  const BlockKind kind = block_kind(q, rows, keys);
+  if (kind != BlockKind::kTiles) {
+    flash_block_backward(
+        q, k, v, kind == BlockKind::kCausal, out, lse, dout, dq, dk, dv);
+    return;
+  }
   const int64_t B = q.size(0), KV = q.size(1), G = q.size(2), D = q.size(4);
   const auto dtype = q.scalar_type();
+  const auto acc = block_accumulation(q);
+  const at::Tensor delta = (dout.to(acc) * out.to(acc)).sum(-1);
   for_each_tile(rows, keys, [&](const Tile& t) {
     const auto [scores, qt] = tile_scores(q, k, t);
     const at::Tensor p = at::exp(

@@ -179,9 +179,8 @@ class GatheredKv : public torch::autograd::Function<GatheredKv> {
                   D = q.size(4);
     const int64_t n = split.shards;
     const at::Tensor dout = grads[0].contiguous().view({B, KV, G, T, D});
+    const at::Tensor out5 = out.view({B, KV, G, T, D});
     const auto acc = models::block_accumulation(q);
-    const at::Tensor delta =
-        (dout.to(acc) * out.view({B, KV, G, T, D}).to(acc)).sum(-1);
     const c10::IValue& documents = ctx->saved_data["documents"];
     const auto chunks = chunks_of(
         split, T, documents.isTensor() ? documents.toTensor() : at::Tensor());
@@ -202,9 +201,9 @@ class GatheredKv : public torch::autograd::Function<GatheredKv> {
           whole.select(0, 1).narrow(2, 0, c.before),
           c.rows,
           c.earlier,
+          rows(out5, c),
           rows(lse, c),
           rows(dout, c),
-          rows(delta, c),
           rows(dq, c),
           d_whole.select(0, 0).narrow(2, 0, c.before),
           d_whole.select(0, 1).narrow(2, 0, c.before));
@@ -234,9 +233,9 @@ class GatheredKv : public torch::autograd::Function<GatheredKv> {
           v.narrow(2, c.start, c.length),
           c.rows,
           c.rows,
+          rows(out5, c),
           rows(lse, c),
           rows(dout, c),
-          rows(delta, c),
           rows(dq, c),
           dk.narrow(2, c.start, c.length),
           dv.narrow(2, c.start, c.length));

@@ -18,8 +18,8 @@
 // its chunks' diagonal (causal) blocks from its own keys while the gather
 // runs, and in the backward the diagonal blocks' gradients while the
 // reduce-scatter of the earlier chunks' key and value gradients runs. The
-// blocks run in models/common/block_attention.h's tiles, merged by their
-// log-sum-exp, and the backward recomputes each block's probabilities from
+// blocks run in models/common/block_attention.h's engine (on the CPU
+// ATen's flash-attention kernel, else tiles), merged by their log-sum-exp, and the backward recomputes each block's probabilities from
 // the saved log-sum-exp (FlashAttention's), so nothing of (T, T) is saved.
 // Under document masking every rank holds the whole rows' documents (a few
 // bytes per position), so a row sees only its own document's keys, wherever

@@ -273,7 +273,7 @@ void run_rank(
       const auto tokens =
           torch::randint(0, kVocab, {2, 9}, torch::kLong);  // any data
       optimizers.zero_grad();
-      step.run(parts, {{tokens.slice(1, 0, 8), tokens.slice(1, 1, 9)}});
+      step.run(parts, {{tokens.slice(1, 0, 8), tokens.slice(1, 1, 9), {}}});
       optimizers.step();
       schedulers.step();
     }

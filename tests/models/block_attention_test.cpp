@@ -1,6 +1,7 @@
 // The block attention engine (models/common/block_attention.h) against the
-// plain formula: its tiles with positions in any order, document masks
-// that cut tiles anywhere, and the one-process document attention's values
+// plain formula: its tiles with positions in any order, the kernel's whole
+// diagonal and earlier blocks, document masks that cut tiles anywhere, and
+// the one-process document attention's values
 // and gradients (grouped-query heads; float64 within 1e-12, float32 within
 // 1e-6). Context parallel's use of it: tests/parallel/context_parallel/.
 
@@ -49,6 +50,40 @@ TEST(BlockAttention, TilesMatchThePlainFormulaWithAnyPositions) {
       want.index({at::indexing::Slice(), at::indexing::Slice(), keep}),
       0,
       1e-12));
+}
+
+TEST(BlockAttention, KernelBlocksGiveTheFormulasOutputAndLogSumExp) {
+  // Context parallel's two kinds of block, which the CPU flash kernel runs
+  // whole: a diagonal one (rows and keys one run of positions, causal) and
+  // an earlier one (every key before every row), grouped heads, against
+  // the formula's output and log-sum-exp.
+  const int64_t B = 2, KV = 2, G = 2, D = 8, T = 70;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(6);
+  const auto f = at::TensorOptions().dtype(at::kDouble);
+  for (const bool diagonal : {true, false}) {
+    const int64_t Tk = diagonal ? T : 90;
+    const auto q = at::randn({B, KV, G, T, D}, gen, f);
+    const auto k = at::randn({B, KV, Tk, D}, gen, f);
+    const auto v = at::randn({B, KV, Tk, D}, gen, f);
+    const auto q_pos = at::arange(100, 100 + T, at::kLong);
+    const auto k_pos = diagonal ? q_pos : at::arange(10, 10 + Tk, at::kLong);
+    const auto [out, lse] = attention_with_lse(
+        q, k, v, {q_pos, at::Tensor()}, {k_pos, at::Tensor()});
+    const auto q4 = q.reshape({B, KV * G, T, D});
+    const auto want = reference_attention(q4, k, v, q_pos, k_pos);
+    auto scores = at::matmul(q4, k.repeat_interleave(G, 1).transpose(-1, -2));
+    scores = scores.masked_fill(
+        (k_pos.unsqueeze(0) <= q_pos.unsqueeze(1)).logical_not(), -INFINITY);
+    const auto want_lse = at::logsumexp(scores, -1);
+    EXPECT_LT(
+        (out.reshape({B, KV * G, T, D}) - want).abs().max().item<double>(),
+        1e-12)
+        << (diagonal ? "diagonal" : "earlier");
+    EXPECT_LT(
+        (lse.reshape({B, KV * G, T}) - want_lse).abs().max().item<double>(),
+        1e-12)
+        << (diagonal ? "diagonal" : "earlier");
+  }
 }
 
 TEST(BlockAttention, DocumentMasksCutTilesAnywhere) {

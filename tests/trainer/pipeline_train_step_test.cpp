@@ -48,7 +48,7 @@ ModelArgs tiny_args(int64_t layers) {
 Batch step_batch(int64_t step, int64_t rows) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(77 + step);
   const auto tokens = at::randint(0, kVocab, {rows, kSeq + 1}, gen, at::kLong);
-  return {tokens.slice(1, 0, kSeq), tokens.slice(1, 1, kSeq + 1)};
+  return {tokens.slice(1, 0, kSeq), tokens.slice(1, 1, kSeq + 1), {}};
 }
 
 std::unique_ptr<torch::optim::Optimizer> adamw(std::vector<at::Tensor> params) {
@@ -181,7 +181,8 @@ Result train_pipelined_dp(
           const int64_t begin = (d * accum + a) * m;
           batches.push_back(
               {all.inputs.slice(0, begin, begin + m),
-               all.labels.slice(0, begin, begin + m)});
+               all.labels.slice(0, begin, begin + m),
+               {}});
         }
       }
       const auto out = step.run(parts, batches);

@@ -22,7 +22,7 @@ std::shared_ptr<models::TransformerImpl> tiny_model(uint64_t seed) {
 
 Batch random_batch(int64_t b, int64_t t) {
   const auto tokens = torch::randint(0, 40, {b, t + 1}, torch::kLong);
-  return {tokens.slice(1, 0, t), tokens.slice(1, 1, t + 1)};
+  return {tokens.slice(1, 0, t), tokens.slice(1, 1, t + 1), {}};
 }
 
 std::map<std::string, at::Tensor> grads_of(torch::nn::Module& m) {
@@ -39,7 +39,7 @@ TEST(LocalTrainStep, AccumulatedMicroStepsEqualOneBigBatch) {
   torch::manual_seed(3);
   const Batch a = random_batch(2, 8), b = random_batch(2, 8);
   const Batch both = {
-      torch::cat({a.inputs, b.inputs}), torch::cat({a.labels, b.labels})};
+      torch::cat({a.inputs, b.inputs}), torch::cat({a.labels, b.labels}), {}};
 
   auto accumulated = tiny_model(5);
   ModelParts parts_a = testing::parts_of({accumulated});
