@@ -19,11 +19,12 @@
 // runs, and in the backward the diagonal blocks' gradients while the
 // reduce-scatter of the earlier chunks' key and value gradients runs. The
 // blocks run in models/common/block_attention.h's engine (on the CPU
-// ATen's flash-attention kernel, else tiles), merged by their log-sum-exp, and the backward recomputes each block's probabilities from
-// the saved log-sum-exp (FlashAttention's), so nothing of (T, T) is saved.
-// Under document masking every rank holds the whole rows' documents (a few
-// bytes per position), so a row sees only its own document's keys, wherever
-// they sit, with no exchange of its own.
+// ATen's flash-attention kernel, else tiles), merged by their log-sum-exp, and
+// the backward recomputes each block's probabilities from the saved log-sum-exp
+// (FlashAttention's), so nothing of (T, T) is saved. Under document masking
+// every rank holds the whole rows' documents (a few bytes per position), so a
+// row sees only its own document's keys, wherever they sit, with no exchange of
+// its own.
 //
 // Where it sits in the mesh (torchtitan's): cp between dp_shard and tp. Its
 // ranks hold the same weights and see different tokens, so fully_shard

@@ -15,7 +15,6 @@ namespace baton {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::LayoutRank;
 using testing::RunLayout;
 
 constexpr int64_t kSaveAt = 2;
@@ -36,18 +35,7 @@ TEST(ContextParallelCheckpoint, Cp2TimesDpShard2ResumesInOneProcessAndAtCp4) {
   fs::remove_all(dump);
   const auto straight = testing::run_layout(layout(1, 1), kSteps);
   const RunLayout saver = layout(2, 2);
-  CheckpointConfig config;
-  config.enable = true;
-  const auto first = testing::run_layout(
-      saver, kSaveAt, nullptr, [&](LayoutRank& me, int64_t last) {
-        auto ck = testing::layout_checkpoint(saver, me, dump.string(), config);
-        ck->maybe_save({last, 0}, /*last=*/true);
-        ck->finish({last, 0});
-      });
-  ASSERT_EQ(first.losses.size(), static_cast<size_t>(kSaveAt));
-  for (int64_t s = 0; s < kSaveAt; ++s) {
-    EXPECT_NEAR(first.losses[s], straight.losses[s], 1e-5) << "step " << s;
-  }
+  testing::save_layout_at(saver, dump.string(), kSaveAt, &straight);
   for (const RunLayout& resumed : {layout(1, 1), layout(1, 4)}) {
     testing::expect_resumes(resumed, dump.string(), kSaveAt, kSteps, straight);
   }

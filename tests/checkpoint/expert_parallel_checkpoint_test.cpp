@@ -18,7 +18,6 @@ namespace baton {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::LayoutRank;
 using testing::RunLayout;
 
 constexpr int64_t kSaveAt = 2;
@@ -57,18 +56,7 @@ TEST(ExpertParallelCheckpoint, Ep2TimesPp2ResumesAtEp1AndEp4) {
       0.0);
 
   const RunLayout saver = moe(2, 2, /*pp=*/2);
-  CheckpointConfig config;
-  config.enable = true;
-  const auto first = testing::run_layout(
-      saver, kSaveAt, nullptr, [&](LayoutRank& me, int64_t last) {
-        auto ck = testing::layout_checkpoint(saver, me, dump.string(), config);
-        ck->maybe_save({last, 0}, /*last=*/true);
-        ck->finish({last, 0});
-      });
-  ASSERT_EQ(first.losses.size(), static_cast<size_t>(kSaveAt));
-  for (int64_t s = 0; s < kSaveAt; ++s) {
-    EXPECT_NEAR(first.losses[s], straight.losses[s], 1e-5) << "step " << s;
-  }
+  testing::save_layout_at(saver, dump.string(), kSaveAt, &straight);
   for (const RunLayout& layout : {moe(1, 1), moe(4, 4)}) {
     testing::expect_resumes(layout, dump.string(), kSaveAt, kSteps, straight);
   }

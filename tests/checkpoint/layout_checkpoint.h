@@ -2,8 +2,8 @@
 
 // A CheckpointManager for one rank of a layout run (tests/trainer/
 // layout_run.h): its CheckpointLayout from the run's degrees and the rank's
-// mesh coordinates, over the run's world group (or a group of one); and the
-// check that a saved run resumes at another layout.
+// mesh coordinates, over the run's world group (or a group of one); a run
+// that saves one; and the check that a saved run resumes at another layout.
 
 #include <memory>
 #include <string>
@@ -34,6 +34,32 @@ inline std::unique_ptr<CheckpointManager> layout_checkpoint(
       me.runtime ? me.runtime->world()
                  : dist::ProcessGroup::single("checkpoint"),
       model_config_json);
+}
+
+/// Runs `saver` for `save_at` steps and saves its checkpoint into `dump`
+/// (fully_shard's slices, the optimizer state, the scheduler); expects its
+/// losses to follow `straight`'s within 1e-5 where one is given.
+inline void save_layout_at(
+    const RunLayout& saver,
+    const std::string& dump,
+    int64_t save_at,
+    const LayoutRunResult* straight = nullptr) {
+  SCOPED_TRACE("saved at " + saver.str());
+  CheckpointConfig config;
+  config.enable = true;
+  const auto first =
+      run_layout(saver, save_at, nullptr, [&](LayoutRank& me, int64_t last) {
+        auto ck = layout_checkpoint(saver, me, dump, config);
+        ck->maybe_save({last, 0}, /*last=*/true);
+        ck->finish({last, 0});
+      });
+  ASSERT_EQ(first.losses.size(), static_cast<size_t>(save_at));
+  if (straight == nullptr) {
+    return;
+  }
+  for (int64_t s = 0; s < save_at; ++s) {
+    EXPECT_NEAR(first.losses[s], straight->losses[s], 1e-5) << "step " << s;
+  }
 }
 
 /// Resumes the checkpoint that `dump` holds at step `saved` in `layout`

@@ -16,20 +16,12 @@ namespace baton {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::LayoutRank;
 using testing::RunLayout;
 
 constexpr int64_t kSaveAt = 2;
 constexpr int64_t kSteps = 4;
 /// The global batch's rows: every layout below trains on the same ones.
 constexpr int64_t kRows = 4;
-
-std::unique_ptr<CheckpointManager> checkpoint_of(
-    const RunLayout& layout, LayoutRank& me, const fs::path& dump) {
-  CheckpointConfig config;
-  config.enable = true;
-  return testing::layout_checkpoint(layout, me, dump.string(), config);
-}
 
 RunLayout with_rows(RunLayout layout) {
   layout.rows = kRows / layout.dp_shard;
@@ -45,16 +37,7 @@ TEST(TensorParallelCheckpoint, PipelinedTpResumesAtOtherLayouts) {
   RunLayout saver = with_rows(RunLayout{});
   saver.pp = 2;
   saver.tp = 2;
-  const auto first = testing::run_layout(
-      saver, kSaveAt, nullptr, [&](LayoutRank& me, int64_t last) {
-        auto ck = checkpoint_of(saver, me, dump);
-        ck->maybe_save({last, 0}, /*last=*/true);
-        ck->finish({last, 0});
-      });
-  ASSERT_EQ(first.losses.size(), static_cast<size_t>(kSaveAt));
-  for (int64_t s = 0; s < kSaveAt; ++s) {
-    EXPECT_NEAR(first.losses[s], straight.losses[s], 1e-5) << "step " << s;
-  }
+  testing::save_layout_at(saver, dump.string(), kSaveAt, &straight);
 
   RunLayout sharded = RunLayout{};
   sharded.tp = 2;
