@@ -213,4 +213,18 @@ std::vector<const Parallelism*> searched_parallelisms() {
   return out;
 }
 
+std::vector<const Parallelism*> borrowing_parallelisms() {
+  std::vector<const Parallelism*> out;
+  for (const auto& p : parallelisms()) {
+    if (p.borrow_plan && p.derived_axis) {
+      out.push_back(&p);
+    }
+  }
+  std::stable_sort(
+      out.begin(), out.end(), [](const Parallelism* a, const Parallelism* b) {
+        return a->name < b->name;
+      });
+  return out;
+}
+
 }  // namespace baton

@@ -68,6 +68,23 @@ struct PlanSearch {
       collective_share;
 };
 
+/// How `baton plan` searches a parallelism whose derived axis re-slices the
+/// ranks of others (DerivedAxisSpec: expert parallel's ep of dp_shard x
+/// cp): each degree from 2 to `max_degree` that divides the product of
+/// the candidate's degrees of its sources and that its check accepts for
+/// the model. It moves work between ranks without dividing it (the
+/// blocks' costs stay as they are); in each block's forward, and as many
+/// again in its backward, it adds `block_all_to_alls` all-to-alls along
+/// the axis, each of `all_to_all_share(args)` of the rank's (rows,
+/// positions, dim) activations. The parameters its stored_shape splits
+/// are sharded by fully_shard over the rest of the sources (the planner
+/// costs those as the dry run's expert_parameters).
+struct PlanBorrowSearch {
+  int64_t max_degree = 64;
+  int64_t block_all_to_alls = 0;
+  std::function<double(const ModelArgs&)> all_to_all_share;
+};
+
 /// One parallelism, registered once (register_parallelism): its mesh axis,
 /// its own config section, its checks, its appliers and their place, and
 /// what it changes for the rest of the run. The builders ask the enabled
@@ -136,6 +153,9 @@ struct Parallelism {
   std::function<int64_t(const ParallelDims&)> hidden_shards;
   /// How the planner searches its degree; none: the planner leaves it at 1.
   std::optional<PlanSearch> plan;
+  /// How the planner searches its derived axis's degree; none: the planner
+  /// leaves it at 1.
+  std::optional<PlanBorrowSearch> borrow_plan;
   /// The dry run's memory rule: what a rank at `coord` stores of the
   /// parameter `fqn` of a model shaped `args` (of config's model.name),
   /// `shape` in (what the steps before left it) and out; empty: what it is
@@ -208,5 +228,8 @@ int64_t parallel_hidden_shards(
 /// The registered parallelisms the planner searches (Parallelism::plan,
 /// each with an axis), by their axes' order.
 std::vector<const Parallelism*> searched_parallelisms();
+/// The registered parallelisms whose derived axis the planner searches
+/// (Parallelism::borrow_plan, each with a derived axis), by name.
+std::vector<const Parallelism*> borrowing_parallelisms();
 
 }  // namespace baton

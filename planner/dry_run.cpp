@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "models/common/fused_ops.h"
 #include "models/model_spec.h"
+#include "models/moe.h"
 #include "parallel/activation_checkpoint.h"
 #include "parallel/axes.h"
 #include "parallel/dist/mesh.h"
@@ -36,32 +37,72 @@ int64_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
+/// The elements per token block `layer`'s feed-forward leaves saved for
+/// backward beyond its input, split `t` ways as tensor and sequence
+/// parallel split it: a dense one's w1 and w3 outputs (swiglu's) and their
+/// product (w2's input; this rank's hidden rows). A mixture of experts
+/// routes T / t positions on each rank with whole experts: each token's
+/// top_k rows as the experts' products read them (on the rank computing
+/// them: under expert parallel the rows received, as many at balance) and
+/// their outputs before the router's weighting, the experts' w1, w3 and
+/// their product per row, and the shared experts' as a dense one's.
+int64_t ffn_elements(const ModelArgs& a, int64_t t, int64_t layer) {
+  if (!a.moe.is_moe_layer(layer)) {
+    return 3 * a.ffn_hidden_dim() / t;
+  }
+  const MoeArgs& m = a.moe;
+  return (2 * m.top_k * a.dim + 3 * m.top_k * m.expert_hidden +
+          3 * m.shared_experts * m.expert_hidden) /
+         t;
+}
+
+/// Bytes per token a mixture of experts' routing keeps for backward, not
+/// in the compute dtype: the router's float32 scores (softmax's or
+/// sigmoid's output), the chosen weights, their normalisation and their
+/// copy per row (float32), and the int64 indices its gathers and scatters
+/// read (the choices, the rows' tokens, their order); 0 for a dense block.
+int64_t routing_bytes(const ModelArgs& a, int64_t t, int64_t layer) {
+  if (!a.moe.is_moe_layer(layer)) {
+    return 0;
+  }
+  const int64_t k = a.moe.top_k;
+  return (a.moe.num_experts * 4 + 3 * k * 4 + 3 * k * 8) / t;
+}
+
 /// The elements per token one transformer block leaves saved for backward,
 /// without checkpointing, split `t` ways as tensor and sequence parallel
 /// split it (parallel_hidden_shards): the two norms' inputs (T / t positions),
 /// their outputs gathered for the projections (whole T), q, k and v after RoPE
 /// (k and v expanded to the query heads when grouped), attention's output and
-/// its copy laid out for wo, and the feed-forward's w1, w3 (swiglu's) and their
-/// product (w2's input; this rank's hidden rows); with per-head q/k norms,
-/// their inputs too. `kv_expanded`: attention takes k and v expanded to the
-/// query heads (context parallel's takes them grouped).
-int64_t block_elements(const ModelArgs& a, int64_t t, bool kv_expanded) {
+/// its copy laid out for wo, and the feed-forward's (ffn_elements); with
+/// per-head q/k norms, their inputs too. `kv_expanded`: attention takes k
+/// and v expanded to the query heads (context parallel's takes them
+/// grouped).
+int64_t block_elements(
+    const ModelArgs& a, int64_t t, bool kv_expanded, int64_t layer) {
   const int64_t q = a.n_heads * a.head_dim();
   const int64_t kv = a.kv_heads() * a.head_dim();
   const int64_t kv_saved = kv_expanded && a.kv_heads() < a.n_heads ? q : kv;
   const int64_t qk_norm_inputs = a.qk_norm ? (q + kv) / t : 0;
   return 2 * a.dim / t + 2 * a.dim + (q + 2 * kv_saved) / t + 2 * q / t +
-         3 * a.ffn_hidden_dim() / t + qk_norm_inputs;
+         ffn_elements(a, t, layer) + qk_norm_inputs;
 }
 
 /// Under the op-selective policy: the block's input and the outputs of the
 /// seven matmuls and attention (wo's and w2's whole-sequence partial sums
-/// before their reduce-scatter).
-int64_t block_elements_op(const ModelArgs& a, int64_t t) {
+/// before their reduce-scatter). A mixture of experts' Linear layers are
+/// its router's gate (E logits a token) and its shared experts' (their w1
+/// and w3 outputs; w2's as a dense block's); its routed experts' products
+/// are recomputed.
+int64_t block_elements_op(const ModelArgs& a, int64_t t, int64_t layer) {
   const int64_t q = a.n_heads * a.head_dim();
   const int64_t kv = a.kv_heads() * a.head_dim();
-  return a.dim / t + (2 * q + 2 * kv) / t + 2 * a.dim +
-         2 * a.ffn_hidden_dim() / t;
+  const int64_t ffn = a.moe.is_moe_layer(layer)
+                          ? (a.moe.num_experts +
+                             2 * a.moe.shared_experts * a.moe.expert_hidden) /
+                                t
+                          : 2 * a.ffn_hidden_dim() / t;
+  return a.dim / t + (2 * q + 2 * kv) / t + 2 * a.dim + ffn;
 }
 
 /// Activations of one microbatch of `tokens` in a chunk: what it leaves
@@ -119,31 +160,38 @@ StageActivations stage_activations(
     int64_t t,
     int64_t dtype_bytes,
     bool kv_expanded) {
-  const int64_t full = block_elements(args, t, kv_expanded);
   const int64_t input = args.dim / t;
   const int64_t end = chunk.end_layer < 0 ? args.n_layers : chunk.end_layer;
+  // Per token: elements in the compute dtype, and bytes besides.
   int64_t kept = 0;
+  int64_t kept_bytes = 0;
   int64_t kept_attention = 0;  // blocks keeping attention's saved tensors
-  int64_t recomputed = 0;      // the most one block recomputes at once
-  int64_t recomputed_attention = 0;
+  int64_t recompute_most = 0;  // the most one block recomputes at once
   for (int64_t i = chunk.first_layer; i < end; ++i) {
+    const int64_t full = block_elements(args, t, kv_expanded, i);
+    const int64_t routing = routing_bytes(args, t, i);
+    const auto recomputing = [&](int64_t elements, int64_t extra) {
+      recompute_most = std::max(
+          recompute_most, (elements * dtype_bytes + routing) * tokens + extra);
+    };
     if (ac.mode == "full" ||
         (ac.mode == "selective" && ac.selective == "layer" &&
          (i + 1) % ac.selective_every == 0)) {
       kept += input;
-      recomputed = full;
-      recomputed_attention = attention;
+      recomputing(full, attention);
     } else if (ac.mode == "selective" && ac.selective == "op") {
-      kept += block_elements_op(args, t);
-      recomputed = full - block_elements_op(args, t);
+      const int64_t op = block_elements_op(args, t, i);
+      kept += op;
+      recomputing(full - op, 0);
     } else {
       kept += full;
+      kept_bytes += routing;
       kept_attention += attention;
     }
   }
   StageActivations a;
-  a.saved = kept * tokens * dtype_bytes + kept_attention;
-  a.recompute = recomputed * tokens * dtype_bytes + recomputed_attention;
+  a.saved = (kept * dtype_bytes + kept_bytes) * tokens + kept_attention;
+  a.recompute = recompute_most;
   if (chunk.embedding) {
     a.saved += tokens * 8;  // the ids the lookup's backward reads
   }
@@ -443,6 +491,9 @@ DryRunStageCache::Entry count_stage(
     if (!block) {
       e.root_parameters += stored;
     }
+    if (models::is_routed_expert(fqn)) {
+      e.expert_parameters += stored;
+    }
   }
   for (const auto& [name, elements] : unit) {
     if (!name.empty()) {
@@ -455,8 +506,9 @@ DryRunStageCache::Entry count_stage(
   return e;
 }
 
-/// Keyed by stage `s`'s chunk and the rank's place on every axis within the
-/// stage: what it stores follows from them alone.
+/// Keyed by stage `s`'s chunk, the rank's place on every axis within the
+/// stage and the derived axes' degrees: what it stores follows from them
+/// alone.
 DryRunStageCache::Key stage_key(
     const ParallelDims& dims,
     const DryRunSetup& setup,
@@ -473,6 +525,12 @@ DryRunStageCache::Key stage_key(
       key.push_back(axis.degree);
       key.push_back(coord.at(axis.name));
     }
+  }
+  // The derived axes re-slice those (expert parallel's ep: how many
+  // experts each rank stores).
+  for (const auto& axis : dims.derived) {
+    key.push_back(axis.degree);
+    key.push_back(axis.stride);
   }
   return key;
 }
@@ -561,6 +619,7 @@ DryRunRank rank_figures(
                               : count();
     stage.parameters = e.parameters;
     stage.root_parameters = e.root_parameters;
+    stage.expert_parameters = e.expert_parameters;
     units.sliced += e.sliced_elements;
     units.largest_block = std::max(units.largest_block, e.largest_block);
     units.gathered += setup.keep_gathered ? e.all_units : e.root_unit;

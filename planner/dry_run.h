@@ -31,6 +31,10 @@ struct DryRunStage {
   /// Of those, the root unit's (embedding, norm, output): fully_shard
   /// never frees it after its forward.
   int64_t root_parameters = 0;
+  /// Of those, the routed experts' (models::is_routed_expert): under
+  /// expert parallel, fully_shard shards each rank's experts over the
+  /// ranks of dp_shard x cp that hold the same ones (dp_shard_mod_ep).
+  int64_t expert_parameters = 0;
   /// Activations one microbatch leaves saved for backward in this stage.
   int64_t activation_bytes = 0;
   /// What one checkpointed block of this stage holds while it recomputes
@@ -138,12 +142,13 @@ struct DryRunReport {
 class DryRunStageCache {
  public:
   struct Entry {
-    int64_t parameters = 0;       // stored on the rank
-    int64_t root_parameters = 0;  // of those, outside every block
-    int64_t sliced_elements = 0;  // after tensor parallel, before sharding
-    int64_t largest_block = 0;    // a block's elements after tensor parallel
-    int64_t all_units = 0;        // every unit's elements after the model steps
-    int64_t root_unit = 0;        // the root's
+    int64_t parameters = 0;         // stored on the rank
+    int64_t root_parameters = 0;    // of those, outside every block
+    int64_t expert_parameters = 0;  // of those, the routed experts'
+    int64_t sliced_elements = 0;    // after tensor parallel, before sharding
+    int64_t largest_block = 0;      // a block's elements after tensor parallel
+    int64_t all_units = 0;  // every unit's elements after the model steps
+    int64_t root_unit = 0;  // the root's
   };
   /// The chunk (first and end layer, embedding, output), then the degree
   /// and the rank's position of every axis within the stage.

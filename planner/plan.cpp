@@ -67,6 +67,9 @@ ModelArgs plan_model_args(const JobConfig& base) {
     if (p.axis) {
       one.set_integer(p.axis->degree_key, 1);
     }
+    if (p.derived_axis) {
+      one.set_integer(p.derived_axis->degree_key, 1);
+    }
   }
   args.vocab_size = dry_run(one, 1).vocab_size;
   return args;
@@ -147,6 +150,7 @@ struct Candidates {
 };
 
 Candidates valid_candidates(
+    const JobConfig& base,
     const std::vector<Layout>& found,
     int64_t global_batch,
     const ModelArgs& args,
@@ -156,7 +160,7 @@ Candidates valid_candidates(
   const MicrobatchCosts unit = costs_at(costs.microbatches, 1);
   std::vector<PlanCandidate> all;
   for (const Layout& layout : found) {
-    add_candidates(layout, global_batch, args, unit, options, all);
+    add_candidates(base, layout, global_batch, args, unit, options, all);
   }
   Candidates out;
   out.schedules = lower_schedules(all, on_cuda(costs), threads);
@@ -288,6 +292,9 @@ std::string layout_key(
   };
   out << c.pp << '|' << c.dp_replicate << '|' << c.dp_shard << '|';
   for (const auto& [axis, degree] : c.splits) {
+    out << axis << degree << ',';
+  }
+  for (const auto& [axis, degree] : c.borrowed) {
     out << axis << degree << ',';
   }
   out << '|' << c.fsdp_reshard << '|' << c.microbatch_size << '|'
@@ -432,6 +439,7 @@ bool plan_simplicity_less(const PlanCandidate& a, const PlanCandidate& b) {
         c.synthesized != nullptr,
         c.split_ranks(),
         c.shard_ranks() > 1,
+        c.borrowed_ranks(),
         c.microbatches,
         checkpointed_stages(c));
   };
@@ -459,7 +467,7 @@ PlanResult plan_layouts(
           ? options.threads()
           : std::max<unsigned>(1, std::thread::hardware_concurrency());
   const Candidates candidates = valid_candidates(
-      found, result.global_batch, args, costs, options, threads);
+      base, found, result.global_batch, args, costs, options, threads);
   const CostModel model = cost_model(base, args, costs);
   const PlanCandidate smallest =
       score_all(base, candidates, model, threads, result);

@@ -95,6 +95,9 @@ struct PlanCosts {
   CommCosts all_reduce;
   CommCosts all_gather;
   CommCosts reduce_scatter;
+  /// Optional in the file: absent, all_gather's links (a rank sends (n-1)/n
+  /// of its buffer as a ring all-gather does).
+  std::optional<CommCosts> all_to_all;
   /// The memory cap per rank, when the file states one.
   std::optional<double> memory_per_rank_gib;
   /// The optimizer step with gradient clipping, seconds per parameter a
@@ -191,6 +194,10 @@ struct PlanCandidate {
   /// The degrees above 1 of the axes that split every block (the searched
   /// parallelisms', Parallelism::plan: tensor parallel's "tp"), by axis.
   std::map<std::string, int64_t> splits;
+  /// The degrees above 1 of the derived axes searched (the borrowing
+  /// parallelisms', Parallelism::borrow_plan: expert parallel's "ep" of
+  /// dp_shard x cp), by axis.
+  std::map<std::string, int64_t> borrowed;
   /// "" without pipelining; "Synthesized" for a schedule made for these
   /// costs (`synthesized`).
   std::string schedule;
@@ -247,6 +254,12 @@ struct PlanCandidate {
   int64_t shard_ranks() const;
   /// The distance between those ranks: the split axes inside cp (tp).
   int64_t shard_stride() const;
+  /// Its degree along the derived axis `axis` (1 where it has none).
+  int64_t borrowed_degree(const std::string& axis) const;
+  /// The product of `borrowed`: how many ways the parameters a borrowing
+  /// parallelism splits (the routed experts) are split before fully_shard
+  /// shards each rank's over the other shard_ranks() / borrowed_ranks().
+  int64_t borrowed_ranks() const;
 };
 
 /// The search's outcome.
@@ -293,7 +306,8 @@ struct PlanResult {
 /// block (fewer collectives per layer), replicated before sharded data
 /// parallelism (fully_shard gathers, frees and reduce-scatters every unit:
 /// more collectives a step, each a chance for a run to differ from the
-/// profile), fewer microbatches (fewer passes, each
+/// profile), fewer ranks splitting the experts (fewer all-to-alls),
+/// fewer microbatches (fewer passes, each
 /// with a fixed cost), fewer checkpointing stages. False when neither is
 /// simpler.
 bool plan_simplicity_less(const PlanCandidate& a, const PlanCandidate& b);

@@ -277,6 +277,9 @@ PlanCosts load_plan_costs(const std::string& path) {
   costs.all_reduce = read_comm(top, "all_reduce");
   costs.all_gather = read_comm(top, "all_gather");
   costs.reduce_scatter = read_comm(top, "reduce_scatter");
+  if (top.has("all_to_all")) {
+    costs.all_to_all = read_comm(top, "all_to_all");
+  }
   if (top.has("memory_per_rank_gib")) {
     costs.memory_per_rank_gib = top.number("memory_per_rank_gib", 0.0);
   }
@@ -317,6 +320,9 @@ std::string plan_costs_to_json(const PlanCosts& costs) {
       {"all_reduce", comm_json(costs.all_reduce)},
       {"all_gather", comm_json(costs.all_gather)},
       {"reduce_scatter", comm_json(costs.reduce_scatter)}};
+  if (costs.all_to_all) {
+    out["all_to_all"] = comm_json(*costs.all_to_all);
+  }
   if (costs.memory_per_rank_gib) {
     out["memory_per_rank_gib"] = *costs.memory_per_rank_gib;
   }

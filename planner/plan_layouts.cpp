@@ -185,6 +185,63 @@ std::string split_rules() {
           "--global-batch");
 }
 
+/// `c`'s degree along the mesh axis `axis`.
+int64_t axis_degree(const PlanCandidate& c, const std::string& axis) {
+  if (axis == kPipelineAxis) {
+    return c.pp;
+  }
+  if (axis == kReplicateAxis) {
+    return c.dp_replicate;
+  }
+  if (axis == kShardAxis) {
+    return c.dp_shard;
+  }
+  return c.split(axis);
+}
+
+/// Each choice of the borrowing parallelisms' degrees for `c`: none, and
+/// each degree from 2 to a borrowing parallelism's PlanBorrowSearch::
+/// max_degree that divides the product of `c`'s degrees of its derived
+/// axis's sources and that its check accepts for the model, alone or with
+/// the others' (each over the same sources' ranks).
+std::vector<std::map<std::string, int64_t>> borrow_choices(
+    const JobConfig& base, const ModelArgs& args, const PlanCandidate& c) {
+  std::vector<std::map<std::string, int64_t>> out{{}};
+  for (const Parallelism* p : borrowing_parallelisms()) {
+    const DerivedAxisSpec& axis = *p->derived_axis;
+    int64_t ranks = 1;
+    std::map<std::string, int64_t> sources;
+    for (const std::string& source : axis.sources) {
+      sources[source] = axis_degree(c, source);
+      ranks *= sources[source];
+    }
+    std::vector<std::map<std::string, int64_t>> grown;
+    for (const auto& choice : out) {
+      grown.push_back(choice);
+      for (int64_t d = 2; d <= std::min(p->borrow_plan->max_degree, ranks);
+           ++d) {
+        if (ranks % d != 0) {
+          continue;
+        }
+        if (p->check) {
+          JobConfig config = base;
+          config.set_integer(axis.degree_key, d);
+          ParallelDims dims = ParallelDims::of(sources, ranks);
+          dims.add_derived(axis, d);
+          if (p->check(config, dims, args)) {
+            continue;
+          }
+        }
+        auto wider = choice;
+        wider[axis.name] = d;
+        grown.push_back(std::move(wider));
+      }
+    }
+    out = std::move(grown);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::pair<std::vector<Layout>, int64_t> searched_layouts(
@@ -203,6 +260,7 @@ std::pair<std::vector<Layout>, int64_t> searched_layouts(
 }
 
 void add_candidates(
+    const JobConfig& base,
     const Layout& layout,
     int64_t global_batch,
     const ModelArgs& args,
@@ -219,15 +277,18 @@ void add_candidates(
   }
   // fully_shard's default is one of always (unpipelined) and never
   // (pipelined): both are searched, by name, where it is on (dp_shard x cp
-  // above 1).
-  const auto push = [&out](PlanCandidate c) {
-    if (c.shard_ranks() == 1) {
-      out.push_back(std::move(c));
-      return;
-    }
-    for (const char* reshard : {"always", "never"}) {
-      c.fsdp_reshard = reshard;
-      out.push_back(c);
+  // above 1); each with every choice of the borrowed degrees.
+  const auto push = [&](PlanCandidate c) {
+    for (auto& borrowed : borrow_choices(base, args, c)) {
+      c.borrowed = std::move(borrowed);
+      if (c.shard_ranks() == 1) {
+        out.push_back(c);
+        continue;
+      }
+      for (const char* reshard : {"always", "never"}) {
+        c.fsdp_reshard = reshard;
+        out.push_back(c);
+      }
     }
   };
   const double block = unit.block.f + unit.block.b;
@@ -300,6 +361,19 @@ int64_t PlanCandidate::shard_ranks() const {
 
 int64_t PlanCandidate::shard_stride() const {
   return split_ranks() / split(kContextAxis);
+}
+
+int64_t PlanCandidate::borrowed_degree(const std::string& axis) const {
+  const auto it = borrowed.find(axis);
+  return it == borrowed.end() ? 1 : it->second;
+}
+
+int64_t PlanCandidate::borrowed_ranks() const {
+  int64_t k = 1;
+  for (const auto& [axis, degree] : borrowed) {
+    k *= degree;
+  }
+  return k;
 }
 
 bool PlanCandidate::checkpoints_stage(int64_t stage) const {

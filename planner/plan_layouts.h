@@ -42,8 +42,10 @@ std::pair<std::vector<Layout>, int64_t> searched_layouts(
     int64_t world,
     const PlanOptions& options);
 
-/// The candidates of one layout, before memory and time.
+/// The candidates of one layout of `base`'s model, before memory and
+/// time.
 void add_candidates(
+    const JobConfig& base,
     const Layout& layout,
     int64_t global_batch,
     const ModelArgs& args,

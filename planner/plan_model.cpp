@@ -33,7 +33,16 @@ PlanCosts plan_costs_from_flops(
   const ModelArgs args = plan_model_args(config);
   const int64_t seq = config.training.seq_len;
   const double rate = options.peak_tflops() * 1e12 * options.efficiency();
-  const double block_params = static_cast<double>(args.params_per_layer());
+  // A mixture of experts' block multiplies each token by its router, its
+  // top_k routed experts and its shared ones: the blocks' active
+  // parameters, averaged over the blocks (DeepSeek's first dense ones
+  // among them).
+  int64_t active = 0;
+  for (int64_t layer = 0; layer < args.n_layers; ++layer) {
+    active += args.active_params_of_layer(layer);
+  }
+  const double block_params =
+      static_cast<double>(active) / static_cast<double>(args.n_layers);
   const double q = static_cast<double>(args.n_heads * args.head_dim());
   const double block_flops =
       2.0 * block_params + 4.0 * static_cast<double>(seq) * q;
@@ -45,7 +54,8 @@ PlanCosts plan_costs_from_flops(
       text,
       sizeof(text),
       "FLOPs at %.0f%% of %.0f TFLOP/s: per token a block's forward is 2 x "
-      "%.0f parameters + 4 x seq_len %lld x %lld (attention) = %.4g FLOPs, "
+      "%.0f (active) parameters + 4 x seq_len %lld x %lld (attention) = "
+      "%.4g FLOPs, "
       "the output's 2 x vocab %lld x dim %lld = %.4g, the embedding's 0; "
       "B = 2 F, I = W = F. Links: H100 machines of 8 (NVLink: 450 GB/s "
       "p2p, 360 GB/s bus for collectives, 5 us), 400 Gb/s InfiniBand per "
@@ -292,6 +302,31 @@ double CostModel::split_collectives_s(
   return seconds;
 }
 
+double CostModel::borrowed_collectives_s(
+    const PlanCandidate& c, double act) const {
+  const double rank_act = act / static_cast<double>(sequence_shards(c));
+  const CommCosts& link = costs.all_to_all.value_or(costs.all_gather);
+  double seconds = 0.0;
+  for (const Parallelism* p : borrowing) {
+    const int64_t n = c.borrowed_degree(p->derived_axis->name);
+    const PlanBorrowSearch& search = *p->borrow_plan;
+    if (n <= 1 || search.block_all_to_alls == 0) {
+      continue;
+    }
+    // A rank keeps 1 / n of its rows and sends the rest: as a ring
+    // collective of its own buffer moves.
+    seconds += static_cast<double>(search.block_all_to_alls) *
+               collective_s(
+                   link,
+                   costs,
+                   n,
+                   c.shard_stride(),
+                   rank_act * search.all_to_all_share(args),
+                   1.0);
+  }
+  return seconds;
+}
+
 int64_t CostModel::sequence_shards(const PlanCandidate& c) const {
   const ParallelDims dims = ParallelDims::of(c.splits, c.split_ranks());
   return parallel_sequence_shards(base, dims) *
@@ -314,7 +349,10 @@ StageTimes CostModel::stage(
       costs_at(measured ? *measured : costs.microbatches, rows);
   const double t = measured ? 1.0 : static_cast<double>(c.split_ranks());
   const double act = static_cast<double>(rows * seq_len * dim * dtype_bytes);
-  const double split_comm = measured ? 0.0 : split_collectives_s(c, act);
+  // The borrowed axes' all-to-alls move rows between ranks that the
+  // measured splits never ran.
+  const double split_comm = (measured ? 0.0 : split_collectives_s(c, act)) +
+                            borrowed_collectives_s(c, act);
   const double block_f = m.block.f / t + split_comm;
   const double recompute = c.checkpoints_stage(index) ? block_f : 0.0;
   const double L = static_cast<double>(layers);
@@ -352,7 +390,7 @@ double CostModel::p2p_s(const PlanCandidate& c, int64_t rows) const {
 
 const double* CostModel::measured_data_parallel(const PlanCandidate& c) const {
   const auto& dp = costs.data_parallel;
-  if (!dp || c.pp != 1 || c.split_ranks() != 1 ||
+  if (!dp || c.pp != 1 || c.split_ranks() != 1 || !c.borrowed.empty() ||
       c.dp_replicate * c.dp_shard != dp->degree || c.local_batch != dp->rows ||
       (c.dp_replicate > 1 && c.dp_shard > 1)) {
     return nullptr;
@@ -364,7 +402,10 @@ const double* CostModel::measured_data_parallel(const PlanCandidate& c) const {
 }
 
 double CostModel::dp_sync_s(
-    const PlanCandidate& c, int64_t stored, int64_t units) const {
+    const PlanCandidate& c,
+    int64_t stored,
+    int64_t units,
+    int64_t experts) const {
   const double n = static_cast<double>(stored);
   const int64_t k = c.split_ranks();
   const int64_t shard = c.shard_ranks();
@@ -372,14 +413,27 @@ double CostModel::dp_sync_s(
     return collective_s(
         costs.all_reduce, costs, c.dp_replicate, k, n * reduce_bytes, 2.0);
   }
+  const int64_t b = c.borrowed_ranks();
+  const int64_t own = b > 1 ? experts : 0;  // reduced over their own ranks
+  const double experts_s =
+      own == 0 ? 0.0
+               : unit_collectives_s(
+                     costs.reduce_scatter,
+                     costs,
+                     shard / b,
+                     c.shard_stride() * b,
+                     static_cast<double>(own) * (shard / b) * reduce_bytes,
+                     1.0,
+                     units);
   return unit_collectives_s(
              costs.reduce_scatter,
              costs,
              shard,
              c.shard_stride(),
-             n * shard * reduce_bytes,
+             static_cast<double>(stored - own) * shard * reduce_bytes,
              1.0,
              units) +
+         experts_s +
          unit_collectives_s(
              costs.all_reduce,
              costs,
@@ -395,21 +449,27 @@ double CostModel::fsdp_gather_s(
     int64_t blocks,
     int64_t block_units,
     int64_t root,
-    int64_t block_gathers) const {
-  const auto gather = [&](int64_t elements, int64_t units) {
+    int64_t block_gathers,
+    int64_t experts) const {
+  const int64_t b = c.borrowed_ranks();
+  const auto gather = [&](int64_t elements, int64_t units, int64_t group) {
     return elements == 0 ? 0.0
                          : unit_collectives_s(
                                costs.all_gather,
                                costs,
-                               c.shard_ranks(),
-                               c.shard_stride(),
-                               static_cast<double>(elements) * c.shard_ranks() *
-                                   dtype_bytes,
+                               c.shard_ranks() / group,
+                               c.shard_stride() * group,
+                               static_cast<double>(elements) *
+                                   (c.shard_ranks() / group) * dtype_bytes,
                                1.0,
                                units);
   };
-  return static_cast<double>(block_gathers) * gather(blocks, block_units) +
-         gather(root, 1);
+  // Under a borrowed axis the experts are gathered over their own ranks.
+  const int64_t own = b > 1 ? experts : 0;
+  return static_cast<double>(block_gathers) *
+             (gather(blocks - own, block_units, 1) +
+              gather(own, block_units, b)) +
+         gather(root, 1, 1);
 }
 
 CostModel cost_model(
@@ -465,6 +525,11 @@ JobConfig candidate_config(const JobConfig& base, const PlanCandidate& c) {
   for (const Parallelism* searched : searched_parallelisms()) {
     config.set_integer(
         searched->axis->degree_key, c.split(searched->axis->name));
+  }
+  for (const Parallelism* borrowing : borrowing_parallelisms()) {
+    config.set_integer(
+        borrowing->derived_axis->degree_key,
+        c.borrowed_degree(borrowing->derived_axis->name));
   }
   p.pipeline_parallel_degree = c.pp;
   p.pipeline_parallel_schedule = c.schedule.empty() ? "1F1B" : c.schedule;
@@ -542,10 +607,13 @@ double rank_sync_s(
     return c.layers_per_stage.at(static_cast<size_t>(stage));
   };
   int64_t units = 0;
+  int64_t experts = 0;
   for (const auto& stage : r.stages) {
     units += stage_blocks(stage.stage) + (stage.root_parameters > 0 ? 1 : 0);
+    experts += stage.expert_parameters;
   }
-  double sync = model.dp_sync_s(c, r.parameters, std::max<int64_t>(units, 1));
+  double sync =
+      model.dp_sync_s(c, r.parameters, std::max<int64_t>(units, 1), experts);
   if (c.shard_ranks() > 1) {
     for (const auto& stage : r.stages) {
       const int64_t block_gathers =
@@ -557,7 +625,8 @@ double rank_sync_s(
           stage.parameters - stage.root_parameters,
           stage_blocks(stage.stage),
           stage.root_parameters,
-          block_gathers);
+          block_gathers,
+          stage.expert_parameters);
     }
   }
   return sync;

@@ -49,6 +49,8 @@ struct CostModel {
   ModelArgs args;
   /// The parallelisms whose axes split the blocks, innermost last.
   std::vector<const Parallelism*> searched = searched_parallelisms();
+  /// The parallelisms whose derived axes the search borrows (ep).
+  std::vector<const Parallelism*> borrowing = borrowing_parallelisms();
   /// The dry runs' stage figures, shared by every candidate of the search.
   std::shared_ptr<DryRunStageCache> stage_cache =
       std::make_shared<DryRunStageCache>();
@@ -63,6 +65,13 @@ struct CostModel {
   /// `act` activation bytes, as their PlanSearch models them; each axis's
   /// ranks lie the product of the inner axes' degrees apart.
   double split_collectives_s(const PlanCandidate& c, double act) const;
+
+  /// The all-to-alls the borrowed axes add to one pass of a block of `act`
+  /// activation bytes (the whole sequences'), as their PlanBorrowSearch
+  /// models them: each moves its share of the rank's positions
+  /// (sequence_shards) among the axis's ranks, which lie fully_shard's
+  /// shard_stride() apart (the innermost of dp_shard x cp).
+  double borrowed_collectives_s(const PlanCandidate& c, double act) const;
 
   /// The ways `c`'s split cuts the activations between pipeline stages
   /// (parallel_sequence_shards over its split axes, times the sequence
@@ -96,8 +105,15 @@ struct CostModel {
   /// dp_shard, stride k) and, with HSDP, all-reduces the 1/dp_shard it
   /// keeps over the replicas (size dp_replicate, stride k x dp_shard), as
   /// Unit::to_sharded does: each unit its own collectives, so one latency
-  /// per unit.
-  double dp_sync_s(const PlanCandidate& c, int64_t stored, int64_t units) const;
+  /// per unit. `experts` of the stored elements are routed experts: under
+  /// a borrowed axis (ep) their reduce-scatter is over the ranks holding
+  /// the same experts (shard_ranks() / borrowed_ranks(), the borrowed
+  /// ranks apart), each unit's its own collective.
+  double dp_sync_s(
+      const PlanCandidate& c,
+      int64_t stored,
+      int64_t units,
+      int64_t experts = 0) const;
 
   /// fully_shard's all-gathers of one stage in a step (size dp_shard,
   /// stride: the ranks sharing a block; the compute dtype): each of its
@@ -105,12 +121,16 @@ struct CostModel {
   /// output: never freed after its forward) once; each unit gathers alone (one
   /// latency each). `blocks` and `root` are the shard elements this rank
   /// stores.
+  /// `experts` of the blocks' elements are routed experts, gathered
+  /// (under a borrowed axis) over their own ranks as dp_sync_s reduces
+  /// them.
   double fsdp_gather_s(
       const PlanCandidate& c,
       int64_t blocks,
       int64_t block_units,
       int64_t root,
-      int64_t block_gathers) const;
+      int64_t block_gathers,
+      int64_t experts = 0) const;
 };
 
 /// The cost model of `base`'s run shaped `args`, from `costs`.

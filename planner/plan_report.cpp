@@ -59,6 +59,9 @@ std::string describe_layout(const PlanCandidate& c) {
   for (const Parallelism* p : searched_parallelisms()) {
     out << " x " << p->axis->name << " " << c.split(p->axis->name);
   }
+  for (const auto& [axis, degree] : c.borrowed) {
+    out << ", " << axis << " " << degree;
+  }
   if (c.pp > 1) {
     out << ", " << schedule_label(c) << " v " << c.stages_per_rank << ", m "
         << c.microbatches << " of " << c.microbatch_size;
@@ -161,6 +164,9 @@ std::string plan_table_row(int64_t rank, const PlanCandidate& c) {
   for (const Parallelism* p : searched_parallelisms()) {
     degrees += " " + std::to_string(c.split(p->axis->name));
   }
+  for (const Parallelism* p : borrowing_parallelisms()) {
+    degrees += " " + std::to_string(c.borrowed_degree(p->derived_axis->name));
+  }
   char line[512];
   std::snprintf(
       line,
@@ -220,6 +226,9 @@ std::string format_plan_table(
   for (const Parallelism* p : searched_parallelisms()) {
     axes += " " + p->axis->name;
   }
+  for (const Parallelism* p : borrowing_parallelisms()) {
+    axes += " " + p->derived_axis->name;
+  }
   out << "rank | " << axes
       << " | reshard | schedule v | "
          "microbatch x m | layers per stage | ac (stages) | step s (pipeline + "
@@ -265,6 +274,10 @@ std::string plan_result_json(const PlanResult& result, const PlanCosts& costs) {
     for (const Parallelism* p : searched_parallelisms()) {
       ranked.back()[p->axis->name] = c.split(p->axis->name);
     }
+    for (const Parallelism* p : borrowing_parallelisms()) {
+      ranked.back()[p->derived_axis->name] =
+          c.borrowed_degree(p->derived_axis->name);
+    }
     if (c.synthesized) {
       ranked.back()["synthesized_over"] = c.synthesized_over;
       ranked.back()["synthesized_over_step_s"] = c.synthesized_over_step_s;
@@ -302,6 +315,16 @@ std::string plan_overlay_yaml(const PlanCandidate& c, const std::string& why) {
     const auto dot = key.find('.');
     const std::string line = "  " + key.substr(dot + 1) + ": " +
                              std::to_string(c.split(p->axis->name)) + "\n";
+    (key.substr(0, dot) == "parallelism"
+         ? in_parallelism
+         : other_sections[key.substr(0, dot)]) += line;
+  }
+  for (const Parallelism* p : borrowing_parallelisms()) {
+    const std::string& key = p->derived_axis->degree_key;
+    const auto dot = key.find('.');
+    const std::string line =
+        "  " + key.substr(dot + 1) + ": " +
+        std::to_string(c.borrowed_degree(p->derived_axis->name)) + "\n";
     (key.substr(0, dot) == "parallelism"
          ? in_parallelism
          : other_sections[key.substr(0, dot)]) += line;

@@ -338,6 +338,22 @@ Parallelism expert_parallel_parallelism() {
       [](const JobConfig&, const ParallelDims& dims, const ModelArgs& args) {
         return expert_parallel_problem(args, dims.degree(kAxis));
       };
+  // The planner searches ep where dp_shard x cp allows it: the experts'
+  // FLOPs stay where they were (a balanced router gives each rank as many
+  // rows as it sends), and each MoE block's forward dispatches and
+  // combines its top_k rows per token by all-to-all (as many in its
+  // backward), averaged over the blocks as the planner's costs are per
+  // block. The counts' exchange before each dispatch is left out (E x 8
+  // bytes).
+  p.borrow_plan = PlanBorrowSearch{
+      64, 2, [](const ModelArgs& args) {
+        int64_t moe_layers = 0;
+        for (int64_t i = 0; i < args.n_layers; ++i) {
+          moe_layers += args.moe.is_moe_layer(i) ? 1 : 0;
+        }
+        return static_cast<double>(args.moe.top_k * moe_layers) /
+               static_cast<double>(args.n_layers);
+      }};
   p.stored_shape = [](const JobConfig&,
                       const ModelArgs&,
                       const std::string& fqn,

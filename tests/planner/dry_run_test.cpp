@@ -80,6 +80,36 @@ TEST(DryRun, ExpertParallelHoldsItsExpertsAndCountsTheAllToAll) {
       << text;
 }
 
+TEST(DryRun, MoeBlocksKeepTheirRowsExpertsAndRouting) {
+  register_builtin_builders();
+  const JobConfig config = load_job_config(
+      source_path("configs/debug_moe.yaml"),
+      {"training.mixed_precision_param=float32"});
+  const DryRunRank r = cpu_dry_run(config, 1).ranks.at(0);
+  // 8 x 256 tokens. Per token and block: norm inputs and outputs 4 x 256;
+  // q (8 heads of 64), k and v expanded to the 8 query heads 3 x 512,
+  // attention's output and wo's input 2 x 512, the q/k norms' inputs 512 +
+  // 256; the MoE's 2 rows of 256 as the experts read them and their
+  // outputs before the weighting 2 x 2 x 256, w1, w3 and their product
+  // per row 3 x 2 x 256 (expert hidden 256): 6912 float32s. Routing: 8
+  // float32 scores, the 2 weights, their normalisation and their copy per
+  // row, and 3 x 2 int64 indices: 104 bytes.
+  const int64_t tokens = 2048;
+  const int64_t attention = 8 * kProbsPerHead * 4;
+  const int64_t blocks = 6 * ((6912 * 4 + 104) * tokens + 8 * attention);
+  const int64_t ids = tokens * 8;
+  const int64_t head = (256 + 256) * tokens * 4 + 2 * tokens * 258 * 4;
+  EXPECT_EQ(r.activation_bytes_per_microbatch, blocks + ids + head);
+  // Full checkpointing recomputes one block at a time, routing included.
+  const JobConfig full = load_job_config(
+      source_path("configs/debug_moe.yaml"),
+      {"training.mixed_precision_param=float32",
+       "activation_checkpoint.mode=full"});
+  EXPECT_EQ(
+      cpu_dry_run(full, 1).ranks.at(0).stages.at(0).recompute_bytes,
+      (6912 * 4 + 104) * tokens + 8 * attention);
+}
+
 TEST(DryRun, OneProcessHoldsTheWholeDebugModel) {
   const auto report = cpu_dry_run(debug_config({}), 1);
   ASSERT_EQ(report.ranks.size(), 1u);

@@ -377,6 +377,72 @@ TEST(Plan, ContextParallelSplitsTheBlocksAndShardsTheWeightsOverCp) {
   EXPECT_NEAR(cp2_replicated->dp_sync_s, hsdp->dp_sync_s, 1e-9);
 }
 
+TEST(Plan, ExpertParallelBorrowsFromDpShardAndCostsItsAllToAlls) {
+  // The debug Qwen3-MoE (dim 256, 6 MoE blocks of 8 experts, top 2) on 4
+  // ranks, a global batch of 32 sequences of 256: 8 a data-parallel rank,
+  // one microbatch of (8, 256, 256) float32 activations.
+  register_builtin_builders();
+  const JobConfig moe = load_job_config(
+      source_path("configs/debug_moe.yaml"),
+      {"training.mixed_precision_param=float32"});
+  const PlanResult result = plan_layouts(moe, 4, hand_costs());
+  const ModelArgs args = plan_model_args(moe);
+  ASSERT_EQ(args.moe.num_experts, 8);
+  const auto at = [&](int64_t ep, int64_t shard) {
+    return find_if(result, [=](const PlanCandidate& c) {
+      return c.pp == 1 && c.split_ranks() == 1 && c.dp_shard == shard &&
+             c.dp_replicate * shard == 4 && c.borrowed_degree("ep") == ep &&
+             c.fsdp_reshard == "never" && c.activation_checkpoint == "none";
+    });
+  };
+  const PlanCandidate* ep1 = at(1, 4);
+  const PlanCandidate* ep2 = at(2, 4);
+  const PlanCandidate* ep4 = at(4, 4);
+  ASSERT_NE(ep1, nullptr);
+  ASSERT_NE(ep2, nullptr);
+  ASSERT_NE(ep4, nullptr);
+  // ep borrows from dp_shard x cp: none with 4 replicas, none of 8.
+  EXPECT_EQ(
+      find_if(
+          result,
+          [](const PlanCandidate& c) {
+            return c.borrowed_degree("ep") > 1 && c.shard_ranks() == 1;
+          }),
+      nullptr);
+  // Each block's forward dispatches and combines its 2 rows per token (2 x
+  // the activations) by all-to-all, as many again in backward: 4 a block.
+  const double act = 8.0 * 256 * 256 * 4;
+  const auto all_to_all = [&](int64_t n) {
+    return 1000.0 + (n - 1.0) / n * 2.0 * act / 1e9;
+  };
+  EXPECT_NEAR(ep2->compute_s - ep1->compute_s, 6 * 4 * all_to_all(2), 1e-9);
+  EXPECT_NEAR(ep4->compute_s - ep1->compute_s, 6 * 4 * all_to_all(4), 1e-9);
+  // fully_shard: each rank stores a quarter of the experts whatever ep is
+  // (ep 2: half of them over 2 ranks), but gathers and reduce-scatters them
+  // over the ranks holding the same ones: 4 at ep 1, 2 at ep 2 (a
+  // collective more per unit: 7 reduce-scatters, 6 gathers), none at ep 4.
+  const double experts = 8.0 * 3 * 256 * 256 * 6 / 4;  // elements stored
+  const double bytes = experts * 4;
+  const double over4 = 3.0 / 4 * 4 * bytes / 1e9;
+  const double over2 = 1.0 / 2 * 2 * bytes / 1e9;
+  EXPECT_NEAR(
+      ep2->dp_sync_s - ep1->dp_sync_s, 13 * 1000.0 + 2 * (over2 - over4), 1e-6);
+  EXPECT_NEAR(ep4->dp_sync_s - ep1->dp_sync_s, -2 * over4, 1e-6);
+  // The overlay runs it; the table and the JSON name the degree.
+  EXPECT_NE(
+      plan_overlay_yaml(*ep2, "ep").find("  expert_parallel_degree: 2\n"),
+      std::string::npos);
+  EXPECT_NE(
+      format_plan_table(result, hand_costs(), 3).find("dp_shard cp tp ep |"),
+      std::string::npos);
+  // A dense model searches no ep.
+  const PlanResult dense = plan_layouts(debug_config(), 4, hand_costs());
+  EXPECT_EQ(
+      find_if(
+          dense, [](const PlanCandidate& c) { return !c.borrowed.empty(); }),
+      nullptr);
+}
+
 TEST(Plan, ReshardingAPipelineStageGathersItsBlocksPerMicrobatch) {
   const PlanResult result = plan_layouts(debug_config(), 4, hand_costs());
   const auto staged = [&](const std::string& reshard) {
