@@ -11,11 +11,13 @@
 //   times (dispatch and combine, forward and backward; a rank sends back as
 //   many rows as it receives, and the two ranks' sums are equal), plus the
 //   counts' exchange, (n - 1) E / n x 8 bytes per exchange.
-// - BM_ExpertProducts/grouped and /dense: one MoE layer's forward and
-//   backward on 2048 tokens (router, the sorted rows, one product per
-//   expert) against a dense SwiGLU whose hidden size is top_k x the experts'
-//   (the same multiply-adds per token), one thread: what the per-expert loop
-//   costs over one product of the same FLOPs.
+// - BM_ExpertProducts/loop, /grouped_mm and /dense (and their _bf16): one
+//   MoE layer's forward and backward on 2048 tokens (router, the sorted
+//   rows, the experts' products as one product per expert or ATen's
+//   grouped matmul) against a dense SwiGLU whose hidden size is top_k x the
+//   experts' (the same multiply-adds per token), one thread, float32 and
+//   bfloat16: what moe.expert_products' auto chooses on the CPU, and what
+//   the experts cost over one product of the same FLOPs.
 
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
@@ -185,18 +187,27 @@ BENCHMARK(BM_MoeStep)
 
 constexpr int64_t kTokens = 2048;
 
-void BM_ExpertProducts(benchmark::State& state, bool grouped) {
+/// What BM_ExpertProducts runs: the MoE layer with its experts' products
+/// as a loop or ATen's grouped matmul, or the dense SwiGLU of the same
+/// multiply-adds.
+enum class Layer { kLoop, kGrouped, kDense };
+
+void BM_ExpertProducts(
+    benchmark::State& state, Layer kind, at::ScalarType dtype) {
   at::set_num_threads(1);
   const auto args = debug_moe();
   at::manual_seed(0);
   std::shared_ptr<torch::nn::Module> layer;
   std::function<at::Tensor(const at::Tensor&)> forward;
-  if (grouped) {
+  if (kind != Layer::kDense) {
     auto moe = std::make_shared<baton::models::MoEImpl>(args);
+    moe->products = kind == Layer::kLoop ? baton::models::ExpertProducts::kLoop
+                                         : baton::models::ExpertProducts::kAuto;
     for (auto& p : moe->parameters()) {
       torch::NoGradGuard no_grad;
       p.normal_(0.0, 0.02);
     }
+    moe->to(dtype);
     forward = [moe](const at::Tensor& x) { return moe->forward(x); };
     layer = moe;
   } else {
@@ -208,10 +219,12 @@ void BM_ExpertProducts(benchmark::State& state, bool grouped) {
       torch::NoGradGuard no_grad;
       p.normal_(0.0, 0.02);
     }
+    ffn->to(dtype);
     forward = [ffn](const at::Tensor& x) { return ffn->forward(x); };
     layer = ffn;
   }
-  const at::Tensor x = at::randn({1, kTokens, args.dim}).requires_grad_();
+  const at::Tensor x =
+      at::randn({1, kTokens, args.dim}).to(dtype).requires_grad_();
   const auto pass = [&] {
     forward(x).sum().backward();
     layer->zero_grad();
@@ -230,11 +243,28 @@ void BM_ExpertProducts(benchmark::State& state, bool grouped) {
       flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-BENCHMARK_CAPTURE(BM_ExpertProducts, grouped, true)
+BENCHMARK_CAPTURE(BM_ExpertProducts, loop, Layer::kLoop, at::kFloat)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();
-BENCHMARK_CAPTURE(BM_ExpertProducts, dense, false)
+BENCHMARK_CAPTURE(BM_ExpertProducts, grouped_mm, Layer::kGrouped, at::kFloat)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_ExpertProducts, dense, Layer::kDense, at::kFloat)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_ExpertProducts, loop_bf16, Layer::kLoop, at::kBFloat16)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(
+    BM_ExpertProducts, grouped_mm_bf16, Layer::kGrouped, at::kBFloat16)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_ExpertProducts, dense_bf16, Layer::kDense, at::kBFloat16)
     ->Unit(benchmark::kMillisecond)
     ->MinTime(2.0)
     ->UseRealTime();

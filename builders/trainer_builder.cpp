@@ -111,6 +111,8 @@ std::unique_ptr<Trainer> TrainerBuilder::build() {
   c.moe = args.moe.enabled();
   for (models::MoEImpl* moe : moe_layers(c.model_parts)) {
     moe->aux_loss_coeff = config_.moe.aux_loss_coeff;
+    moe->capacity_factor = config_.moe.capacity_factor;
+    moe->products = models::parse_expert_products(config_.moe.expert_products);
   }
   parallelize(c.model_parts, build_appliers());
 

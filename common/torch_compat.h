@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/optim/optimizer.h>
 
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 
@@ -52,6 +53,33 @@ inline void refill_storage(const at::Tensor& t, size_t bytes) {
   c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
   storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
   storage->set_nbytes(bytes);
+}
+
+/// ATen's grouped matmul (at::_grouped_mm, private but the one PyTorch's
+/// MoE layers use; both supported versions have it, with a CPU kernel and
+/// CUDA's CUTLASS one on sm90 and later in bfloat16, a loop of products
+/// elsewhere): rows (M, K) in groups ending at `offs` (int32, cumulative,
+/// one per group), each times its group's (K, N) of `weights` (G, K, N):
+/// (M, N), with its autograd. Every tensor's strides and data pointer must
+/// be multiples of 16 bytes (grouped_mm_aligned).
+inline at::Tensor grouped_mm(
+    const at::Tensor& rows, const at::Tensor& weights, const at::Tensor& offs) {
+  return at::_grouped_mm(rows, weights, offs);
+}
+
+/// Whether grouped_mm takes `t`: its data pointer and every stride but a
+/// unit one multiples of 16 bytes.
+inline bool grouped_mm_aligned(const at::Tensor& t) {
+  const int64_t size = static_cast<int64_t>(t.element_size());
+  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) {
+    return false;
+  }
+  for (const int64_t stride : t.strides()) {
+    if (stride != 1 && (stride * size) % 16 != 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace baton::compat

@@ -566,6 +566,16 @@ struct MoeConfig {
   /// a routing bias (flavors that have one) moves by this much towards the
   /// step's under-loaded experts (torchtitan's load_balance_coeff); 0: off.
   double bias_update_rate = 1e-3;
+  /// Each expert takes at most ceil(capacity_factor x N x top_k / E) of
+  /// the rows a forward routes on a rank (N its tokens there), those with
+  /// the highest scores; the rest are dropped (the token keeps its other
+  /// experts and the residual). 0: no capacity, nothing dropped.
+  double capacity_factor = 0.0;
+  /// How a rank multiplies its experts' rows: auto (ATen's grouped matmul
+  /// wherever it takes the tensors: CUDA's CUTLASS kernel, and on the CPU
+  /// faster than the loop in float32 and bfloat16 alike; else the loop) or
+  /// loop (one product per expert).
+  std::string expert_products = "auto";
 
   template <class V>
   void visit(V&& v) {
@@ -579,6 +589,18 @@ struct MoeConfig {
       FieldSpec("step of the routing bias towards balance before each "
                 "optimizer step, for flavors with a routing bias (0: off)")
           .at_least(0));
+    v("capacity_factor",
+      capacity_factor,
+      FieldSpec("each expert takes at most capacity_factor x tokens x top_k "
+                "/ experts of a forward's rows on a rank, the best-scored; "
+                "the rest are dropped (0: no capacity, none dropped)")
+          .at_least(0));
+    v("expert_products",
+      expert_products,
+      FieldSpec("how the experts' products run: auto (ATen's grouped "
+                "matmul where it takes the tensors, else a product per "
+                "expert) or loop (a product per expert)")
+          .one_of({"auto", "loop"}));
   }
 };
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "common/torch_compat.h"
 #include "models/common/fused_ops.h"
 #include "models/common/transformer.h"
 #include "models/forward_state.h"
@@ -162,14 +163,60 @@ bool is_routed_expert(const std::string& fqn) {
   return false;
 }
 
+at::Tensor capacity_keep(
+    const Routing& routing, int64_t num_experts, double factor) {
+  const int64_t n = routing.experts.size(0);
+  const int64_t k = routing.experts.size(1);
+  const auto flags = routing.experts.options().dtype(at::kBool);
+  if (factor <= 0.0) {
+    return at::ones({n, k}, flags);
+  }
+  const auto capacity = static_cast<int64_t>(std::ceil(
+      factor * static_cast<double>(n * k) / static_cast<double>(num_experts)));
+  const at::Tensor expert = routing.experts.flatten();
+  const at::Tensor score =
+      routing.scores.detach().gather(1, routing.experts).flatten();
+  // The pairs grouped by expert, each expert's best-scored first (stable
+  // sorts: ties to the earlier pair).
+  const at::Tensor by_score = std::get<1>(at::sort(
+      score, std::optional<bool>(true), /*dim=*/0, /*descending=*/true));
+  const at::Tensor by_expert = std::get<1>(at::sort(
+      expert.index_select(0, by_score), std::optional<bool>(true), 0, false));
+  const at::Tensor order = by_score.index_select(0, by_expert);
+  // Each pair's place among its expert's: its place in `order` less where
+  // its expert's pairs start.
+  const at::Tensor counts = at::bincount(expert, {}, num_experts);
+  const at::Tensor starts = counts.cumsum(0) - counts;
+  const at::Tensor place =
+      at::arange(n * k, expert.options()) -
+      starts.index_select(0, expert.index_select(0, order));
+  return at::zeros({n * k}, flags)
+      .index_put_({order}, place < capacity)
+      .view({n, k});
+}
+
 at::Tensor MoEImpl::experts_forward(
     const at::Tensor& x, const Routing& routing) {
   const int64_t n = x.size(0);
   const int64_t k = args_.top_k;
-  const at::Tensor flat = routing.experts.flatten();  // (n k)
-  // Token-expert pairs sorted by expert (stable: a token's order kept).
-  const at::Tensor order =
+  at::Tensor flat = routing.experts.flatten();  // (n k)
+  // The pairs each expert takes (all without a capacity), sorted by expert
+  // (stable: a token's order kept); `order` indexes the (n k) pairs.
+  at::Tensor pairs;
+  last_dropped_ = 0;
+  if (capacity_factor > 0.0) {
+    pairs = capacity_keep(routing, args_.num_experts, capacity_factor)
+                .flatten()
+                .nonzero()
+                .squeeze(1);
+    last_dropped_ = n * k - pairs.size(0);
+    flat = flat.index_select(0, pairs);
+  }
+  at::Tensor order =
       std::get<1>(at::sort(flat, std::optional<bool>(true), /*dim=*/0));
+  if (pairs.defined()) {
+    order = pairs.index_select(0, order);
+  }
   const at::Tensor token = order.div(k, "floor");
   const at::Tensor counts =
       at::bincount(flat, /*weights=*/{}, args_.num_experts).cpu();
@@ -193,33 +240,31 @@ at::Tensor MoEImpl::experts_forward(
       .index_add(0, token, ys * gates.unsqueeze(1));
 }
 
-at::Tensor MoEImpl::local_experts(
-    const at::Tensor& xs, const std::vector<int64_t>& count) const {
-  const auto experts = static_cast<int64_t>(count.size());
-  TORCH_CHECK(
-      experts == w1.size(0),
-      "[MoE] rows for ",
-      experts,
-      " experts; this module holds ",
-      w1.size(0));
+namespace {
+
+/// One product per expert that has rows: exactly the routed rows' FLOPs (a
+/// batched product would pad every expert to the most loaded one's rows).
+at::Tensor experts_loop(
+    const at::Tensor& xs,
+    const std::vector<int64_t>& count,
+    const at::Tensor& w1,
+    const at::Tensor& w3,
+    const at::Tensor& w2) {
   // Unbound once: a select per expert would give each its own gradient of
   // the whole tensor to add up (E^2 work); unbind's backward stacks them.
-  const std::vector<at::Tensor> a = compute_param(w1).unbind(0);
-  const std::vector<at::Tensor> b = compute_param(w3).unbind(0);
-  const std::vector<at::Tensor> c = compute_param(w2).unbind(0);
+  const std::vector<at::Tensor> a = w1.unbind(0);
+  const std::vector<at::Tensor> b = w3.unbind(0);
+  const std::vector<at::Tensor> c = w2.unbind(0);
   std::vector<at::Tensor> outs;
   // Split once (its backward concatenates): a narrow per expert would give
   // each a gradient the size of all the rows to add up.
   const std::vector<at::Tensor> rows_of = xs.split_with_sizes(count);
-  // One product per expert that has tokens: the grouped matmul's CPU
-  // form, exactly the routed rows' FLOPs (a batched product would pad every
-  // expert to the most loaded one's rows; the bench is to compare them).
-  // The rows are padded to a multiple of kRowBucket: oneDNN compiles a
-  // kernel per shape, and a new row count every step and expert made it
-  // compile all the time (half the debug model's step, and 1.4 GB of
-  // kernels; padded, the step ran 1.5x faster).
+  // The rows are padded to a multiple of kRowBucket on the CPU: oneDNN
+  // compiles a kernel per shape, and a new row count every step and expert
+  // made it compile all the time (half the debug model's step, and 1.4 GB
+  // of kernels; padded, the step ran 1.5x faster).
   constexpr int64_t kRowBucket = 64;
-  for (int64_t e = 0; e < experts; ++e) {
+  for (size_t e = 0; e < count.size(); ++e) {
     if (count[e] == 0) {
       continue;
     }
@@ -233,15 +278,128 @@ at::Tensor MoEImpl::local_experts(
     outs.push_back(at::mm(hidden, c[e].t()).narrow(0, 0, count[e]));
   }
   if (outs.empty()) {
+    return at::Tensor();
+  }
+  return at::cat(outs, 0);
+}
+
+/// All experts' products at once, ATen's grouped matmul: each expert's
+/// rows (consecutive, `count` each) times its weights, the weights read
+/// transposed in place. Each expert's group starts at a multiple of
+/// `align` rows: the weights' gradient reads the rows transposed, its
+/// groups along the inner dimension, and CUDA's kernel wants each group's
+/// start 16-byte aligned there (torchtitan pads its groups likewise); the
+/// rows are then scattered into zero-padded groups and gathered back.
+at::Tensor experts_grouped(
+    const at::Tensor& xs,
+    const std::vector<int64_t>& count,
+    const at::Tensor& w1,
+    const at::Tensor& w3,
+    const at::Tensor& w2,
+    int64_t align) {
+  std::vector<int32_t> ends(count.size());
+  std::vector<int64_t> place;  // each row's row in the padded groups
+  const bool pad = align > 1;
+  int64_t end = 0;
+  for (size_t e = 0; e < count.size(); ++e) {
+    if (pad) {
+      for (int64_t r = 0; r < count[e]; ++r) {
+        place.push_back(end + r);
+      }
+      end += (count[e] + align - 1) / align * align;
+    } else {
+      end += count[e];
+    }
+    ends[e] = static_cast<int32_t>(end);
+  }
+  const auto on_device = [&xs](const at::Tensor& t) {
+    return t.to(xs.device());
+  };
+  const at::Tensor offs =
+      on_device(at::tensor(ends, at::TensorOptions().dtype(at::kInt)));
+  at::Tensor rows = xs;
+  at::Tensor index;
+  if (pad) {
+    index = on_device(at::tensor(place, at::TensorOptions().dtype(at::kLong)));
+    rows = at::zeros({end, xs.size(1)}, xs.options()).index_copy(0, index, xs);
+  }
+  const at::Tensor hidden = swiglu(
+      compat::grouped_mm(rows, w1.transpose(1, 2), offs),
+      compat::grouped_mm(rows, w3.transpose(1, 2), offs));
+  const at::Tensor out = compat::grouped_mm(hidden, w2.transpose(1, 2), offs);
+  return pad ? out.index_select(0, index) : out;
+}
+
+}  // namespace
+
+ExpertProducts parse_expert_products(const std::string& name) {
+  if (name == "auto") {
+    return ExpertProducts::kAuto;
+  }
+  if (name == "loop") {
+    return ExpertProducts::kLoop;
+  }
+  throw std::invalid_argument(
+      "[MoE] expert_products '" + name + "'; allowed: auto, loop");
+}
+
+bool grouped_mm_takes(const at::Tensor& xs, const at::Tensor& weight) {
+  const auto dtype = xs.scalar_type();
+  if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) {
+    return false;
+  }
+  // The activations' rows and the weights' transposed (dim, hidden) and
+  // (hidden, dim) views: every stride but the unit one 16-byte aligned.
+  const int64_t size = static_cast<int64_t>(xs.element_size());
+  const bool widths =
+      (weight.size(1) * size) % 16 == 0 && (weight.size(2) * size) % 16 == 0;
+  return widths && weight.scalar_type() == dtype &&
+         compat::grouped_mm_aligned(xs) && compat::grouped_mm_aligned(weight);
+}
+
+at::Tensor expert_products(
+    const at::Tensor& xs,
+    const std::vector<int64_t>& count,
+    const at::Tensor& w1,
+    const at::Tensor& w3,
+    const at::Tensor& w2,
+    ExpertProducts how,
+    int64_t align_rows) {
+  const bool grouped = how == ExpertProducts::kAuto && xs.size(0) > 0 &&
+                       grouped_mm_takes(xs, w1) && grouped_mm_takes(xs, w3) &&
+                       grouped_mm_takes(xs, w2);
+  if (!grouped) {
+    return experts_loop(xs, count, w1, w3, w2);
+  }
+  // 16 bytes of rows on CUDA; the CPU kernel takes groups anywhere.
+  const int64_t align = align_rows > 0 ? align_rows
+                        : xs.is_cuda()
+                            ? 16 / static_cast<int64_t>(xs.element_size())
+                            : 1;
+  return experts_grouped(xs, count, w1, w3, w2, align);
+}
+
+at::Tensor MoEImpl::local_experts(
+    const at::Tensor& xs, const std::vector<int64_t>& count) const {
+  const auto experts = static_cast<int64_t>(count.size());
+  TORCH_CHECK(
+      experts == w1.size(0),
+      "[MoE] rows for ",
+      experts,
+      " experts; this module holds ",
+      w1.size(0));
+  const at::Tensor a = compute_param(w1);
+  const at::Tensor b = compute_param(w3);
+  const at::Tensor c = compute_param(w2);
+  const at::Tensor out = expert_products(xs, count, a, b, c, products);
+  if (!out.defined()) {
     // No rows (expert parallel: none came to this rank's experts): still
     // a function of them and of the weights, so that the backward runs the
     // dispatch's all-to-all and the weights' gradient hooks (tensor
     // parallel's sums) as every other rank's does.
-    return xs.mul(0.0) + (compute_param(w1).sum() + compute_param(w2).sum() +
-                          compute_param(w3).sum()) *
-                             0.0;
+    return xs.mul(0.0) + (a.sum() + b.sum() + c.sum()) * 0.0;
   }
-  return at::cat(outs, 0);
+  return out;
 }
 
 at::Tensor MoEImpl::forward(const at::Tensor& input) {
@@ -282,6 +440,7 @@ at::Tensor MoEImpl::forward(const at::Tensor& input) {
                                 ? at::minimum(stats_.pending_margin, m)
                                 : m;
     stats_.tokens += x.size(0);
+    stats_.dropped += last_dropped_;
   }
   if (aux_wanted && aux.requires_grad()) {
     // The objective's term: coeff x the layer's loss, weighted by this

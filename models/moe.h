@@ -102,6 +102,49 @@ class ExpertDispatcher {
       const LocalExperts& experts) = 0;
 };
 
+/// How a rank multiplies its experts' rows (moe.expert_products).
+enum class ExpertProducts {
+  /// ATen's grouped matmul (compat::grouped_mm; CUDA: sm80 and later, its
+  /// CUTLASS kernel from sm90 in bfloat16) wherever it takes the tensors
+  /// (grouped_mm_takes): on the CPU it ran 1.1x the loop's tokens/s in
+  /// float32 and bfloat16 alike (docs/PERFORMANCE.md, BM_ExpertProducts).
+  /// Elsewhere (float64, unaligned widths), the loop.
+  kAuto,
+  /// One product per expert with rows (on the CPU, rows padded to 64).
+  kLoop,
+};
+
+/// Parses moe.expert_products ("auto", "loop"); throws
+/// std::invalid_argument for another.
+ExpertProducts parse_expert_products(const std::string& name);
+
+/// Whether the grouped matmul takes rows `xs` (M, K) and an expert weight
+/// tensor (E, N, K) or (E, K, N) read transposed: float32, bfloat16 or
+/// float16 alike, 16-byte aligned widths, data and strides.
+bool grouped_mm_takes(const at::Tensor& xs, const at::Tensor& weight);
+
+/// The experts' SwiGLU on rows `xs` (M, dim) sorted by expert, `count`
+/// each (one per expert of w1): w2 (swiglu(xs w1_e^T, xs w3_e^T)) w2_e^T
+/// per expert e, w1 and w3 (E, hidden, dim), w2 (E, dim, hidden), as `how`
+/// says. The grouped matmul starts each expert's group at a multiple of
+/// `align_rows` rows (0: the device's, 16 bytes of rows on CUDA, none on
+/// the CPU). Undefined when no expert has rows.
+at::Tensor expert_products(
+    const at::Tensor& xs,
+    const std::vector<int64_t>& count,
+    const at::Tensor& w1,
+    const at::Tensor& w3,
+    const at::Tensor& w2,
+    ExpertProducts how,
+    int64_t align_rows = 0);
+
+/// Which of `routing`'s token-expert pairs (N, k) each expert takes under
+/// a capacity of ceil(factor x N x k / E) pairs (bool (N, k)): those with
+/// the highest scores of that expert (ties to the earlier token); all
+/// where factor is 0.
+at::Tensor capacity_keep(
+    const Routing& routing, int64_t num_experts, double factor);
+
 /// The MoE feed-forward. Names (torchtitan's): router.gate.weight (E, dim),
 /// experts.w1 / experts.w3 (E, hidden, dim), experts.w2 (E, dim, hidden)
 /// (under expert parallel, this rank's experts of those: the dispatcher's),
@@ -135,6 +178,11 @@ class MoEImpl : public torch::nn::Module {
   /// by its share of the step's tokens (ForwardState::loss_scale). 0: the
   /// loss is still measured, for the metrics, but adds nothing.
   double aux_loss_coeff = 0.0;
+  /// How this rank multiplies its experts' rows (moe.expert_products; the
+  /// builder sets it).
+  ExpertProducts products = ExpertProducts::kAuto;
+  /// moe.capacity_factor (the builder sets it): 0, nothing dropped.
+  double capacity_factor = 0.0;
   /// Where the routed rows go (expert parallel's all-to-all); null: every
   /// expert is in w1, w2, w3.
   std::shared_ptr<ExpertDispatcher> dispatcher;
@@ -155,6 +203,8 @@ class MoEImpl : public torch::nn::Module {
 
   MoeArgs args_;
   MoeStats stats_;
+  /// The pairs the last experts_forward dropped past the capacity.
+  int64_t last_dropped_ = 0;
 };
 TORCH_MODULE(MoE);
 

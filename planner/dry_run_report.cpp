@@ -72,6 +72,7 @@ std::string format_json(const DryRunReport& report) {
            {"holds", s.holds},
            {"parameters", s.parameters},
            {"root_parameters", s.root_parameters},
+           {"expert_parameters", s.expert_parameters},
            {"activation_bytes", s.activation_bytes},
            {"recompute_bytes", s.recompute_bytes}});
     }

@@ -278,9 +278,19 @@ void add_candidates(
   // fully_shard's default is one of always (unpipelined) and never
   // (pipelined): both are searched, by name, where it is on (dp_shard x cp
   // above 1); each with every choice of the borrowed degrees.
+  // The choices depend on the candidate's data-parallel degrees alone
+  // within a layout: each asked of the checks once.
+  std::map<std::pair<int64_t, int64_t>,
+           std::vector<std::map<std::string, int64_t>>>
+      choices;
   const auto push = [&](PlanCandidate c) {
-    for (auto& borrowed : borrow_choices(base, args, c)) {
-      c.borrowed = std::move(borrowed);
+    const std::pair<int64_t, int64_t> dp{c.dp_replicate, c.dp_shard};
+    auto it = choices.find(dp);
+    if (it == choices.end()) {
+      it = choices.emplace(dp, borrow_choices(base, args, c)).first;
+    }
+    for (const auto& borrowed : it->second) {
+      c.borrowed = borrowed;
       if (c.shard_ranks() == 1) {
         out.push_back(c);
         continue;

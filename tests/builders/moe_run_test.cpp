@@ -154,6 +154,51 @@ TEST(MoeRun, TheDeepSeekStyleFamilyTrainsWithExpertParallel) {
   EXPECT_EQ(r.output.find("step 1/1"), std::string::npos) << r.output;
 }
 
+TEST(MoeRun, ACapacityDropsPairsAndTheLoopTrainsAsTheGroupedMatmul) {
+  // One product per expert against the grouped matmul (auto): the same
+  // sums in another order.
+  const MoeRunResult grouped =
+      train("moe_run_grouped", "--training.local_batch_size=4");
+  const MoeRunResult loop = train(
+      "moe_run_loop",
+      "--training.local_batch_size=4 --moe.expert_products=loop");
+  expect_follows(loop.losses, grouped.losses, 1e-5);
+  // Capacity factor 1 at ep 2: each expert takes at most 4 x 64 x 2 / 8 =
+  // 64 of a rank's pairs per forward; the router's imbalance drops some
+  // every step, counted over both ranks, and the model still learns.
+  const auto dump = fresh_dir("moe_run_capacity");
+  const auto r = run_command(
+      baton_bin() + " train --config " + source_path("configs/debug_moe.yaml") +
+      " --job.dump_folder=" + dump.string() + kRun +
+      " --nproc 2 --training.local_batch_size=4"
+      " --parallelism.expert_parallel_degree=2 --moe.capacity_factor=1.0");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto metrics = read_metrics(dump);
+  ASSERT_EQ(metrics.size(), 6u);
+  for (const auto& m : metrics) {
+    EXPECT_GT(m["moe_dropped_tokens"].get<double>(), 0.0) << m.dump();
+    // Fewer than the pairs past balance can be: 6 layers x 512 tokens x 2.
+    EXPECT_LT(m["moe_dropped_tokens"].get<double>(), 6 * 512 * 2);
+  }
+  EXPECT_LT(
+      metrics.back()["loss"].get<double>(),
+      metrics.front()["loss"].get<double>() - 1.0);
+  // Bad values exit 2 naming the key.
+  for (const std::string& bad :
+       {std::string("--moe.capacity_factor=-1"),
+        std::string("--moe.expert_products=bmm")}) {
+    const auto refused = run_command(
+        baton_bin() + " train --config " +
+        source_path("configs/debug_moe.yaml") + " " + bad +
+        " --training.steps=1");
+    EXPECT_EQ(refused.code, 2) << bad << "\n" << refused.output;
+    EXPECT_NE(
+        refused.output.find(bad.substr(2, bad.find('=') - 2)),
+        std::string::npos)
+        << refused.output;
+  }
+}
+
 TEST(MoeRun, ExpertParallelRefusesWhatCannotSplitNamingTheKey) {
   const std::string moe = source_path("configs/debug_moe.yaml");
   const std::string dense = source_path("configs/debug_model.yaml");

@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "models/common/transformer.h"
@@ -97,9 +99,13 @@ double routing_margin(const MoEImpl& moe, const at::Tensor& x) {
 /// The layer's output written out token by token: each token's experts by
 /// a full sort of its scores, the experts' SwiGLUs summed with their
 /// weights, the shared expert added.
-at::Tensor reference(const MoEImpl& moe, const at::Tensor& x) {
+at::Tensor reference(
+    const MoEImpl& moe, const at::Tensor& x, double capacity_factor = 0.0) {
   const MoeArgs& a = moe.args();
   const int64_t n = x.size(0);
+  // Each token's (expert, weight) pairs, then those past an expert's
+  // capacity dropped.
+  std::vector<std::vector<std::pair<int64_t, at::Tensor>>> pairs(n);
   const at::Tensor logits = at::matmul(x, moe.gate->weight.t());
   const at::Tensor scores =
       a.score_func == "sigmoid" ? logits.sigmoid() : logits.softmax(-1);
@@ -140,12 +146,40 @@ at::Tensor reference(const MoEImpl& moe, const at::Tensor& x) {
       weights = weights / weights.sum();
     }
     weights = weights * a.route_scale;
-    at::Tensor out = at::zeros({x.size(1)}, x.options());
     for (int64_t i = 0; i < a.top_k; ++i) {
-      const int64_t e = choice[i].second;
+      pairs[t].push_back({choice[i].second, weights[i]});
+    }
+  }
+  if (capacity_factor > 0.0) {
+    // Per expert, its pairs by descending score, the earlier pair first
+    // among equals; those past ceil(factor n k / E) dropped.
+    const auto capacity = static_cast<size_t>(
+        std::ceil(capacity_factor * n * a.top_k / a.num_experts));
+    for (int64_t e = 0; e < a.num_experts; ++e) {
+      std::vector<std::tuple<double, int64_t, int64_t>> mine;
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t i = 0; i < a.top_k; ++i) {
+          if (pairs[t][i].first == e) {
+            mine.push_back({-scores[t][e].item<double>(), t * a.top_k + i, t});
+          }
+        }
+      }
+      std::sort(mine.begin(), mine.end());
+      for (size_t j = capacity; j < mine.size(); ++j) {
+        const int64_t pair = std::get<1>(mine[j]);
+        pairs[pair / a.top_k][pair % a.top_k].first = -1;  // dropped
+      }
+    }
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    at::Tensor out = at::zeros({x.size(1)}, x.options());
+    for (const auto& [e, weight] : pairs[t]) {
+      if (e < 0) {
+        continue;
+      }
       const at::Tensor h =
           at::silu(at::matmul(moe.w1[e], x[t])) * at::matmul(moe.w3[e], x[t]);
-      out = out + weights[i] * at::matmul(moe.w2[e], h);
+      out = out + weight * at::matmul(moe.w2[e], h);
     }
     rows.push_back(out);
   }
@@ -200,6 +234,110 @@ TEST(Moe, SoftmaxTopKEqualsTheTokenByTokenReference) {
 TEST(Moe, DeepSeekRoutingEqualsTheTokenByTokenReference) {
   // Sigmoid, group-limited, biased, scaled, with a shared expert.
   expect_matches_reference(deepseek_args(), 3);
+}
+
+TEST(Moe, ACapacityDropsEachExpertsWorstScoredPairsAsTheReference) {
+  // A router skewed towards experts 0 and 1: at capacity factor 1 each
+  // expert takes at most 24 x 2 / 8 = 6 pairs.
+  const ModelArgs args = moe_args("softmax");
+  MoE moe(args);
+  randomise(*moe, 3);
+  {
+    torch::NoGradGuard no_grad;
+    moe->gate->weight.narrow(0, 0, 2).add_(0.4);
+  }
+  moe->capacity_factor = 1.0;
+  torch::manual_seed(4);
+  const at::Tensor x = torch::randn({24, args.dim}, torch::kFloat64).abs();
+  const at::Tensor g = torch::randn({24, args.dim}, torch::kFloat64);
+  const Routing routing =
+      route(at::matmul(x, moe->gate->weight.t()), moe->args(), at::Tensor());
+  const at::Tensor load = at::bincount(routing.experts.flatten(), {}, 8);
+  int64_t over = 0;
+  for (int64_t e = 0; e < 8; ++e) {
+    over += std::max<int64_t>(0, load[e].item<int64_t>() - 6);
+  }
+  ASSERT_GT(over, 4) << "the skew should overload some experts";
+  const at::Tensor keep = capacity_keep(routing, 8, 1.0);
+  EXPECT_EQ(keep.logical_not().sum().item<int64_t>(), over);
+
+  const at::Tensor xa = x.clone().requires_grad_(true);
+  (moe->forward(xa.unsqueeze(0)).squeeze(0) * g).sum().backward();
+  EXPECT_EQ(moe->take_stats().dropped, over);
+  std::vector<at::Tensor> grads;
+  for (auto& p : moe->parameters()) {
+    grads.push_back(p.grad().clone());
+    p.mutable_grad() = at::Tensor();
+  }
+  const at::Tensor xb = x.clone().requires_grad_(true);
+  const at::Tensor want = reference(*moe, xb, 1.0);
+  (want * g).sum().backward();
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(torch::allclose(
+      moe->forward(x.unsqueeze(0)).squeeze(0), want, 1e-10, 1e-12));
+  EXPECT_FALSE(torch::allclose(
+      reference(*moe, x), want, 1e-3, 1e-3));  // the drops change it
+  EXPECT_TRUE(torch::allclose(xa.grad(), xb.grad(), 1e-10, 1e-12));
+  size_t i = 0;
+  for (auto& p : moe->parameters()) {
+    EXPECT_TRUE(torch::allclose(grads[i], p.grad(), 1e-10, 1e-12)) << i;
+    ++i;
+  }
+  // A factor large enough drops nothing.
+  EXPECT_TRUE(capacity_keep(routing, 8, 8.0).all().item<bool>());
+}
+
+TEST(Moe, GroupedProductsEqualTheLoopWhereTheyTakeTheTensors) {
+  // 8 experts of hidden 12 over rows of 16, float32 (48- and 64-byte
+  // rows): rows for some experts, none for others.
+  torch::manual_seed(5);
+  const at::Tensor w1 = torch::randn({8, 12, 16}) * 0.3;
+  const at::Tensor w3 = torch::randn({8, 12, 16}) * 0.3;
+  const at::Tensor w2 = torch::randn({8, 16, 12}) * 0.3;
+  const std::vector<int64_t> count{5, 0, 17, 3, 0, 0, 9, 1};
+  const at::Tensor xs = torch::randn({35, 16});
+  ASSERT_TRUE(grouped_mm_takes(xs, w1));
+  ASSERT_TRUE(grouped_mm_takes(xs, w2));
+  const at::Tensor g = torch::randn({35, 16});
+  const auto run = [&](ExpertProducts how, int64_t align = 0) {
+    std::vector<at::Tensor> leaves{xs, w1, w3, w2};
+    for (auto& t : leaves) {
+      t = t.clone().requires_grad_(true);
+    }
+    const at::Tensor out = expert_products(
+        leaves[0], count, leaves[1], leaves[2], leaves[3], how, align);
+    (out * g).sum().backward();
+    std::vector<at::Tensor> got{out.detach()};
+    for (const auto& t : leaves) {
+      got.push_back(t.grad());
+    }
+    return got;
+  };
+  const auto loop = run(ExpertProducts::kLoop);
+  const auto grouped = run(ExpertProducts::kAuto);
+  // With each expert's group padded to 8 rows, as on CUDA in bfloat16.
+  const auto padded = run(ExpertProducts::kAuto, 8);
+  for (size_t i = 0; i < loop.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(grouped[i], loop[i], 1e-5, 1e-5)) << i;
+    EXPECT_TRUE(torch::allclose(padded[i], loop[i], 1e-5, 1e-5)) << i;
+  }
+  // The experts without rows get no gradient either way.
+  EXPECT_EQ(grouped[2][1].abs().max().item<float>(), 0.0f);
+  // Rows of 6 float32s (24 bytes) or float64s: the grouped matmul does not
+  // take them, and kAuto runs the loop.
+  EXPECT_FALSE(grouped_mm_takes(torch::randn({4, 6}), torch::randn({2, 8, 6})));
+  EXPECT_FALSE(
+      grouped_mm_takes(xs.to(torch::kFloat64), w1.to(torch::kFloat64)));
+  const std::vector<int64_t> two{1, 3};
+  const at::Tensor narrow = torch::randn({4, 6});
+  const at::Tensor v1 = torch::randn({2, 8, 6});
+  const at::Tensor v3 = torch::randn({2, 8, 6});
+  const at::Tensor v2 = torch::randn({2, 6, 8});
+  EXPECT_TRUE(torch::equal(
+      expert_products(narrow, two, v1, v3, v2, ExpertProducts::kAuto),
+      expert_products(narrow, two, v1, v3, v2, ExpertProducts::kLoop)));
+  EXPECT_EQ(parse_expert_products("loop"), ExpertProducts::kLoop);
+  EXPECT_THROW(parse_expert_products("grouped_mm"), std::invalid_argument);
 }
 
 TEST(Moe, TheBiasChoosesExpertsButDoesNotWeighThem) {

@@ -58,6 +58,30 @@ TEST(ExpertParallel, Ep2TimesTheRestOfDpShardFollowsOneProcess) {
   expect_follows_one_process(moe_layout(4, 2, /*deepseek=*/true));
 }
 
+TEST(ExpertParallel, HsdpReplicasOfEp2FollowOneProcess) {
+  // 2 replicas of dp_shard 2, ep 2 within each: the experts' gradients
+  // all-reduced over the replicas as the dense weights' are.
+  auto layout = moe_layout(2, 2, /*deepseek=*/true);
+  layout.dp_replicate = 2;
+  layout.rows = 2;
+  expect_follows_one_process(layout);
+}
+
+TEST(ExpertParallel, Ep2InBf16FollowsOneProcessInBf16) {
+  // bf16 compute, float32 master weights and reductions: the all-to-alls
+  // move bf16 rows, and the tolerances are bf16's. The gate's logits are
+  // bf16 products (promoted to float32 for the scores), so two experts'
+  // often tie exactly (margin 0: no margin to assert); each layout
+  // computes a token's logits from the same row and weights, and breaks
+  // the ties alike.
+  auto layout = moe_layout(2, 2, /*deepseek=*/false);
+  layout.bf16 = true;
+  const auto reference = testing::run_layout(layout.one_process(), kSteps);
+  const auto run = testing::run_layout(layout, kSteps);
+  EXPECT_TRUE(testing::same_run(run, reference, 2e-2, 0.0, 2e-2))
+      << layout.str();
+}
+
 TEST(ExpertParallel, Ep2WithFullActivationCheckpointingFollowsOneProcess) {
   auto layout = moe_layout(2, 2, /*deepseek=*/true);
   layout.ac = "full";

@@ -51,6 +51,8 @@ struct RunLayout {
   int64_t pp = 1;
   std::string schedule = "1F1B";
   int64_t stages_per_rank = 1;
+  /// HSDP's replicas of the dp_shard groups.
+  int64_t dp_replicate = 1;
   int64_t dp_shard = 1;
   /// Context parallel: each sequence split over cp ranks (kLayoutRunSeq a
   /// multiple of 2 x cp, x tp).
@@ -85,12 +87,12 @@ struct RunLayout {
   std::function<Batch(int64_t step)> batch;
 
   int64_t world() const {
-    return pp * dp_shard * cp * tp;
+    return pp * dp_replicate * dp_shard * cp * tp;
   }
   /// The one-process run of the same global batches.
   RunLayout one_process() const {
     RunLayout one;
-    one.rows = rows * dp_shard;
+    one.rows = rows * dp_replicate * dp_shard;
     one.bf16 = bf16;
     one.documents = documents;
     one.model = model;
@@ -103,8 +105,10 @@ struct RunLayout {
   }
   std::string str() const {
     return "pp " + std::to_string(pp) +
-           (pp > 1 ? " (" + schedule + ")" : std::string()) + " x dp_shard " +
-           std::to_string(dp_shard) +
+           (pp > 1 ? " (" + schedule + ")" : std::string()) +
+           (dp_replicate > 1 ? " x dp_replicate " + std::to_string(dp_replicate)
+                             : std::string()) +
+           " x dp_shard " + std::to_string(dp_shard) +
            (cp > 1 ? " x cp " + std::to_string(cp) : std::string()) + " x tp " +
            std::to_string(tp) +
            (ep > 1 ? " (ep " + std::to_string(ep) + ")" : std::string()) +
@@ -207,7 +211,7 @@ inline void run_layout_rank(
     std::mutex& mutex) {
   const ModelArgs args = layout.args.value_or(layout_run_args());
   const auto dims = baton::testing::builtin_dims(
-      1,
+      layout.dp_replicate,
       layout.dp_shard,
       layout.tp,
       layout.pp,
@@ -218,6 +222,7 @@ inline void run_layout_rank(
       dims, rank, rt ? rt->shared_from_this() : nullptr);
   JobConfig config;
   config.model.name = layout.model;
+  config.parallelism.data_parallel_replicate_degree = layout.dp_replicate;
   config.parallelism.data_parallel_shard_degree = layout.dp_shard;
   config.set_integer("parallelism.tensor_parallel_degree", layout.tp);
   config.set_integer("parallelism.expert_parallel_degree", layout.ep);
@@ -240,7 +245,8 @@ inline void run_layout_rank(
           with_expert_parallel(
               with_context_parallel(
                   with_tensor_parallel(
-                      data_parallel_chain(1, layout.dp_shard, layout.cp),
+                      data_parallel_chain(
+                          layout.dp_replicate, layout.dp_shard, layout.cp),
                       layout.tp),
                   layout.cp),
               layout.ep),
