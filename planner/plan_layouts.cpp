@@ -280,8 +280,9 @@ void add_candidates(
   // above 1); each with every choice of the borrowed degrees.
   // The choices depend on the candidate's data-parallel degrees alone
   // within a layout: each asked of the checks once.
-  std::map<std::pair<int64_t, int64_t>,
-           std::vector<std::map<std::string, int64_t>>>
+  std::map<
+      std::pair<int64_t, int64_t>,
+      std::vector<std::map<std::string, int64_t>>>
       choices;
   const auto push = [&](PlanCandidate c) {
     const std::pair<int64_t, int64_t> dp{c.dp_replicate, c.dp_shard};
