@@ -405,7 +405,8 @@ double CostModel::dp_sync_s(
     const PlanCandidate& c,
     int64_t stored,
     int64_t units,
-    int64_t experts) const {
+    int64_t experts,
+    int64_t expert_units) const {
   const double n = static_cast<double>(stored);
   const int64_t k = c.split_ranks();
   const int64_t shard = c.shard_ranks();
@@ -424,7 +425,7 @@ double CostModel::dp_sync_s(
                      c.shard_stride() * b,
                      static_cast<double>(own) * (shard / b) * reduce_bytes,
                      1.0,
-                     units);
+                     std::max<int64_t>(expert_units, 1));
   return unit_collectives_s(
              costs.reduce_scatter,
              costs,
@@ -608,12 +609,14 @@ double rank_sync_s(
   };
   int64_t units = 0;
   int64_t experts = 0;
+  int64_t expert_units = 0;  // the blocks of stages with experts
   for (const auto& stage : r.stages) {
     units += stage_blocks(stage.stage) + (stage.root_parameters > 0 ? 1 : 0);
     experts += stage.expert_parameters;
+    expert_units += stage.expert_parameters > 0 ? stage_blocks(stage.stage) : 0;
   }
-  double sync =
-      model.dp_sync_s(c, r.parameters, std::max<int64_t>(units, 1), experts);
+  double sync = model.dp_sync_s(
+      c, r.parameters, std::max<int64_t>(units, 1), experts, expert_units);
   if (c.shard_ranks() > 1) {
     for (const auto& stage : r.stages) {
       const int64_t block_gathers =

@@ -108,12 +108,14 @@ struct CostModel {
   /// per unit. `experts` of the stored elements are routed experts: under
   /// a borrowed axis (ep) their reduce-scatter is over the ranks holding
   /// the same experts (shard_ranks() / borrowed_ranks(), the borrowed
-  /// ranks apart), each unit's its own collective.
+  /// ranks apart), each of the `expert_units` units holding some its own
+  /// collective.
   double dp_sync_s(
       const PlanCandidate& c,
       int64_t stored,
       int64_t units,
-      int64_t experts = 0) const;
+      int64_t experts = 0,
+      int64_t expert_units = 0) const;
 
   /// fully_shard's all-gathers of one stage in a step (size dp_shard,
   /// stride: the ranks sharing a block; the compute dtype): each of its

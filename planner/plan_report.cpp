@@ -306,28 +306,23 @@ std::string plan_result_json(const PlanResult& result, const PlanCosts& costs) {
 }
 
 std::string plan_overlay_yaml(const PlanCandidate& c, const std::string& why) {
-  // The searched axes' degrees, each under its key's section: those in
-  // `parallelism` beside the built-in degrees, the others after.
+  // The searched and borrowed axes' degrees, each under its key's section:
+  // those in `parallelism` beside the built-in degrees, the others after.
   std::string in_parallelism;
   std::map<std::string, std::string> other_sections;
-  for (const Parallelism* p : searched_parallelisms()) {
-    const std::string& key = p->axis->degree_key;
+  const auto degree_line = [&](const std::string& key, int64_t degree) {
     const auto dot = key.find('.');
-    const std::string line = "  " + key.substr(dot + 1) + ": " +
-                             std::to_string(c.split(p->axis->name)) + "\n";
     (key.substr(0, dot) == "parallelism"
          ? in_parallelism
-         : other_sections[key.substr(0, dot)]) += line;
+         : other_sections[key.substr(0, dot)]) +=
+        "  " + key.substr(dot + 1) + ": " + std::to_string(degree) + "\n";
+  };
+  for (const Parallelism* p : searched_parallelisms()) {
+    degree_line(p->axis->degree_key, c.split(p->axis->name));
   }
   for (const Parallelism* p : borrowing_parallelisms()) {
-    const std::string& key = p->derived_axis->degree_key;
-    const auto dot = key.find('.');
-    const std::string line =
-        "  " + key.substr(dot + 1) + ": " +
-        std::to_string(c.borrowed_degree(p->derived_axis->name)) + "\n";
-    (key.substr(0, dot) == "parallelism"
-         ? in_parallelism
-         : other_sections[key.substr(0, dot)]) += line;
+    degree_line(
+        p->derived_axis->degree_key, c.borrowed_degree(p->derived_axis->name));
   }
   std::ostringstream out;
   out << "# baton plan: " << why << "\n"
