@@ -328,7 +328,7 @@ Parallelism tensor_parallel_parallelism() {
   // forward all-gathers its input twice (before attention and before the
   // feed-forward) and reduce-scatters twice (after wo and after w2), and
   // its backward does the same.
-  p.plan = PlanSearch{8, 2, 2};
+  p.plan = PlanSearch{8, 2, 2, {}};
   return p;
 }
 

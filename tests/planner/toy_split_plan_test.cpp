@@ -55,7 +55,7 @@ void register_toy_split() {
     p.sequence_shards = [](const ParallelDims& dims) {
       return dims.degree(kSplit);
     };
-    p.plan = PlanSearch{4, 1, 1};
+    p.plan = PlanSearch{4, 1, 1, {}};
     register_parallelism(std::move(p));
   });
 }
