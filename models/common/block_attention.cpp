@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "models/recompute.h"
@@ -185,10 +186,18 @@ void merge(
   lse.copy_(m + at::log(total));
 }
 
-/// How a block runs: in tiles, or whole in ATen's CPU flash-attention
-/// kernel (with its log-sum-exp), causal (rows and keys the same run of
-/// positions: a diagonal block) or full (every key at or before every row).
-enum class BlockKind { kTiles, kCausal, kFull };
+/// The fused kernel that takes a whole block, where one does: ATen's
+/// flash-attention kernel on the CPU, the memory-efficient (CUTLASS) kernel
+/// of SDPA on CUDA, both with their log-sum-exp.
+enum class BlockKernel { kTiles, kCpuFlash, kCudaEfficient };
+
+/// How a block runs: in tiles, or whole in a kernel, causal (rows and keys
+/// the same run of positions: a diagonal block) or full (every key at or
+/// before every row).
+struct BlockPlan {
+  BlockKernel kernel = BlockKernel::kTiles;
+  bool causal = false;
+};
 
 /// Whether `p` is the run first, first + 1, ... of positions.
 bool consecutive(const at::Tensor& p) {
@@ -201,29 +210,48 @@ bool consecutive(const at::Tensor& p) {
   return true;
 }
 
-/// The kernel serves float32 and float64 blocks on the CPU without
-/// documents (its outputs are in the input dtype, so bfloat16's partial
-/// outputs would be rounded before their merge: those stay in tiles).
-BlockKind block_kind(
+/// The kernel that takes q's blocks, by device and dtype. The CPU kernel
+/// serves float32 and float64: its outputs are in the input dtype, so
+/// bfloat16's partial outputs would be rounded before their merge, and
+/// those stay in tiles, which accumulate in float32. On CUDA bfloat16 and
+/// float16 blocks run in the kernel too (the tiles would write every
+/// tile's scores to memory), as torch's own ring attention runs them: each
+/// block's output rounded to the input dtype once, then merged in float32. The
+/// CUDA kernels read rows 16 bytes at a time: head dims that are multiples
+/// of 8.
+BlockKernel kernel_for(const at::Tensor& q) {
+  const auto dtype = q.scalar_type();
+  if (q.device().is_cpu()) {
+    return dtype == at::kFloat || dtype == at::kDouble ? BlockKernel::kCpuFlash
+                                                       : BlockKernel::kTiles;
+  }
+  if (q.device().is_cuda() && q.size(4) % 8 == 0 &&
+      (dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf)) {
+    return BlockKernel::kCudaEfficient;
+  }
+  return BlockKernel::kTiles;
+}
+
+/// Blocks without documents whose rows and keys are each one run of
+/// positions, and that are diagonal or full, run whole in the kernel.
+BlockPlan block_plan(
     const at::Tensor& q, const BlockSpan& rows, const BlockSpan& keys) {
-  if (!q.device().is_cpu() || rows.documents.defined() ||
-      (q.scalar_type() != at::kFloat && q.scalar_type() != at::kDouble) ||
-      rows.positions.size(0) == 0 || keys.positions.size(0) == 0) {
-    return BlockKind::kTiles;
+  const BlockKernel kernel = kernel_for(q);
+  if (kernel == BlockKernel::kTiles || rows.documents.defined() ||
+      rows.positions.size(0) == 0 || keys.positions.size(0) == 0 ||
+      !consecutive(rows.positions) || !consecutive(keys.positions)) {
+    return {};
   }
   const auto r = rows.positions.accessor<int64_t, 1>();
   const auto k = keys.positions.accessor<int64_t, 1>();
   const int64_t nr = rows.positions.size(0), nk = keys.positions.size(0);
-  if (!consecutive(rows.positions) || !consecutive(keys.positions)) {
-    return BlockKind::kTiles;
-  }
   if (k[nk - 1] <= r[0]) {
-    return BlockKind::kFull;
+    return {kernel, /*causal=*/false};
   }
   if (nr == nk && r[0] == k[0]) {
-    return BlockKind::kCausal;
+    return {kernel, /*causal=*/true};
   }
-  return BlockKind::kTiles;
+  return {};
 }
 
 /// (B, KV, Tk, D) -> (B, KV G, Tk, D), each key/value head repeated for
@@ -235,40 +263,60 @@ at::Tensor repeat_heads(const at::Tensor& x, int64_t G) {
       .reshape({s[0], s[1] * G, s[2], s[3]});
 }
 
-/// One block in the kernel, merged into the running (out, lse).
-void flash_block(
+/// The CUDA kernel's log-sum-exp rows come in multiples of 32 (its
+/// forward's padding, which its backward reads by).
+constexpr int64_t kCudaLseRows = 32;
+
+/// One block in its kernel, merged into the running (out, lse).
+void kernel_block(
     const at::Tensor& q,
     const at::Tensor& k,
     const at::Tensor& v,
-    bool causal,
+    const BlockPlan& plan,
     at::Tensor& out,
     at::Tensor& lse) {
   const int64_t B = q.size(0), KV = q.size(1), G = q.size(2), Tq = q.size(3),
                 D = q.size(4);
-  const auto [block_out, block_lse] =
-      at::_scaled_dot_product_flash_attention_for_cpu(
-          q.reshape({B, KV * G, Tq, D}),
-          repeat_heads(k, G),
-          repeat_heads(v, G),
-          /*dropout_p=*/0.0,
-          causal,
-          /*attn_mask=*/std::nullopt,
-          /*scale=*/1.0);
+  const at::Tensor q4 = q.reshape({B, KV * G, Tq, D});
+  at::Tensor block_out, block_lse;
+  if (plan.kernel == BlockKernel::kCpuFlash) {
+    std::tie(block_out, block_lse) =
+        at::_scaled_dot_product_flash_attention_for_cpu(
+            q4,
+            repeat_heads(k, G),
+            repeat_heads(v, G),
+            /*dropout_p=*/0.0,
+            plan.causal,
+            /*attn_mask=*/std::nullopt,
+            /*scale=*/1.0);
+  } else {
+    auto result = at::_scaled_dot_product_efficient_attention(
+        q4,
+        repeat_heads(k, G),
+        repeat_heads(v, G),
+        /*attn_bias=*/std::nullopt,
+        /*compute_log_sumexp=*/true,
+        /*dropout_p=*/0.0,
+        plan.causal,
+        /*scale=*/1.0);
+    block_out = std::get<0>(result);
+    block_lse = std::get<1>(result).narrow(2, 0, Tq);
+  }
   merge(
       out,
       lse,
-      block_out.view({B, KV, G, Tq, D}).to(out.scalar_type()),
-      block_lse.view({B, KV, G, Tq}).to(lse.scalar_type()));
+      block_out.reshape({B, KV, G, Tq, D}).to(out.scalar_type()),
+      block_lse.reshape({B, KV, G, Tq}).to(lse.scalar_type()));
 }
 
 /// The kernel's gradients of one block given the final out and lse, added
 /// into dq, dk and dv (each key/value head's summed over its G query
 /// heads).
-void flash_block_backward(
+void kernel_block_backward(
     const at::Tensor& q,
     const at::Tensor& k,
     const at::Tensor& v,
-    bool causal,
+    const BlockPlan& plan,
     const at::Tensor& out,
     const at::Tensor& lse,
     const at::Tensor& dout,
@@ -278,21 +326,60 @@ void flash_block_backward(
   const int64_t B = q.size(0), KV = q.size(1), G = q.size(2), Tq = q.size(3),
                 D = q.size(4), Tk = k.size(2);
   const auto dtype = q.scalar_type();
-  const auto [gq, gk, gv] =
-      at::_scaled_dot_product_flash_attention_for_cpu_backward(
-          dout.to(dtype).reshape({B, KV * G, Tq, D}),
-          q.reshape({B, KV * G, Tq, D}),
-          repeat_heads(k, G),
-          repeat_heads(v, G),
-          out.to(dtype).reshape({B, KV * G, Tq, D}),
-          lse.reshape({B, KV * G, Tq}),
-          /*dropout_p=*/0.0,
-          causal,
-          /*attn_mask=*/std::nullopt,
-          /*scale=*/1.0);
-  dq.add_(gq.view({B, KV, G, Tq, D}).to(dq.scalar_type()));
-  dk.add_(gk.view({B, KV, G, Tk, D}).sum(2).to(dk.scalar_type()));
-  dv.add_(gv.view({B, KV, G, Tk, D}).sum(2).to(dv.scalar_type()));
+  const at::Tensor q4 = q.reshape({B, KV * G, Tq, D});
+  const at::Tensor dout4 = dout.to(dtype).reshape({B, KV * G, Tq, D});
+  const at::Tensor out4 = out.to(dtype).reshape({B, KV * G, Tq, D});
+  at::Tensor gq, gk, gv;
+  if (plan.kernel == BlockKernel::kCpuFlash) {
+    std::tie(gq, gk, gv) =
+        at::_scaled_dot_product_flash_attention_for_cpu_backward(
+            dout4,
+            q4,
+            repeat_heads(k, G),
+            repeat_heads(v, G),
+            out4,
+            lse.reshape({B, KV * G, Tq}),
+            /*dropout_p=*/0.0,
+            plan.causal,
+            /*attn_mask=*/std::nullopt,
+            /*scale=*/1.0);
+  } else {
+    // The final lse (over every key the rows see) in the kernel's padded
+    // float32 rows; the padding's +inf gives those rows no weight. Without
+    // dropout the kernel reads no philox state.
+    const int64_t padded =
+        (Tq + kCudaLseRows - 1) / kCudaLseRows * kCudaLseRows;
+    at::Tensor lse_rows = at::full(
+        {B, KV * G, padded},
+        std::numeric_limits<double>::infinity(),
+        q.options().dtype(at::kFloat));
+    lse_rows.narrow(2, 0, Tq).copy_(lse.reshape({B, KV * G, Tq}));
+    const at::Tensor no_philox = at::empty({0}, q.options().dtype(at::kLong));
+    // The kernel reads `out` as its forward wrote it, (B, Tq, H, D) in
+    // memory: it takes that layout's row stride as given, not the tensor's.
+    const at::Tensor out_rows =
+        out4.transpose(1, 2).contiguous().transpose(1, 2);
+    auto grads = at::_scaled_dot_product_efficient_attention_backward(
+        dout4,
+        q4,
+        repeat_heads(k, G),
+        repeat_heads(v, G),
+        /*attn_bias=*/at::Tensor(),
+        out_rows,
+        lse_rows,
+        no_philox,
+        no_philox,
+        /*dropout_p=*/0.0,
+        /*grad_input_mask=*/{true, true, true, false},
+        plan.causal,
+        /*scale=*/1.0);
+    gq = std::get<0>(grads);
+    gk = std::get<1>(grads);
+    gv = std::get<2>(grads);
+  }
+  dq.add_(gq.reshape({B, KV, G, Tq, D}).to(dq.scalar_type()));
+  dk.add_(gk.reshape({B, KV, G, Tk, D}).sum(2).to(dk.scalar_type()));
+  dv.add_(gv.reshape({B, KV, G, Tk, D}).sum(2).to(dv.scalar_type()));
 }
 
 /// The one-sequence document attention as an autograd node.
@@ -362,6 +449,11 @@ BlockSpan BlockSpan::narrow(int64_t start, int64_t length) const {
       documents.defined() ? documents.narrow(1, start, length) : at::Tensor()};
 }
 
+bool block_runs_whole(
+    const at::Tensor& q, const BlockSpan& rows, const BlockSpan& keys) {
+  return block_plan(q, rows, keys).kernel != BlockKernel::kTiles;
+}
+
 at::ScalarType block_accumulation(const at::Tensor& x) {
   return at::promote_types(x.scalar_type(), at::kFloat);
 }
@@ -374,9 +466,9 @@ void accumulate_attention(
     const BlockSpan& keys,
     at::Tensor& out,
     at::Tensor& lse) {
-  const BlockKind kind = block_kind(q, rows, keys);
-  if (kind != BlockKind::kTiles) {
-    flash_block(q, k, v, kind == BlockKind::kCausal, out, lse);
+  const BlockPlan plan = block_plan(q, rows, keys);
+  if (plan.kernel != BlockKernel::kTiles) {
+    kernel_block(q, k, v, plan, out, lse);
     return;
   }
   const int64_t B = q.size(0), KV = q.size(1), G = q.size(2), D = q.size(4);
@@ -410,10 +502,9 @@ void accumulate_attention_backward(
     at::Tensor dq,
     at::Tensor dk,
     at::Tensor dv) {
-  const BlockKind kind = block_kind(q, rows, keys);
-  if (kind != BlockKind::kTiles) {
-    flash_block_backward(
-        q, k, v, kind == BlockKind::kCausal, out, lse, dout, dq, dk, dv);
+  const BlockPlan plan = block_plan(q, rows, keys);
+  if (plan.kernel != BlockKernel::kTiles) {
+    kernel_block_backward(q, k, v, plan, out, lse, dout, dq, dk, dv);
     return;
   }
   const int64_t B = q.size(0), KV = q.size(1), G = q.size(2), D = q.size(4);

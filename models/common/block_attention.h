@@ -8,11 +8,15 @@
 // whole sequence is at most row i's and, with documents, both belong to the
 // same document. A tile in which no row sees any key is skipped, so a causal
 // mask costs about half of the products and a document mask less again; a
-// tile in which every row sees every key needs no mask. On the CPU, a
-// float32 or float64 block without documents whose keys all precede its
-// rows, or that is causal on one run of positions (context parallel's
-// earlier and diagonal blocks), runs whole in ATen's flash-attention kernel
-// with its log-sum-exp instead, about twice as fast at seq 8192. The backward
+// tile in which every row sees every key needs no mask. A block without
+// documents whose keys all precede its rows, or that is causal on one run of
+// positions (context parallel's earlier and diagonal blocks), runs whole in
+// a fused kernel with its log-sum-exp instead: on the CPU ATen's
+// flash-attention kernel in float32 and float64 (about twice as fast as the
+// tiles at seq 8192), on CUDA SDPA's memory-efficient kernel in float32,
+// bfloat16 and float16 with head dims a multiple of 8 (a half-precision
+// block's output rounded once before its float32 merge, as in torch's own
+// ring attention). The backward
 // recomputes each tile's probabilities from the saved log-sum-exp
 // (FlashAttention's), so nothing of (T, T) is kept. ATen's batched products:
 // any device and dtype, accumulating in float32 (float64 for float64
@@ -51,8 +55,13 @@ struct BlockSpan {
 /// bfloat16 and float32, float64 for float64.
 at::ScalarType block_accumulation(const at::Tensor& x);
 
+/// Whether q's block over these keys runs whole in a fused kernel (see
+/// above) rather than in tiles.
+bool block_runs_whole(
+    const at::Tensor& q, const BlockSpan& rows, const BlockSpan& keys);
+
 /// Adds q's attention over (k, v) into the running (out, lse), in place,
-/// tile by tile.
+/// tile by tile or whole in a kernel.
 void accumulate_attention(
     const at::Tensor& q,
     const at::Tensor& k,

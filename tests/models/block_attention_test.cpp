@@ -67,6 +67,12 @@ TEST(BlockAttention, KernelBlocksGiveTheFormulasOutputAndLogSumExp) {
     const auto v = at::randn({B, KV, Tk, D}, gen, f);
     const auto q_pos = at::arange(100, 100 + T, at::kLong);
     const auto k_pos = diagonal ? q_pos : at::arange(10, 10 + Tk, at::kLong);
+    const BlockSpan rows{q_pos, at::Tensor()}, keys{k_pos, at::Tensor()};
+    EXPECT_TRUE(block_runs_whole(q, rows, keys));
+    // bfloat16 stays in tiles on the CPU (the kernel would round each
+    // block's output), as does a block whose keys are not one run.
+    EXPECT_FALSE(block_runs_whole(q.to(at::kBFloat16), rows, keys));
+    EXPECT_FALSE(block_runs_whole(q, rows, {k_pos.flip(0), at::Tensor()}));
     const auto [out, lse] = attention_with_lse(
         q, k, v, {q_pos, at::Tensor()}, {k_pos, at::Tensor()});
     const auto q4 = q.reshape({B, KV * G, T, D});
