@@ -7,10 +7,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
 #include <tuple>
+#include <unordered_map>
 
 #include "common/error.h"
 #include "models/model_spec.h"
@@ -46,12 +48,15 @@ using plan_detail::describe_layout;
 using plan_detail::freed_block_gathers;
 using plan_detail::gib;
 using plan_detail::Layout;
+using plan_detail::measure_memory;
+using plan_detail::measure_time;
 using plan_detail::on_cuda;
 using plan_detail::schedule_label;
 using plan_detail::ScheduleKey;
 using plan_detail::score;
 using plan_detail::searched_layouts;
 using plan_detail::simulation_costs;
+using plan_detail::stored_bytes;
 
 /// The vocabulary is the tokenizer's, or the flavor's when its file is
 /// absent.
@@ -193,24 +198,70 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> checkpoint_choices(
   return choices;
 }
 
+/// What a rank stores between steps depends on the layout only: its
+/// pipeline stages, their split and placement, and the degrees (not the
+/// microbatches, checkpointing or resharding). A candidate's key for it.
+std::string stored_key(const PlanCandidate& c) {
+  std::ostringstream out;
+  out << c.pp << '|' << c.dp_replicate << '|' << c.dp_shard << '|';
+  for (const auto& [axis, degree] : c.splits) {
+    out << axis << degree << ',';
+  }
+  for (const auto& [axis, degree] : c.borrowed) {
+    out << axis << degree << ',';
+  }
+  out << '|' << c.schedule << '|' << c.stages_per_rank << '|';
+  for (const int64_t n : c.layers_per_stage) {
+    out << n << ',';
+  }
+  return out.str();
+}
+
+/// The stored bytes of each layout dry-run so far (stored_key), shared by
+/// the scoring threads.
+class StoredBytes {
+ public:
+  std::optional<int64_t> find(const std::string& key) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = bytes_.find(key);
+    return it == bytes_.end() ? std::nullopt
+                              : std::optional<int64_t>(it->second);
+  }
+  void add(const std::string& key, int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    bytes_.emplace(key, bytes);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, int64_t> bytes_;
+};
+
 /// Scores each candidate's checkpointing choices up to the first that fits
 /// the cap; the later ones only add compute (counted as dominated, not
 /// scored). Memory falls as more stages checkpoint (but for one block's
 /// recompute transient on a rank's first checkpointed stage), so where full
 /// on every stage does not fit no prefix is scored (all counted over the
-/// cap), and otherwise the first prefix that fits is found by bisection
-/// (those below it counted over the cap). Fills `result`'s ranked list (in
-/// candidate order) and counts. Returns the candidate of the smallest peak.
+/// cap), and otherwise the first prefix that fits is found by bisection on
+/// the dry runs alone (those below it counted over the cap), and only it
+/// is timed. With `skip_stored`, a candidate whose layout another
+/// candidate's dry run found storing more than the cap between steps is
+/// counted over the cap without a dry run of its own. Fills `result`'s
+/// ranked list (in candidate order) and counts. Returns the candidate of
+/// the smallest peak dry-run.
 PlanCandidate score_all(
     const JobConfig& base,
     const Candidates& candidates,
     const CostModel& model,
     int64_t threads,
+    bool skip_stored,
     PlanResult& result) {
   const auto& valid = candidates.list;
+  const int64_t cap = result.memory_cap;
   std::vector<std::vector<PlanCandidate>> scored(valid.size());
   std::vector<PlanCandidate> smallest(valid.size());
   std::atomic<int64_t> considered{0}, pruned{0}, dominated{0};
+  StoredBytes stored;
   const double tokens =
       static_cast<double>(result.global_batch * base.training.seq_len);
   parallel_for(static_cast<int64_t>(valid.size()), threads, [&](int64_t k) {
@@ -218,34 +269,45 @@ PlanCandidate score_all(
     const auto choices = checkpoint_choices(valid[k]);
     const auto n = static_cast<int64_t>(choices.size());
     considered += n;
-    const auto attempt = [&](int64_t j, PlanCandidate& c) {
-      c = valid[k];
-      std::tie(c.activation_checkpoint, c.checkpoint_stages) = choices[j];
-      const bool fits = score(
-          base,
-          result.world_size,
-          model,
-          candidates.schedule_of(c),
-          result.memory_cap,
-          c);
-      if (c.peak_bytes < smallest[k].peak_bytes) {
-        smallest[k] = c;
+    const std::string key = skip_stored ? stored_key(valid[k]) : "";
+    if (skip_stored && cap > 0) {
+      if (const auto bytes = stored.find(key); bytes && *bytes > cap) {
+        pruned += n;
+        return;
       }
-      return fits;
-    };
-    const auto rank = [&](PlanCandidate c, int64_t j) {
-      c.tokens_per_s = tokens / c.step_s;
-      c.tokens_per_s_per_rank = c.tokens_per_s / result.world_size;
-      scored[k].push_back(std::move(c));
-      pruned += j;  // the cheaper choices before it
-      dominated += n - 1 - j;
-    };
+    }
+    const CachedSchedule* schedule = candidates.schedule_of(valid[k]);
+    // Choice j's dry run into (c, report): whether it fits.
+    const auto attempt =
+        [&](int64_t j, PlanCandidate& c, DryRunReport& report) {
+          c = valid[k];
+          std::tie(c.activation_checkpoint, c.checkpoint_stages) = choices[j];
+          report = measure_memory(base, result.world_size, model, schedule, c);
+          if (skip_stored) {
+            stored.add(key, stored_bytes(report));
+          }
+          if (c.peak_bytes < smallest[k].peak_bytes) {
+            smallest[k] = c;
+          }
+          return cap == 0 || c.peak_bytes <= cap;
+        };
+    const auto rank =
+        [&](PlanCandidate c, const DryRunReport& report, int64_t j) {
+          measure_time(model, schedule, report, c);
+          c.tokens_per_s = tokens / c.step_s;
+          c.tokens_per_s_per_rank = c.tokens_per_s / result.world_size;
+          scored[k].push_back(std::move(c));
+          pruned += j;  // the cheaper choices before it
+          dominated += n - 1 - j;
+        };
     PlanCandidate c;
-    if (attempt(0, c)) {
-      return rank(c, 0);
+    DryRunReport report;
+    if (attempt(0, c, report)) {
+      return rank(c, report, 0);
     }
     PlanCandidate best;
-    if (!attempt(n - 1, best)) {
+    DryRunReport best_report;
+    if (!attempt(n - 1, best, best_report)) {
       pruned += n;
       return;
     }
@@ -254,14 +316,15 @@ PlanCandidate score_all(
     int64_t hi = n - 1;
     while (hi - lo > 1) {
       const int64_t mid = (lo + hi) / 2;
-      if (attempt(mid, c)) {
+      if (attempt(mid, c, report)) {
         hi = mid;
         best = c;
+        best_report = std::move(report);
       } else {
         lo = mid;
       }
     }
-    rank(best, hi);
+    rank(best, best_report, hi);
   });
   result.considered = considered;
   result.pruned = pruned;
@@ -469,8 +532,13 @@ PlanResult plan_layouts(
   const Candidates candidates = valid_candidates(
       base, found, result.global_batch, args, costs, options, threads);
   const CostModel model = cost_model(base, args, costs);
-  const PlanCandidate smallest =
-      score_all(base, candidates, model, threads, result);
+  PlanCandidate smallest =
+      score_all(base, candidates, model, threads, /*skip_stored=*/true, result);
+  if (result.ranked.empty()) {
+    // Nothing fits: every candidate's dry run, for the smallest peak.
+    smallest = score_all(
+        base, candidates, model, threads, /*skip_stored=*/false, result);
+  }
   if (result.ranked.empty()) {
     throw_config_error(
         options.memory_per_rank() > 0

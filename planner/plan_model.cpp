@@ -637,12 +637,11 @@ double rank_sync_s(
 
 }  // namespace
 
-bool score(
+DryRunReport measure_memory(
     const JobConfig& base,
     int64_t world,
     const CostModel& model,
     const CachedSchedule* schedule,
-    int64_t cap,
     PlanCandidate& c) {
   auto options = DryRunOptions()
                      .first_rank_per_pipeline_rank(true)
@@ -651,14 +650,27 @@ bool score(
   if (schedule != nullptr) {
     options.peak_microbatches(schedule->peaks).schedule(&schedule->lowered);
   }
-  const DryRunReport report =
-      dry_run(candidate_config(base, c), world, options);
+  DryRunReport report = dry_run(candidate_config(base, c), world, options);
   for (const auto& r : report.ranks) {
     c.peak_bytes = std::max(c.peak_bytes, r.total_bytes);
   }
-  if (cap > 0 && c.peak_bytes > cap) {
-    return false;
+  return report;
+}
+
+int64_t stored_bytes(const DryRunReport& report) {
+  int64_t most = 0;
+  for (const auto& r : report.ranks) {
+    most =
+        std::max(most, r.weight_bytes + r.gradient_bytes + r.optimizer_bytes);
   }
+  return most;
+}
+
+void measure_time(
+    const CostModel& model,
+    const CachedSchedule* schedule,
+    const DryRunReport& report,
+    PlanCandidate& c) {
   int64_t most_stored = 0;
   c.dp_sync_s = 0.0;
   for (const auto& r : report.ranks) {
@@ -689,6 +701,20 @@ bool score(
     }
   }
   c.step_s = c.compute_s + c.dp_sync_s + c.optimizer_s;
+}
+
+bool score(
+    const JobConfig& base,
+    int64_t world,
+    const CostModel& model,
+    const CachedSchedule* schedule,
+    int64_t cap,
+    PlanCandidate& c) {
+  const DryRunReport report = measure_memory(base, world, model, schedule, c);
+  if (cap > 0 && c.peak_bytes > cap) {
+    return false;
+  }
+  measure_time(model, schedule, report, c);
   return true;
 }
 

@@ -166,7 +166,31 @@ pipeline::SimulationCosts simulation_costs(
     const PlanCandidate& c,
     std::vector<PassCosts>* deviations = nullptr);
 
-/// Memory and time of one candidate; false when over `cap`.
+/// The dry run of `c` on `schedule` (the lowered one it runs; null without
+/// pipelining), its peak_bytes set from it.
+DryRunReport measure_memory(
+    const JobConfig& base,
+    int64_t world,
+    const CostModel& model,
+    const CachedSchedule* schedule,
+    PlanCandidate& c);
+
+/// The most any rank of `report` stores between steps: its float32
+/// weights, gradients and AdamW's states. The schedule, the microbatches,
+/// checkpointing and resharding leave it as it is, and every peak is above
+/// it.
+int64_t stored_bytes(const DryRunReport& report);
+
+/// The step time of `c` from its dry run `report`: dp_sync_s, optimizer_s,
+/// compute_s, bubble and step_s.
+void measure_time(
+    const CostModel& model,
+    const CachedSchedule* schedule,
+    const DryRunReport& report,
+    PlanCandidate& c);
+
+/// Memory and time of one candidate; false when over `cap` (0: none), its
+/// time then left unmeasured.
 bool score(
     const JobConfig& base,
     int64_t world,
