@@ -161,6 +161,13 @@ int launch_ranks(const baton::JobConfig& config, const baton::TrainArgs& args) {
   }
   launch.max_restarts = args.max_restarts;
   launch.cpu_bind = args.cpu_bind;
+  // A rank left blocked on the failed one fails on its own within a
+  // collective's timeout: a shorter comm.train_timeout_seconds than the
+  // grace (and 2 s to write its reports and exit) bounds the wait instead.
+  launch.grace = std::min<std::chrono::milliseconds>(
+      launch.grace,
+      std::chrono::seconds(
+          std::max<int64_t>(config.comm.train_timeout_seconds, 0) + 2));
   launch.resume_note = [config] { return resume_note(config); };
   launch.outputs_note = [config] { return outputs_note(config); };
   if (config.comm.flight_recorder_entries > 0) {

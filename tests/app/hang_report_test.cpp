@@ -129,6 +129,13 @@ TEST(HangReport, ZeroEntriesWritesNoFile) {
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_FALSE(fs::exists(dump / "flight_recorder")) << r.output;
   EXPECT_EQ(r.output.find("hang report"), std::string::npos) << r.output;
+  // The hung rank is stopped comm.train_timeout_seconds + 2 s after rank
+  // 0 failed, not the launcher's 10 s: a rank blocked on the failed one
+  // would have failed on its own by then.
+  EXPECT_NE(
+      r.output.find("the other ranks get 4 s to stop on their own"),
+      std::string::npos)
+      << r.output;
 }
 
 }  // namespace
