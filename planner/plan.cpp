@@ -258,6 +258,7 @@ PlanCandidate score_all(
     PlanResult& result) {
   const auto& valid = candidates.list;
   const int64_t cap = result.memory_cap;
+  const bool skip = skip_stored && cap > 0;
   std::vector<std::vector<PlanCandidate>> scored(valid.size());
   std::vector<PlanCandidate> smallest(valid.size());
   std::atomic<int64_t> considered{0}, pruned{0}, dominated{0};
@@ -269,8 +270,8 @@ PlanCandidate score_all(
     const auto choices = checkpoint_choices(valid[k]);
     const auto n = static_cast<int64_t>(choices.size());
     considered += n;
-    const std::string key = skip_stored ? stored_key(valid[k]) : "";
-    if (skip_stored && cap > 0) {
+    const std::string key = skip ? stored_key(valid[k]) : "";
+    if (skip) {
       if (const auto bytes = stored.find(key); bytes && *bytes > cap) {
         pruned += n;
         return;
@@ -283,7 +284,7 @@ PlanCandidate score_all(
           c = valid[k];
           std::tie(c.activation_checkpoint, c.checkpoint_stages) = choices[j];
           report = measure_memory(base, result.world_size, model, schedule, c);
-          if (skip_stored) {
+          if (skip) {
             stored.add(key, stored_bytes(report));
           }
           if (c.peak_bytes < smallest[k].peak_bytes) {
