@@ -129,26 +129,24 @@ StepShape parallel_step_shape(
   return shape;
 }
 
-std::vector<int64_t> parallel_stored_shape(
+ParallelShapes parallel_stored_shapes(
+    const std::vector<const Parallelism*>& enabled,
     const JobConfig& config,
     const ParallelDims& dims,
     const ModelArgs& args,
     const std::string& fqn,
     std::vector<int64_t> shape,
-    const dist::MeshCoord& coord,
-    ChainPlace through) {
-  const auto enabled = enabled_parallelisms(config, dims);
+    const dist::MeshCoord& coord) {
+  ParallelShapes shapes;
   for (const ChainPlace place : {ChainPlace::kModel, ChainPlace::kData}) {
-    if (place == ChainPlace::kData && through == ChainPlace::kModel) {
-      break;
-    }
     for (const Parallelism* p : enabled) {
       if (p->place == place && p->stored_shape) {
         p->stored_shape(config, args, fqn, coord, dims, shape);
       }
     }
+    (place == ChainPlace::kModel ? shapes.model : shapes.stored) = shape;
   }
-  return shape;
+  return shapes;
 }
 
 int64_t parallel_sequence_shards(

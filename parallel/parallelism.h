@@ -197,18 +197,25 @@ LossFn parallel_loss(
 /// `shape` as every enabled parallelism changes it.
 StepShape parallel_step_shape(
     const JobConfig& config, const ParallelDims& dims, StepShape shape);
-/// The shape a rank at `coord` stores of the parameter `fqn` (whole:
-/// `shape`), as the enabled parallelisms' stored_shape cut it in chain
-/// order; with `through` kModel only the model steps' cuts (what a data
-/// step such as fully_shard gathers back).
-std::vector<int64_t> parallel_stored_shape(
+/// A parameter's shapes on a rank: after the model steps' cuts (what a
+/// data step such as fully_shard gathers back) and as stored, after the
+/// data steps' too.
+struct ParallelShapes {
+  std::vector<int64_t> model;
+  std::vector<int64_t> stored;
+};
+/// The shapes a rank at `coord` holds of the parameter `fqn` (whole:
+/// `shape`), as the `enabled` parallelisms (enabled_parallelisms(config,
+/// dims), asked once by a caller counting many parameters) cut it in chain
+/// order.
+ParallelShapes parallel_stored_shapes(
+    const std::vector<const Parallelism*>& enabled,
     const JobConfig& config,
     const ParallelDims& dims,
     const ModelArgs& args,
     const std::string& fqn,
     std::vector<int64_t> shape,
-    const dist::MeshCoord& coord,
-    ChainPlace through = ChainPlace::kData);
+    const dist::MeshCoord& coord);
 /// The product of the enabled parallelisms' sequence_shards.
 int64_t parallel_sequence_shards(
     const JobConfig& config, const ParallelDims& dims);

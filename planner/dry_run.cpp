@@ -280,16 +280,25 @@ std::string describe_ac(const ActivationCheckpointConfig& ac) {
 
 }  // namespace
 
+size_t DryRunStageCache::KeyHash::operator()(const Key& key) const {
+  // FNV-1a over the values.
+  uint64_t h = 1469598103934665603ull;
+  for (const int64_t v : key) {
+    h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+  }
+  return static_cast<size_t>(h);
+}
+
 DryRunStageCache::Entry DryRunStageCache::get(
     const Key& key, const std::function<Entry()>& make) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::shared_lock<std::shared_mutex> lock(mutex_);
     if (const auto it = entries_.find(key); it != entries_.end()) {
       return it->second;
     }
   }
   const Entry entry = make();
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::shared_mutex> lock(mutex_);
   entries_.emplace(key, entry);
   return entry;
 }
@@ -478,13 +487,14 @@ DryRunStageCache::Entry count_stage(
     size_t s) {
   DryRunStageCache::Entry e;
   std::map<std::string, int64_t> unit;  // "layers.4" or "" (the root)
+  const auto enabled = enabled_parallelisms(config, dims);
   for (const auto& [fqn, shape] :
        setup.spec->parameter_shapes(setup.args, setup.chunks[s])) {
-    const int64_t stored = numel(
-        parallel_stored_shape(config, dims, setup.args, fqn, shape, coord));
+    const ParallelShapes held = parallel_stored_shapes(
+        enabled, config, dims, setup.args, fqn, shape, coord);
+    const int64_t stored = numel(held.stored);
     e.parameters += stored;
-    const int64_t slice = numel(parallel_stored_shape(
-        config, dims, setup.args, fqn, shape, coord, ChainPlace::kModel));
+    const int64_t slice = numel(held.model);
     e.sliced_elements += slice;
     const bool block = fqn.rfind("layers.", 0) == 0;
     unit[block ? fqn.substr(0, fqn.find('.', 7)) : ""] += slice;

@@ -8,7 +8,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "config/job_config.h"
@@ -154,12 +156,17 @@ class DryRunStageCache {
   /// and the rank's position of every axis within the stage.
   using Key = std::vector<int64_t>;
 
-  /// The entry for `key`, made by `make` the first time.
+  /// The entry for `key`, made by `make` the first time. A planner's
+  /// threads ask millions of times, nearly always for one made already:
+  /// they look up together, hashed.
   Entry get(const Key& key, const std::function<Entry()>& make);
 
  private:
-  std::mutex mutex_;
-  std::map<Key, Entry> entries_;
+  struct KeyHash {
+    size_t operator()(const Key& key) const;
+  };
+  std::shared_mutex mutex_;
+  std::unordered_map<Key, Entry, KeyHash> entries_;
 };
 
 using SchedulePointer = const pipeline::Schedule*;
