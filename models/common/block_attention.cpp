@@ -278,13 +278,15 @@ void kernel_block(
   const int64_t B = q.size(0), KV = q.size(1), G = q.size(2), Tq = q.size(3),
                 D = q.size(4);
   const at::Tensor q4 = q.reshape({B, KV * G, Tq, D});
+  const at::Tensor k4 = repeat_heads(k, G);
+  const at::Tensor v4 = repeat_heads(v, G);
   at::Tensor block_out, block_lse;
   if (plan.kernel == BlockKernel::kCpuFlash) {
     std::tie(block_out, block_lse) =
         at::_scaled_dot_product_flash_attention_for_cpu(
             q4,
-            repeat_heads(k, G),
-            repeat_heads(v, G),
+            k4,
+            v4,
             /*dropout_p=*/0.0,
             plan.causal,
             /*attn_mask=*/std::nullopt,
@@ -292,8 +294,8 @@ void kernel_block(
   } else {
     auto result = at::_scaled_dot_product_efficient_attention(
         q4,
-        repeat_heads(k, G),
-        repeat_heads(v, G),
+        k4,
+        v4,
         /*attn_bias=*/std::nullopt,
         /*compute_log_sumexp=*/true,
         /*dropout_p=*/0.0,
@@ -329,14 +331,16 @@ void kernel_block_backward(
   const at::Tensor q4 = q.reshape({B, KV * G, Tq, D});
   const at::Tensor dout4 = dout.to(dtype).reshape({B, KV * G, Tq, D});
   const at::Tensor out4 = out.to(dtype).reshape({B, KV * G, Tq, D});
+  const at::Tensor k4 = repeat_heads(k, G);
+  const at::Tensor v4 = repeat_heads(v, G);
   at::Tensor gq, gk, gv;
   if (plan.kernel == BlockKernel::kCpuFlash) {
     std::tie(gq, gk, gv) =
         at::_scaled_dot_product_flash_attention_for_cpu_backward(
             dout4,
             q4,
-            repeat_heads(k, G),
-            repeat_heads(v, G),
+            k4,
+            v4,
             out4,
             lse.reshape({B, KV * G, Tq}),
             /*dropout_p=*/0.0,
@@ -362,8 +366,8 @@ void kernel_block_backward(
     auto grads = at::_scaled_dot_product_efficient_attention_backward(
         dout4,
         q4,
-        repeat_heads(k, G),
-        repeat_heads(v, G),
+        k4,
+        v4,
         /*attn_bias=*/at::Tensor(),
         out_rows,
         lse_rows,
