@@ -4,6 +4,11 @@
 # GPU against the CPU), then bench/gpu_bench: correctness of a few training
 # steps against the CPU, the bf16 matmul peak, and tokens/s and MFU of a
 # Llama 3 8B-shaped layer stack in bf16. Meant to finish inside ten minutes.
+# Then the same work beside torchtitan on the same GPU, eager and compiled
+# (bench/torchtitan_gpu.py, from BATON_WHEELS where the machine has no
+# torchtitan: scripts/gpu_deps.sh): the layer stack, and `baton train` of
+# the Llama 3.2 1B flavor in bf16 against torchtitan's training step of the
+# same model.
 # Writes bench/results/gpu.json (and a copy under $OUT when set);
 # `bench/report.py` puts its figures into docs/PERFORMANCE.md.
 # Usage: bench/gpu.sh [BUILD_DIR [gpu_bench options]]   (default build-gpu)
@@ -118,13 +123,83 @@ log "training the debug model on the GPU (make run's config)"
 "$build/baton" train --config configs/debug_model.yaml --training.steps=30 \
   2>&1 | tee "$build.train.log"
 
+# A 1B-class model trained by `baton train`: the Llama 3.2 1B flavor's
+# blocks (973M parameters; the byte tokenizer's vocabulary of 258 on the
+# bundled corpus, since this machine has no 128K tokenizer), bf16 compute on
+# float32 weights, 2 x 4096 tokens a step, every step logged.
+log "baton train, Llama 3.2 1B flavor, bf16, 2 x 4096 tokens a step"
+rm -rf "$build-1b"
+timeout 300 "$build/baton" train --config configs/debug_model.yaml \
+  --model.flavor=1B --training.seq_len=4096 --training.local_batch_size=2 \
+  --training.mixed_precision_param=bfloat16 --training.steps=20 \
+  --metrics.log_freq=1 --job.dump_folder="$build-1b" 2>&1 |
+  tee "$build.train1b.log" | grep -E "step +(1|5|10|15|20)/" ||
+  log "baton train of the 1B flavor failed (tail of $build.train1b.log):" \
+      "$(tail -5 "$build.train1b.log")"
+
+# torchtitan beside it, on the same GPU.
+peer_path=
+if ! "$python" -c 'import torchtitan' 2>/dev/null && [ -n "${BATON_WHEELS:-}" ]; then
+  peer_path=$PWD/$build-site
+  log "installing torchtitan's wheels from $BATON_WHEELS into $peer_path"
+  rm -rf "$peer_path"
+  "$python" -m pip install -q --no-index --no-deps --no-compile \
+    --disable-pip-version-check --target "$peer_path" "$BATON_WHEELS"/*.whl
+fi
+peer_env=(env PYTHONUNBUFFERED=1 ${peer_path:+PYTHONPATH=$peer_path${PYTHONPATH:+:$PYTHONPATH}})
+if "${peer_env[@]}" "$python" -c 'import torchtitan' 2>/dev/null; then
+  for what in layers train; do
+    for mode in eager compiled; do
+      if [ $what = layers ]; then
+        shape=(--preset 8B --layers 8 --batch 2 --seq-len 4096)
+      else
+        shape=(--preset 1B --batch 2 --seq-len 4096 --vocab 258 --reps 10)
+      fi
+      flags=(); [ $mode = compiled ] && flags=(--compile)
+      log "torchtitan $what, $mode"
+      if timeout 300 "${peer_env[@]}" "$python" bench/torchtitan_gpu.py \
+           --what $what "${shape[@]}" "${flags[@]}" \
+           --out "$build-torchtitan-$what-$mode.json" \
+           > "$build-torchtitan-$what-$mode.log" 2>&1; then
+        tail -1 "$build-torchtitan-$what-$mode.log"
+      else
+        log "torchtitan $what ($mode) failed:"
+        tail -8 "$build-torchtitan-$what-$mode.log"
+      fi
+    done
+  done
+else
+  log "no torchtitan (neither installed nor BATON_WHEELS): its side is not run"
+fi
+
 # What ran it, for the report.
 "$python" - bench/results/gpu.json "$build.train.log" \
-  "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" <<'PY'
-import datetime, json, re, sys
-path, train_log, name = sys.argv[1:]
+  "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+  "$build-1b/metrics.jsonl" "$build-torchtitan" <<'PY'
+import datetime, json, os, re, statistics, sys
+path, train_log, name, metrics_1b, peer_prefix = sys.argv[1:]
 doc = json.load(open(path))
 doc["device_name"] = name
+# `baton train` of the 1B flavor: the median over the steps after the
+# fifth (the first compiles nothing but allocates and warms the caches).
+if os.path.exists(metrics_1b):
+    rows = [json.loads(l) for l in open(metrics_1b) if l.strip()]
+    steady = [r for r in rows if r["step"] > 5]
+    if steady:
+        doc["train_1b"] = {
+            "steps": len(rows), "loss_first": rows[0]["loss"],
+            "loss": rows[-1]["loss"],
+            "tokens_per_sec": statistics.median(r["tokens_per_sec"] for r in steady),
+            "step_s": statistics.median(r["step_time_s"] for r in steady),
+            "tflops": statistics.median(r["tflops"] for r in steady)}
+peer = {}
+for what in ("layers", "train"):
+    for mode in ("eager", "compiled"):
+        f = f"{peer_prefix}-{what}-{mode}.json"
+        if os.path.exists(f):
+            peer.setdefault(what, {})[mode] = json.load(open(f))
+if peer:
+    doc["torchtitan"] = peer
 # The debug model's last logged step: "step N/M loss L ... tok/s T ... mfu M%".
 steps = [l for l in open(train_log) if re.search(r"\bstep +\d+(/\d+)? +loss", l)]
 if steps:
@@ -139,5 +214,6 @@ PY
 if [ -n "${OUT:-}" ]; then
   cp bench/results/gpu.json "$OUT/gpu.json"
   cp "$build.train.log" "$OUT/train.log"
+  [ -f "$build.train1b.log" ] && cp "$build.train1b.log" "$OUT/train1b.log"
 fi
 log "done; figures in bench/results/gpu.json"

@@ -1251,16 +1251,94 @@ def gpu_section(gpu):
             f"| `baton train` debug model (make run's config), step {t['step']} | loss "
             f"{t['loss_first']:.2f} -> {t['loss']:.2f}, {t['tokens_per_sec']:,.0f} tokens/s, "
             f"MFU {t['mfu_pct']:.1f} % |")
+    t = gpu.get("train_1b")
+    if t:
+        lines.append(
+            f"| `baton train` Llama 3.2 1B flavor, bf16, 2 x 4096 tokens, {t['steps']} "
+            f"steps | loss {t['loss_first']:.2f} -> {t['loss']:.2f}, "
+            f"{t['tokens_per_sec']:,.0f} tokens/s, {t['tflops']:.0f} TFLOP/s |")
+    return lines + [""] + gpu_peer_lines(gpu)
+
+
+def gpu_peer_lines(gpu):
+    """Baton beside torchtitan on the same GPU (bench/torchtitan_gpu.py),
+    where the run had torchtitan."""
+    peer, train = gpu.get("torchtitan", {}), gpu.get("train_1b")
+    if not peer:
+        return []
+    some = next(iter(next(iter(peer.values())).values()))
+    lines = [
+        f"Beside torchtitan {some['torchtitan']} (the release that runs on "
+        f"this machine's PyTorch {some['torch']}; `bench/torchtitan_gpu.py`) "
+        "on the same GPU, eager and with each block under `torch.compile`: "
+        "the layer stack above against the same blocks of torchtitan's "
+        "model, and `baton train` of the Llama 3.2 1B flavor (973M "
+        "parameters in its blocks, the byte tokenizer's 258 tokens, bf16 "
+        "compute on float32 weights, 2 x 4096 tokens a step, the median of "
+        "steps 6 to 20) against torchtitan's training step of the same "
+        "model on one device (torch.autocast, fused AdamW, its loss and "
+        "clipping). Tokens/s, higher is better:", "",
+        "| work | Baton | torchtitan eager | torchtitan compiled | Baton / compiled |",
+        "|---|---|---|---|---|"]
+    for what, name, ours in (
+            ("layers", "8 Llama 3 8B-shaped layers, forward + backward",
+             gpu["layer_stack"]["tokens_per_sec"]),
+            ("train", "training step, Llama 3.2 1B flavor",
+             train["tokens_per_sec"] if train else None)):
+        runs = peer.get(what, {})
+        eager, compiled = runs.get("eager"), runs.get("compiled")
+        cell = lambda r: f"{r['tokens_per_sec']:,.0f}" if r else "failed"
+        ratio = (f"{ours / compiled['tokens_per_sec']:.2f}x"
+                 if ours and compiled else "-")
+        lines.append(f"| {name} | {f'{ours:,.0f}' if ours else 'failed'} | "
+                     f"{cell(eager)} | {cell(compiled)} | {ratio} |")
     return lines + [""]
 
 
-def gpu_target_row(gpu):
-    if gpu:
-        return ("| GPU: `bench/gpu.sh` (Llama 3 8B-shaped layers, bf16) | "
-                f"{gpu['layer_stack']['tokens_per_sec']:,.0f} tokens/s, MFU "
-                f"{gpu['layer_stack']['mfu_pct']:.0f} % | measured |")
-    return ("| GPU: `bench/gpu.sh` (Llama 3 8B-shaped layers, bf16) | "
-            "not run: no GPU on this machine | not measured |")
+def published_peak_tflops(device_name):
+    """NVIDIA's published dense (no sparsity) bf16 tensor-core peak of the
+    GPU `device_name` names, TFLOP/s; None for one not listed."""
+    for key, peak in (("H200", 989.4), ("H100 PCIe", 756.0), ("H100", 989.4),
+                      ("A100", 312.0)):
+        if key in device_name:
+            return peak
+    return None
+
+
+def gpu_target_rows(gpu):
+    """The GPU's rows of the targets: the layer stack as measured, and #44's
+    two GPU targets."""
+    stack_name = "| GPU: `bench/gpu.sh` (Llama 3 8B-shaped layers, bf16) | "
+    peak_name = ("| GPU (#44): the layer stack at least 50 % of the GPU's "
+                 "published dense bf16 peak | ")
+    train_name = ("| GPU (#44): `baton train` of a 1B-class model at least "
+                  "torchtitan compiled's tokens/s | ")
+    if not gpu:
+        return [stack_name + "not run: no GPU on this machine | not measured |",
+                peak_name + "not run | not measured |",
+                train_name + "not run | not measured |"]
+    stack = gpu["layer_stack"]
+    rows = [stack_name + f"{stack['tokens_per_sec']:,.0f} tokens/s, MFU "
+            f"{stack['mfu_pct']:.0f} % of the measured matmul peak | measured |"]
+    peak = published_peak_tflops(gpu.get("device_name", ""))
+    if peak:
+        share = stack["tflops"] / peak
+        rows.append(peak_name + f"{stack['tflops']:.0f} of {peak:.0f} TFLOP/s, "
+                    f"{100 * share:.0f} % | {'yes' if share >= 0.5 else 'no'} |")
+    else:
+        rows.append(peak_name + f"no published peak listed for "
+                    f"{gpu.get('device_name', 'this GPU')} | not measured |")
+    compiled = gpu.get("torchtitan", {}).get("train", {}).get("compiled")
+    train = gpu.get("train_1b")
+    if compiled and train:
+        ratio = train["tokens_per_sec"] / compiled["tokens_per_sec"]
+        rows.append(train_name + f"{train['tokens_per_sec']:,.0f} against "
+                    f"{compiled['tokens_per_sec']:,.0f}, {ratio:.2f}x | "
+                    f"{'yes' if ratio >= 1.0 else 'no'} |")
+    else:
+        rows.append(train_name + "not run: this GPU run had no torchtitan or "
+                    "no 1B run (bench/gpu.sh from 2026-12-07 on) | not measured |")
+    return rows
 
 
 # The last GPU machine's figures, kept in the repository: a CPU machine's
@@ -1287,8 +1365,7 @@ def splice_gpu(gpu_path, docs):
         with open(LAST_GPU, "w") as f:
             json.dump(gpu, f, indent=1)
             f.write("\n")
-    splice(docs, "## GPU", gpu_section(gpu), "| GPU: `bench/gpu.sh`",
-           [gpu_target_row(gpu)])
+    splice(docs, "## GPU", gpu_section(gpu), "| GPU", gpu_target_rows(gpu))
 
 
 def scaling_target_rows(t, verdict):
@@ -1486,7 +1563,7 @@ def targets_section(t):
         lines.append("| plan (#45): on the user's path, the chosen plan within 5 % of "
                      f"the best measured layout, bound or not | "
                      f"{t['plan_path']:.3f}x | {verdict(t['plan_path'] <= 1.05)} |")
-    lines.append(gpu_target_row(t.get("gpu")))
+    lines += gpu_target_rows(t.get("gpu"))
     return lines + [""]
 
 

@@ -30,7 +30,8 @@ operations in float32), so there to 1e-2.
 Usage: torchtitan_step.py --fixture DIR --threads N [--compile]
                           [--device cpu|cuda] [--warmup 3] [--reps 5]
                           [--profile] [--out FILE.json]
-(--device cuda is written for bench/gpu.sh and not yet run on a GPU.)
+(--device cuda: for a GPU machine whose PyTorch runs torchtitan 0.3.0; the
+lent machines' 2.11 does not, and bench/torchtitan_gpu.py serves them.)
 Prints and writes the step times (median of --reps after --warmup steps,
 the first two of them the checked ones); exits 1 when a loss differs.
 """

@@ -6,11 +6,30 @@
 # `BATON_DEBS=DIR bench/gpu.sh` unpacks them there (dpkg-deb -x, outside /)
 # instead of installing with apt-get. Debian 12's libraries need glibc 2.36
 # and GCC 12's libstdc++, which newer distributions (Ubuntu 24.04) provide.
+# Also the torchtitan peer's wheels into DIR/wheels (BATON_WHEELS=DIR/wheels
+# there): the release that runs on that machine's PyTorch
+# (BATON_TORCHTITAN_FLOOR_VERSION) and those of its imports the machine's
+# image lacks (the rest, tensorboard, huggingface-hub 1.x, pandas, pyarrow,
+# are there; device README, KINDS.md), for its Python (GPU_PYTHON, 3.12).
 # Usage: scripts/gpu_deps.sh DIR
 set -euo pipefail
 dir=${1:?usage: scripts/gpu_deps.sh DIR}
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
+# shellcheck source=versions.env
+source "$(dirname "$0")/versions.env"
+
+# datasets below 4.8 is what torchtitan pins and runs with huggingface-hub
+# 1.x; the versions are the ones checked on PyTorch 2.11 here.
+wheels=("torchtitan==$BATON_TORCHTITAN_FLOOR_VERSION" torchdata==0.11.0
+        tyro==1.0.17 docstring_parser==0.18.0 datasets==4.7.0 dill==0.4.1
+        multiprocess==0.70.19)
+rm -rf "$dir/wheels"
+python3 -m pip download -q --disable-pip-version-check --no-deps \
+  --only-binary=:all: --python-version "${GPU_PYTHON:-3.12}" \
+  --implementation cp --platform manylinux_2_28_x86_64 \
+  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  -d "$dir/wheels" "${wheels[@]}"
 
 pkgs=(libyaml-cpp-dev libyaml-cpp0.7
       libgoogle-glog-dev libgoogle-glog0v6 libgflags-dev libgflags2.2
