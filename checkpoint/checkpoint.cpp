@@ -1,7 +1,8 @@
 // CheckpointManager: its construction and the save (the snapshot, the
 // files, the index and pruning), and the helpers its files share
-// (checkpoint_detail.h). The load is in checkpoint_load.cpp, the model
-// export in checkpoint_export.cpp, the layout in checkpoint_layout.cpp.
+// (checkpoint_detail.h). The folder at start-up is in checkpoint_folder.cpp,
+// the load in checkpoint_load.cpp, the model export in
+// checkpoint_export.cpp, the layout in checkpoint_layout.cpp.
 
 #include "checkpoint/checkpoint.h"
 
