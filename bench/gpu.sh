@@ -111,17 +111,24 @@ cmake --build "$build" -j"$(nproc)" --target baton gpu_bench models_test trainer
   -- "${keep_going[@]}" > "$build.build.log" 2>&1 ||
   { grep -E -A3 "error|Error" "$build.build.log" | head -80; exit 1; }
 
-log "GPU test"
-"$build/models_test" --gtest_filter='Gpu.*:FusedOps.*:BlockedAttention*'
-"$build/trainer_test" --gtest_filter='PeakProbe.*'
+# A failure from here on is reported and the rest still runs (one device
+# call should bring back every figure it can); the script then exits 1.
+failed=()
+log "GPU tests"
+{ "$build/models_test" --gtest_filter='Gpu.*:FusedOps.*:BlockedAttention*' &&
+  "$build/trainer_test" --gtest_filter='PeakProbe.*'; } 2>&1 |
+  tee "$build.tests.log" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]" ||
+  failed+=("GPU tests ($build.tests.log)")
 
 mkdir -p bench/results
+rm -f bench/results/gpu.json
 log "gpu_bench"
-timeout 180 "$build/gpu_bench" --out bench/results/gpu.json "$@"
+timeout 180 "$build/gpu_bench" --out bench/results/gpu.json "$@" ||
+  failed+=(gpu_bench)
 
 log "training the debug model on the GPU (make run's config)"
 "$build/baton" train --config configs/debug_model.yaml --training.steps=30 \
-  2>&1 | tee "$build.train.log"
+  2>&1 | tee "$build.train.log" || failed+=("baton train, debug model")
 
 # A 1B-class model trained by `baton train`: the Llama 3.2 1B flavor's
 # blocks (973M parameters; the byte tokenizer's vocabulary of 258 on the
@@ -133,9 +140,9 @@ timeout 300 "$build/baton" train --config configs/debug_model.yaml \
   --model.flavor=1B --training.seq_len=4096 --training.local_batch_size=2 \
   --training.mixed_precision_param=bfloat16 --training.steps=20 \
   --metrics.log_freq=1 --job.dump_folder="$build-1b" 2>&1 |
-  tee "$build.train1b.log" | grep -E "step +(1|5|10|15|20)/" ||
-  log "baton train of the 1B flavor failed (tail of $build.train1b.log):" \
-      "$(tail -5 "$build.train1b.log")"
+  tee "$build.train1b.log" | grep -E "step +(1|5|10|15|20)/" || {
+  failed+=("baton train, 1B flavor ($build.train1b.log)")
+  tail -5 "$build.train1b.log"; }
 
 # torchtitan beside it, on the same GPU.
 peer_path=
@@ -163,7 +170,7 @@ if "${peer_env[@]}" "$python" -c 'import torchtitan' 2>/dev/null; then
            > "$build-torchtitan-$what-$mode.log" 2>&1; then
         tail -1 "$build-torchtitan-$what-$mode.log"
       else
-        log "torchtitan $what ($mode) failed:"
+        failed+=("torchtitan $what, $mode")
         tail -8 "$build-torchtitan-$what-$mode.log"
       fi
     done
@@ -175,11 +182,13 @@ fi
 # What ran it, for the report.
 "$python" - bench/results/gpu.json "$build.train.log" \
   "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
-  "$build-1b/metrics.jsonl" "$build-torchtitan" <<'PY'
+  "$build-1b/metrics.jsonl" "$build-torchtitan" \
+  "$(printf '%s\n' "${failed[@]}")" <<'PY'
 import datetime, json, os, re, statistics, sys
-path, train_log, name, metrics_1b, peer_prefix = sys.argv[1:]
-doc = json.load(open(path))
+path, train_log, name, metrics_1b, peer_prefix, failed = sys.argv[1:]
+doc = json.load(open(path)) if os.path.exists(path) else {}
 doc["device_name"] = name
+doc["failed"] = [f for f in failed.split("\n") if f]
 # `baton train` of the 1B flavor: the median over the steps after the
 # fifth (the first compiles nothing but allocates and warms the caches).
 if os.path.exists(metrics_1b):
@@ -201,7 +210,8 @@ for what in ("layers", "train"):
 if peer:
     doc["torchtitan"] = peer
 # The debug model's last logged step: "step N/M loss L ... tok/s T ... mfu M%".
-steps = [l for l in open(train_log) if re.search(r"\bstep +\d+(/\d+)? +loss", l)]
+steps = [l for l in open(train_log) if re.search(r"\bstep +\d+(/\d+)? +loss", l)
+         ] if os.path.exists(train_log) else []
 if steps:
     f = lambda key: re.search(key + r" +([0-9.e+-]+)", steps[-1]).group(1)
     first = re.search(r"loss +([0-9.]+)", steps[0]).group(1)
@@ -214,6 +224,12 @@ PY
 if [ -n "${OUT:-}" ]; then
   cp bench/results/gpu.json "$OUT/gpu.json"
   cp "$build.train.log" "$OUT/train.log"
-  [ -f "$build.train1b.log" ] && cp "$build.train1b.log" "$OUT/train1b.log"
+  for f in tests train1b; do
+    [ -f "$build.$f.log" ] && cp "$build.$f.log" "$OUT/$f.log"
+  done
+fi
+if [ ${#failed[@]} -gt 0 ]; then
+  log "done, with failures: $(printf '%s; ' "${failed[@]}")figures in bench/results/gpu.json"
+  exit 1
 fi
 log "done; figures in bench/results/gpu.json"
