@@ -1226,11 +1226,17 @@ def loader_section(loader):
 
 
 def gpu_section(gpu):
-    c, stack = gpu["correctness"], gpu["layer_stack"]
-    where = gpu.get("device_name", f"{gpu['devices']} device(s)")
+    where = gpu.get("device_name", f"{gpu.get('devices', '?')} device(s)")
     when = f", {gpu['date']}" if "date" in gpu else ""
+    failed = ([f"Failed in this run (bench/gpu.sh went on past them): "
+               f"{'; '.join(gpu['failed'])}.", ""] if gpu.get("failed") else [])
+    if "layer_stack" not in gpu:
+        return (["## GPU (`bench/gpu.sh`)", "",
+                 f"{where}{when}: gpu_bench brought no figures.", ""] + failed +
+                gpu_peer_lines(gpu))
+    c, stack = gpu["correctness"], gpu["layer_stack"]
     lines = [
-        "## GPU (`bench/gpu.sh`)", "",
+        "## GPU (`bench/gpu.sh`)", ""] + failed + [
         f"{where}, libtorch {gpu['torch_version']}{when}: measured by `bench/gpu.sh` on that "
         "machine, apart from the CPU run above (`report.py --gpu` puts its JSON here). "
         "Correctness, debug model in fp32, four AdamW steps on the GPU against "
@@ -1282,7 +1288,7 @@ def gpu_peer_lines(gpu):
         "|---|---|---|---|---|"]
     for what, name, ours in (
             ("layers", "8 Llama 3 8B-shaped layers, forward + backward",
-             gpu["layer_stack"]["tokens_per_sec"]),
+             gpu.get("layer_stack", {}).get("tokens_per_sec")),
             ("train", "training step, Llama 3.2 1B flavor",
              train["tokens_per_sec"] if train else None)):
         runs = peer.get(what, {})
@@ -1317,17 +1323,21 @@ def gpu_target_rows(gpu):
         return [stack_name + "not run: no GPU on this machine | not measured |",
                 peak_name + "not run | not measured |",
                 train_name + "not run | not measured |"]
-    stack = gpu["layer_stack"]
-    rows = [stack_name + f"{stack['tokens_per_sec']:,.0f} tokens/s, MFU "
-            f"{stack['mfu_pct']:.0f} % of the measured matmul peak | measured |"]
+    stack = gpu.get("layer_stack")
     peak = published_peak_tflops(gpu.get("device_name", ""))
-    if peak:
-        share = stack["tflops"] / peak
-        rows.append(peak_name + f"{stack['tflops']:.0f} of {peak:.0f} TFLOP/s, "
-                    f"{100 * share:.0f} % | {'yes' if share >= 0.5 else 'no'} |")
+    if not stack:
+        rows = [stack_name + "gpu_bench failed | not measured |",
+                peak_name + "gpu_bench failed | not measured |"]
     else:
-        rows.append(peak_name + f"no published peak listed for "
-                    f"{gpu.get('device_name', 'this GPU')} | not measured |")
+        rows = [stack_name + f"{stack['tokens_per_sec']:,.0f} tokens/s, MFU "
+                f"{stack['mfu_pct']:.0f} % of the measured matmul peak | measured |"]
+        if peak:
+            share = stack["tflops"] / peak
+            rows.append(peak_name + f"{stack['tflops']:.0f} of {peak:.0f} TFLOP/s, "
+                        f"{100 * share:.0f} % | {'yes' if share >= 0.5 else 'no'} |")
+        else:
+            rows.append(peak_name + "no published peak listed for "
+                        f"{gpu.get('device_name', 'this GPU')} | not measured |")
     compiled = gpu.get("torchtitan", {}).get("train", {}).get("compiled")
     train = gpu.get("train_1b")
     if compiled and train:
