@@ -137,8 +137,19 @@ def blas_line(output):
 
 
 def cpu_model():
-    return next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
-                 if l.startswith("model name")), "unknown")
+    """The CPU's model name and, since a hypervisor's name may be as bare as
+    "AMD EPYC", its family and model numbers (AMD family 25 model 17 is
+    Zen 4, family 26 Zen 5)."""
+    fields = {}
+    for line in open("/proc/cpuinfo"):
+        key, _, value = line.partition(":")
+        if not line.strip():
+            break
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name", "unknown")
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 class Conditions:

@@ -10,6 +10,9 @@ Usage: report.py RESULTS_DIR DOCS_DIR
        machine into the existing page: its GPU section and targets row)
        report.py --plan PLAN_RUNS_JSON DOCS_DIR   (one bench/plan_runs.py run
        into the existing page: its section, targets rows and limits bullet)
+       report.py --plan-cluster PLAN_RUNS_JSON DOCS_DIR   (one
+       `bench/plan_runs.py --flavors none` run: the 405B plan's subsection
+       and its targets rows)
        report.py --plan-path PLAN_PATH_JSON DOCS_DIR   (one bench/plan_path.py
        run: its section and targets row)
        report.py --scaling SCALING_RUNS_JSON DOCS_DIR   (one
@@ -796,31 +799,37 @@ def plan_section(doc, targets):
         targets.setdefault("plan", []).append(f)
     c = doc.get("cluster")
     if c:
-        i, o = c["interleaved"], c["one_f_one_b"]
-        lines += ["### Llama 3 405B on 512 H100-class GPUs, from FLOPs", "",
-                  "`baton plan --config configs/llama3_405b.yaml --nproc 512 --costs "
-                  "bench/costs/llama3_405b_h100.json` (" + c["obtained"] + "): "
-                  f"{c['considered']} considered, {c['pruned']} over the cap, "
-                  f"{c['ranked']} ranked in {c['wall_s']:.1f} s of wall time (median "
-                  "of 3). At torchtitan's layout (FSDP 8 x TP 8 x PP 8, microbatches "
-                  "of one sequence, full checkpointing):", "",
-                  "| schedule | predicted tokens/s/GPU | bubble | torchtitan (H100, "
-                  "published) |", "|---|---|---|---|",
-                  f"| Interleaved1F1B, 2 stages per rank | {i['tokens_per_s_per_rank']:.1f} "
-                  f"| {100 * i['bubble']:.1f} % | 128 |",
-                  f"| 1F1B | {o['tokens_per_s_per_rank']:.1f} | "
-                  f"{100 * o['bubble']:.1f} % | 100 |",
-                  f"| ratio | {c['ratio']:.2f} | | 1.28 |", "",
-                  "What the model leaves out (docs/plan.md): the overlap of the "
-                  "data-parallel sync and of P2P with compute (the sync is added after "
-                  "the pipeline), kernel efficiency varying with the shapes (one "
-                  "efficiency for every pass), the optimizer step (the FLOP-derived file "
-                  "has none), the embedding's and the loss's tensor-parallel "
-                  "collectives, and the allocator. The best plan it finds: "
-                  f"{c['best']['layout']}, {c['best']['tokens_per_s_per_rank']:.1f} "
-                  "tokens/s/GPU.", ""]
+        lines += cluster_lines(c)
         targets["plan_cluster"] = c
     return lines
+
+
+def cluster_lines(c, when=""):
+    """The 405B plan on 512 ranks from the FLOP-derived cost file; `when`
+    says the run's date and machine where the section around it does not."""
+    i, o = c["interleaved"], c["one_f_one_b"]
+    return ["### Llama 3 405B on 512 H100-class GPUs, from FLOPs", "",
+            when + "`baton plan --config configs/llama3_405b.yaml --nproc 512 --costs "
+            "bench/costs/llama3_405b_h100.json` (" + c["obtained"] + "): "
+            f"{c['considered']} considered, {c['pruned']} over the cap, "
+            f"{c['ranked']} ranked in {c['wall_s']:.1f} s of wall time (median "
+            "of 3). At torchtitan's layout (FSDP 8 x TP 8 x PP 8, microbatches "
+            "of one sequence, full checkpointing):", "",
+            "| schedule | predicted tokens/s/GPU | bubble | torchtitan (H100, "
+            "published) |", "|---|---|---|---|",
+            f"| Interleaved1F1B, 2 stages per rank | {i['tokens_per_s_per_rank']:.1f} "
+            f"| {100 * i['bubble']:.1f} % | 128 |",
+            f"| 1F1B | {o['tokens_per_s_per_rank']:.1f} | "
+            f"{100 * o['bubble']:.1f} % | 100 |",
+            f"| ratio | {c['ratio']:.2f} | | 1.28 |", "",
+            "What the model leaves out (docs/plan.md): the overlap of the "
+            "data-parallel sync and of P2P with compute (the sync is added after "
+            "the pipeline), kernel efficiency varying with the shapes (one "
+            "efficiency for every pass), the optimizer step (the FLOP-derived file "
+            "has none), the embedding's and the loss's tensor-parallel "
+            "collectives, and the allocator. The best plan it finds: "
+            f"{c['best']['layout']}, {c['best']['tokens_per_s_per_rank']:.1f} "
+            "tokens/s/GPU.", ""]
 
 
 def tp_traffic_section(doc, targets):
@@ -1452,6 +1461,30 @@ def splice_plan(plan_path, docs):
            limits_bullet)
 
 
+def splice_plan_cluster(plan_path, docs):
+    """The 405B cluster plan of one `bench/plan_runs.py --flavors none` run
+    into the page: its subsection of the plan's section and its two rows of
+    the targets; the flavors' runs stay as the last full run left them."""
+    doc = json.load(open(plan_path))
+    c = doc["cluster"]
+    when = (f"`bench/plan_runs.py --flavors none`, {doc['date']}, on "
+            f"{doc.get('cpu', 'this machine')} (the search uses no BLAS): ")
+    heading = "### Llama 3 405B on 512 H100-class GPUs, from FLOPs"
+    path = os.path.join(docs, "PERFORMANCE.md")
+    page = open(path).read()
+    start = page.index("\n" + heading) + 1
+    end = page.index("\n## ", start)
+    page = page[:start] + "\n".join(cluster_lines(c, when)) + page[end:]
+    rows = [l for l in plan_target_rows({"plan_cluster": c},
+                                        lambda ok: "yes" if ok else "no")]
+    lines = page.split("\n")
+    for row in rows:
+        prefix = row[:row.index(" | ")]
+        lines = replace_rows(lines, prefix, [row])
+    with open(path, "w") as f:
+        f.write(with_current_notes("\n".join(lines)))
+
+
 def splice_plan_path(path, docs):
     """One run of bench/plan_path.py into the page: its section and its row
     of the targets."""
@@ -1723,6 +1756,9 @@ def main():
         return
     if sys.argv[1] == "--plan":
         splice_plan(sys.argv[2], sys.argv[3])
+        return
+    if sys.argv[1] == "--plan-cluster":
+        splice_plan_cluster(sys.argv[2], sys.argv[3])
         return
     if sys.argv[1] == "--plan-path":
         splice_plan_path(sys.argv[2], sys.argv[3])
