@@ -11,6 +11,10 @@
 # same model.
 # Writes bench/results/gpu.json (and a copy under $OUT when set);
 # `bench/report.py` puts its figures into docs/PERFORMANCE.md.
+# BATON_GPU_BUDGET_S (seconds, optional): a hard limit on the whole script
+# (a lent machine's command limit): each step after the build is given
+# what is left less 30 s for the report, and one with under 60 s left is
+# skipped and named, so that the figures made in time still come back.
 # Usage: bench/gpu.sh [BUILD_DIR [gpu_bench options]]   (default build-gpu)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +22,17 @@ build=${1:-build-gpu}
 shift || true
 start=$(date +%s)
 log() { echo "gpu.sh [$(( $(date +%s) - start ))s]: $*"; }
+# The seconds a step may take: its own limit, or what BATON_GPU_BUDGET_S
+# leaves (less 30 s for the report) where that is less; 0: no time left.
+step_limit() {
+  local limit=$1
+  if [ -n "${BATON_GPU_BUDGET_S:-}" ]; then
+    local left=$(( BATON_GPU_BUDGET_S - ($(date +%s) - start) - 30 ))
+    [ "$left" -lt "$limit" ] && limit=$left
+    [ "$limit" -lt 60 ] && limit=0
+  fi
+  echo "$limit"
+}
 
 python=${PYTHON:-python3}
 prefix=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
@@ -115,22 +130,38 @@ cmake --build "$build" -j"$(nproc)" --target baton gpu_bench models_test trainer
 # call should bring back every figure it can); the script then exits 1.
 failed=()
 log "GPU tests"
-{ "$build/models_test" --gtest_filter='Gpu.*:FusedOps.*:BlockedAttention*' ||
-    status=1
-  "$build/trainer_test" --gtest_filter='PeakProbe.*' || status=1
-  exit "${status:-0}"; } 2>&1 |
-  tee "$build.tests.log" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]" ||
+limit=$(step_limit 240)
+if [ "$limit" -le 0 ]; then
+  failed+=("GPU tests (skipped: out of time)")
+elif ! { timeout "$limit" "$build/models_test" \
+           --gtest_filter='Gpu.*:FusedOps.*:BlockedAttention*' || status=1
+         timeout "$limit" "$build/trainer_test" \
+           --gtest_filter='PeakProbe.*' || status=1
+         exit "${status:-0}"; } 2>&1 |
+     tee "$build.tests.log" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]"; then
   failed+=("GPU tests ($build.tests.log)")
+fi
 
 mkdir -p bench/results
 rm -f bench/results/gpu.json
 log "gpu_bench"
-timeout 180 "$build/gpu_bench" --out bench/results/gpu.json "$@" ||
-  failed+=(gpu_bench)
+limit=$(step_limit 180)
+if [ "$limit" -gt 0 ]; then
+  timeout "$limit" "$build/gpu_bench" --out bench/results/gpu.json "$@" ||
+    failed+=(gpu_bench)
+else
+  failed+=("gpu_bench (skipped: out of time)")
+fi
 
 log "training the debug model on the GPU (make run's config)"
-"$build/baton" train --config configs/debug_model.yaml --training.steps=30 \
-  2>&1 | tee "$build.train.log" || failed+=("baton train, debug model")
+limit=$(step_limit 120)
+if [ "$limit" -le 0 ]; then
+  failed+=("baton train, debug model (skipped: out of time)")
+else
+  timeout "$limit" "$build/baton" train --config configs/debug_model.yaml \
+    --training.steps=30 2>&1 | tee "$build.train.log" ||
+    failed+=("baton train, debug model")
+fi
 
 # A 1B-class model trained by `baton train`: the Llama 3.2 1B flavor's
 # blocks (973M parameters; the byte tokenizer's vocabulary of 258 on the
@@ -138,13 +169,19 @@ log "training the debug model on the GPU (make run's config)"
 # float32 weights, 2 x 4096 tokens a step, every step logged.
 log "baton train, Llama 3.2 1B flavor, bf16, 2 x 4096 tokens a step"
 rm -rf "$build-1b"
-timeout 300 "$build/baton" train --config configs/debug_model.yaml \
-  --model.flavor=1B --training.seq_len=4096 --training.local_batch_size=2 \
-  --training.mixed_precision_param=bfloat16 --training.steps=20 \
-  --optimizer.lr=3e-4 --metrics.log_freq=1 --job.dump_folder="$build-1b" 2>&1 |
-  tee "$build.train1b.log" | grep -E "step +(1|5|10|15|20)/" || {
+limit=$(step_limit 300)
+if [ "$limit" -le 0 ]; then
+  failed+=("baton train, 1B flavor (skipped: out of time)")
+elif ! timeout "$limit" "$build/baton" train --config configs/debug_model.yaml \
+       --model.flavor=1B --training.seq_len=4096 \
+       --training.local_batch_size=2 \
+       --training.mixed_precision_param=bfloat16 --training.steps=20 \
+       --optimizer.lr=3e-4 --metrics.log_freq=1 \
+       --job.dump_folder="$build-1b" 2>&1 |
+     tee "$build.train1b.log" | grep -E "step +(1|5|10|15|20)/"; then
   failed+=("baton train, 1B flavor ($build.train1b.log)")
-  tail -5 "$build.train1b.log"; }
+  tail -5 "$build.train1b.log"
+fi
 
 # torchtitan beside it, on the same GPU.
 peer_path=
@@ -165,8 +202,13 @@ if "${peer_env[@]}" "$python" -c 'import torchtitan' 2>/dev/null; then
         shape=(--preset 1B --batch 2 --seq-len 4096 --vocab 258 --reps 10)
       fi
       flags=(); [ $mode = compiled ] && flags=(--compile)
+      limit=$(step_limit 300)
+      if [ "$limit" -le 0 ]; then
+        failed+=("torchtitan $what, $mode (skipped: out of time)")
+        continue
+      fi
       log "torchtitan $what, $mode"
-      if timeout 300 "${peer_env[@]}" "$python" bench/torchtitan_gpu.py \
+      if timeout "$limit" "${peer_env[@]}" "$python" bench/torchtitan_gpu.py \
            --what $what "${shape[@]}" "${flags[@]}" \
            --out "$build-torchtitan-$what-$mode.json" \
            > "$build-torchtitan-$what-$mode.log" 2>&1; then
