@@ -1313,7 +1313,8 @@ def gpu_peer_lines(gpu):
 def published_peak_tflops(device_name):
     """NVIDIA's published dense (no sparsity) bf16 tensor-core peak of the
     GPU `device_name` names, TFLOP/s; None for one not listed."""
-    for key, peak in (("H200", 989.4), ("H100 PCIe", 756.0), ("H100", 989.4),
+    for key, peak in (("H200", 989.4), ("H100 PCIe", 756.0), ("H100 NVL", 835.0),
+                      ("H100", 989.4),
                       ("A100", 312.0)):
         if key in device_name:
             return peak
