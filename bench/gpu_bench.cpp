@@ -19,6 +19,7 @@
 #include "models/loss.h"
 #include "models/model_args.h"
 #include "optim/fused_adamw.h"
+#include "trainer/metrics.h"
 
 namespace {
 
@@ -209,6 +210,12 @@ int main(int argc, char** argv) {
             << std::endl;
   const double peak = matmul_peak_tflops(8192);
   out["matmul_peak_tflops_bf16"] = peak;
+  // The data sheet's dense bf16 peak from Baton's table (what `baton train`
+  // takes its MFU against), for #44's target on the layer stack.
+  if (const auto published = baton::published_peak_tflops(
+          baton::cuda_device_name(0), torch::kBFloat16)) {
+    out["published_peak_tflops_bf16"] = *published;
+  }
   std::cout << "gpu_bench: bf16 matmul peak " << peak << " TFLOP/s"
             << std::endl;
   out["layer_stack"] = time_layer_stack(layers, batch, seq_len, peak);

@@ -1310,17 +1310,6 @@ def gpu_peer_lines(gpu):
     return lines + [""]
 
 
-def published_peak_tflops(device_name):
-    """NVIDIA's published dense (no sparsity) bf16 tensor-core peak of the
-    GPU `device_name` names, TFLOP/s; None for one not listed."""
-    for key, peak in (("H200", 989.4), ("H100 PCIe", 756.0), ("H100 NVL", 835.0),
-                      ("H100", 989.4),
-                      ("A100", 312.0)):
-        if key in device_name:
-            return peak
-    return None
-
-
 def gpu_target_rows(gpu):
     """The GPU's rows of the targets: the layer stack as measured, and #44's
     two GPU targets."""
@@ -1334,7 +1323,9 @@ def gpu_target_rows(gpu):
                 peak_name + "not run | not measured |",
                 train_name + "not run | not measured |"]
     stack = gpu.get("layer_stack")
-    peak = published_peak_tflops(gpu.get("device_name", ""))
+    # Baton's table of data sheets (trainer/metrics.cpp), as gpu_bench
+    # recorded it.
+    peak = gpu.get("published_peak_tflops_bf16")
     if not stack:
         rows = [stack_name + "gpu_bench failed | not measured |",
                 peak_name + "gpu_bench failed | not measured |"]
@@ -1346,8 +1337,10 @@ def gpu_target_rows(gpu):
             rows.append(peak_name + f"{stack['tflops']:.0f} of {peak:.0f} TFLOP/s, "
                         f"{100 * share:.0f} % | {'yes' if share >= 0.5 else 'no'} |")
         else:
-            rows.append(peak_name + "no published peak listed for "
-                        f"{gpu.get('device_name', 'this GPU')} | not measured |")
+            rows.append(peak_name + f"{stack['tflops']:.0f} TFLOP/s; the "
+                        "published peak not recorded by this run (gpu_bench "
+                        "records it from 2026-12-07 on, for a GPU in Baton's "
+                        "table) | not measured |")
     compiled = gpu.get("torchtitan", {}).get("train", {}).get("compiled")
     train = gpu.get("train_1b")
     if compiled and train:
