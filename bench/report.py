@@ -1469,8 +1469,8 @@ def splice_plan_cluster(plan_path, docs):
     start = page.index("\n" + heading) + 1
     end = page.index("\n## ", start)
     page = page[:start] + "\n".join(cluster_lines(c, when)) + page[end:]
-    rows = [l for l in plan_target_rows({"plan_cluster": c},
-                                        lambda ok: "yes" if ok else "no")]
+    rows = plan_target_rows({"plan_cluster": c},
+                            lambda ok: "yes" if ok else "no")
     lines = page.split("\n")
     for row in rows:
         prefix = row[:row.index(" | ")]
